@@ -1,0 +1,228 @@
+/* Virtual-testbed board: time from the host clock, serial output on stdout, inputs and messages
+ * through the medium process over a UNIX stream socket.
+ *
+ * Frames (little-endian): u8 type, u8 src, u8 dest, u8 flags, u16 sg, u16 reserved, u32 inference,
+ * u32 len, then len payload bytes. The protocol is described in codegen/sim/protocol.py. */
+#include "hal_sim.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cisl_board.h"
+#include "cisl_node_api.h"
+#include "cisl_transport.h"
+
+enum {
+    FRAME_HELLO = 1,
+    FRAME_INPUT_REQ = 2,
+    FRAME_INPUT = 3,
+    FRAME_END = 4,
+    FRAME_TX = 5,
+    FRAME_RX = 6,
+    FRAME_RX_END = 7,
+    FRAME_BYE = 8
+};
+
+#define HEADER_BYTES 16u
+#define MAX_PAYLOAD (1u << 20)
+
+typedef struct {
+    uint8_t type, src, dest, flags;
+    uint16_t sg;
+    uint32_t inference;
+    uint32_t len;
+} frame_header;
+
+static int medium_fd = -1;
+static uint8_t payload[MAX_PAYLOAD]; /* receive buffer; the host has memory to spare */
+
+static void put_u16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static void put_u32(uint8_t *p, uint32_t v)
+{
+    put_u16(p, (uint16_t)v);
+    put_u16(p + 2, (uint16_t)(v >> 16));
+}
+
+static uint32_t get_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+static int write_all(const uint8_t *p, size_t n)
+{
+    while (n > 0) {
+        const ssize_t w = write(medium_fd, p, n);
+        if (w < 0 && errno == EINTR) {
+            continue;
+        }
+        if (w <= 0) {
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int read_all(uint8_t *p, size_t n)
+{
+    while (n > 0) {
+        const ssize_t r = read(medium_fd, p, n);
+        if (r < 0 && errno == EINTR) {
+            continue;
+        }
+        if (r <= 0) {
+            return -1;
+        }
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+static int send_frame(uint8_t type, uint8_t dest, uint16_t sg, uint32_t inference, const uint8_t *data, uint32_t len)
+{
+    uint8_t h[HEADER_BYTES];
+    h[0] = type;
+    h[1] = cisl_node_id;
+    h[2] = dest;
+    h[3] = 0;
+    put_u16(h + 4, sg);
+    put_u16(h + 6, 0);
+    put_u32(h + 8, inference);
+    put_u32(h + 12, len);
+    if (write_all(h, sizeof h) != 0) {
+        return -1;
+    }
+    return len > 0 ? write_all(data, len) : 0;
+}
+
+static int recv_frame(frame_header *f)
+{
+    uint8_t h[HEADER_BYTES];
+    if (read_all(h, sizeof h) != 0) {
+        return -1;
+    }
+    f->type = h[0];
+    f->src = h[1];
+    f->dest = h[2];
+    f->flags = h[3];
+    f->sg = (uint16_t)(h[4] | (h[5] << 8));
+    f->inference = get_u32(h + 8);
+    f->len = get_u32(h + 12);
+    if (f->len > MAX_PAYLOAD) {
+        return -1;
+    }
+    return f->len > 0 ? read_all(payload, f->len) : 0;
+}
+
+static void medium_lost(const char *what)
+{
+    fprintf(stderr, "cisl sim node %u: lost the medium while %s\n", (unsigned)cisl_node_id, what);
+}
+
+int cisl_sim_connect(const char *socket_path)
+{
+    struct sockaddr_un addr;
+    memset(&addr, 0, sizeof addr);
+    addr.sun_family = AF_UNIX;
+    if (strlen(socket_path) >= sizeof addr.sun_path) {
+        fprintf(stderr, "cisl sim node %u: socket path too long: %s\n", (unsigned)cisl_node_id, socket_path);
+        return -1;
+    }
+    strcpy(addr.sun_path, socket_path);
+    medium_fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (medium_fd < 0 || connect(medium_fd, (const struct sockaddr *)&addr, sizeof addr) != 0) {
+        fprintf(stderr, "cisl sim node %u: cannot connect to the medium at %s: %s\n", (unsigned)cisl_node_id,
+                socket_path, strerror(errno));
+        return -1;
+    }
+    return send_frame(FRAME_HELLO, 0, 0, 0, NULL, 0);
+}
+
+void cisl_sim_close(void)
+{
+    if (medium_fd >= 0) {
+        (void)send_frame(FRAME_BYE, 0, 0, 0, NULL, 0);
+        close(medium_fd);
+        medium_fd = -1;
+    }
+}
+
+const char *cisl_board_name(void) { return "sim"; }
+
+uint32_t cisl_board_time_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint32_t)((uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u);
+}
+
+uint32_t cisl_board_cycles(void) { return 0; }
+
+void cisl_board_write(const char *text, uint32_t n)
+{
+    /* unbuffered: a line is one write, so lines of a crashing node are not lost */
+    size_t off = 0;
+    while (off < n) {
+        const ssize_t w = write(STDOUT_FILENO, text + off, n - off);
+        if (w < 0 && errno == EINTR) {
+            continue;
+        }
+        if (w <= 0) {
+            return;
+        }
+        off += (size_t)w;
+    }
+}
+
+int cisl_board_next_input(int8_t *dst, uint32_t len)
+{
+    frame_header f;
+    if (send_frame(FRAME_INPUT_REQ, 0, 0, 0, NULL, 0) != 0 || recv_frame(&f) != 0) {
+        medium_lost("waiting for an input");
+        return 0;
+    }
+    if (f.type == FRAME_END) {
+        return 0;
+    }
+    if (f.type != FRAME_INPUT || f.len != len) {
+        fprintf(stderr, "cisl sim node %u: expected an input of %u bytes, got frame %u of %u bytes\n",
+                (unsigned)cisl_node_id, (unsigned)len, (unsigned)f.type, (unsigned)f.len);
+        return 0;
+    }
+    memcpy(dst, payload, len);
+    return 1;
+}
+
+int cisl_transport_round(uint16_t sg, uint32_t inference, const uint8_t *msg, uint32_t len, uint8_t dest,
+                         cisl_rx_fn on_rx, void *ctx)
+{
+    if (send_frame(FRAME_TX, dest, sg, inference, msg, len) != 0) {
+        medium_lost("sending");
+        return -1;
+    }
+    for (;;) {
+        frame_header f;
+        if (recv_frame(&f) != 0) {
+            medium_lost("receiving");
+            return -1;
+        }
+        if (f.type == FRAME_RX_END) {
+            return 0;
+        }
+        if (f.type == FRAME_RX && f.sg == sg && f.inference == inference && on_rx != NULL) {
+            on_rx(ctx, f.src, payload, f.len);
+        }
+    }
+}

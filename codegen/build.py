@@ -1,0 +1,149 @@
+"""`cisl build`: compile every node of a compiled plan into a firmware image, in parallel.
+
+The kernel library is upstream CMSIS-NN when CMSIS_NN_ROOT points at a checkout, otherwise
+firmware/nnref. Kernel and runtime objects are compiled once per build folder and linked into every
+node; only the generated files are compiled per node. Our own code builds with warnings as errors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from .boards import Board, load_board
+from .errors import CheckFailed, UserError
+from .plan.io import load_plan
+from .resources import resource_dir
+
+RUNTIME_SOURCES = ["runtime/cisl_kernels.c", "runtime/cisl_log.c", "runtime/cisl_runtime.c",
+                   "somegather/cisl_somegather.c"]
+NODE_SOURCES = ["cisl_node.c", "cisl_weights.c"]
+
+
+@dataclass
+class CompileJob:
+    source: Path
+    obj: Path
+    flags: list[str]
+    log: Path
+
+
+@dataclass
+class KernelLib:
+    kind: str  # "nnref" or "cmsis-nn"
+    root: Path
+    include: Path
+    sources: list[Path]
+
+
+def kernel_library() -> KernelLib:
+    """Upstream CMSIS-NN if CMSIS_NN_ROOT is set (checked), else the project's nnref."""
+    root = os.environ.get("CMSIS_NN_ROOT")
+    if root:
+        r = Path(root)
+        inc = r / "Include"
+        if not (inc / "arm_nnfunctions.h").is_file():
+            raise UserError(f"CMSIS_NN_ROOT={root}: no Include/arm_nnfunctions.h there; point it at a CMSIS-NN "
+                            f"checkout or unset it to use the bundled nnref")
+        srcs = sorted(p for p in (r / "Source").rglob("*.c")
+                      if not p.name.endswith(("_f16.c", "_f32.c", "_flt.c")))
+        return KernelLib("cmsis-nn", r, inc, srcs)
+    fw = resource_dir("firmware")
+    return KernelLib("nnref", fw / "nnref", fw / "nnref" / "Include", sorted((fw / "nnref" / "Source").glob("*.c")))
+
+
+def _run(cmd: list[str], log: Path) -> tuple[bool, str]:
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    text = "$ " + " ".join(cmd) + "\n" + p.stdout + p.stderr
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a") as f:
+        f.write(text)
+    return p.returncode == 0, p.stdout + p.stderr
+
+
+def build(build_dir: Path, board_name: str | None = None, jobs: int | None = None,
+          say: Callable[[str], None] = lambda s: None) -> dict:
+    """Build every node in ``build_dir``; returns the summary also written to build.json."""
+    build_dir = Path(build_dir)
+    plan = load_plan(build_dir)
+    board = load_board(board_name or plan.meta["board"])
+    if board.name != plan.meta["board"]:
+        raise UserError(f"{build_dir}: compiled for board '{plan.meta['board']}', not '{board.name}'; "
+                        f"recompile with `cisl compile --board {board.name}`")
+    cc = board.build["cc"]
+    if shutil.which(cc) is None:
+        raise UserError(f"compiler '{cc}' for board {board.name} not found; install it "
+                        f"(Debian/Ubuntu: sudo apt-get install --no-install-recommends gcc)")
+    lib = kernel_library()
+    fw = resource_dir("firmware")
+    includes = [f"-I{lib.include}", f"-I{fw / 'runtime'}", f"-I{fw / 'somegather'}", f"-I{board.path}"]
+    cflags = list(board.build["cflags"])
+    obj_dir = build_dir / "_obj"
+    if obj_dir.exists():
+        shutil.rmtree(obj_dir)
+    for node in plan.nodes:
+        (build_dir / f"node_{node.device:02d}" / "build.log").unlink(missing_ok=True)
+    common_log = obj_dir / "build.log"
+
+    jobs_list: list[CompileJob] = []
+    kernel_flags = (list(board.build.get("upstream_cflags", cflags)) if lib.kind == "cmsis-nn" else cflags)
+    for src in lib.sources:
+        jobs_list.append(CompileJob(src, obj_dir / "kernels" / (src.stem + ".o"), kernel_flags + [f"-I{lib.include}"],
+                                    common_log))
+    for rel in RUNTIME_SOURCES:
+        src = fw / rel
+        jobs_list.append(CompileJob(src, obj_dir / "runtime" / (src.stem + ".o"), cflags + includes, common_log))
+    for rel in board.build["sources"]:
+        src = board.path / rel
+        jobs_list.append(CompileJob(src, obj_dir / "board" / (src.stem + ".o"), cflags + includes, common_log))
+    node_objs: dict[int, list[Path]] = {}
+    for node in plan.nodes:
+        nd = build_dir / f"node_{node.device:02d}"
+        node_objs[node.device] = []
+        for rel in NODE_SOURCES:
+            obj = obj_dir / f"node_{node.device:02d}" / (Path(rel).stem + ".o")
+            jobs_list.append(CompileJob(nd / rel, obj, cflags + includes + [f"-I{nd}"], nd / "build.log"))
+            node_objs[node.device].append(obj)
+
+    say(f"build: {len(plan.nodes)} nodes for {board.name} with {lib.kind} ({len(jobs_list)} compile jobs)")
+    workers = jobs or os.cpu_count() or 2
+
+    def compile_one(j: CompileJob) -> tuple[CompileJob, bool, str]:
+        j.obj.parent.mkdir(parents=True, exist_ok=True)
+        ok, out = _run([cc, *j.flags, "-c", str(j.source), "-o", str(j.obj)], j.log)
+        return j, ok, out
+
+    with ThreadPoolExecutor(workers) as pool:
+        results = list(pool.map(compile_one, jobs_list))
+    failed = [(j, out) for j, ok, out in results if not ok]
+    if failed:
+        j, out = failed[0]
+        first = next((ln for ln in out.splitlines() if "error" in ln), out.strip().splitlines()[0] if out.strip() else "")
+        raise CheckFailed(f"compiling {j.source} failed: {first.strip()} (full log: {j.log})")
+
+    shared = [j.obj for j in jobs_list if j.obj.parent.name in ("kernels", "runtime", "board")]
+
+    def link(device: int) -> tuple[int, bool, str, Path]:
+        nd = build_dir / f"node_{device:02d}"
+        out = nd / board.build["output"]
+        ok, text = _run([cc, *cflags, *[str(o) for o in node_objs[device]], *[str(o) for o in shared],
+                         *board.build.get("ldflags", []), "-o", str(out)], nd / "build.log")
+        return device, ok, text, out
+
+    with ThreadPoolExecutor(workers) as pool:
+        links = list(pool.map(link, [n.device for n in plan.nodes]))
+    for device, ok, text, _ in links:
+        if not ok:
+            raise CheckFailed(f"linking node {device} failed: {text.strip().splitlines()[-1] if text.strip() else ''} "
+                              f"(full log: {build_dir / f'node_{device:02d}' / 'build.log'})")
+    summary = {"board": board.name, "compiler": cc, "kernels": lib.kind, "kernels_root": str(lib.root),
+               "nodes": [{"node": d, "image": str(p.relative_to(build_dir)), "bytes": p.stat().st_size}
+                         for d, _, _, p in links]}
+    (build_dir / "build.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return summary

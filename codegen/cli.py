@@ -1,0 +1,227 @@
+"""The `cisl` command line: train -> compile -> build -> sim, and `demo` for all of it at once.
+
+Mistakes in the user's input end with one line on stderr and exit code 2; a check that fails (not
+bit-exact, a node that crashed) ends with exit code 1. Heavy modules (torch, onnx) are imported
+only by the commands that need them, so `cisl compile` never loads torch.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+
+import click
+
+from . import __version__
+from .errors import CheckFailed, UserError
+
+
+def _friendly(fn):
+    """Turn UserError/CheckFailed into one line and an exit code instead of a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except UserError as e:
+            click.echo(f"error: {e}", err=True)
+            sys.exit(e.exit_code)
+        except CheckFailed as e:
+            click.echo(f"FAILED: {e}", err=True)
+            sys.exit(e.exit_code)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(130)
+
+    return wrapper
+
+
+def _say(quiet: bool):
+    return (lambda s: None) if quiet else (lambda s: click.echo(s, err=True))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="cisl")
+def main() -> None:
+    """cisl: split a time-series transformer across ultra-low-power wireless nodes.
+
+    \b
+    The pipeline:
+      cisl train CONFIG.toml -o model/      train; writes model.onnx + calibration set
+      cisl compile model/model.onnx -o build/ --devices 4
+                                            quantise to int8, partition, emit C per node
+      cisl build build/                     compile every node's firmware
+      cisl sim build/                       run all nodes on the virtual testbed, check bit-exactness
+    `cisl demo` does all of this on built-in synthetic data.
+    """
+
+
+@main.command()
+@click.argument("config", required=False, type=click.Path(path_type=Path))
+@click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), default=Path("model"), show_default=True,
+              help="Output folder for model.onnx, calibration.npy, test windows and train.json.")
+@click.option("--data", type=click.Path(path_type=Path), default=None,
+              help="Train on this ETT-format CSV (a date column and numeric columns) instead of the config's data.")
+@click.option("--epochs", type=click.IntRange(min=0), default=None, help="Override [train] epochs.")
+@click.option("--devices", type=click.IntRange(min=1), default=None, help="Override [split] devices.")
+@click.option("--keep-ratio", type=click.FloatRange(0.0, 1.0, min_open=True), default=None,
+              help="Override [split] keep_ratio (fraction of own columns each device broadcasts).")
+@click.option("--seed", type=int, default=None, help="Override [train] seed.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress output.")
+@_friendly
+def train(config: Path | None, out_dir: Path, data: Path | None, epochs: int | None, devices: int | None,
+          keep_ratio: float | None, seed: int | None, quiet: bool) -> None:
+    """Train the split model described by CONFIG (TOML; omit it for the defaults).
+
+    Writes OUT/model.onnx (float, cisl metadata in metadata_props), OUT/calibration.npy,
+    OUT/test_windows.npy, OUT/test_targets.npy and OUT/train.json. Without --data and without a
+    [data] section it trains on built-in synthetic multivariate series.
+    """
+    if config is not None and not config.is_file():
+        raise UserError(f"{config}: config file not found; give a TOML file or omit it for the defaults")
+    if data is not None and not data.is_file():
+        raise UserError(f"{data}: data file not found; give an ETT-format CSV file")
+    from .train.api import run_train  # torch is imported only here
+
+    overrides: dict = {}
+    if epochs is not None:
+        overrides["train.epochs"] = epochs
+    if devices is not None:
+        overrides["split.devices"] = devices
+    if keep_ratio is not None:
+        overrides["split.keep_ratio"] = keep_ratio
+    if seed is not None:
+        overrides["train.seed"] = seed
+    s = run_train(config, data, out_dir, overrides or None, progress=not quiet)
+    click.echo(f"trained {s['params']} parameters in {s['seconds']:.1f} s: "
+               f"val MSE {s['val_mse']:.4f}, test MSE {s['test_mse']:.4f} -> {out_dir / 'model.onnx'}")
+
+
+@main.command(name="compile")
+@click.argument("model", type=click.Path(path_type=Path))
+@click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), default=Path("build"), show_default=True,
+              help="Output folder: plan.json, constants.bin and node_NN/ with the generated C.")
+@click.option("--devices", type=click.IntRange(min=1), default=None,
+              help="Number of nodes. Default: as the model was trained. A dense model (keep ratio 1) can be "
+                   "split any number of ways up to its head count.")
+@click.option("--board", default="sim", show_default=True, help="Target board (a folder under boards/).")
+@click.option("--calibration", type=click.Path(path_type=Path), default=None,
+              help="Calibration windows (.npy float32 [n, lookback]). Default: calibration.npy next to MODEL.")
+@click.option("--max-calibration", type=click.IntRange(min=1), default=256, show_default=True,
+              help="Use at most this many calibration windows (evenly spaced).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress output.")
+@_friendly
+def compile_cmd(model: Path, out_dir: Path, devices: int | None, board: str, calibration: Path | None,
+                max_calibration: int, quiet: bool) -> None:
+    """Quantise MODEL (ONNX from `cisl train`) to int8, partition it and emit C for every node.
+
+    Writes OUT/plan.json (the partition plan: who holds and sends what, every quantisation
+    parameter and every node's schedule), OUT/constants.bin, OUT/node_NN/*.c|h and OUT/compile.json.
+    """
+    from .compile import CompileOptions, compile_model
+
+    s = compile_model(model, out_dir, CompileOptions(devices, board, calibration, max_calibration), _say(quiet))
+    _print_resources(s)
+    click.echo(f"compiled {s['devices']} nodes for board {s['board']} -> {out_dir / 'plan.json'}")
+
+
+def _print_resources(summary: dict) -> None:
+    click.echo(f"{'node':>4} {'params (B)':>11} {'arena (B)':>10} {'sent/inf (B)':>13}")
+    for n in summary["nodes"]:
+        click.echo(f"{n['node']:>4} {n['param_bytes']:>11} {n['arena_bytes']:>10} {n['bytes_sent_per_inference']:>13}")
+    acc = summary.get("accuracy")
+    if acc:
+        click.echo(f"int8 vs float on {acc['windows']} test windows: MSE {acc['mse_int8']:.4f} vs "
+                   f"{acc['mse_float']:.4f} ({100 * acc['relative_mse_increase']:+.2f} %)")
+
+
+@main.command(name="build")
+@click.argument("build_dir", type=click.Path(path_type=Path), default=Path("build"), required=False)
+@click.option("--board", default=None, help="Board to build for (default: the board the plan was compiled for).")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, help="Parallel compile jobs (default: CPUs).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress output.")
+@_friendly
+def build_cmd(build_dir: Path, board: str | None, jobs: int | None, quiet: bool) -> None:
+    """Compile every node in BUILD_DIR into a firmware image (node_NN/firmware.elf), in parallel.
+
+    Uses upstream CMSIS-NN when CMSIS_NN_ROOT points at a checkout, else the bundled nnref.
+    Warnings are errors.
+    """
+    from .build import build
+
+    s = build(build_dir, board, jobs, _say(quiet))
+    click.echo(f"built {len(s['nodes'])} node images for {s['board']} with {s['kernels']} -> {build_dir}/node_NN/")
+
+
+@main.command()
+@click.argument("build_dir", type=click.Path(path_type=Path), default=Path("build"), required=False)
+@click.option("--inputs", type=click.Path(path_type=Path), default=None,
+              help="Input windows (.npy float [n, lookback], normalised). Default: BUILD_DIR/inputs.npy.")
+@click.option("-n", "--count", type=click.IntRange(min=1), default=None, help="Run only the first N inputs.")
+@click.option("--logs", type=click.Path(path_type=Path), default=None,
+              help="Folder for the nodes' serial logs. Default: BUILD_DIR/logs.")
+@click.option("--timeout", type=click.FloatRange(min=1), default=120.0, show_default=True,
+              help="Seconds before a stuck run is aborted.")
+@_friendly
+def sim(build_dir: Path, inputs: Path | None, count: int | None, logs: Path | None, timeout: float) -> None:
+    """Run every node of BUILD_DIR as its own process on the virtual testbed.
+
+    A medium process carries the somegather messages; each node prints the serial log contract.
+    Every message and the sink's forecast are compared with the numpy int8 reference; the first
+    difference is named (inference, node, layer, tensor). Exit code 1 if not bit-exact.
+    """
+    import numpy as np
+
+    from .sim.runner import run_sim
+
+    x = None
+    if inputs is not None:
+        if not inputs.is_file():
+            raise UserError(f"{inputs}: input file not found")
+        try:
+            x = np.load(inputs, allow_pickle=False)
+        except Exception:
+            raise UserError(f"{inputs}: not a .npy array of input windows") from None
+    if count is not None:
+        if x is None:
+            x = np.load(Path(build_dir) / "inputs.npy") if (Path(build_dir) / "inputs.npy").is_file() else None
+        if x is not None:
+            x = x[:count]
+    r = run_sim(build_dir, x, logs, timeout)
+    _print_sim(r, build_dir, logs)
+    if not r.ok:
+        raise CheckFailed(r.first_difference or r.problems[0])
+
+
+def _print_sim(r, build_dir: Path, logs: Path | None) -> None:
+    click.echo(f"virtual testbed: {len(r.bytes_sent)} nodes, {r.inferences} inferences in {r.wall_seconds:.1f} s "
+               f"(logs in {logs or Path(build_dir) / 'logs'})")
+    for p in r.problems:
+        click.echo(f"  problem: {p}")
+    click.echo(f"bit-exact with the int8 reference: {'yes' if r.bit_exact else 'NO'}")
+    if r.first_difference:
+        click.echo(f"  first difference: {r.first_difference}")
+
+
+@main.command()
+@click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), default=Path("cisl-demo"),
+              show_default=True, help="Folder for every artifact of the demo.")
+@click.option("--devices", type=click.IntRange(min=1), default=4, show_default=True, help="Number of nodes.")
+@click.option("--epochs", type=click.IntRange(min=0), default=None, help="Training epochs (default: the demo's).")
+@_friendly
+def demo(out_dir: Path, devices: int, epochs: int | None) -> None:
+    """The whole pipeline on built-in synthetic data: train, compile, build, run on the virtual testbed.
+
+    Keeps model/ (model.onnx, calibration set), build/ (plan.json, generated C, images) and logs/
+    under OUT and prints a short report.
+    """
+    from .demo import run_demo
+
+    ok = run_demo(out_dir, devices, epochs, click.echo)
+    if not ok:
+        raise CheckFailed("the demo did not run bit-exact; see the report above")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,163 @@
+"""`cisl compile`: ONNX model + calibration set -> plan.json, constants.bin and per-node C.
+
+Never imports torch. Pure function of its inputs and options: compiling twice gives byte-identical
+output folders.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from . import __version__
+from .boards import load_board
+from .emit.cnode import buffers_of, emit_node, environment
+from .errors import UserError
+from .executor import PlanExecutor
+from .fsutil import atomic_output_dir, sha256_file
+from .onnx_model import CislModel, load_model
+from .partition import Split, full_masks, masks_are_full
+from .plan.io import NodeData, load_plan, write_plan
+from .plan.memory import check_plan, format_plan, plan_arena
+from .plan.quantize import calibrate, quantize
+from .plan.structure import SINK, build_structure
+
+PLAN_MARKER = "plan.json"
+MAX_CALIBRATION = 256
+SIM_INPUTS = 4
+
+
+@dataclass
+class CompileOptions:
+    devices: int | None = None  # None: as the model was trained
+    board: str = "sim"
+    calibration: Path | None = None  # None: calibration.npy next to the model
+    max_calibration: int = MAX_CALIBRATION
+
+
+def _load_windows(path: Path, lookback: int, what: str) -> np.ndarray:
+    if not path.is_file():
+        raise UserError(f"{path}: {what} not found; pass --calibration FILE.npy (float32 [n, {lookback}] "
+                        f"normalised windows, as `cisl train` writes)")
+    try:
+        arr = np.load(path, allow_pickle=False)
+    except Exception:
+        raise UserError(f"{path}: not a .npy array; the {what} must be float32 [n, {lookback}]") from None
+    if arr.ndim != 2 or arr.shape[1] != lookback or arr.shape[0] < 1 or not np.issubdtype(arr.dtype, np.floating):
+        raise UserError(f"{path}: {what} has shape {arr.shape} and dtype {arr.dtype}; "
+                        f"expected float [n, {lookback}] (lookback of the model)")
+    if not np.all(np.isfinite(arr)):
+        raise UserError(f"{path}: {what} contains NaN or infinite values")
+    return arr.astype(np.float32)
+
+
+def _choose_split(model: CislModel, devices: int | None) -> tuple[Split, list]:
+    cfg = model.config
+    D = model.devices if devices is None else devices
+    if D < 1:
+        raise UserError(f"--devices {D}: must be at least 1")
+    if D > cfg.heads:
+        raise UserError(f"--devices {D}: more devices than heads ({cfg.heads}); each device needs at least one "
+                        f"head, use --devices {cfg.heads} or fewer")
+    trained = Split(model.devices, cfg.heads, cfg.d_model, cfg.mlp_hidden, tuple(model.heads_per_device))
+    if D == model.devices:
+        return trained, model.masks
+    if not masks_are_full(trained, model.masks):
+        raise UserError(f"{model.path}: trained for {model.devices} devices with somegather masks (keep ratio "
+                        f"{model.keep_ratio}); compile with --devices {model.devices} or retrain for {D}")
+    split = Split.even(D, cfg.heads, cfg.d_model, cfg.mlp_hidden)
+    return split, full_masks(split, cfg.layers)
+
+
+def compile_model(model_path: Path, out_dir: Path, opts: CompileOptions,
+                  say: Callable[[str], None] = lambda s: None) -> dict:
+    """Compile ``model_path`` into ``out_dir``; return the summary written to compile.json."""
+    model = load_model(Path(model_path))
+    board = load_board(opts.board)
+    cfg = model.config
+    split, masks = _choose_split(model, opts.devices)
+    cal_path = Path(opts.calibration) if opts.calibration else Path(model_path).parent / "calibration.npy"
+    cal = _load_windows(cal_path, cfg.lookback, "calibration set")
+    if len(cal) > opts.max_calibration:  # evenly spaced subset: deterministic and representative
+        cal = cal[np.linspace(0, len(cal) - 1, opts.max_calibration).round().astype(int)]
+    test_x = test_y = None
+    tw, tt = Path(model_path).parent / "test_windows.npy", Path(model_path).parent / "test_targets.npy"
+    if tw.is_file() and tt.is_file():
+        test_x = _load_windows(tw, cfg.lookback, "test windows")
+        test_y = np.load(tt, allow_pickle=False).astype(np.float32)
+    sim_inputs = (test_x if test_x is not None else cal)[:SIM_INPUTS]
+
+    options = {"devices": split.devices, "board": board.name, "max_calibration": opts.max_calibration}
+    input_hash = hashlib.sha256(json.dumps(
+        {"model": model.sha256, "calibration": sha256_file(cal_path), "options": options, "tool": __version__},
+        sort_keys=True).encode()).hexdigest()
+
+    say(f"partition: {split.devices} devices, heads {list(split.heads_per_device)}, keep ratio {model.keep_ratio}")
+    st = build_structure(cfg, split, masks, model.keep_ratio)
+    say(f"calibrate: {len(cal)} windows")
+    q = calibrate(st, model.weights, cal)
+    consts = quantize(st, model.weights, q)
+
+    nodes = []
+    for node, c in zip(st.nodes, consts):
+        nd = NodeData(node.device, node.tensors, {}, 0, node.ops, c)
+        bufs = buffers_of(nd)
+        offsets, arena = plan_arena(bufs)
+        problems = check_plan(bufs, offsets, arena)
+        if problems:
+            raise AssertionError(f"memory plan of node {node.device} is wrong: {problems[0]}")
+        nd.offsets, nd.arena_bytes = offsets, arena
+        nodes.append(nd)
+
+    meta = {
+        "format": "cisl-plan", "format_version": 1, "tool_version": __version__, "input_hash": input_hash,
+        "source": {"model": Path(model_path).name, "model_sha256": model.sha256, "calibration": cal_path.name,
+                   "calibration_samples": int(len(cal))},
+        "board": board.name, "model": cfg.to_json(), "devices": split.devices, "sink": SINK,
+        "keep_ratio": model.keep_ratio,
+        "partition": {"heads_per_device": list(split.heads_per_device),
+                      "model_cols": [list(split.model_cols(k)) for k in range(split.devices)],
+                      "hidden_cols": [list(split.hidden_cols(k)) for k in range(split.devices)]},
+    }
+    with atomic_output_dir(Path(out_dir), PLAN_MARKER) as tmp:
+        write_plan(tmp, meta, st.sgs, nodes, q)
+        plan = load_plan(tmp)  # emit from what is on disk: plan.json is the source of truth
+        env = environment()
+        say(f"emit C: {plan.devices} nodes")
+        for node in plan.nodes:
+            d = tmp / f"node_{node.device:02d}"
+            emit_node(plan, node, d, input_hash, env)
+            (d / "memory.txt").write_text(format_plan(buffers_of(node), node.offsets, node.arena_bytes) + "\n")
+        np.save(tmp / "inputs.npy", sim_inputs.astype(np.float32))
+        summary = _summary(plan, board, model, test_x, test_y)
+        (tmp / "compile.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return summary
+
+
+def _summary(plan, board, model: CislModel, test_x, test_y) -> dict:
+    """Per-node resources and, when test windows came with the model, the float-vs-int8 error."""
+    nodes = []
+    for node in plan.nodes:
+        sent = sum(s.msg_bytes[node.device] for s in plan.sgs)
+        nodes.append({"node": node.device, "param_bytes": int(sum(c.nbytes for c in node.constants.values())),
+                      "arena_bytes": node.arena_bytes, "bytes_sent_per_inference": int(sent)})
+    out = {"devices": plan.devices, "board": board.name, "plan_sha256": plan.sha256, "nodes": nodes}
+    if test_x is not None:
+        x = test_x[:256]
+        y = test_y[:256]
+        fl = PlanExecutor([n.tensors for n in plan.nodes], [n.ops for n in plan.nodes], plan.sgs, "float",
+                          weights=model.weights).run(x.astype(np.float64)).output
+        q8 = PlanExecutor([n.tensors for n in plan.nodes], [n.ops for n in plan.nodes], plan.sgs, "int8",
+                          constants=[n.constants for n in plan.nodes]).run(plan.quantize_input(x)).output
+        deq = plan.dequantize_output(q8)
+        mse_f = float(np.mean((fl - y) ** 2))
+        mse_q = float(np.mean((deq - y) ** 2))
+        out["accuracy"] = {"windows": int(len(x)), "mse_float": mse_f, "mse_int8": mse_q,
+                           "relative_mse_increase": (mse_q - mse_f) / mse_f if mse_f > 0 else 0.0,
+                           "max_abs_float_vs_int8": float(np.max(np.abs(deq - fl)))}
+    return out

@@ -1,0 +1,56 @@
+"""File-system helpers: outputs appear whole or not at all."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+from .errors import UserError
+
+
+@contextlib.contextmanager
+def atomic_output_dir(target: Path, marker: str) -> Iterator[Path]:
+    """Yield a fresh temporary directory next to ``target``; on success it replaces ``target``.
+
+    On any error the temporary directory is removed and ``target`` is left as it was, so users
+    never see a half-written output. An existing ``target`` is only replaced if it is empty or was
+    written by cisl before (it contains ``marker``), so a mistyped ``-o`` cannot wipe other data.
+    """
+    target = Path(target)
+    if target.exists():
+        if not target.is_dir():
+            raise UserError(f"{target}: exists and is not a directory; choose another output with -o")
+        if any(target.iterdir()) and not (target / marker).exists():
+            raise UserError(f"{target}: exists and was not written by cisl (no {marker}); "
+                            f"choose an empty or new output folder with -o")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the output should not be
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old = None
+    if target.exists():
+        old = target.parent / f".{target.name}.old-{tmp.name.rsplit('-', 1)[-1]}"
+        target.rename(old)
+    tmp.rename(target)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def sha256_file(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

@@ -1,0 +1,69 @@
+"""Static memory planning: every activation buffer of a node gets an offset in one arena.
+
+Greedy by size, like TFLite Micro's GreedyMemoryPlanner: place the largest buffer first, then
+each next one at the lowest aligned offset where it overlaps no already-placed buffer that is live
+at the same time. A pure function of its input; ``check_plan`` verifies the result independently.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ALIGN = 4  # bytes; enough for int32 buffers and word loads on Cortex-M4
+
+
+@dataclass(frozen=True)
+class Buffer:
+    name: str
+    size: int  # bytes
+    first: int  # first op index that writes or reads it
+    last: int  # last op index that reads or writes it
+
+    def live_with(self, other: "Buffer") -> bool:
+        return self.first <= other.last and other.first <= self.last
+
+
+def align(n: int, a: int = ALIGN) -> int:
+    return (n + a - 1) // a * a
+
+
+def plan_arena(buffers: list[Buffer]) -> tuple[dict[str, int], int]:
+    """Return ({buffer name: offset}, arena size in bytes)."""
+    order = sorted(buffers, key=lambda b: (-b.size, b.first, b.name))
+    placed: list[tuple[int, Buffer]] = []
+    offsets: dict[str, int] = {}
+    for b in order:
+        busy = sorted((off, off + align(p.size)) for off, p in placed if p.live_with(b))
+        off = 0
+        for lo, hi in busy:
+            if off + b.size <= lo:
+                break
+            off = max(off, align(hi))
+        offsets[b.name] = off
+        placed.append((off, b))
+    size = max((offsets[b.name] + align(b.size) for b in buffers), default=0)
+    return offsets, size
+
+
+def check_plan(buffers: list[Buffer], offsets: dict[str, int], arena: int) -> list[str]:
+    """Problems with a plan: overlaps of simultaneously live buffers, misalignment, overflow."""
+    problems = []
+    for i, a in enumerate(buffers):
+        oa = offsets[a.name]
+        if oa % ALIGN:
+            problems.append(f"{a.name} at {oa} is not {ALIGN}-byte aligned")
+        if oa + a.size > arena:
+            problems.append(f"{a.name} ends at {oa + a.size}, past the arena ({arena} B)")
+        for b in buffers[i + 1:]:
+            ob = offsets[b.name]
+            if a.live_with(b) and oa < ob + b.size and ob < oa + a.size:
+                problems.append(f"{a.name} [{oa}, {oa + a.size}) overlaps {b.name} [{ob}, {ob + b.size}) while both are live")
+    return problems
+
+
+def format_plan(buffers: list[Buffer], offsets: dict[str, int], arena: int) -> str:
+    """A human-readable dump: one line per buffer, ordered by offset."""
+    lines = [f"arena {arena} bytes, {len(buffers)} buffers"]
+    for b in sorted(buffers, key=lambda b: (offsets[b.name], b.first)):
+        lines.append(f"  {offsets[b.name]:>7}  {b.size:>7} B  ops {b.first:>4}..{b.last:<4}  {b.name}")
+    return "\n".join(lines)

@@ -1,0 +1,257 @@
+"""Build the structure of the plan: every node's tensors and straight-line schedule.
+
+The structure is derived once, here, from the model's split (codegen.partition); the float
+executor calibrates on it, the quantiser fills in integer parameters, and the C emitter, the int8
+reference executor and the simulator read the result from plan.json. Nobody re-derives the split.
+
+Tensor names are ``<layer>.<what>`` with an ``@<device>`` suffix for device-local pieces, e.g.
+``l0.x@2`` (device 2's own columns of layer 0's input) or ``l0.xg@2`` (what it holds after the
+x-somegather). ``qgroup`` names the logical tensor whose quantisation parameters a piece shares.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..modelspec import ModelConfig, patch_index
+from ..partition import POINTS, Masks, Split, gathered_cols
+
+SINK = 0
+"""The node that reduces the head's partial sums and prints the forecast."""
+
+
+@dataclass
+class Tensor:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str  # "int8", "int32" or "uint8" on the device
+    qgroup: str | None  # None for tensors without int8 quantisation (int32 partials, masks)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape)) if self.shape else 1
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * {"int8": 1, "uint8": 1, "int32": 4}[self.dtype]
+
+
+@dataclass
+class Op:
+    """One step of a node's schedule. ``attrs`` holds kind-specific fields (JSON-serialisable)."""
+
+    kind: str
+    ins: list[str]
+    outs: list[str]
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class SomegatherPoint:
+    """A somegather: which columns every device sends, and how receivers place them."""
+
+    sg: int
+    name: str  # e.g. "l0.x" or "head"
+    layer: int  # -1 for the head reduction
+    point: str  # x, h, y, z or "head"
+    dest: int | None  # None = broadcast; else the only receiver (the sink)
+    send_cols: list[list[int]]  # per device: ascending global columns it broadcasts
+    msg_bytes: list[int]  # per device: payload bytes of its message (0 = sends nothing)
+
+
+@dataclass
+class NodePlan:
+    device: int
+    tensors: dict[str, Tensor]
+    ops: list[Op]
+
+
+@dataclass
+class Structure:
+    cfg: ModelConfig
+    split: Split
+    masks: Masks
+    keep_ratio: float
+    sgs: list[SomegatherPoint]
+    nodes: list[NodePlan]
+
+
+def runs_from_pairs(pairs: list[tuple[int, int]]) -> list[list[int]]:
+    """Merge (src_pos, dst_pos) column moves into copy runs [src_pos, dst_pos, count]."""
+    runs: list[list[int]] = []
+    for s, d in pairs:
+        if runs and runs[-1][0] + runs[-1][2] == s and runs[-1][1] + runs[-1][2] == d:
+            runs[-1][2] += 1
+        else:
+            runs.append([s, d, 1])
+    return runs
+
+
+def runs_between(src_cols: list[int], dst_cols: list[int]) -> list[list[int]]:
+    """Copy runs that place every column of ``src_cols`` at its position in ``dst_cols`` (both
+    ascending lists of global column indices)."""
+    where = {c: i for i, c in enumerate(dst_cols)}
+    return runs_from_pairs([(s, where[c]) for s, c in enumerate(src_cols)])
+
+
+class _NodeBuilder:
+    def __init__(self, device: int):
+        self.device = device
+        self.tensors: dict[str, Tensor] = {}
+        self.ops: list[Op] = []
+
+    def tensor(self, name: str, shape: tuple[int, ...], dtype: str = "int8", qgroup: str | None = None) -> str:
+        if name in self.tensors:
+            raise AssertionError(f"tensor {name} defined twice")
+        self.tensors[name] = Tensor(name, tuple(int(s) for s in shape), dtype, qgroup)
+        return name
+
+    def op(self, kind: str, ins: list[str], outs: list[str], **attrs: Any) -> None:
+        self.ops.append(Op(kind, ins, outs, attrs))
+
+
+def build_structure(cfg: ModelConfig, split: Split, masks: Masks, keep_ratio: float) -> Structure:
+    """Derive every node's tensors and schedule from the split and the somegather masks."""
+    N, d, D = cfg.tokens, cfg.d_head, split.devices
+    sgs: list[SomegatherPoint] = []
+    for l in range(cfg.layers):
+        for p in POINTS:
+            cols = [list(masks[l][j][p]) if D > 1 else [] for j in range(D)]
+            sgs.append(SomegatherPoint(len(sgs), f"l{l}.{p}", l, p, None, cols, [N * len(c) for c in cols]))
+    head_bytes = [4 * cfg.horizon if j != SINK else 0 for j in range(D)]
+    sgs.append(SomegatherPoint(len(sgs), "head", -1, "head", SINK, [[] for _ in range(D)], head_bytes))
+    sg_of = {s.name: s for s in sgs}
+
+    nodes = []
+    for k in range(D):
+        b = _NodeBuilder(k)
+        mlo, mhi = split.model_cols(k)
+        own_model = list(range(mlo, mhi))
+        s_k = mhi - mlo
+
+        # -- embedding: every node has the whole window and computes its own columns of X_1.
+        b.op("block_begin", [], [], block="embed", layer=-1)
+        b.tensor("input", (cfg.lookback,), qgroup="input")
+        b.tensor("patches", (N, cfg.patch_len), qgroup="input")
+        b.op("gather", ["input"], ["patches"], index=patch_index(cfg).reshape(-1).tolist())
+        b.tensor(f"emb@{k}", (N, s_k), qgroup="emb")
+        b.op("fc", ["patches"], [f"emb@{k}"],
+             weight={"name": "embed.weight", "rows": own_model, "cols": list(range(cfg.patch_len))},
+             bias={"name": "embed.bias", "rows": own_model}, relu=False)
+        b.tensor(f"l0.x@{k}", (N, s_k), qgroup="l0.x")
+        b.op("add_const", [f"emb@{k}"], [f"l0.x@{k}"],
+             const={"name": "pos", "rows": list(range(N)), "cols": own_model}, const_qgroup="pos")
+        b.op("block_end", [], [], block="embed", layer=-1)
+
+        for l in range(cfg.layers):
+            x = f"l{l}.x@{k}"
+            # -- attention block (its communication counts towards the block, as in the paper's Fig. 6)
+            b.op("block_begin", [], [], block="attn", layer=l)
+            gx = _somegather(b, cfg, split, masks, sg_of[f"l{l}.x"], k, x, with_valid=True)
+            G = gathered_cols(split, masks, l, "x", k)
+            ln1 = b.tensor(f"l{l}.ln1@{k}", (N, len(G)), qgroup=f"l{l}.ln1@{k}")
+            b.op("layernorm", [gx, f"l{l}.xv@{k}"], [ln1],
+                 gamma={"name": f"layers.{l}.ln1.weight", "rows": G},
+                 beta={"name": f"layers.{l}.ln1.bias", "rows": G}, eps=cfg.ln_eps)
+            hbuf = b.tensor(f"l{l}.h@{k}", (N, s_k), qgroup=f"l{l}.h")
+            h0, h1 = split.head_range(k)
+            for h in range(h0, h1):
+                hcols = list(range(h * d, (h + 1) * d))
+                for w in ("q", "k", "v"):
+                    t = b.tensor(f"l{l}.{w}{h}", (N, d), qgroup=f"l{l}.{w}{h}")
+                    b.op("fc", [ln1], [t],
+                         weight={"name": f"layers.{l}.w{w}.weight", "rows": hcols, "cols": G},
+                         bias={"name": f"layers.{l}.w{w}.bias", "rows": hcols}, relu=False)
+                s = b.tensor(f"l{l}.s{h}", (N, N), qgroup=f"l{l}.s{h}")
+                b.op("bmm", [f"l{l}.q{h}", f"l{l}.k{h}"], [s], alpha=1.0 / math.sqrt(d))
+                pr = b.tensor(f"l{l}.p{h}", (N, N), qgroup="softmax")
+                b.op("softmax", [s], [pr])
+                vt = b.tensor(f"l{l}.vt{h}", (d, N), qgroup=f"l{l}.v{h}")
+                b.op("transpose", [f"l{l}.v{h}"], [vt])
+                o = b.tensor(f"l{l}.o{h}", (N, d), qgroup=f"l{l}.h")
+                b.op("bmm", [pr, vt], [o], alpha=1.0)
+                b.op("copy_cols", [o], [hbuf], dst_col=(h - h0) * d)
+            gh = _somegather(b, cfg, split, masks, sg_of[f"l{l}.h"], k, hbuf, with_valid=False)
+            Gh = gathered_cols(split, masks, l, "h", k)
+            ao = b.tensor(f"l{l}.ao@{k}", (N, s_k), qgroup=f"l{l}.ao@{k}")
+            b.op("fc", [gh], [ao], weight={"name": f"layers.{l}.wo.weight", "rows": own_model, "cols": Gh},
+                 bias={"name": f"layers.{l}.wo.bias", "rows": own_model}, relu=False)
+            y = b.tensor(f"l{l}.y@{k}", (N, s_k), qgroup=f"l{l}.y")
+            b.op("add", [x, ao], [y])
+            b.op("block_end", [], [], block="attn", layer=l)
+
+            # -- MLP block
+            b.op("block_begin", [], [], block="mlp", layer=l)
+            gy = _somegather(b, cfg, split, masks, sg_of[f"l{l}.y"], k, y, with_valid=True)
+            Gy = gathered_cols(split, masks, l, "y", k)
+            ln2 = b.tensor(f"l{l}.ln2@{k}", (N, len(Gy)), qgroup=f"l{l}.ln2@{k}")
+            b.op("layernorm", [gy, f"l{l}.yv@{k}"], [ln2],
+                 gamma={"name": f"layers.{l}.ln2.weight", "rows": Gy},
+                 beta={"name": f"layers.{l}.ln2.bias", "rows": Gy}, eps=cfg.ln_eps)
+            hlo, hhi = split.hidden_cols(k)
+            z = b.tensor(f"l{l}.z@{k}", (N, hhi - hlo), qgroup=f"l{l}.z")
+            b.op("fc", [ln2], [z], weight={"name": f"layers.{l}.w1.weight", "rows": list(range(hlo, hhi)), "cols": Gy},
+                 bias={"name": f"layers.{l}.w1.bias", "rows": list(range(hlo, hhi))}, relu=True)
+            gz = _somegather(b, cfg, split, masks, sg_of[f"l{l}.z"], k, z, with_valid=False)
+            Gz = gathered_cols(split, masks, l, "z", k)
+            mo = b.tensor(f"l{l}.mo@{k}", (N, s_k), qgroup=f"l{l}.mo@{k}")
+            b.op("fc", [gz], [mo], weight={"name": f"layers.{l}.w2.weight", "rows": own_model, "cols": Gz},
+                 bias={"name": f"layers.{l}.w2.bias", "rows": own_model}, relu=False)
+            xn = b.tensor(f"l{l + 1}.x@{k}", (N, s_k), qgroup=f"l{l + 1}.x")
+            b.op("add", [y, mo], [xn])
+            b.op("block_end", [], [], block="mlp", layer=l)
+
+        # -- head: partial sums over the own columns, reduced exactly at the sink.
+        b.op("block_begin", [], [], block="head", layer=-1)
+        xT = f"l{cfg.layers}.x@{k}"
+        flat_cols = [n * cfg.d_model + f for n in range(N) for f in own_model]
+        part = b.tensor(f"head.part@{k}", (cfg.horizon,), dtype="int32")
+        b.op("fc_s32", [xT], [part], weight={"name": "head.weight", "rows": list(range(cfg.horizon)), "cols": flat_cols})
+        head = sg_of["head"]
+        if k == SINK:
+            b.op("reduce_recv", [part], [part], sg=head.sg, name="head",
+                 senders=[j for j in range(D) if head.msg_bytes[j] > 0])
+            b.tensor("output", (cfg.horizon,), qgroup="output")
+            b.op("reduce_requant", [part], ["output"], bias={"name": "head.bias", "rows": list(range(cfg.horizon))})
+            b.op("block_end", [], [], block="head", layer=-1)
+            b.op("output", ["output"], [])
+        else:
+            b.op("send", [part], [], sg=head.sg, name="head", dest=SINK)
+            b.op("block_end", [], [], block="head", layer=-1)
+        b.op("finish", [part] if k != SINK else ["output"], [])
+        nodes.append(NodePlan(k, b.tensors, b.ops))
+    return Structure(cfg, split, masks, keep_ratio, sgs, nodes)
+
+
+def _somegather(b: _NodeBuilder, cfg: ModelConfig, split: Split, masks: Masks,
+                sg: SomegatherPoint, k: int, own: str, with_valid: bool) -> str:
+    """Emit the somegather op of device k at point ``sg``: pack own broadcast columns into the
+    message, exchange, and assemble the gathered tensor (own + received columns, ascending)."""
+    N = cfg.tokens
+    lo, hi = split.own_cols(k, sg.point)
+    own_cols = list(range(lo, hi))
+    G = gathered_cols(split, masks, sg.layer, sg.point, k) if split.devices > 1 else own_cols
+    qgroup = f"l{sg.layer}.{sg.point}"
+    out = b.tensor(f"l{sg.layer}.{sg.point}g@{k}", (N, len(G)), qgroup=qgroup)
+    ins = [own]
+    send = None
+    if sg.msg_bytes[k] > 0:
+        send = b.tensor(f"l{sg.layer}.{sg.point}m@{k}", (N, len(sg.send_cols[k])), qgroup=qgroup)
+    valid = None
+    if with_valid:
+        valid = b.tensor(f"l{sg.layer}.{sg.point}v@{k}", (len(G),), dtype="uint8")
+    recv = []
+    for j in range(split.devices):
+        if j == k or sg.msg_bytes[j] == 0:
+            continue
+        recv.append({"from": j, "cols": len(sg.send_cols[j]), "bytes": sg.msg_bytes[j],
+                     "runs": runs_between(sg.send_cols[j], G)})
+    outs = [out] + ([valid] if valid else []) + ([send] if send else [])
+    b.op("somegather", ins, outs, sg=sg.sg, name=sg.name, gathered=out, valid=valid, send=send,
+         pack_runs=runs_from_pairs([(c - lo, i) for i, c in enumerate(sg.send_cols[k])]) if send else [],
+         own_runs=runs_between(own_cols, G), recv=recv)
+    return out

@@ -1,0 +1,88 @@
+"""The serial log contract: ``CISL <node> <event> key=value ...`` one event per line.
+
+Real boards and virtual-testbed nodes print the same lines (firmware/runtime/cisl_log.c);
+this module parses them, tolerating garbage, partial lines and other text around them.
+See docs/serial-contract.md for the events and their keys.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+LINE_RE = re.compile(r"CISL (?P<node>\d{1,3}) (?P<event>[a-z_]+)(?P<kv>(?: [a-z_]+=[0-9A-Za-z_.\-]+)*)\s*$")
+KV_RE = re.compile(r" ([a-z_]+)=([0-9A-Za-z_.\-]+)")
+
+EVENTS = {
+    "boot": ("fw", "plan", "board", "node", "nodes"),
+    "block": ("inf", "layer", "block", "us", "comm_us"),
+    "sg": ("inf", "layer", "point", "us", "tx", "rx", "delivered", "expected"),
+    "infer": ("inf", "us", "crc"),
+    "output": ("inf", "crc", "n", "off", "q"),
+    "error": ("inf", "where", "code"),
+    "end": ("inferences",),
+}
+"""Required keys of every event (lines may carry more keys, e.g. ``cycles``)."""
+
+INT_KEYS = {"node", "nodes", "inf", "layer", "us", "comm_us", "cycles", "tx", "rx", "delivered", "expected",
+            "ignored", "n", "off", "code", "inferences"}
+
+
+@dataclass
+class Record:
+    node: int
+    event: str
+    fields: dict[str, object] = field(default_factory=dict)
+    host_time: float | None = None  # seconds, when the host read the line
+
+    def to_json(self) -> dict:
+        d = {"node": self.node, "event": self.event, **self.fields}
+        if self.host_time is not None:
+            d["host_time"] = self.host_time
+        return d
+
+
+def parse_line(line: str, host_time: float | None = None) -> Record | None:
+    """Parse one line; None if it holds no valid event. Garbage before ``CISL`` is skipped."""
+    start = line.rfind("CISL ")
+    if start < 0:
+        return None
+    m = LINE_RE.match(line, start)
+    if not m:
+        return None
+    event = m.group("event")
+    fields: dict[str, object] = {}
+    for key, value in KV_RE.findall(m.group("kv")):
+        if key in INT_KEYS:
+            try:
+                fields[key] = int(value)
+            except ValueError:
+                return None
+        else:
+            fields[key] = value
+    required = EVENTS.get(event)
+    if required is not None and any(k not in fields for k in required):
+        return None
+    return Record(int(m.group("node")), event, fields, host_time)
+
+
+def parse_text(text: str) -> list[Record]:
+    return [r for r in (parse_line(ln) for ln in text.splitlines()) if r is not None]
+
+
+def outputs_by_inference(records: list[Record]) -> dict[int, bytes]:
+    """Reassemble the sink's ``output`` lines into the int8 forecast bytes of each inference."""
+    chunks: dict[int, dict[int, bytes]] = {}
+    sizes: dict[int, int] = {}
+    for r in records:
+        if r.event != "output":
+            continue
+        inf = int(r.fields["inf"])
+        chunks.setdefault(inf, {})[int(r.fields["off"])] = bytes.fromhex(str(r.fields["q"]))
+        sizes[inf] = int(r.fields["n"])
+    out = {}
+    for inf, parts in chunks.items():
+        data = b"".join(parts[o] for o in sorted(parts))
+        if len(data) == sizes[inf]:
+            out[inf] = data
+    return out

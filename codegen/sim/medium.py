@@ -1,0 +1,133 @@
+"""The ideal medium of the virtual testbed: one process that carries messages between node processes.
+
+Every communication round is a barrier: once every node has sent its TX frame for a round, each node
+receives every message addressed to it (broadcast, or to it) and an RX_END. Nothing is lost; later
+media (a slot-level radio) plug in at the same place. Every message carried is appended to a
+transcript so the runner can compare it with the reference.
+
+Run as ``python -m codegen.sim.medium --socket S --nodes D --inputs X.npy --transcript T``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import selectors
+import socket
+import sys
+import time
+
+import numpy as np
+
+from . import protocol as P
+
+
+class MediumError(Exception):
+    pass
+
+
+def serve(sock_path: str, nodes: int, inputs: np.ndarray, transcript_path: str, timeout: float) -> None:
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(sock_path)
+    srv.listen(nodes)
+    print("ready", flush=True)
+    conns: dict[int, socket.socket] = {}
+    srv.settimeout(timeout)
+    while len(conns) < nodes:
+        try:
+            c, _ = srv.accept()
+        except socket.timeout:
+            raise MediumError(f"only {len(conns)} of {nodes} nodes connected within {timeout:.0f} s "
+                              f"(missing: {sorted(set(range(nodes)) - set(conns))})") from None
+        c.settimeout(timeout)
+        hello = P.read_frame(c)
+        if hello is None or hello.type != P.HELLO or not 0 <= hello.src < nodes or hello.src in conns:
+            raise MediumError(f"bad hello from a node: {hello}")
+        conns[hello.src] = c
+    srv.close()
+
+    sel = selectors.DefaultSelector()
+    for k, c in conns.items():
+        c.setblocking(True)
+        sel.register(c, selectors.EVENT_READ, k)
+    next_input = {k: 0 for k in conns}
+    rounds: dict[tuple[int, int], dict[int, P.Frame]] = {}
+    done: set[int] = set()
+    last_progress = time.monotonic()
+    with open(transcript_path, "wb") as transcript:
+        while len(done) < nodes:
+            events = sel.select(timeout=1.0)
+            if not events:
+                if time.monotonic() - last_progress > timeout:
+                    waiting = {key: sorted(v) for key, v in rounds.items()}
+                    raise MediumError(f"no progress for {timeout:.0f} s; open rounds (inference, sg) -> nodes "
+                                      f"that sent: {waiting}")
+                continue
+            last_progress = time.monotonic()
+            for key, _ in events:
+                k = key.data
+                f = P.read_frame(conns[k])
+                if f is None:
+                    raise MediumError(f"node {k} disconnected without saying goodbye (crashed?)")
+                if f.type == P.INPUT_REQ:
+                    i = next_input[k]
+                    if i < len(inputs):
+                        conns[k].sendall(P.pack(P.Frame(P.INPUT, 0xFE, k, 0, i, inputs[i].tobytes())))
+                    else:
+                        conns[k].sendall(P.pack(P.Frame(P.END, 0xFE, k, 0, i, b"")))
+                    next_input[k] += 1
+                elif f.type == P.TX:
+                    rnd = rounds.setdefault((f.inference, f.sg), {})
+                    if k in rnd:
+                        raise MediumError(f"node {k} sent twice in round sg={f.sg} of inference {f.inference}")
+                    rnd[k] = f
+                    if len(rnd) == nodes:
+                        _deliver(conns, rnd, transcript)
+                        del rounds[(f.inference, f.sg)]
+                elif f.type == P.BYE:
+                    done.add(k)
+                    sel.unregister(conns[k])
+                else:
+                    raise MediumError(f"node {k} sent an unexpected frame type {f.type}")
+    for c in conns.values():
+        c.close()
+
+
+def _deliver(conns: dict[int, socket.socket], rnd: dict[int, P.Frame], transcript) -> None:
+    for src in sorted(rnd):
+        f = rnd[src]
+        if f.payload:
+            transcript.write(P.TRANSCRIPT_RECORD.pack(f.inference, f.sg, src, f.dest, len(f.payload)) + f.payload)
+    for k, c in conns.items():
+        out = bytearray()
+        any_f = next(iter(rnd.values()))
+        for src in sorted(rnd):
+            f = rnd[src]
+            if src != k and f.payload and f.dest in (P.BROADCAST, k):
+                out += P.pack(P.Frame(P.RX, src, k, f.sg, f.inference, f.payload))
+        out += P.pack(P.Frame(P.RX_END, 0xFE, k, any_f.sg, any_f.inference, b""))
+        c.sendall(bytes(out))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--socket", required=True)
+    ap.add_argument("--nodes", type=int, required=True)
+    ap.add_argument("--inputs", required=True, help=".npy int8 [n, lookback]")
+    ap.add_argument("--transcript", required=True)
+    ap.add_argument("--timeout", type=float, default=60.0)
+    args = ap.parse_args(argv)
+    inputs = np.load(args.inputs).astype(np.int8)
+    try:
+        serve(args.socket, args.nodes, inputs, args.transcript, args.timeout)
+    except MediumError as e:
+        print(f"medium: {e}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        if os.path.exists(args.socket):
+            os.unlink(args.socket)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

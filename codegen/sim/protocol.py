@@ -1,0 +1,70 @@
+"""Frames between virtual-testbed nodes and the medium (mirrors boards/sim/hal_sim.c).
+
+Every frame is a 16-byte little-endian header — u8 type, u8 src, u8 dest, u8 flags, u16 sg,
+u16 reserved, u32 inference, u32 len — followed by ``len`` payload bytes.
+
+A node says HELLO once, then per inference asks for an input (INPUT_REQ -> INPUT or END) and, for
+every communication round, sends TX (its message, possibly empty) and receives RX frames (one per
+message delivered to it) closed by RX_END. BYE ends its session.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+HELLO, INPUT_REQ, INPUT, END, TX, RX, RX_END, BYE = range(1, 9)
+BROADCAST = 0xFF
+HEADER = struct.Struct("<BBBBHHII")
+
+
+@dataclass
+class Frame:
+    type: int
+    src: int
+    dest: int
+    sg: int
+    inference: int
+    payload: bytes
+
+
+def pack(f: Frame) -> bytes:
+    return HEADER.pack(f.type, f.src, f.dest, 0, f.sg, 0, f.inference, len(f.payload)) + f.payload
+
+
+def read_frame(sock) -> Frame | None:
+    """Read one frame from a blocking socket; None at end of stream."""
+    head = _read_exact(sock, HEADER.size)
+    if head is None:
+        return None
+    t, src, dest, _flags, sg, _r, inf, n = HEADER.unpack(head)
+    payload = _read_exact(sock, n) if n else b""
+    if payload is None:
+        return None
+    return Frame(t, src, dest, sg, inf, payload)
+
+
+def _read_exact(sock, n: int) -> bytes | None:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            return None
+        buf.extend(chunk)
+    return bytes(buf)
+
+
+TRANSCRIPT_RECORD = struct.Struct("<IHBBI")  # inference, sg, src, dest, len; then the payload
+
+
+def read_transcript(path) -> dict[tuple[int, int, int], bytes]:
+    """(inference, sg, src) -> payload bytes, as the medium recorded every message it carried."""
+    out = {}
+    data = open(path, "rb").read()
+    off = 0
+    while off < len(data):
+        inf, sg, src, _dest, n = TRANSCRIPT_RECORD.unpack_from(data, off)
+        off += TRANSCRIPT_RECORD.size
+        out[(inf, sg, src)] = data[off:off + n]
+        off += n
+    return out

@@ -1,0 +1,193 @@
+"""`cisl sim`: run every node of a build as its own process on the virtual testbed and check it.
+
+A medium process carries the messages; each node's standard output is its serial port. After the
+run, every message the medium carried and the sink's forecast are compared byte for byte with the
+numpy int8 reference executing the same plan, and the first difference is named (inference, node,
+layer, tensor, position).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import UserError
+from ..executor import PlanExecutor
+from ..plan.io import Plan, load_plan
+from ..serial_contract import Record, outputs_by_inference, parse_line
+from . import protocol as P
+
+TENSOR_NAMES = {"x": "layer input X (x-somegather)", "h": "head outputs H (h-somegather)",
+                "y": "block output Y (y-somegather)", "z": "hidden activation Z (z-somegather)"}
+
+
+@dataclass
+class SimResult:
+    inferences: int
+    bit_exact: bool
+    first_difference: str | None
+    problems: list[str]
+    bytes_sent: dict[int, int]  # per node, per inference
+    forecast: np.ndarray  # [inferences, horizon] de-quantised, from the sink's serial output
+    reference: np.ndarray  # same, from the reference
+    records: list[Record] = field(default_factory=list)
+    wall_seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.bit_exact and not self.problems
+
+
+def _pump(stream, node: int, log_path: Path, sink: list[Record], raw: list[str]) -> None:
+    with open(log_path, "w") as log:
+        for line in iter(stream.readline, ""):
+            log.write(line)
+            raw.append(line)
+            rec = parse_line(line.rstrip("\n"), host_time=time.time())
+            if rec is not None:
+                sink.append(rec)
+
+
+def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | None = None,
+            timeout: float = 120.0) -> SimResult:
+    build_dir = Path(build_dir)
+    plan = load_plan(build_dir)
+    images = [build_dir / f"node_{n.device:02d}" / "firmware.elf" for n in plan.nodes]
+    missing = [str(p) for p in images if not p.is_file()]
+    if missing:
+        raise UserError(f"{missing[0]}: node image not built; run `cisl build {build_dir}` first")
+    if plan.meta["board"] != "sim":
+        raise UserError(f"{build_dir}: compiled for board '{plan.meta['board']}'; the virtual testbed runs "
+                        f"board 'sim' builds (cisl compile --board sim)")
+    if inputs is None:
+        inputs = np.load(build_dir / "inputs.npy")
+    if inputs.ndim != 2 or inputs.shape[1] != plan.cfg.lookback:
+        raise UserError(f"inputs have shape {inputs.shape}; expected [n, {plan.cfg.lookback}]")
+    xq = plan.quantize_input(np.asarray(inputs, dtype=np.float64))
+    logs_dir = Path(logs_dir) if logs_dir else build_dir / "logs"
+    logs_dir.mkdir(parents=True, exist_ok=True)
+
+    t_start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="cisl-sim-") as tmp:
+        sock = os.path.join(tmp, "medium.sock")
+        np.save(os.path.join(tmp, "inputs.npy"), xq)
+        transcript = os.path.join(tmp, "transcript.bin")
+        medium = subprocess.Popen(
+            [sys.executable, "-m", "codegen.sim.medium", "--socket", sock, "--nodes", str(plan.devices),
+             "--inputs", os.path.join(tmp, "inputs.npy"), "--transcript", transcript, "--timeout", str(timeout)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        ready = medium.stdout.readline().strip()
+        if ready != "ready":
+            err = medium.communicate(timeout=10)[1]
+            raise RuntimeError(f"the medium did not start: {err.strip()}")
+        procs, threads, records, raw = [], [], [], []
+        for n, img in zip(plan.nodes, images):
+            p = subprocess.Popen([str(img), sock], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            t = threading.Thread(target=_pump, args=(p.stdout, n.device, logs_dir / f"node_{n.device:02d}.log",
+                                                     records, raw), daemon=True)
+            t.start()
+            procs.append(p)
+            threads.append(t)
+        problems = []
+        deadline = time.monotonic() + timeout
+        for n, p in zip(plan.nodes, procs):
+            try:
+                rc = p.wait(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                rc = None
+                problems.append(f"node {n.device} did not finish within {timeout:.0f} s")
+            err = p.stderr.read().strip()
+            if rc not in (0, None):
+                problems.append(f"node {n.device} exited with code {rc}" + (f": {err.splitlines()[-1]}" if err else ""))
+        try:
+            medium.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            medium.kill()
+        merr = medium.stderr.read().strip()
+        if medium.returncode not in (0, None) and merr:
+            problems.append(merr.splitlines()[-1])
+        for t in threads:
+            t.join(timeout=5)
+        carried = P.read_transcript(transcript) if os.path.exists(transcript) else {}
+    wall = time.monotonic() - t_start
+    records.sort(key=lambda r: (r.host_time or 0.0))
+    with open(logs_dir / "records.jsonl", "w") as f:
+        for r in records:
+            f.write(json.dumps(r.to_json()) + "\n")
+
+    # -- the reference, on exactly the same int8 inputs
+    ref = PlanExecutor([n.tensors for n in plan.nodes], [n.ops for n in plan.nodes], plan.sgs, "int8",
+                       constants=[n.constants for n in plan.nodes]).run(xq)
+    first = _first_payload_difference(plan, ref.payloads, carried, len(xq))
+    outputs = outputs_by_inference([r for r in records if r.node == plan.sink])
+    forecast = np.full((len(xq), plan.cfg.horizon), np.nan)
+    for i in range(len(xq)):
+        got = outputs.get(i)
+        want = ref.output[i].astype(np.int8).tobytes()
+        if got is None:
+            problems.append(f"the sink printed no complete forecast for inference {i}")
+            continue
+        forecast[i] = plan.dequantize_output(np.frombuffer(got, dtype=np.int8))
+        if got != want and first is None:
+            pos = next(j for j in range(len(want)) if got[j] != want[j])
+            first = (f"inference {i}, node {plan.sink} (sink), forecast value {pos}: "
+                     f"got {np.frombuffer(got, np.int8)[pos]}, reference {np.frombuffer(want, np.int8)[pos]}")
+    for r in records:
+        if r.event == "error":
+            problems.append(f"node {r.node} reported an error at {r.fields.get('where')} (code {r.fields.get('code')})")
+    ends = {r.node for r in records if r.event == "end"}
+    for n in plan.nodes:
+        if n.device not in ends:
+            problems.append(f"node {n.device} never printed its 'end' line")
+        crcs = [r for r in records if r.node == n.device and r.event == "infer"]
+        if len(crcs) != len(xq):
+            problems.append(f"node {n.device} reported {len(crcs)} of {len(xq)} inferences")
+    sent = {n.device: sum(s.msg_bytes[n.device] for s in plan.sgs) for n in plan.nodes}
+    reference = plan.dequantize_output(ref.output)
+    return SimResult(len(xq), first is None and not any("forecast" in p for p in problems), first, problems,
+                     sent, forecast, reference, records, wall)
+
+
+def _first_payload_difference(plan: Plan, ref: dict, carried: dict, inferences: int) -> str | None:
+    """Describe the first message (in schedule order) whose bytes differ from the reference."""
+    for i in range(inferences):
+        for sg in plan.sgs:
+            for j in range(plan.devices):
+                if sg.msg_bytes[j] == 0:
+                    continue
+                want = ref[(sg.sg, j)][i].tobytes()
+                got = carried.get((i, sg.sg, j))
+                if got is None:
+                    return f"inference {i}, node {j}: never sent its {_where(sg)} message"
+                if got != want:
+                    b = next((t for t in range(min(len(got), len(want))) if got[t] != want[t]), min(len(got), len(want)))
+                    return f"inference {i}, node {j}, {_where(sg)}: {_position(plan, sg, j, b)}"
+    return None
+
+
+def _where(sg) -> str:
+    if sg.point == "head":
+        return "head partial sums"
+    return f"layer {sg.layer}, {TENSOR_NAMES[sg.point]}"
+
+
+def _position(plan: Plan, sg, sender: int, b: int) -> str:
+    if sg.point == "head":
+        return f"partial sum {b // 4} differs"
+    cols = sg.send_cols[sender]
+    return f"token {b // len(cols)}, column {cols[b % len(cols)]} differs (byte {b})"
+
+
+def crc32_of(values: np.ndarray) -> int:
+    return zlib.crc32(np.ascontiguousarray(values).tobytes())

@@ -1,0 +1,26 @@
+/* cisl board interface: what the portable runtime needs from a board.
+ *
+ * Every board (boards/<name>/) implements these functions once; the runtime, the somegather layer
+ * and the generated node code use nothing else of the hardware. */
+#ifndef CISL_BOARD_H
+#define CISL_BOARD_H
+
+#include <stdint.h>
+
+/* Board name as printed in the boot line (e.g. "sim", "nrf52840dk"). */
+const char *cisl_board_name(void);
+
+/* Microseconds since an arbitrary start; wraps at 2^32. */
+uint32_t cisl_board_time_us(void);
+
+/* CPU cycles since an arbitrary start, or 0 on boards without a cycle counter. */
+uint32_t cisl_board_cycles(void);
+
+/* Write n bytes of serial output (the log lines of the serial contract). */
+void cisl_board_write(const char *text, uint32_t n);
+
+/* Fetch the next input window (len int8 values) into dst. Returns 1 if one was delivered,
+ * 0 when there are no more inputs (the node then reports and stops). */
+int cisl_board_next_input(int8_t *dst, uint32_t len);
+
+#endif /* CISL_BOARD_H */

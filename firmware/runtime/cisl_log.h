@@ -1,0 +1,30 @@
+/* cisl serial log: one event per line, "CISL <node> <event> key=value ...\n", ASCII.
+ *
+ * Lines are built in a fixed buffer and written with one cisl_board_write call, so they never
+ * interleave within a node. The grammar is in docs/serial-contract.md. */
+#ifndef CISL_LOG_H
+#define CISL_LOG_H
+
+#include <stdint.h>
+
+#define CISL_LOG_LINE_MAX 512u
+
+typedef struct {
+    char buf[CISL_LOG_LINE_MAX];
+    uint32_t len;
+} cisl_line;
+
+/* Set the node id printed in every line. */
+void cisl_log_set_node(uint32_t node);
+
+void cisl_log_begin(cisl_line *l, const char *event);
+void cisl_log_u32(cisl_line *l, const char *key, uint32_t value);
+void cisl_log_i32(cisl_line *l, const char *key, int32_t value);
+void cisl_log_str(cisl_line *l, const char *key, const char *value);
+void cisl_log_hex32(cisl_line *l, const char *key, uint32_t value);
+/* Bytes as lower-case hex, two digits per byte, truncated to what fits in the line. */
+void cisl_log_hexbytes(cisl_line *l, const char *key, const uint8_t *data, uint32_t n);
+/* Terminate the line and write it out. */
+void cisl_log_end(cisl_line *l);
+
+#endif /* CISL_LOG_H */

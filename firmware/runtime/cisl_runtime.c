@@ -1,0 +1,87 @@
+/* cisl node runtime: block timing and reports (serial contract, docs/serial-contract.md). */
+#include "cisl_runtime.h"
+
+#include "cisl_board.h"
+#include "cisl_kernels.h"
+#include "cisl_log.h"
+
+void cisl_block_begin(cisl_block *b)
+{
+    b->comm_us = 0;
+    b->c0_cycles = cisl_board_cycles();
+    b->t0_us = cisl_board_time_us();
+}
+
+void cisl_block_end(cisl_block *b, uint32_t inference, int32_t layer, const char *name)
+{
+    const uint32_t elapsed = cisl_board_time_us() - b->t0_us;
+    const uint32_t cycles = cisl_board_cycles() - b->c0_cycles;
+    cisl_line l;
+    cisl_log_begin(&l, "block");
+    cisl_log_u32(&l, "inf", inference);
+    cisl_log_i32(&l, "layer", layer);
+    cisl_log_str(&l, "block", name);
+    cisl_log_u32(&l, "us", elapsed >= b->comm_us ? elapsed - b->comm_us : 0u);
+    cisl_log_u32(&l, "comm_us", b->comm_us);
+    if (cycles != 0u) {
+        cisl_log_u32(&l, "cycles", cycles);
+    }
+    cisl_log_end(&l);
+}
+
+void cisl_report_boot(const char *plan_hash, uint32_t node, uint32_t nodes)
+{
+    cisl_line l;
+    cisl_log_set_node(node);
+    cisl_log_begin(&l, "boot");
+    cisl_log_str(&l, "fw", CISL_FW_VERSION);
+    cisl_log_str(&l, "plan", plan_hash);
+    cisl_log_str(&l, "board", cisl_board_name());
+    cisl_log_u32(&l, "node", node);
+    cisl_log_u32(&l, "nodes", nodes);
+    cisl_log_end(&l);
+}
+
+void cisl_report_infer(uint32_t inference, uint32_t us, uint32_t crc)
+{
+    cisl_line l;
+    cisl_log_begin(&l, "infer");
+    cisl_log_u32(&l, "inf", inference);
+    cisl_log_u32(&l, "us", us);
+    cisl_log_hex32(&l, "crc", crc);
+    cisl_log_end(&l);
+}
+
+void cisl_report_output(uint32_t inference, const int8_t *q, uint32_t n)
+{
+    const uint32_t crc = cisl_crc32((const uint8_t *)q, n);
+    for (uint32_t off = 0; off < n; off += 64u) {
+        const uint32_t chunk = (n - off) < 64u ? (n - off) : 64u;
+        cisl_line l;
+        cisl_log_begin(&l, "output");
+        cisl_log_u32(&l, "inf", inference);
+        cisl_log_hex32(&l, "crc", crc);
+        cisl_log_u32(&l, "n", n);
+        cisl_log_u32(&l, "off", off);
+        cisl_log_hexbytes(&l, "q", (const uint8_t *)q + off, chunk);
+        cisl_log_end(&l);
+    }
+}
+
+void cisl_report_error(uint32_t inference, const char *where, int32_t code)
+{
+    cisl_line l;
+    cisl_log_begin(&l, "error");
+    cisl_log_u32(&l, "inf", inference);
+    cisl_log_str(&l, "where", where);
+    cisl_log_i32(&l, "code", code);
+    cisl_log_end(&l);
+}
+
+void cisl_report_end(uint32_t inferences)
+{
+    cisl_line l;
+    cisl_log_begin(&l, "end");
+    cisl_log_u32(&l, "inferences", inferences);
+    cisl_log_end(&l);
+}

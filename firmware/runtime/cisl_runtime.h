@@ -1,0 +1,36 @@
+/* cisl node runtime: block timing and the per-inference reports of the serial contract. */
+#ifndef CISL_RUNTIME_H
+#define CISL_RUNTIME_H
+
+#include <stdint.h>
+
+#define CISL_OK 0
+#define CISL_ERR_KERNEL (-1)
+#define CISL_ERR_TRANSPORT (-2)
+
+/* Time spent in one block (embedding, attention, MLP, head) of one inference. Communication
+ * inside the block is accumulated separately so compute and communication can be told apart. */
+typedef struct {
+    uint32_t t0_us;
+    uint32_t c0_cycles;
+    uint32_t comm_us;
+} cisl_block;
+
+void cisl_block_begin(cisl_block *b);
+/* Print "block inf= layer= block= us= comm_us= [cycles=]"; us is compute time only. */
+void cisl_block_end(cisl_block *b, uint32_t inference, int32_t layer, const char *name);
+
+/* "boot fw= plan= board= node= nodes=" */
+void cisl_report_boot(const char *plan_hash, uint32_t node, uint32_t nodes);
+/* "infer inf= us= crc=" */
+void cisl_report_infer(uint32_t inference, uint32_t us, uint32_t crc);
+/* "output inf= crc= off= q=" in chunks of at most 64 values per line */
+void cisl_report_output(uint32_t inference, const int8_t *q, uint32_t n);
+/* "error inf= where= code=" */
+void cisl_report_error(uint32_t inference, const char *where, int32_t code);
+/* "end inferences=" */
+void cisl_report_end(uint32_t inferences);
+
+#define CISL_FW_VERSION "0.1.0"
+
+#endif /* CISL_RUNTIME_H */

@@ -109,6 +109,81 @@ static inline int32_t nnref_clz32(uint32_t v)
     return n;
 }
 
+/* ---- softmax helpers (TFLite fixed point: 5 integer bits for exp inputs) ---- */
+
+/* exp(a) for a <= 0 given in Q5.26; result in Q0.31. The fractional part
+ * [-1/4, 0) is handled by a Taylor polynomial around -1/8, every further
+ * integer bit of -a by a multiplication with a constant exp(-2^j). */
+static inline int32_t nnref_exp_on_negative(int32_t a)
+{
+    static const int32_t factors[7] = {
+        1672461947, /* exp(-1/4) */
+        1302514674, /* exp(-1/2) */
+        790015084,  /* exp(-1)   */
+        290630308,  /* exp(-2)   */
+        39332535,   /* exp(-4)   */
+        720401,     /* exp(-8)   */
+        242         /* exp(-16)  */
+    };
+    const int32_t quarter = (int32_t)1 << 24;
+    /* r in [-1/4, 0): a reduced modulo 1/4 */
+    const int32_t r = (a & (quarter - 1)) - quarter;
+    const int32_t rest = nnref_wrap32((int64_t)r - a);
+    /* x = r + 1/8 in Q0.31 */
+    const int32_t x = nnref_wrap32((int64_t)r * 32 + ((int64_t)1 << 28));
+    const int32_t x2 = nnref_srdhm(x, x);
+    const int32_t x3 = nnref_srdhm(x2, x);
+    const int32_t x4 = nnref_srdhm(x2, x2);
+    const int32_t poly = nnref_rdbpot(nnref_wrap32((int64_t)nnref_srdhm(nnref_wrap32((int64_t)nnref_rdbpot(x4, 2) + x3),
+                                                                          715827883 /* 1/3 */) +
+                                                   x2),
+                                      1);
+    int32_t y = nnref_wrap32((int64_t)1895147668 /* exp(-1/8) */ +
+                             nnref_srdhm(1895147668, nnref_wrap32((int64_t)x + poly)));
+    int32_t j;
+
+    for (j = 0; j < 7; j++)
+    {
+        if ((rest & ((int32_t)1 << (24 + j))) != 0)
+        {
+            y = nnref_srdhm(y, factors[j]);
+        }
+    }
+    return (a == 0) ? NNREF_Q31_MAX : y;
+}
+
+/* 1 / (1 + x) for x in [0, 1) given in Q0.31; result in Q0.31 (1 saturates).
+ * Newton-Raphson in Q2.29 for 1/d, d = (1 + x)/2, from 48/17 - 32/17 * d. */
+static inline int32_t nnref_one_over_one_plus_x(int32_t v)
+{
+    const int64_t s = (int64_t)v + NNREF_Q31_MAX;
+    /* (s +- 1) / 2, C99 division truncating toward zero */
+    const int32_t half_den = (int32_t)((s + ((s >= 0) ? 1 : -1)) / 2);
+    const int32_t one_in_q29 = (int32_t)1 << 29;
+    int32_t z = nnref_wrap32((int64_t)1515870810 + nnref_srdhm(half_den, -1010580540));
+    int32_t i;
+
+    for (i = 0; i < 3; i++)
+    {
+        const int32_t err = nnref_wrap32((int64_t)one_in_q29 - nnref_srdhm(half_den, z));
+        z = nnref_wrap32((int64_t)z + nnref_sat_shl(nnref_srdhm(z, err), 2));
+    }
+    return nnref_sat_shl(z, 1);
+}
+
+/* Rounding divide by 2^e for e >= 0. Upstream only defines e <= 31; larger e
+ * (a row whose exponent sum reaches 2^28) is evaluated exactly here. */
+static inline int32_t nnref_rdbpot_wide(int32_t x, int32_t e)
+{
+    if (e <= 31)
+    {
+        return nnref_rdbpot(x, e);
+    }
+    /* |x| < 2^31 <= 2^(e-1): the exact rounded quotient is 0, except x =
+     * INT32_MIN with e = 32, a midpoint that rounds away from zero. */
+    return (x == NNREF_Q31_MIN && e == 32) ? -1 : 0;
+}
+
 /*
  * Shared row kernel of FC and batch matmul: for each of the rhs_rows output
  * channels n, acc = bias[n] + sum_k (lhs[k] + lhs_offset) * (rhs[n][k] + rhs_offset)

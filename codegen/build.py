@@ -7,6 +7,7 @@ node; only the generated files are compiled per node. Our own code builds with w
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -32,6 +33,34 @@ class CompileJob:
     obj: Path
     flags: list[str]
     log: Path
+    cacheable: bool = False  # shared sources (kernels, runtime, board) are cached across builds
+
+
+def cache_dir() -> Path | None:
+    """Where compiled shared objects are kept between builds (CISL_CACHE_DIR, default ~/.cache/cisl;
+    set CISL_CACHE_DIR to an empty string to disable)."""
+    env = os.environ.get("CISL_CACHE_DIR")
+    if env == "":
+        return None
+    return Path(env) if env else Path.home() / ".cache" / "cisl" / "objects"
+
+
+def _cache_key(cc_id: str, job: CompileJob, headers: bytes) -> str:
+    h = hashlib.sha256()
+    for part in (cc_id.encode(), "\0".join(job.flags).encode(), job.source.read_bytes(), headers):
+        h.update(len(part).to_bytes(8, "little"))
+        h.update(part)
+    return h.hexdigest()
+
+
+def _headers_digest(dirs: list[Path]) -> bytes:
+    """Content of every header the shared sources could include: any change invalidates the cache."""
+    h = hashlib.sha256()
+    for d in dirs:
+        for p in sorted(d.glob("*.h")):
+            h.update(p.name.encode())
+            h.update(p.read_bytes())
+    return h.digest()
 
 
 @dataclass
@@ -95,13 +124,15 @@ def build(build_dir: Path, board_name: str | None = None, jobs: int | None = Non
     kernel_flags = (list(board.build.get("upstream_cflags", cflags)) if lib.kind == "cmsis-nn" else cflags)
     for src in lib.sources:
         jobs_list.append(CompileJob(src, obj_dir / "kernels" / (src.stem + ".o"), kernel_flags + [f"-I{lib.include}"],
-                                    common_log))
+                                    common_log, cacheable=True))
     for rel in RUNTIME_SOURCES:
         src = fw / rel
-        jobs_list.append(CompileJob(src, obj_dir / "runtime" / (src.stem + ".o"), cflags + includes, common_log))
+        jobs_list.append(CompileJob(src, obj_dir / "runtime" / (src.stem + ".o"), cflags + includes, common_log,
+                                    cacheable=True))
     for rel in board.build["sources"]:
         src = board.path / rel
-        jobs_list.append(CompileJob(src, obj_dir / "board" / (src.stem + ".o"), cflags + includes, common_log))
+        jobs_list.append(CompileJob(src, obj_dir / "board" / (src.stem + ".o"), cflags + includes, common_log,
+                                    cacheable=True))
     node_objs: dict[int, list[Path]] = {}
     for node in plan.nodes:
         nd = build_dir / f"node_{node.device:02d}"
@@ -114,9 +145,27 @@ def build(build_dir: Path, board_name: str | None = None, jobs: int | None = Non
     say(f"build: {len(plan.nodes)} nodes for {board.name} with {lib.kind} ({len(jobs_list)} compile jobs)")
     workers = jobs or os.cpu_count() or 2
 
+    cache = cache_dir()
+    cc_id = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout if cache else ""
+    headers = _headers_digest([lib.include, lib.include.parent / "Include" / "Internal", fw / "runtime",
+                               fw / "somegather", board.path, fw / "nnref" / "Source",
+                               lib.root / "Source"]) if cache else b""
+
     def compile_one(j: CompileJob) -> tuple[CompileJob, bool, str]:
         j.obj.parent.mkdir(parents=True, exist_ok=True)
+        cached = cache / f"{_cache_key(cc_id, j, headers)}.o" if (cache and j.cacheable) else None
+        if cached is not None and cached.is_file():
+            shutil.copyfile(cached, j.obj)
+            return j, True, ""
         ok, out = _run([cc, *j.flags, "-c", str(j.source), "-o", str(j.obj)], j.log)
+        if ok and cached is not None:
+            try:
+                cached.parent.mkdir(parents=True, exist_ok=True)
+                tmp = cached.with_suffix(f".tmp{os.getpid()}")
+                shutil.copyfile(j.obj, tmp)
+                tmp.replace(cached)  # atomic: concurrent builds never see half an object
+            except OSError:
+                pass  # a read-only or full cache only costs speed
         return j, ok, out
 
     with ThreadPoolExecutor(workers) as pool:

@@ -19,7 +19,7 @@ from .boards import load_board
 from .emit.cnode import buffers_of, emit_node, environment
 from .errors import UserError
 from .executor import PlanExecutor
-from .fsutil import atomic_output_dir, sha256_file
+from .fsutil import atomic_output_dir, check_output_dir, sha256_file
 from .onnx_model import CislModel, load_model
 from .partition import Split, full_masks, masks_are_full
 from .plan.io import NodeData, load_plan, write_plan
@@ -77,6 +77,7 @@ def _choose_split(model: CislModel, devices: int | None) -> tuple[Split, list]:
 def compile_model(model_path: Path, out_dir: Path, opts: CompileOptions,
                   say: Callable[[str], None] = lambda s: None) -> dict:
     """Compile ``model_path`` into ``out_dir``; return the summary written to compile.json."""
+    check_output_dir(Path(out_dir), PLAN_MARKER)
     model = load_model(Path(model_path))
     board = load_board(opts.board)
     cfg = model.config
@@ -159,5 +160,6 @@ def _summary(plan, board, model: CislModel, test_x, test_y) -> dict:
         mse_q = float(np.mean((deq - y) ** 2))
         out["accuracy"] = {"windows": int(len(x)), "mse_float": mse_f, "mse_int8": mse_q,
                            "relative_mse_increase": (mse_q - mse_f) / mse_f if mse_f > 0 else 0.0,
-                           "max_abs_float_vs_int8": float(np.max(np.abs(deq - fl)))}
+                           "max_abs_float_vs_int8": float(np.max(np.abs(deq - fl))),
+                           "relative_rms_float_vs_int8": float(np.sqrt(np.mean((deq - fl) ** 2) / np.mean(fl ** 2)))}
     return out

@@ -126,9 +126,12 @@ class PlanExecutor:
             for r in op.attrs["recv"]:
                 j = r["from"]
                 ok = got(j)
-                placed = _apply_runs(out.copy(), messages[j], r["runs"])
-                out = np.where(ok[:, None, None], placed, out)
+                msg = messages[j]
                 for s, dcol, n in r["runs"]:
+                    if ok.all():
+                        out[..., dcol:dcol + n] = msg[..., s:s + n]
+                    else:
+                        out[..., dcol:dcol + n] = np.where(ok[:, None, None], msg[..., s:s + n], out[..., dcol:dcol + n])
                     valid[:, dcol:dcol + n] &= ok[:, None]
             vals[k][op.attrs["gathered"]] = out
             if op.attrs["valid"]:

@@ -12,6 +12,17 @@ from typing import Iterator
 from .errors import UserError
 
 
+def check_output_dir(target: Path, marker: str) -> None:
+    """Fail early (before any work) if ``target`` may not be replaced by a cisl output."""
+    target = Path(target)
+    if target.exists():
+        if not target.is_dir():
+            raise UserError(f"{target}: exists and is not a directory; choose another output with -o")
+        if any(target.iterdir()) and not (target / marker).exists():
+            raise UserError(f"{target}: exists and was not written by cisl (no {marker}); "
+                            f"choose an empty or new output folder with -o")
+
+
 @contextlib.contextmanager
 def atomic_output_dir(target: Path, marker: str) -> Iterator[Path]:
     """Yield a fresh temporary directory next to ``target``; on success it replaces ``target``.
@@ -21,12 +32,7 @@ def atomic_output_dir(target: Path, marker: str) -> Iterator[Path]:
     written by cisl before (it contains ``marker``), so a mistyped ``-o`` cannot wipe other data.
     """
     target = Path(target)
-    if target.exists():
-        if not target.is_dir():
-            raise UserError(f"{target}: exists and is not a directory; choose another output with -o")
-        if any(target.iterdir()) and not (target / marker).exists():
-            raise UserError(f"{target}: exists and was not written by cisl (no {marker}); "
-                            f"choose an empty or new output folder with -o")
+    check_output_dir(target, marker)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     umask = os.umask(0)

@@ -56,10 +56,8 @@ def rdbpot(x: IntLike, e: IntLike) -> I64:
     exact extension, which nnref uses for softmax rows whose sum reaches 2^28.
     """
     x64, e64 = _i64(x), _i64(e)
-    mask = (np.int64(1) << e64) - 1
-    rem = x64 & mask
-    threshold = (mask >> 1) + (x64 < 0)
-    return (x64 >> e64) + (rem > threshold)
+    # Same as CMSIS-NN's remainder/threshold form: add half (minus one for negatives), then floor.
+    return (x64 + ((np.int64(1) << e64) >> 1) - ((x64 < 0) & (e64 > 0))) >> e64
 
 
 def sat_shl(v: IntLike, e: IntLike) -> I64:
@@ -76,10 +74,23 @@ def requantize(v: IntLike, mult: IntLike, shift: IntLike) -> I64:
     2. p = SRDHM(t, mult)               (non-saturating variant)
     3. RDBPOT(p, max(−shift, 0))
     """
-    s = _i64(shift)
-    left = np.maximum(s, 0)
-    t = wrap32(_i64(v) << left)
-    return rdbpot(srdhm(t, mult, saturate=False), np.maximum(-s, 0))
+    s, m = _i64(shift), _i64(mult)
+    t = _i64(v)
+    if np.any(s > 0):
+        t = wrap32(t << np.maximum(s, 0))
+    # SRDHM, in place on one buffer (this is the hot path of every matmul mirror)
+    p = t * m
+    p += 1 << 30
+    p >>= 31
+    if np.any(m == INT32_MIN):  # only INT32_MIN·INT32_MIN leaves the int32 range
+        p = wrap32(p)
+    right = np.maximum(-s, 0)
+    if np.any(right > 0):
+        neg = (p < 0) & (right > 0)
+        p += (np.int64(1) << right) >> 1
+        p -= neg
+        p >>= right
+    return p
 
 
 def clz32(v: IntLike) -> I64:

@@ -60,7 +60,8 @@ TRANSCRIPT_RECORD = struct.Struct("<IHBBI")  # inference, sg, src, dest, len; th
 def read_transcript(path) -> dict[tuple[int, int, int], bytes]:
     """(inference, sg, src) -> payload bytes, as the medium recorded every message it carried."""
     out = {}
-    data = open(path, "rb").read()
+    with open(path, "rb") as f:
+        data = f.read()
     off = 0
     while off < len(data):
         inf, sg, src, _dest, n = TRANSCRIPT_RECORD.unpack_from(data, off)

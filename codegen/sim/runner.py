@@ -119,6 +119,10 @@ def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | 
             problems.append(merr.splitlines()[-1])
         for t in threads:
             t.join(timeout=5)
+        for proc in (*procs, medium):
+            for stream in (proc.stdout, proc.stderr):
+                if stream is not None:
+                    stream.close()
         carried = P.read_transcript(transcript) if os.path.exists(transcript) else {}
     wall = time.monotonic() - t_start
     records.sort(key=lambda r: (r.host_time or 0.0))

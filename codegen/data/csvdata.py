@@ -1,0 +1,78 @@
+"""Load an ETT-format CSV: a `date` column (ignored) and numeric channel columns."""
+
+from __future__ import annotations
+
+import csv
+import difflib
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from codegen.errors import UserError
+
+DATE_COLUMN = "date"
+
+
+def _to_float(values: list[str]) -> np.ndarray | None:
+    """The column as float64 (empty fields become NaN), or None if some field is not a number."""
+    try:
+        return np.array([float(v) if v.strip() else np.nan for v in values], dtype=np.float64)
+    except ValueError:
+        return None
+
+
+def load_csv(path: str | Path, columns: Sequence[str] | None = None) -> tuple[np.ndarray, list[str]]:
+    """Read the chosen numeric columns (all numeric columns if ``columns`` is empty).
+
+    Returns a float32 array [rows, channels] and the column names, in the order asked for.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"{path}: no such file; pass an ETT-format CSV (a date column and numeric columns)")
+    if path.is_dir():
+        raise UserError(f"{path} is a directory; pass a CSV file")
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            reader = csv.reader(f)
+            header = next(reader, None)
+            rows = [r for r in reader if r]
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise UserError(f"{path} is not a readable CSV file ({e}); pass an ETT-format CSV") from None
+    if not header:
+        raise UserError(f"{path} is empty; pass an ETT-format CSV with a header line")
+    header = [h.strip() for h in header]
+    for i, r in enumerate(rows):
+        if len(r) != len(header):
+            raise UserError(f"{path}: data row {i + 1} has {len(r)} fields but the header has {len(header)}; "
+                            "fix the file")
+    cells = list(zip(*rows)) if rows else [() for _ in header]
+
+    numeric: dict[str, np.ndarray] = {}
+    for name, values in zip(header, cells):
+        if name.lower() == DATE_COLUMN:
+            continue
+        col = _to_float(list(values))
+        if col is not None:
+            numeric[name] = col
+    if not numeric:
+        raise UserError(f"{path} has no numeric columns (header: {', '.join(header)}); "
+                        "pass a CSV with a date column and numeric channel columns")
+
+    wanted = list(columns) if columns else list(numeric)
+    for name in wanted:
+        if name in numeric:
+            continue
+        if name in header:
+            raise UserError(f"{path}: column {name!r} is not numeric; choose among {', '.join(numeric)}")
+        close = difflib.get_close_matches(name, list(numeric), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise UserError(f"{path} has no column {name!r}; {hint}columns are: {', '.join(numeric)}")
+    for name in wanted:
+        bad = np.flatnonzero(~np.isfinite(numeric[name]))
+        if bad.size:
+            raise UserError(f"{path}: column {name!r} has {bad.size} empty, NaN or infinite values "
+                            f"(first in data row {bad[0] + 1}); fill or drop them")
+    if len(rows) < 2:
+        raise UserError(f"{path} has {len(rows)} data rows; a time series needs many more")
+    return np.stack([numeric[n] for n in wanted], axis=1).astype(np.float32), wanted

@@ -1,0 +1,371 @@
+"""Export and load `model.onnx`: the explicit D-way split graph plus the cisl metadata.
+
+The graph mirrors docs/design/decisions.md §2-§3 device by device, so that any ONNX runtime
+computes exactly the split model (device-local LayerNorm, pruned columns contribute nothing).
+`cisl compile` reads only the dense initializers named as in `weight_shapes` and the metadata
+(§4); the slicing of the dense weights is done in the graph by Gather nodes with constant
+`idx.*` tables. numpy + onnx only: `cisl compile` must not need torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from codegen import __version__
+from codegen.errors import UserError
+from codegen.modelspec import ModelConfig, patch_index, weight_shapes
+from codegen.partition import POINTS, Masks, Split, gathered_cols, validate_masks
+
+FORMAT = "cisl-model"
+FORMAT_VERSION = 1
+OPSET = 17
+IR_VERSION = 8  # the IR version that goes with opset 17; fixed so the bytes do not depend on the onnx release
+
+META_KEYS = (
+    "cisl.format", "cisl.format_version", "cisl.tool_version", "cisl.config", "cisl.devices",
+    "cisl.heads_per_device", "cisl.masks", "cisl.training",
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Export
+# --------------------------------------------------------------------------------------------
+
+class _GraphBuilder:
+    """Collects nodes and initializers; every node's single output is named after the node."""
+
+    def __init__(self) -> None:
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+        self._init_names: set[str] = set()
+
+    def init(self, name: str, value: np.ndarray) -> str:
+        if name not in self._init_names:  # index tables are shared between layers and devices
+            self.inits.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
+            self._init_names.add(name)
+        return name
+
+    def idx(self, name: str, cols: list[int] | range) -> str:
+        return self.init(name, np.asarray(list(cols), dtype=np.int64))
+
+    def op(self, op_type: str, inputs: list[str], name: str, **attrs: Any) -> str:
+        self.nodes.append(helper.make_node(op_type, inputs, [name], name=name, **attrs))
+        return name
+
+    def gather(self, data: str, index: str, axis: int, name: str) -> str:
+        return self.op("Gather", [data, index], name, axis=axis)
+
+    def linear(self, x: str, weight: str, bias: str, rows: str, cols: str, name: str) -> str:
+        """x @ W[rows][:, cols]^T + b[rows]: a device's slice of a dense nn.Linear weight."""
+        w = self.gather(self.gather(weight, rows, 0, name + ".w_rows"), cols, 1, name + ".w")
+        wt = self.op("Transpose", [w], name + ".wT", perm=[1, 0])
+        b = self.gather(bias, rows, 0, name + ".b")
+        return self.op("Add", [self.op("MatMul", [x, wt], name + ".mm"), b], name)
+
+
+def _check_inputs(cfg: ModelConfig, weights: dict[str, np.ndarray], split: Split, masks: Masks) -> None:
+    problems = cfg.problems()
+    if problems:
+        raise ValueError("invalid ModelConfig: " + "; ".join(problems))
+    if (split.heads, split.d_model, split.mlp_hidden) != (cfg.heads, cfg.d_model, cfg.mlp_hidden):
+        raise ValueError("split does not match the model config")
+    for name, shape in weight_shapes(cfg).items():
+        if name not in weights:
+            raise ValueError(f"weight {name!r} is missing")
+        if tuple(weights[name].shape) != shape:
+            raise ValueError(f"weight {name!r} has shape {weights[name].shape}, expected {shape}")
+    problem = validate_masks(split, masks, cfg.layers)
+    if problem:
+        raise ValueError("invalid masks: " + problem)
+
+
+def _device_attention(g: _GraphBuilder, q: str, k: str, v: str, heads: int, d: int, scale: str, name: str) -> str:
+    """softmax(Q_h K_h^T / sqrt(d)) V_h for each of a device's heads, heads concatenated."""
+    split_shape = g.init(f"shape.heads{heads}", np.array([0, 0, heads, d], dtype=np.int64))
+    merge_shape = g.init(f"shape.merge{heads}", np.array([0, 0, heads * d], dtype=np.int64))
+
+    def per_head(t: str, perm: list[int], tag: str) -> str:
+        return g.op("Transpose", [g.op("Reshape", [t, split_shape], f"{name}.{tag}4")], f"{name}.{tag}h", perm=perm)
+
+    qh = per_head(q, [0, 2, 1, 3], "q")  # [B, h, N, d]
+    kt = per_head(k, [0, 2, 3, 1], "k")  # [B, h, d, N]
+    vh = per_head(v, [0, 2, 1, 3], "v")  # [B, h, N, d]
+    scores = g.op("Mul", [g.op("MatMul", [qh, kt], f"{name}.qk"), scale], f"{name}.scores")
+    probs = g.op("Softmax", [scores], f"{name}.probs", axis=-1)
+    ctx = g.op("MatMul", [probs, vh], f"{name}.ctx")
+    ctx = g.op("Transpose", [ctx], f"{name}.ctxT", perm=[0, 2, 1, 3])
+    return g.op("Reshape", [ctx, merge_shape], f"{name}.out")
+
+
+def _layer(g: _GraphBuilder, cfg: ModelConfig, split: Split, masks: Masks, l: int, x: str) -> str:
+    """One pre-norm layer, device by device; returns the name of the global output X'."""
+    p = f"layers.{l}."
+    D = split.devices
+
+    def cols(point: str, k: int) -> str:
+        return g.idx(f"idx.l{l}.{point}.d{k}", gathered_cols(split, masks, l, point, k))
+
+    def model_rows(k: int) -> str:
+        return g.idx(f"idx.model.d{k}", range(*split.model_cols(k)))
+
+    def hidden_rows(k: int) -> str:
+        return g.idx(f"idx.hidden.d{k}", range(*split.hidden_cols(k)))
+
+    def local_ln(src: str, ln: str, idx: str, name: str) -> str:
+        """LayerNorm over exactly the columns the device holds, with gamma/beta of those columns."""
+        held = g.gather(src, idx, 2, name + ".in")
+        gamma = g.gather(p + ln + ".weight", idx, 0, name + ".gamma")
+        beta = g.gather(p + ln + ".bias", idx, 0, name + ".beta")
+        return g.op("LayerNormalization", [held, gamma, beta], name, axis=-1, epsilon=cfg.ln_eps)
+
+    scale = g.init("const.attn_scale", np.array(1.0 / math.sqrt(cfg.d_head), dtype=np.float32))
+
+    # x-point -> device-local LN1 -> Q, K, V of the device's own heads -> attention
+    heads_out = []
+    for k in range(D):
+        n = f"l{l}.d{k}"
+        gx = cols("x", k)
+        xn = local_ln(x, "ln1", gx, f"{n}.ln1")
+        q, kk, v = (g.linear(xn, p + w + ".weight", p + w + ".bias", model_rows(k), gx, f"{n}.{w}")
+                    for w in ("wq", "wk", "wv"))
+        heads_out.append(_device_attention(g, q, kk, v, split.heads_per_device[k], cfg.d_head, scale, f"{n}.attn"))
+    h = g.op("Concat", heads_out, f"l{l}.H", axis=2) if D > 1 else heads_out[0]
+
+    # h-point -> W_O (own model columns) -> residual, local per device
+    y_parts = []
+    for k in range(D):
+        n = f"l{l}.d{k}"
+        o = g.linear(g.gather(h, cols("h", k), 2, f"{n}.h"), p + "wo.weight", p + "wo.bias", model_rows(k),
+                     cols("h", k), f"{n}.wo")
+        y_parts.append(g.op("Add", [g.gather(x, model_rows(k), 2, f"{n}.x_own"), o], f"{n}.Y"))
+    y = g.op("Concat", y_parts, f"l{l}.Y", axis=2) if D > 1 else y_parts[0]
+
+    # y-point -> device-local LN2 -> W_1 (own hidden columns) -> ReLU
+    z_parts = []
+    for k in range(D):
+        n = f"l{l}.d{k}"
+        gy = cols("y", k)
+        yn = local_ln(y, "ln2", gy, f"{n}.ln2")
+        z_parts.append(g.op("Relu", [g.linear(yn, p + "w1.weight", p + "w1.bias", hidden_rows(k), gy, f"{n}.w1")],
+                            f"{n}.Z"))
+    z = g.op("Concat", z_parts, f"l{l}.Z", axis=2) if D > 1 else z_parts[0]
+
+    # z-point -> W_2 (own model columns) -> residual
+    out_parts = []
+    for k in range(D):
+        n = f"l{l}.d{k}"
+        gz = cols("z", k)
+        o2 = g.linear(g.gather(z, gz, 2, f"{n}.z"), p + "w2.weight", p + "w2.bias", model_rows(k), gz, f"{n}.w2")
+        out_parts.append(g.op("Add", [g.gather(y, model_rows(k), 2, f"{n}.y_own"), o2], f"{n}.X"))
+    return g.op("Concat", out_parts, f"l{l}.X", axis=2) if D > 1 else g.op("Identity", out_parts, f"l{l}.X")
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
+
+
+def build_onnx(cfg: ModelConfig, weights: dict[str, np.ndarray], split: Split, masks: Masks,
+               keep_ratio: float, training: dict) -> onnx.ModelProto:
+    """The split model as an ONNX graph with dense weights and the cisl metadata (decisions.md §4)."""
+    _check_inputs(cfg, weights, split, masks)
+    g = _GraphBuilder()
+    for name in weight_shapes(cfg):  # dense weights first, in the contract's order
+        g.init(name, np.asarray(weights[name], dtype=np.float32))
+
+    patches = g.gather("window", g.init("idx.patch", patch_index(cfg)), 1, "patches")  # [B, N, P]
+    emb_t = g.op("Transpose", ["embed.weight"], "embed.wT", perm=[1, 0])
+    x = g.op("Add", [g.op("MatMul", [patches, emb_t], "embed.mm"), "embed.bias"], "embed")
+    x = g.op("Add", [x, "pos"], "X0")
+    for l in range(cfg.layers):
+        x = _layer(g, cfg, split, masks, l, x)
+
+    flat = g.op("Reshape", [x, g.init("shape.flatten", np.array([0, -1], dtype=np.int64))], "head.flat")
+    head_t = g.op("Transpose", ["head.weight"], "head.wT", perm=[1, 0])
+    g.op("Add", [g.op("MatMul", [flat, head_t], "head.mm"), "head.bias"], "forecast")
+
+    graph = helper.make_graph(
+        g.nodes, "cisl",
+        inputs=[helper.make_tensor_value_info("window", TensorProto.FLOAT, ["batch", cfg.lookback])],
+        outputs=[helper.make_tensor_value_info("forecast", TensorProto.FLOAT, ["batch", cfg.horizon])],
+        initializer=g.inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION,
+                              producer_name="cisl", producer_version=__version__)
+    broadcast = [[{pt: [int(c) for c in entry[pt]] for pt in POINTS} for entry in layer] for layer in masks]
+    meta = {
+        "cisl.format": _json(FORMAT),
+        "cisl.format_version": _json(FORMAT_VERSION),
+        "cisl.tool_version": _json(__version__),
+        "cisl.config": _json(cfg.to_json()),
+        "cisl.devices": _json(split.devices),
+        "cisl.heads_per_device": _json(list(split.heads_per_device)),
+        "cisl.masks": _json({"keep_ratio": float(keep_ratio), "broadcast": broadcast}),
+        "cisl.training": _json(training),
+    }
+    helper.set_model_props(model, meta)
+    return model
+
+
+def save_onnx(model: onnx.ModelProto, path: Path) -> None:
+    """Write the model bytes (SerializeToString is deterministic for our protos: no maps)."""
+    Path(path).write_bytes(model.SerializeToString())
+
+
+# --------------------------------------------------------------------------------------------
+# Load
+# --------------------------------------------------------------------------------------------
+
+@dataclass
+class CislModel:
+    """What `cisl compile` needs from a model.onnx: the dense weights and the split metadata."""
+
+    path: Path
+    sha256: str
+    config: ModelConfig
+    devices: int
+    heads_per_device: list[int]
+    masks: Masks
+    keep_ratio: float
+    weights: dict[str, np.ndarray]
+    training: dict
+
+    @property
+    def split(self) -> Split:
+        return Split.even(self.devices, self.config.heads, self.config.d_model, self.config.mlp_hidden)
+
+
+_REEXPORT = "re-export it with `cisl train`"
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _parse_config(fail: Any, raw: Any) -> ModelConfig:
+    if not isinstance(raw, dict):
+        fail("metadata cisl.config is not a JSON object")
+    expected = {"lookback": int, "patch_len": int, "stride": int, "padding": str, "d_model": int, "heads": int,
+                "layers": int, "mlp_hidden": int, "horizon": int, "revin": bool, "ln_eps": float}
+    for key, typ in expected.items():
+        if key not in raw:
+            fail(f"metadata cisl.config has no {key!r}")
+        v = raw[key]
+        ok = (_is_int(v) if typ is int else isinstance(v, bool) if typ is bool
+              else isinstance(v, (int, float)) and not isinstance(v, bool) if typ is float else isinstance(v, str))
+        if not ok:
+            fail(f"metadata cisl.config {key!r} must be {typ.__name__}, got {v!r}")
+    cfg = ModelConfig.from_json(raw)
+    problems = cfg.problems()
+    if problems:
+        fail("metadata cisl.config is invalid: " + "; ".join(problems))
+    if "tokens" in raw and raw["tokens"] != cfg.tokens:
+        fail(f"metadata cisl.config says tokens={raw['tokens']!r} but the config implies {cfg.tokens}")
+    return cfg
+
+
+def _parse_masks(fail: Any, raw: Any, split: Split, layers: int) -> tuple[Masks, float]:
+    if not isinstance(raw, dict) or "keep_ratio" not in raw or "broadcast" not in raw:
+        fail('metadata cisl.masks must be an object with "keep_ratio" and "broadcast"')
+    keep = raw["keep_ratio"]
+    if isinstance(keep, bool) or not isinstance(keep, (int, float)) or not 0.0 < keep <= 1.0:
+        fail(f"metadata cisl.masks keep_ratio must be a number in (0, 1], got {keep!r}")
+    bc = raw["broadcast"]
+    shape_ok = isinstance(bc, list) and all(
+        isinstance(layer, list) and all(
+            isinstance(e, dict) and all(isinstance(c, list) and all(_is_int(i) for i in c) for c in e.values())
+            for e in layer)
+        for layer in bc)
+    if not shape_ok:
+        fail("metadata cisl.masks broadcast must be [layer][device]{point: [column, ...]} with integer columns")
+    problem = validate_masks(split, bc, layers)
+    if problem:
+        fail(f"metadata cisl.masks is invalid: {problem}")
+    return [[{p: list(e[p]) for p in POINTS} for e in layer] for layer in bc], float(keep)
+
+
+def load_model(path: str | Path) -> CislModel:
+    """Read and validate a cisl model.onnx; every problem is a one-line UserError."""
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"{path}: no such file; pass the model.onnx written by `cisl train`")
+    if path.is_dir():
+        hint = f" (did you mean {path / 'model.onnx'}?)" if (path / "model.onnx").is_file() else ""
+        raise UserError(f"{path} is a directory; pass the model.onnx file written by `cisl train`{hint}")
+    data = path.read_bytes()
+
+    def fail(problem: str) -> None:
+        raise UserError(f"{path}: {problem}; {_REEXPORT}")
+
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+        parse_ok = True
+    except Exception:  # protobuf raises DecodeError (and sometimes others) on garbage
+        parse_ok = False
+    if not parse_ok or len(model.graph.node) == 0:
+        raise UserError(f"{path} is not an ONNX model (cannot parse it or its graph is empty); "
+                        "pass the model.onnx written by `cisl train`")
+
+    props = {p.key: p.value for p in model.metadata_props}
+    if "cisl.format" not in props:
+        raise UserError(f"{path} has no cisl metadata (cisl.format); it was not exported by `cisl train` — "
+                        "export it with cisl train or add the metadata")
+    meta: dict[str, Any] = {}
+    for key in META_KEYS:
+        if key not in props:
+            fail(f"metadata key {key!r} is missing")
+        try:
+            meta[key] = json.loads(props[key])
+        except ValueError:
+            if key in ("cisl.format", "cisl.tool_version"):  # tolerate bare strings for the plain-text keys
+                meta[key] = props[key]
+            else:
+                fail(f"metadata {key} is not valid JSON")
+    if meta["cisl.format"] != FORMAT:
+        fail(f"metadata cisl.format is {meta['cisl.format']!r}, expected {FORMAT!r}")
+    version = meta["cisl.format_version"]
+    if version != FORMAT_VERSION or not _is_int(version):
+        raise UserError(f"{path}: unsupported cisl.format_version {version!r} (this cisl "
+                        f"{__version__} reads version {FORMAT_VERSION}); re-export it with this cisl's "
+                        "`cisl train` or use a matching cisl version")
+
+    cfg = _parse_config(fail, meta["cisl.config"])
+    devices = meta["cisl.devices"]
+    if not _is_int(devices) or not 1 <= devices <= cfg.heads:
+        fail(f"metadata cisl.devices must be an integer in [1, heads={cfg.heads}], got {devices!r}")
+    split = Split.even(devices, cfg.heads, cfg.d_model, cfg.mlp_hidden)
+    hpd = meta["cisl.heads_per_device"]
+    if hpd != list(split.heads_per_device):
+        fail(f"metadata cisl.heads_per_device {hpd!r} is inconsistent with {devices} devices and "
+             f"{cfg.heads} heads (expected {list(split.heads_per_device)})")
+    masks, keep = _parse_masks(fail, meta["cisl.masks"], split, cfg.layers)
+    training = meta["cisl.training"]
+    if not isinstance(training, dict):
+        fail("metadata cisl.training must be a JSON object")
+
+    inits = {t.name: t for t in model.graph.initializer}
+    weights: dict[str, np.ndarray] = {}
+    for name, shape in weight_shapes(cfg).items():
+        if name not in inits:
+            fail(f"weight {name!r} is missing (expected shape {shape})")
+        t = inits[name]
+        if t.data_type != TensorProto.FLOAT:
+            fail(f"weight {name!r} is not float32")
+        if tuple(t.dims) != shape:
+            fail(f"weight {name!r} has shape {tuple(t.dims)}, expected {shape} for the model in cisl.config")
+        try:
+            weights[name] = numpy_helper.to_array(t).astype(np.float32, copy=False)
+        except Exception as e:  # e.g. external data that is not next to the file
+            fail(f"weight {name!r} cannot be read ({type(e).__name__})")
+
+    return CislModel(path=path, sha256=hashlib.sha256(data).hexdigest(), config=cfg, devices=devices,
+                     heads_per_device=list(hpd), masks=masks, keep_ratio=keep, weights=weights, training=training)

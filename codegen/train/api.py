@@ -1,0 +1,207 @@
+"""`cisl train` as a function: config -> data -> split model -> training -> model.onnx + arrays.
+
+Outputs (written atomically into ``out_dir``):
+  model.onnx          the split model with cisl metadata (codegen.onnx_model.build_onnx)
+  calibration.npy     float32 [n_cal, L]: windows from the TRAIN split as the model sees them
+  test_windows.npy    float32 [n_test, L]: test inputs as the model sees them (after RevIN if on)
+  test_targets.npy    float32 [n_test, horizon]: their targets, normalised the same way
+  train.json          summary + resolved config + per-epoch history
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from codegen.data.csvdata import load_csv
+from codegen.data.protocol import Splits, Windows, make_splits
+from codegen.data.revin import revin_normalize
+from codegen.data.synthetic import synthetic_series
+from codegen.errors import UserError
+from codegen.modelspec import ModelConfig
+from codegen.onnx_model import build_onnx
+from codegen.partition import Masks, Split, full_masks, random_masks
+from codegen.train.config import TrainConfig, load_config
+from codegen.train.loop import evaluate, fit
+from codegen.train.model import SplitPatchTST, state_to_numpy
+
+OUTPUT_FILES = ("model.onnx", "calibration.npy", "test_windows.npy", "test_targets.npy", "train.json")
+
+
+# --------------------------------------------------------------------------------------------
+# Pieces (also used by tests)
+# --------------------------------------------------------------------------------------------
+
+def make_masks(split: Split, layers: int, keep_ratio: float, mask_seed: int) -> Masks:
+    """Full masks at keep ratio 1 (a dense model), seeded random masks otherwise."""
+    if keep_ratio >= 1.0:
+        return full_masks(split, layers)
+    return random_masks(split, layers, keep_ratio, mask_seed)
+
+
+def make_untrained(cfg: ModelConfig, split: Split, masks: Masks, seed: int) -> dict[str, np.ndarray]:
+    """Freshly initialised weights (training's init), with random LayerNorm gamma/beta and biases.
+
+    Training starts from gamma = 1, beta = 0; randomising them (and the biases) makes tests exercise
+    every parameter. Uses a private RNG state: the caller's torch seed is untouched.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = SplitPatchTST(cfg, split, masks)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if ".ln" in name and name.endswith(".weight"):
+                    p.uniform_(0.5, 1.5)
+                elif name.endswith(".bias"):
+                    p.normal_(0.0, 0.2)
+    return state_to_numpy(model)
+
+
+def _csv_description(path: Path, names: list[str]) -> dict[str, Any]:
+    return {"source": "csv", "file": path.name, "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+            "columns": names}
+
+
+def build_data(cfg: TrainConfig) -> tuple[Splits, dict[str, Any]]:
+    """The scaled train/val/test windows and a provenance description of the data."""
+    d, m = cfg.data, cfg.model
+    if d.source == "csv":
+        if not d.path:
+            raise UserError('[data] source = "csv" needs a path: set [data] path or pass the CSV file')
+        path = Path(d.path)
+        series, names = load_csv(path, d.columns)
+        return make_splits(series, m.lookback, m.horizon, str(path)), _csv_description(path, names)
+    series, names = synthetic_series(d.synthetic_length, d.synthetic_channels, d.synthetic_seed)
+    desc = {"source": "synthetic", "length": d.synthetic_length, "channels": d.synthetic_channels,
+            "seed": d.synthetic_seed}
+    return make_splits(series, m.lookback, m.horizon, f"synthetic data (length {d.synthetic_length})"), desc
+
+
+def model_inputs(windows: Windows, idx: np.ndarray, revin: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Windows and targets exactly as the model sees them: RevIN-normalised by the window's statistics."""
+    x, y = windows.take(idx)
+    if revin:
+        x, mean, std = revin_normalize(x)
+        y = ((y - mean) / std).astype(np.float32)
+    return np.ascontiguousarray(x, dtype=np.float32), np.ascontiguousarray(y, dtype=np.float32)
+
+
+@contextmanager
+def _torch_settings(threads: int) -> Iterator[None]:
+    """Fixed thread count and deterministic kernels for the run; the caller's settings come back after."""
+    old_threads = torch.get_num_threads()
+    old_det = torch.are_deterministic_algorithms_enabled()
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old_threads)
+        torch.use_deterministic_algorithms(old_det)
+
+
+def _npy_bytes(a: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, a, allow_pickle=False)
+    return buf.getvalue()
+
+
+def write_atomically(out_dir: Path, files: dict[str, bytes]) -> None:
+    """Write every file into a temp folder next to ``out_dir``, then move them in.
+
+    A failure while writing leaves ``out_dir`` untouched; each move is an atomic rename.
+    """
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"{out_dir} exists and is not a directory; choose another output folder")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    try:
+        for name, data in files.items():
+            (tmp / name).write_bytes(data)
+        out_dir.mkdir(exist_ok=True)
+        for name in files:
+            (tmp / name).replace(out_dir / name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------------------------
+# run_train
+# --------------------------------------------------------------------------------------------
+
+def _resolve_config(config_path: Path | None, data_csv: Path | None, overrides: dict | None) -> TrainConfig:
+    cfg = load_config(config_path, overrides)
+    if data_csv is not None:
+        cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, source="csv", path=str(data_csv)))
+    return cfg
+
+
+def run_train(config_path: Path | None, data_csv: Path | None, out_dir: Path, overrides: dict | None = None,
+              progress: bool = True) -> dict:
+    """Train the split model and write the outputs into ``out_dir``; returns the summary.
+
+    ``config_path`` None means the defaults; ``data_csv`` (if given) replaces the [data] source
+    with that CSV; ``overrides`` is {"section.key": value} or {"section": {key: value}}.
+    """
+    started = time.perf_counter()
+    cfg = _resolve_config(config_path, data_csv, overrides)
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"{out_dir} exists and is not a directory; choose another output folder")
+    m, s, t = cfg.model, cfg.split, cfg.train
+    data, data_desc = build_data(cfg)
+
+    split = Split.even(s.devices, m.heads, m.d_model, m.mlp_hidden)
+    masks = make_masks(split, m.layers, s.keep_ratio, s.mask_seed)
+    with _torch_settings(t.threads), torch.random.fork_rng(devices=[]):
+        torch.manual_seed(t.seed)
+        model = SplitPatchTST(cfg=m, split=split, masks=masks)
+        n_train = len(data.train)
+        train_idx = np.arange(n_train)
+        if 0 < t.max_train_windows < n_train:  # a random subset, fixed by the seed
+            train_idx = np.sort(np.random.default_rng([t.seed, 1]).choice(n_train, t.max_train_windows,
+                                                                          replace=False))
+        result = fit(model, data.train, train_idx, data.val, t, m.revin, progress)
+        model.load_state_dict(result.best_state)
+        metrics = {
+            "train_mse": evaluate(model, data.train, m.revin, train_idx),
+            "val_mse": evaluate(model, data.val, m.revin),
+            "test_mse": evaluate(model, data.test, m.revin),
+        }
+        weights = state_to_numpy(model)
+        params = sum(p.numel() for p in model.parameters())
+
+    config_record = cfg.to_dict()
+    config_record["data"]["path"] = Path(cfg.data.path).name if cfg.data.path else ""  # no machine paths
+    training = {"data": data_desc, "epochs": t.epochs, "best_epoch": result.best_epoch, "seed": t.seed,
+                **metrics, "history": result.history, "config": config_record}
+    onnx_bytes = build_onnx(m, weights, split, masks, s.keep_ratio, training).SerializeToString()
+
+    calib, _ = model_inputs(data.train, data.train.evenly_spaced(t.calibration_samples), m.revin)
+    test_x, test_y = model_inputs(data.test, data.test.evenly_spaced(t.test_samples), m.revin)
+    summary = {**metrics, "epochs": t.epochs, "best_epoch": result.best_epoch,
+               "seconds": round(time.perf_counter() - started, 3), "params": params,
+               "windows": {"train": int(len(train_idx)), "val": len(data.val), "test": len(data.test)},
+               "data": data_desc}
+    report = {"summary": summary, "config": config_record, "history": result.history}
+    write_atomically(out_dir, {
+        "model.onnx": onnx_bytes,
+        "calibration.npy": _npy_bytes(calib),
+        "test_windows.npy": _npy_bytes(test_x),
+        "test_targets.npy": _npy_bytes(test_y),
+        "train.json": (json.dumps(report, indent=2) + "\n").encode(),
+    })
+    return summary

@@ -1,0 +1,188 @@
+"""The TOML training configuration of `cisl train` (stdlib only, no torch).
+
+Sections [model], [split], [data] and [train]; every key has a small default, so an empty file
+(or no file) is a valid configuration that trains in seconds. Mistakes are one-line UserErrors
+naming the file, the key and what was expected.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from codegen.errors import UserError
+from codegen.modelspec import ModelConfig
+
+
+@dataclass(frozen=True)
+class SplitConfig:
+    devices: int = 4
+    keep_ratio: float = 1.0  # fraction of own columns each device broadcasts (1 = allgather)
+    mask_seed: int = 0
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    source: str = "synthetic"  # "synthetic" | "csv"
+    path: str = ""  # the CSV (relative paths are relative to the config file)
+    columns: tuple[str, ...] = ()  # CSV columns to use; empty = all numeric columns
+    synthetic_length: int = 8000
+    synthetic_channels: int = 4
+    synthetic_seed: int = 0
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    epochs: int = 3
+    batch_size: int = 256
+    lr: float = 1e-3
+    schedule: str = "cosine"  # "cosine" | "constant"
+    seed: int = 0
+    max_train_windows: int = 0  # 0 = all training windows
+    calibration_samples: int = 256
+    test_samples: int = 256
+    threads: int = 2
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    split: SplitConfig = field(default_factory=SplitConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainOptions = field(default_factory=TrainOptions)
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        out = {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
+        out["data"]["columns"] = list(self.data.columns)
+        return out
+
+
+SECTIONS: dict[str, type] = {"model": ModelConfig, "split": SplitConfig, "data": DataConfig, "train": TrainOptions}
+
+_TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
+               tuple: "a list of strings"}
+
+
+def _suggest(name: str, choices: list[str], what: str = "keys") -> str:
+    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.5)
+    return f"did you mean '{close[0]}'?" if close else f"valid {what}: {', '.join(choices)}"
+
+
+def _coerce(where: str, key: str, value: Any, default: Any) -> Any:
+    """Check the TOML value against the type of the field's default; ints are accepted as floats."""
+    typ = type(default)
+    ok = (isinstance(value, bool) if typ is bool
+          else isinstance(value, int) and not isinstance(value, bool) if typ is int
+          else isinstance(value, (int, float)) and not isinstance(value, bool) if typ is float
+          else isinstance(value, str) if typ is str
+          else isinstance(value, list) and all(isinstance(v, str) for v in value))
+    if not ok:
+        raise UserError(f"{where} {key} must be {_TYPE_NAMES[typ]}, got {value!r}")
+    if typ is float:
+        return float(value)
+    if typ is tuple:
+        return tuple(value)
+    return value
+
+
+def _range_problems(cfg: TrainConfig) -> list[tuple[str, str]]:
+    """(key, expectation) pairs for values of the right type but out of range."""
+    s, d, t = cfg.split, cfg.data, cfg.train
+    checks = [
+        ("split.devices", s.devices >= 1, "must be >= 1"),
+        ("split.keep_ratio", 0.0 < s.keep_ratio <= 1.0, "must be in (0, 1]"),
+        ("data.source", d.source in ("synthetic", "csv"), 'must be "synthetic" or "csv"'),
+        ("data.synthetic_length", d.synthetic_length >= 1, "must be >= 1"),
+        ("data.synthetic_channels", d.synthetic_channels >= 1, "must be >= 1"),
+        ("train.epochs", t.epochs >= 1, "must be >= 1"),
+        ("train.batch_size", t.batch_size >= 1, "must be >= 1"),
+        ("train.lr", t.lr > 0, "must be > 0"),
+        ("train.schedule", t.schedule in ("cosine", "constant"), 'must be "cosine" or "constant"'),
+        ("train.max_train_windows", t.max_train_windows >= 0, "must be >= 0 (0 = all windows)"),
+        ("train.calibration_samples", t.calibration_samples >= 1, "must be >= 1"),
+        ("train.test_samples", t.test_samples >= 1, "must be >= 1"),
+        ("train.threads", t.threads >= 1, "must be >= 1"),
+    ]
+    return [(key, why) for key, ok, why in checks if not ok]
+
+
+def _flatten_overrides(overrides: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Accept {"train": {"epochs": 1}} and {"train.epochs": 1} alike."""
+    out: dict[str, dict[str, Any]] = {}
+    for key, value in overrides.items():
+        if "." in key:
+            section, name = key.split(".", 1)
+            out.setdefault(section, {})[name] = value
+        elif isinstance(value, dict):
+            out.setdefault(key, {}).update(value)
+        else:
+            raise UserError(f"overrides: {key!r} must be 'section.key' or a section table")
+    return out
+
+
+def _apply(where: str, tables: dict[str, Any], base: TrainConfig) -> TrainConfig:
+    sections = {}
+    for section, table in tables.items():
+        if section not in SECTIONS:
+            raise UserError(f"{where}: unknown section [{section}]; {_suggest(section, list(SECTIONS), 'sections')}")
+        if not isinstance(table, dict):
+            raise UserError(f"{where}: '{section}' must be a table [{section}], got {table!r}")
+        sections[section] = table
+    updated = {}
+    for section, cls in SECTIONS.items():
+        current = getattr(base, section)
+        fields = [f.name for f in dataclasses.fields(cls)]
+        changes = {}
+        for key, value in sections.get(section, {}).items():
+            if key not in fields:
+                hint = " (tokens follows from lookback, patch_len, stride and padding)" if key == "tokens" else ""
+                raise UserError(f"{where}: unknown key '{key}' in [{section}]{hint}; {_suggest(key, fields)}")
+            changes[key] = _coerce(f"{where}: [{section}]", key, value, getattr(cls(), key))
+        updated[section] = dataclasses.replace(current, **changes)
+    return TrainConfig(**updated)
+
+
+def _validate(where: str, cfg: TrainConfig) -> None:
+    problems = cfg.model.problems()
+    if problems:
+        raise UserError(f"{where}: [model] {problems[0]}")
+    for key, why in _range_problems(cfg):
+        section, name = key.split(".")
+        raise UserError(f"{where}: [{section}] {name} {why}, got {getattr(getattr(cfg, section), name)!r}")
+    if cfg.split.devices > cfg.model.heads:
+        raise UserError(f"{where}: [split] devices = {cfg.split.devices} exceeds [model] heads = {cfg.model.heads}; "
+                        "every device needs at least one head: use devices <= heads")
+
+
+def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> TrainConfig:
+    """Read and validate a training config; ``path=None`` means all defaults.
+
+    A relative [data] path is resolved against the config file's folder.
+    """
+    cfg = TrainConfig()
+    where = "defaults"
+    if path is not None:
+        path = Path(path)
+        where = str(path)
+        if not path.is_file():
+            what = "is a directory" if path.is_dir() else "does not exist"
+            raise UserError(f"{path} {what}; pass a TOML training config file (an empty file means defaults)")
+        try:
+            tables = tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as e:
+            raise UserError(f"{path}: invalid TOML: {e}") from None
+        except UnicodeDecodeError:
+            raise UserError(f"{path} is not a UTF-8 text file; pass a TOML training config") from None
+        cfg = _apply(where, tables, cfg)
+        if cfg.data.path and not Path(cfg.data.path).is_absolute():
+            cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, path=str(path.parent / cfg.data.path)))
+        _validate(where, cfg)
+    if overrides:
+        where = f"{where} (with overrides)" if path is not None else "overrides"
+        cfg = _apply(where, _flatten_overrides(overrides), cfg)
+        _validate(where, cfg)
+    return cfg

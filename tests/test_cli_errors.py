@@ -1,0 +1,121 @@
+"""Bad input gets one clear line on stderr, exit code 2, no traceback and no partial output."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from models import config_for_tokens, make_model_dir
+
+pytestmark = pytest.mark.unit
+
+
+def cisl(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "codegen.cli", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def assert_one_line_error(p: subprocess.CompletedProcess, *needles: str) -> None:
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, p.stderr
+    assert "Traceback" not in p.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def good_model(tmp_path_factory) -> Path:
+    return make_model_dir(tmp_path_factory.mktemp("m"), config_for_tokens(8, 64), devices=4, keep_ratio=0.5)
+
+
+def test_missing_model_file(tmp_path):
+    p = cisl("compile", "nope.onnx", "-o", "build", cwd=tmp_path)
+    assert_one_line_error(p, "nope.onnx")
+    assert not (tmp_path / "build").exists()
+
+
+def test_file_that_is_not_onnx(tmp_path):
+    (tmp_path / "junk.onnx").write_text("this is not a protobuf\n" * 10)
+    p = cisl("compile", "junk.onnx", "-o", "build", cwd=tmp_path)
+    assert_one_line_error(p, "junk.onnx")
+    assert not (tmp_path / "build").exists()
+
+
+def test_onnx_without_cisl_metadata(tmp_path):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "plain", [x], [y])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "plain.onnx")
+    p = cisl("compile", "plain.onnx", "-o", "build", cwd=tmp_path)
+    assert_one_line_error(p, "plain.onnx", "cisl")
+    assert not (tmp_path / "build").exists()
+
+
+def test_more_devices_than_heads(tmp_path, good_model):
+    p = cisl("compile", str(good_model), "--devices", "17", "-o", "build", cwd=tmp_path)
+    assert_one_line_error(p, "17", "heads")
+    assert not (tmp_path / "build").exists()
+
+
+def test_pruned_model_for_other_device_count(tmp_path, good_model):
+    p = cisl("compile", str(good_model), "--devices", "2", "-o", "build", cwd=tmp_path)
+    assert_one_line_error(p, "--devices 4")
+    assert not (tmp_path / "build").exists()
+
+
+def test_unknown_board(tmp_path, good_model):
+    p = cisl("compile", str(good_model), "--board", "esp32", "-o", "build", cwd=tmp_path)
+    assert_one_line_error(p, "esp32", "sim")
+    assert not (tmp_path / "build").exists()
+
+
+def test_bad_input_leaves_an_existing_build_untouched(tmp_path, good_model):
+    assert cisl("compile", str(good_model), "-o", "build", "-q", cwd=tmp_path).returncode == 0
+    before = (tmp_path / "build" / "plan.json").read_bytes()
+    p = cisl("compile", str(good_model), "--devices", "99", "-o", "build", cwd=tmp_path)
+    assert p.returncode == 2
+    assert (tmp_path / "build" / "plan.json").read_bytes() == before
+    assert [q.name for q in tmp_path.iterdir() if q.name.startswith(".build")] == []
+
+
+def test_refuses_to_overwrite_a_foreign_folder(tmp_path, good_model):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "thesis.tex").write_text("precious")
+    p = cisl("compile", str(good_model), "-o", "docs", cwd=tmp_path)
+    assert_one_line_error(p, "docs")
+    assert (tmp_path / "docs" / "thesis.tex").read_text() == "precious"
+
+
+def test_config_with_a_typo(tmp_path):
+    (tmp_path / "cfg.toml").write_text("[model]\nd_modle = 64\n")
+    p = cisl("train", "cfg.toml", "-o", "model", cwd=tmp_path)
+    assert_one_line_error(p, "cfg.toml", "d_modle", "d_model")
+    assert not (tmp_path / "model").exists()
+
+
+def test_missing_config(tmp_path):
+    p = cisl("train", "nothere.toml", cwd=tmp_path)
+    assert_one_line_error(p, "nothere.toml")
+
+
+def test_build_without_compile(tmp_path):
+    p = cisl("build", "build", cwd=tmp_path)
+    assert_one_line_error(p, "cisl compile")
+
+
+def test_sim_without_build(tmp_path, good_model):
+    assert cisl("compile", str(good_model), "-o", "b", "-q", cwd=tmp_path).returncode == 0
+    p = cisl("sim", "b", cwd=tmp_path)
+    assert_one_line_error(p, "cisl build")
+
+
+def test_every_command_documents_its_options(tmp_path):
+    for cmd in ("train", "compile", "build", "sim", "demo"):
+        p = cisl(cmd, "--help", cwd=tmp_path)
+        assert p.returncode == 0
+        assert "Usage:" in p.stdout and "--help" in p.stdout

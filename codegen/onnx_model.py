@@ -14,7 +14,8 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 import numpy as np
 import onnx
@@ -244,13 +245,14 @@ class CislModel:
 
 
 _REEXPORT = "re-export it with `cisl train`"
+Fail = Callable[[str], NoReturn]
 
 
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _parse_config(fail: Any, raw: Any) -> ModelConfig:
+def _parse_config(fail: Fail, raw: Any) -> ModelConfig:
     if not isinstance(raw, dict):
         fail("metadata cisl.config is not a JSON object")
     expected = {"lookback": int, "patch_len": int, "stride": int, "padding": str, "d_model": int, "heads": int,
@@ -272,7 +274,7 @@ def _parse_config(fail: Any, raw: Any) -> ModelConfig:
     return cfg
 
 
-def _parse_masks(fail: Any, raw: Any, split: Split, layers: int) -> tuple[Masks, float]:
+def _parse_masks(fail: Fail, raw: Any, split: Split, layers: int) -> tuple[Masks, float]:
     if not isinstance(raw, dict) or "keep_ratio" not in raw or "broadcast" not in raw:
         fail('metadata cisl.masks must be an object with "keep_ratio" and "broadcast"')
     keep = raw["keep_ratio"]
@@ -302,7 +304,7 @@ def load_model(path: str | Path) -> CislModel:
         raise UserError(f"{path} is a directory; pass the model.onnx file written by `cisl train`{hint}")
     data = path.read_bytes()
 
-    def fail(problem: str) -> None:
+    def fail(problem: str) -> NoReturn:
         raise UserError(f"{path}: {problem}; {_REEXPORT}")
 
     model = onnx.ModelProto()

@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import io
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -78,8 +79,6 @@ def build_data(cfg: TrainConfig) -> tuple[Splits, dict[str, Any]]:
     """The scaled train/val/test windows and a provenance description of the data."""
     d, m = cfg.data, cfg.model
     if d.source == "csv":
-        if not d.path:
-            raise UserError('[data] source = "csv" needs a path: set [data] path or pass the CSV file')
         path = Path(d.path)
         series, names = load_csv(path, d.columns)
         return make_splits(series, m.lookback, m.horizon, str(path)), _csv_description(path, names)
@@ -121,7 +120,8 @@ def _npy_bytes(a: np.ndarray) -> bytes:
 def write_atomically(out_dir: Path, files: dict[str, bytes]) -> None:
     """Write every file into a temp folder next to ``out_dir``, then move them in.
 
-    A failure while writing leaves ``out_dir`` untouched; each move is an atomic rename.
+    A failure while writing leaves ``out_dir`` untouched. A new ``out_dir`` appears in one rename;
+    into an existing one each file moves by an atomic rename (other files there are kept).
     """
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
@@ -131,11 +131,20 @@ def write_atomically(out_dir: Path, files: dict[str, bytes]) -> None:
     try:
         for name, data in files.items():
             (tmp / name).write_bytes(data)
-        out_dir.mkdir(exist_ok=True)
+        if not out_dir.exists():
+            tmp.chmod(0o777 & ~_umask())  # mkdtemp makes it private; give it a normal folder's mode
+            tmp.rename(out_dir)
+            return
         for name in files:
             (tmp / name).replace(out_dir / name)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 # --------------------------------------------------------------------------------------------
@@ -146,6 +155,9 @@ def _resolve_config(config_path: Path | None, data_csv: Path | None, overrides: 
     cfg = load_config(config_path, overrides)
     if data_csv is not None:
         cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, source="csv", path=str(data_csv)))
+    if cfg.data.source == "csv" and not cfg.data.path:
+        raise UserError(f'{config_path or "config"}: [data] source = "csv" needs a path; set [data] path '
+                        "or pass the CSV file")
     return cfg
 
 

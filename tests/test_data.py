@@ -1,0 +1,170 @@
+"""Data: synthetic generator, ETT-format CSV loading, the LTSF protocol and RevIN."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from codegen.data import (
+    StandardScaler, Windows, load_csv, make_splits, revin_denormalize, revin_normalize, split_borders,
+    synthetic_series,
+)
+from codegen.errors import UserError
+
+ETTH2 = Path(__file__).resolve().parents[2] / "shared" / "data" / "ett" / "ETTh2.csv"
+
+
+# --------------------------------------------------------------------------------------------
+# Synthetic data
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.unit
+def test_synthetic_is_deterministic_float32() -> None:
+    a, names = synthetic_series(3000, 5, seed=3)
+    b, _ = synthetic_series(3000, 5, seed=3)
+    c, _ = synthetic_series(3000, 5, seed=4)
+    assert a.shape == (3000, 5) and a.dtype == np.float32 and names == ["ch0", "ch1", "ch2", "ch3", "ch4"]
+    assert np.array_equal(a, b) and not np.array_equal(a, c)
+    assert np.isfinite(a).all() and (a.std(axis=0) > 0).all()
+
+
+@pytest.mark.unit
+def test_synthetic_has_daily_cycles_and_correlated_channels() -> None:
+    x, _ = synthetic_series(8000, 4, seed=0)
+    z = (x - x.mean(0)) / x.std(0)
+    d = np.diff(z, axis=0)  # differencing removes trend and level shifts, keeps the cycles
+
+    def autocorr(lag: int) -> float:
+        return float(np.mean([np.corrcoef(d[:-lag, c], d[lag:, c])[0, 1] for c in range(4)]))
+
+    assert autocorr(24) > autocorr(11) + 0.2
+    corr = np.corrcoef(z.T)
+    assert np.abs(corr[np.triu_indices(4, 1)]).max() > 0.2
+
+
+# --------------------------------------------------------------------------------------------
+# Protocol
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.unit
+def test_split_borders() -> None:
+    assert split_borders(17420, 336) == [(0, 8640), (8640 - 336, 11520), (11520 - 336, 14400)]
+    assert split_borders(69680, 96) == [(0, 34560), (34560 - 96, 46080), (46080 - 96, 57600)]
+    assert split_borders(1000, 50) == [(0, 700), (650, 800), (750, 1000)]
+
+
+@pytest.mark.unit
+def test_scaler_uses_train_rows_and_population_std() -> None:
+    series = np.arange(200, dtype=np.float32).reshape(100, 2) ** 1.5
+    sp = make_splits(series, 5, 3, "test")
+    train = series[:70].astype(np.float64)
+    np.testing.assert_allclose(sp.scaler.mean, train.mean(0))
+    np.testing.assert_allclose(sp.scaler.std, train.std(0, ddof=0))
+    const = StandardScaler.fit(np.ones((4, 1)))
+    assert const.std[0] == 1.0
+
+
+@pytest.mark.unit
+def test_windows_are_channel_independent_stride_one() -> None:
+    series = np.arange(30, dtype=np.float32).reshape(10, 3)  # value = 3 * row + channel
+    w = Windows(series, lookback=4, horizon=2)
+    assert w.per_channel == 5 and len(w) == 15
+    x, y = w.arrays()
+    assert x.shape == (15, 4) and y.shape == (15, 2)
+    # sample i = channel i // 5, start i % 5
+    np.testing.assert_array_equal(x[7], series[2:6, 1])
+    np.testing.assert_array_equal(y[7], series[6:8, 1])
+    idx = w.evenly_spaced(4)
+    assert list(idx) == sorted(set(idx)) and len(idx) == 4 and idx[0] == 0
+    assert list(w.evenly_spaced(99)) == list(range(15))
+
+
+@pytest.mark.unit
+def test_val_and_test_inputs_reach_back_but_targets_do_not() -> None:
+    series = np.arange(1000, dtype=np.float32)[:, None]
+    sp = make_splits(series, 50, 10, "test")
+    # first val window: inputs rows 650..699, targets 700..709 (the first val rows)
+    x, y = sp.val.take(np.array([0]))
+    assert sp.scaler.inverse(y)[0, 0] == pytest.approx(700) and sp.scaler.inverse(x)[0, 0] == pytest.approx(650)
+    x, y = sp.test.take(np.array([len(sp.test) - 1]))
+    assert sp.scaler.inverse(y)[0, -1] == pytest.approx(999)
+    assert len(sp.train) == 700 - 60 + 1 and len(sp.val) == 100 - 10 + 1 and len(sp.test) == 200 - 10 + 1
+
+
+@pytest.mark.unit
+def test_too_few_rows() -> None:
+    with pytest.raises(UserError, match="too few rows"):
+        make_splits(np.zeros((100, 1), np.float32), 96, 24, "tiny.csv")
+
+
+@pytest.mark.unit
+def test_revin_round_trip() -> None:
+    x = np.random.default_rng(0).standard_normal((5, 40)).astype(np.float32) * 7 + 3
+    xn, mean, std = revin_normalize(x)
+    np.testing.assert_allclose(xn.mean(-1), 0, atol=1e-5)
+    np.testing.assert_allclose(std[:, 0], np.sqrt(x.var(-1) + 1e-5), rtol=1e-6)
+    np.testing.assert_allclose(revin_denormalize(xn, mean, std), x, atol=1e-4)
+
+
+# --------------------------------------------------------------------------------------------
+# CSV
+# --------------------------------------------------------------------------------------------
+
+def write_csv(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "data.csv"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.unit
+def test_load_csv_picks_columns(tmp_path: Path) -> None:
+    path = write_csv(tmp_path, "date,a,b,label\n2020-01-01,1,2.5,x\n2020-01-02,3,4e0,y\n2020-01-03,5,6,z\n")
+    x, names = load_csv(path)
+    assert names == ["a", "b"] and x.dtype == np.float32 and x.tolist() == [[1, 2.5], [3, 4], [5, 6]]
+    x, names = load_csv(path, ["b"])
+    assert names == ["b"] and x[:, 0].tolist() == [2.5, 4, 6]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("text, columns, expected", [
+    ("date,label\n2020,x\n2021,y\n", None, "no numeric columns"),
+    ("date,HUFL,OT\n1,2,3\n2,3,4\n", ["OTT"], "did you mean 'OT'?"),
+    ("date,a,label\n1,2,x\n2,3,y\n", ["label"], "not numeric"),
+    ("date,a,b\n1,2,3\n2,,4\n3,4,5\n", None, "NaN"),
+    ("date,a\n1,2\n2,nan\n", None, "NaN"),
+    ("date,a\n1,2\n", None, "data rows"),
+    ("", None, "empty"),
+    ("date,a\n1,2,3\n", None, "fields"),
+])
+def test_load_csv_errors(tmp_path: Path, text: str, columns: list[str] | None, expected: str) -> None:
+    path = write_csv(tmp_path, text)
+    with pytest.raises(UserError) as err:
+        load_csv(path, columns)
+    msg = str(err.value)
+    assert "\n" not in msg and str(path) in msg and expected in msg, msg
+
+
+@pytest.mark.unit
+def test_load_csv_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="no such file"):
+        load_csv(tmp_path / "nope.csv")
+
+
+# --------------------------------------------------------------------------------------------
+# The real ETTh2 file: repeat-last-value reproduces the published protocol number
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.data
+@pytest.mark.skipif(not ETTH2.is_file(), reason="../shared/data/ett/ETTh2.csv is absent")
+def test_etth2_repeat_last_value_protocol() -> None:
+    series, names = load_csv(ETTH2)
+    assert names == ["HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT"]
+    sp = make_splits(series, 336, 96, str(ETTH2))
+    assert (len(sp.train), len(sp.val), len(sp.test)) == (8209 * 7, 2785 * 7, 2785 * 7)
+    np.testing.assert_allclose(sp.scaler.mean, [41.5368, 12.2735, 46.6098, 10.5262, 1.1870, -2.3732, 26.8720],
+                               atol=1e-4)
+    x, y = sp.test.arrays()
+    mse = float(np.mean((np.repeat(x[:, -1:], 96, axis=1).astype(np.float64) - y) ** 2))
+    assert abs(mse - 0.4317) <= 0.0005

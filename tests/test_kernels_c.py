@@ -238,6 +238,39 @@ def test_fc_mirror_vectorises_leading_dims(api: h.CmsisApi) -> None:
     np.testing.assert_array_equal(want.reshape(12, 11), got)
 
 
+# float32 is exact while depth·(128+|in_off|)·(128+|w_off|) < 2^24, i.e. depth <= 511 here
+@pytest.mark.parametrize(("depth", "in_off", "w_off"), [(511, 128, 0), (512, 128, 0), (1500, 128, 128)])
+def test_fc_float64_sum_path(api: h.CmsisApi, depth: int, in_off: int, w_off: int) -> None:
+    # Around and beyond the depth where float32 sums stop being exact the mirror must switch to float64.
+    rng = np.random.default_rng(depth)
+    x = np.where(rng.random((3, depth)) < 0.95, 127, -128).astype(np.int8)  # sums near the bound
+    w = np.where(rng.random((5, depth)) < 0.9, 127, -128).astype(np.int8)
+    got = api.fully_connected(x, w, None, in_off, w_off, 0, 1 << 30, -20, (-128, 127))
+    np.testing.assert_array_equal(got, kernels.fully_connected_s8(x, w, None, in_off, w_off, 0, 1 << 30, -20))
+    s32 = np.zeros(5, dtype=np.int32)
+    api.lib.cisl_fc_s8_s32(ptr(x[0], c_int8), ptr(w, c_int8), in_off, depth, 5, ptr(s32, c_int32))
+    np.testing.assert_array_equal(s32, kernels.fc_s8_s32(x[0], w, in_off))
+
+
+def test_mirrors_across_chunks(api: h.CmsisApi) -> None:
+    # Inputs larger than one processing chunk of the mirrors.
+    rng = np.random.default_rng(5)
+    x, w = h.rng_int8(rng, (3000, 37)), h.rng_int8(rng, (23, 37))
+    mult = rng.integers(1 << 30, 1 << 31, 23).astype(np.int32)
+    shift = rng.integers(-12, -6, 23).astype(np.int32)
+    np.testing.assert_array_equal(
+        api.fully_connected(x, w, None, 5, 0, -7, mult, shift, (-128, 127)),
+        kernels.fully_connected_s8(x, w, None, 5, 0, -7, mult, shift),
+    )
+    lhs, rhs = h.rng_int8(rng, (1000, 1, 9, 11)), h.rng_int8(rng, (1, 1, 9, 11))
+    np.testing.assert_array_equal(
+        api.batch_matmul(lhs, rhs, 3, -4, 2, 1518500250, -9, (-128, 127)),
+        kernels.batch_matmul_s8(lhs, rhs, 3, -4, 2, 1518500250, -9),
+    )
+    sm = h.rng_int8(rng, (2000, 77))
+    np.testing.assert_array_equal(api.softmax(sm, 1717986918, 23, -248), kernels.softmax_s8(sm, 1717986918, 23, -248))
+
+
 def test_softmax_mirror_vectorises_leading_dims(api: h.CmsisApi) -> None:
     x = h.rng_int8(np.random.default_rng(2), (2, 3, 5, 9))
     mult, shift, diff_min = 1717986918, 23, -248
@@ -316,6 +349,13 @@ def test_layernorm_mirror_per_sample_masks(lib: ctypes.CDLL) -> None:
     beta_q = rng.integers(-(1 << 20), 1 << 20, 13).astype(np.int32)
     want = kernels.layernorm_s8(x, valid, -3, 5, 1234, gamma_q, beta_q)
     for b in range(5):
+        got = c_layernorm(lib, np.ascontiguousarray(x[b]), valid[b], -3, 5, 1234, gamma_q, beta_q)
+        np.testing.assert_array_equal(got, want[b])
+    # more samples than one processing chunk of the mirror
+    x = h.rng_int8(rng, (2500, 5, 13))
+    valid = rng.random((2500, 13)) < 0.6
+    want = kernels.layernorm_s8(x, valid, -3, 5, 1234, gamma_q, beta_q)
+    for b in range(0, 2500, 7):
         got = c_layernorm(lib, np.ascontiguousarray(x[b]), valid[b], -3, 5, 1234, gamma_q, beta_q)
         np.testing.assert_array_equal(got, want[b])
 

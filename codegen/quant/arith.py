@@ -80,6 +80,9 @@ def requantize(v: IntLike, mult: IntLike, shift: IntLike) -> I64:
         t = wrap32(t << np.maximum(s, 0))
     # SRDHM, in place on one buffer (this is the hot path of every matmul mirror)
     p = t * m
+    shape = np.broadcast_shapes(p.shape, s.shape)
+    if p.shape != shape:  # in-place updates below need the full shape
+        p = np.broadcast_to(p, shape).copy()
     p += 1 << 30
     p >>= 31
     if np.any(m == INT32_MIN):  # only INT32_MIN·INT32_MIN leaves the int32 range

@@ -6,10 +6,13 @@ reference executor, so they are vectorised over any number of leading batch
 dimensions. Inputs are int8 arrays; outputs are int8 (int32 for
 :func:`fc_s8_s32`). Arithmetic: shared CMSIS-NN notes §4 and docs/design/kernels.md.
 
-Matrix products are summed in float64 BLAS on the offset-adjusted values: every
-term is an integer of magnitude ≤ 255·255 and every partial sum stays far below
-2^53, so the float sums are exact whatever order BLAS adds in (the bound is
-asserted). The rest is int64 arithmetic on int32 values.
+Matrix products are summed by BLAS on the offset-adjusted values: every term is an
+integer of magnitude ≤ 255·255, so every partial sum is an integer bounded by
+depth·255·255 and the float sums are exact whatever order BLAS adds in — in float32
+while that bound is below 2^24 (depth ≤ 255 for any legal offsets, ≤ 511 with a zero
+weight offset), else in float64 (bound asserted below 2^53). The rest is int64 arithmetic on int32 values, in
+cache-sized chunks; softmax and add use tables over the 256 possible int8 inputs.
+For tens of thousands of samples this is well under a second per kernel.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import numpy.typing as npt
 
 from .arith import (
     INT32_MAX,
+    INT32_MIN,
     SOFTMAX_ACCUM_BITS,
     clz32,
     rdbpot,
@@ -36,6 +40,10 @@ I64 = npt.NDArray[np.int64]
 IntOrArray = int | npt.ArrayLike
 
 _EXACT_FLOAT_SUM = 1 << 53
+_EXACT_FLOAT32_SUM = 1 << 24
+# Elements per chunk of the matmul/softmax pipelines: the int64 temporaries then stay in
+# cache, which is several times faster than whole-array passes on large batches.
+_CHUNK = 1 << 16
 
 
 def _as_i8(x: npt.ArrayLike, name: str) -> I8:
@@ -45,27 +53,39 @@ def _as_i8(x: npt.ArrayLike, name: str) -> I8:
     return a
 
 
-def _check_exact(depth: int, off_a: int, off_b: int) -> None:
-    # |x + off| <= 128 + |off| for int8 x; the sum of `depth` such products must be exact in float64.
+def _sum_dtype(depth: int, off_a: int, off_b: int) -> type[np.floating]:
+    """float32 if every partial sum is an integer below 2^24, else float64 (asserting < 2^53).
+
+    Each term is an integer with |term| <= (128 + |off_a|)(128 + |off_b|), so all partial
+    sums, in whatever order BLAS adds them, are integers bounded by depth times that:
+    exactly representable, hence every addition is exact.
+    """
     bound = depth * (128 + abs(int(off_a))) * (128 + abs(int(off_b)))
     assert bound < _EXACT_FLOAT_SUM, f"float64 matmul not exact for depth {depth}"
-
-
-def _offset_f64(x: I8, off: int) -> npt.NDArray[np.float64]:
-    return x.astype(np.float64) + float(off)
-
-
-def _to_int64(v: npt.NDArray[np.float64]) -> I64:
-    # rint guards against nothing in exact arithmetic, but makes the conversion robust to -0.0.
-    return np.rint(v).astype(np.int64)
+    return np.float32 if bound < _EXACT_FLOAT32_SUM else np.float64
 
 
 def _requant_out(
-    acc: I64, mult: IntOrArray, shift: IntOrArray, out_offset: int, act_min: int, act_max: int
+    acc: I64,
+    mult: IntOrArray,
+    shift: IntOrArray,
+    out_offset: int,
+    act_min: int,
+    act_max: int,
+    may_wrap: bool = True,
 ) -> I8:
-    """requantize, add the output offset in wrapping int32 (as the C does), clamp, cast."""
-    out = wrap32(requantize(acc, mult, shift) + int(out_offset))
-    return np.clip(out, int(act_min), int(act_max)).astype(np.int8)
+    """wrap32 the accumulator, requantize, add the output offset in wrapping int32 (as the C
+    does), clamp, cast. ``may_wrap=False`` when |acc| < 2^31 is known."""
+    if may_wrap:
+        acc = wrap32(acc)
+    y = requantize(acc, mult, shift)
+    y += int(out_offset)
+    if out_offset > 0:
+        y[y > INT32_MAX] -= 1 << 32
+    elif out_offset < 0:
+        y[y < INT32_MIN] += 1 << 32
+    np.clip(y, int(act_min), int(act_max), out=y)
+    return y.astype(np.int8)
 
 
 # ---------------------------------------------------------------------------
@@ -94,11 +114,23 @@ def fully_connected_s8(
     xa, wa = _as_i8(x, "x"), _as_i8(w, "w")
     if wa.ndim != 2 or xa.shape[-1] != wa.shape[1]:
         raise ValueError(f"shape mismatch: x {xa.shape}, w {wa.shape}")
-    _check_exact(wa.shape[1], in_offset, w_offset)
-    acc = _to_int64(_offset_f64(xa, in_offset) @ _offset_f64(wa, w_offset).T)
-    if bias is not None:
-        acc = acc + np.asarray(bias, dtype=np.int64)
-    return _requant_out(wrap32(acc), mult, shift, out_offset, act_min, act_max)
+    depth, n = wa.shape[1], wa.shape[0]
+    ft = _sum_dtype(depth, in_offset, w_offset)
+    w_t = np.ascontiguousarray((wa.astype(ft) + ft(w_offset)).T)
+    b = None if bias is None else np.asarray(bias, dtype=np.int64)
+    bias_max = 0 if b is None else int(np.abs(b).max(initial=0))
+    may_wrap = depth * (128 + abs(int(in_offset))) * (128 + abs(int(w_offset))) + bias_max > INT32_MAX
+    m64, s64 = np.asarray(mult, dtype=np.int64), np.asarray(shift, dtype=np.int64)
+
+    x2 = xa.reshape(-1, depth)
+    out = np.empty((x2.shape[0], n), dtype=np.int8)
+    step = max(1, _CHUNK // max(n, 1))
+    for i in range(0, x2.shape[0], step):
+        acc = ((x2[i : i + step].astype(ft) + ft(in_offset)) @ w_t).astype(np.int64)
+        if b is not None:
+            acc += b
+        out[i : i + step] = _requant_out(acc, m64, s64, out_offset, act_min, act_max, may_wrap)
+    return out.reshape(xa.shape[:-1] + (n,))
 
 
 def batch_matmul_s8(
@@ -121,9 +153,21 @@ def batch_matmul_s8(
     la, ra = _as_i8(lhs, "lhs"), _as_i8(rhs, "rhs")
     if la.ndim < 2 or ra.ndim < 2 or la.shape[-1] != ra.shape[-1]:
         raise ValueError(f"shape mismatch: lhs {la.shape}, rhs {ra.shape}")
-    _check_exact(la.shape[-1], lhs_offset, rhs_offset)
-    acc = _to_int64(_offset_f64(la, lhs_offset) @ np.swapaxes(_offset_f64(ra, rhs_offset), -1, -2))
-    return _requant_out(wrap32(acc), mult, shift, out_offset, act_min, act_max)
+    (m, depth), n = la.shape[-2:], ra.shape[-2]
+    batch = np.broadcast_shapes(la.shape[:-2], ra.shape[:-2])
+    ft = _sum_dtype(depth, lhs_offset, rhs_offset)
+    may_wrap = depth * (128 + abs(int(lhs_offset))) * (128 + abs(int(rhs_offset))) > INT32_MAX
+    l3 = np.broadcast_to(la, batch + (m, depth)).reshape(-1, m, depth)
+    r3 = np.broadcast_to(ra, batch + (n, depth)).reshape(-1, n, depth)
+
+    out = np.empty((l3.shape[0], m, n), dtype=np.int8)
+    step = max(1, _CHUNK // max(m * n, 1))
+    for i in range(0, l3.shape[0], step):
+        a = l3[i : i + step].astype(ft) + ft(lhs_offset)
+        b = r3[i : i + step].astype(ft) + ft(rhs_offset)
+        acc = (a @ np.swapaxes(b, -1, -2)).astype(np.int64)
+        out[i : i + step] = _requant_out(acc, mult, shift, out_offset, act_min, act_max, may_wrap)
+    return out.reshape(batch + (m, n))
 
 
 _EXP_FACTORS = (1672461947, 1302514674, 790015084, 290630308, 39332535, 720401, 242)
@@ -166,20 +210,30 @@ def softmax_s8(x: npt.ArrayLike, mult: int, shift: int, diff_min: int) -> I8:
     undefined; here and in nnref it is the exact rounded quotient.
     """
     xa = _as_i8(x, "x")
-    x64 = xa.astype(np.int64)
-    diff = x64 - x64.max(axis=-1, keepdims=True)  # in [-255, 0]
-    # The scaled exponential depends only on diff: evaluate it once per possible diff.
+    size = xa.shape[-1]
+    # Everything per element depends only on diff = x - max in [-255, 0]: tabulate it.
+    # Entries below diff_min get e = 0 (no contribution to the sum, output exactly -128).
     d_all = np.arange(-255, 1, dtype=np.int64)
     exp_lut = exp_on_negative_values(srdhm(wrap32(d_all * (1 << int(shift))), int(mult)))
-    e = exp_lut[diff + 255]
-    keep = diff >= int(diff_min)
-    total = wrap32(np.where(keep, rdbpot(e, SOFTMAX_ACCUM_BITS), 0).sum(axis=-1, keepdims=True))
-    headroom = clz32(total)
-    normalised = np.where(total > 0, (total << np.minimum(headroom, 31)) & 0xFFFFFFFF, 0)
-    scale = one_over_one_plus_x(wrap32(normalised - (1 << 31)))
-    exponent = SOFTMAX_ACCUM_BITS + 23 - headroom
-    res = rdbpot(srdhm(scale, e), exponent) - 128
-    return np.where(keep, np.clip(res, -128, 127), -128).astype(np.int8)
+    exp_lut = np.where(d_all >= int(diff_min), exp_lut, 0)
+    term_lut = rdbpot(exp_lut, SOFTMAX_ACCUM_BITS)
+
+    x2 = xa.reshape(-1, size)
+    out = np.empty(x2.shape, dtype=np.int8)
+    step = max(1, _CHUNK // max(size, 1))
+    for i in range(0, x2.shape[0], step):
+        xc = x2[i : i + step].astype(np.int64)
+        idx = xc - xc.max(axis=-1, keepdims=True) + 255
+        total = wrap32(term_lut[idx].sum(axis=-1, keepdims=True))
+        headroom = clz32(total)
+        normalised = np.where(total > 0, (total << np.minimum(headroom, 31)) & 0xFFFFFFFF, 0)
+        scale = one_over_one_plus_x(wrap32(normalised - (1 << 31)))
+        exponent = SOFTMAX_ACCUM_BITS + 23 - headroom
+        res = rdbpot(srdhm(scale, exp_lut[idx]), exponent)
+        res -= 128
+        np.clip(res, -128, 127, out=res)
+        out[i : i + step] = res
+    return out.reshape(xa.shape)
 
 
 def elementwise_add_s8(
@@ -204,12 +258,14 @@ def elementwise_add_s8(
     Mo, so) + out_off); all int32 operations wrap. a and b broadcast.
     """
     aa, ba = _as_i8(a, "a"), _as_i8(b, "b")
-    values = np.arange(-128, 128, dtype=np.int64)
-    # Each input term depends on one int8 value only: tabulate it.
-    lut1 = requantize(wrap32((values + int(in1_offset)) << int(left_shift)), int(in1_mult), int(in1_shift))
-    lut2 = requantize(wrap32((values + int(in2_offset)) << int(left_shift)), int(in2_mult), int(in2_shift))
-    total = wrap32(lut1[aa.astype(np.int64) + 128] + lut2[ba.astype(np.int64) + 128])
-    return _requant_out(total, int(out_mult), int(out_shift), out_offset, act_min, act_max)
+    # The output depends only on the pair of int8 values: tabulate all 256 x 256 pairs,
+    # indexed by the raw bytes (uint8 view), then one gather does the whole tensor.
+    values = np.arange(256, dtype=np.uint8).view(np.int8).astype(np.int64)
+    term1 = requantize(wrap32((values + int(in1_offset)) << int(left_shift)), int(in1_mult), int(in1_shift))
+    term2 = requantize(wrap32((values + int(in2_offset)) << int(left_shift)), int(in2_mult), int(in2_shift))
+    total = wrap32(term1[:, None] + term2[None, :])
+    table = _requant_out(total, int(out_mult), int(out_shift), out_offset, act_min, act_max, may_wrap=False)
+    return table[aa.view(np.uint8), ba.view(np.uint8)]
 
 
 # ---------------------------------------------------------------------------
@@ -267,21 +323,47 @@ def layernorm_s8(
         vm = np.asarray(valid, dtype=bool)
         if vm.shape[-1] != cols:
             raise ValueError(f"valid has {vm.shape[-1]} columns, x has {cols}")
-    vm = vm[..., None, :]  # the rows axis
-    xi = xa.astype(np.int64) - int(zp_in)
+    rows = xa.shape[-2]
+    batch = np.broadcast_shapes(xa.shape[:-2], vm.shape[:-1])
+    x3 = np.broadcast_to(xa, batch + (rows, cols)).reshape(-1, rows, cols)
+    v2 = np.broadcast_to(vm, batch + (cols,)).reshape(-1, 1, cols)
+    g = np.asarray(gamma_q, dtype=np.int64)
+    b4096 = np.asarray(beta_q, dtype=np.int64) * 4096
+    out = np.empty(x3.shape, dtype=np.int8)
+    step = max(1, _CHUNK // max(rows * cols, 1))
+    for i in range(0, x3.shape[0], step):
+        out[i : i + step] = _layernorm_chunk(x3[i : i + step], v2[i : i + step], zp_in, zp_out, eps_q, g, b4096)
+    return out.reshape(batch + (rows, cols))
+
+
+def _layernorm_chunk(
+    x: I8, vm: npt.NDArray[np.bool_], zp_in: int, zp_out: int, eps_q: int, g: I64, b4096: I64
+) -> I8:
+    """cisl_layernorm_s8 on x [B, rows, cols] with masks vm [B, 1, cols] (kernels.md, step by step)."""
+    xi = x.astype(np.int64)
+    xi -= int(zp_in)
     xs = np.where(vm, xi, 0)
     n = vm.sum(axis=-1, keepdims=True, dtype=np.int64)
     total = xs.sum(axis=-1, keepdims=True)
-    sumsq = (xs * xs).sum(axis=-1, keepdims=True)
+    xs *= xs
+    sumsq = xs.sum(axis=-1, keepdims=True)
     var_n = n * sumsq - total * total + ((n * n * int(eps_q) + (1 << 15)) >> 16)
     sd = np.maximum(isqrt_u64(var_n << 16), 1)
     shift = _bitlen(sd) + 9
     inv = ((np.uint64(1) << (20 + shift).astype(np.uint64)) // sd.astype(np.uint64)).astype(np.int64)
-    d = n * xi - total
-    t = (d * inv + (np.int64(1) << (shift - 1))) >> shift
-    acc = t * np.asarray(gamma_q, dtype=np.int64) + np.asarray(beta_q, dtype=np.int64) * 4096
-    y = np.clip(int(zp_out) + ((acc + (1 << 27)) >> 28), -128, 127)
-    return np.where(vm, y, int(zp_out)).astype(np.int8)
+    t = xi  # reuse: d = n·(x − zp_in) − sum, then t = (d·inv + 2^(S−1)) >> S
+    t *= n
+    t -= total
+    t *= inv
+    t += np.int64(1) << (shift - 1)
+    t >>= shift
+    t *= g  # acc = t·gamma_q + beta_q·2^12
+    t += b4096
+    t += 1 << 27
+    t >>= 28
+    t += int(zp_out)
+    np.clip(t, -128, 127, out=t)
+    return np.where(vm, t, int(zp_out)).astype(np.int8)
 
 
 def fc_s8_s32(x: npt.ArrayLike, w: npt.ArrayLike, in_offset: int) -> I32:
@@ -289,8 +371,8 @@ def fc_s8_s32(x: npt.ArrayLike, w: npt.ArrayLike, in_offset: int) -> I32:
     xa, wa = _as_i8(x, "x"), _as_i8(w, "w")
     if wa.ndim != 2 or xa.shape[-1] != wa.shape[1]:
         raise ValueError(f"shape mismatch: x {xa.shape}, w {wa.shape}")
-    _check_exact(wa.shape[1], in_offset, 0)
-    acc = _to_int64(_offset_f64(xa, in_offset) @ wa.astype(np.float64).T)
+    ft = _sum_dtype(wa.shape[1], in_offset, 0)
+    acc = ((xa.astype(ft) + ft(in_offset)) @ wa.astype(ft).T).astype(np.int64)
     return wrap32(acc).astype(np.int32)
 
 

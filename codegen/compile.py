@@ -74,6 +74,20 @@ def _choose_split(model: CislModel, devices: int | None) -> tuple[Split, list]:
     return split, full_masks(split, cfg.layers)
 
 
+def _check_kernel_limits(model: CislModel, split: Split) -> None:
+    """Shapes the kernels cannot take: refuse them up front with the fix."""
+    cfg = model.config
+    if cfg.tokens > 511:
+        raise UserError(f"{model.path}: {cfg.tokens} tokens; CMSIS-NN softmax rows must stay below 512 "
+                        f"(its sum overflows beyond), so reduce lookback or increase stride")
+    if cfg.d_model > 32767 or cfg.mlp_hidden > 32767:
+        raise UserError(f"{model.path}: layer width above 32767 is not supported by the int8 kernels")
+    widest = max(split.model_cols(k)[1] - split.model_cols(k)[0] for k in range(split.devices))
+    if cfg.tokens * widest > 65535:
+        raise UserError(f"{model.path}: the head's partial sum over {cfg.tokens} tokens x {widest} columns exceeds "
+                        f"65535 inputs per node; use more devices or a smaller model")
+
+
 def compile_model(model_path: Path, out_dir: Path, opts: CompileOptions,
                   say: Callable[[str], None] = lambda s: None) -> dict:
     """Compile ``model_path`` into ``out_dir``; return the summary written to compile.json."""
@@ -82,6 +96,7 @@ def compile_model(model_path: Path, out_dir: Path, opts: CompileOptions,
     board = load_board(opts.board)
     cfg = model.config
     split, masks = _choose_split(model, opts.devices)
+    _check_kernel_limits(model, split)
     cal_path = Path(opts.calibration) if opts.calibration else Path(model_path).parent / "calibration.npy"
     cal = _load_windows(cal_path, cfg.lookback, "calibration set")
     if len(cal) > opts.max_calibration:  # evenly spaced subset: deterministic and representative

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# cisl developer entry point: sets the machine up (once) and runs a job.
+#
+#   ./dev.sh demo [cisl demo options]   set up, then run the demo on the virtual testbed
+#   ./dev.sh test [pytest options]      set up, then run the test suite
+#   ./dev.sh setup                      only set up
+#
+# Setup installs what is missing: Debian/Ubuntu packages with --no-install-recommends (gcc,
+# python3-venv), then a virtual environment in .venv with torch (CPU build pinned to 2.13.0) and
+# cisl itself (editable). Set CISL_TORCH_INDEX to a pip index URL (e.g. the PyTorch CPU index) if
+# your machine would otherwise download a CUDA build of torch.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+VENV=.venv
+PY=${PYTHON:-python3}
+APT_PACKAGES=(gcc libc6-dev python3-venv)
+
+log() { printf '[dev.sh] %s\n' "$*" >&2; }
+
+need_apt() {
+  local missing=()
+  command -v gcc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
+  "$PY" -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
+  printf '%s\n' "${missing[@]}"
+}
+
+setup_system() {
+  mapfile -t missing < <(need_apt | sed '/^$/d')
+  [ "${#missing[@]}" -eq 0 ] && return 0
+  if ! command -v apt-get >/dev/null 2>&1; then
+    log "missing ${missing[*]} and no apt-get here: install them with your package manager"; exit 2
+  fi
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  log "installing ${missing[*]} (apt, --no-install-recommends)"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+setup_python() {
+  if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+    log "cisl needs Python 3.11 or newer; $PY is $("$PY" --version 2>&1)"; exit 2
+  fi
+  local stamp="$VENV/.cisl-setup"
+  local want
+  want=$(cat pyproject.toml dev.sh | sha256sum | cut -c1-16)
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    return 0
+  fi
+  [ -d "$VENV" ] || { log "creating $VENV"; "$PY" -m venv "$VENV"; }
+  local pip=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
+  log "installing torch 2.13.0 (CPU) and cisl into $VENV"
+  if [ -n "${CISL_TORCH_INDEX:-}" ]; then
+    "${pip[@]}" --index-url "$CISL_TORCH_INDEX" torch==2.13.0
+  else
+    "${pip[@]}" torch==2.13.0
+  fi
+  "${pip[@]}" -e '.[train,test]'
+  echo "$want" > "$stamp"
+}
+
+setup() { setup_system; setup_python; }
+
+cmd=${1:-demo}
+shift || true
+case "$cmd" in
+  setup) setup ;;
+  demo)  setup; exec "$VENV/bin/cisl" demo "$@" ;;
+  test)  setup; exec "$VENV/bin/python" -m pytest "$@" ;;
+  *) log "unknown command '$cmd'; use demo, test or setup"; exit 2 ;;
+esac

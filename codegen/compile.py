@@ -101,11 +101,15 @@ def compile_model(model_path: Path, out_dir: Path, opts: CompileOptions,
     cal = _load_windows(cal_path, cfg.lookback, "calibration set")
     if len(cal) > opts.max_calibration:  # evenly spaced subset: deterministic and representative
         cal = cal[np.linspace(0, len(cal) - 1, opts.max_calibration).round().astype(int)]
-    test_x = test_y = None
-    tw, tt = Path(model_path).parent / "test_windows.npy", Path(model_path).parent / "test_targets.npy"
+    test_x = test_y = test_scale = None
+    here = Path(model_path).parent
+    tw, tt, ts = here / "test_windows.npy", here / "test_targets.npy", here / "test_scale.npy"
     if tw.is_file() and tt.is_file():
         test_x = _load_windows(tw, cfg.lookback, "test windows")
         test_y = np.load(tt, allow_pickle=False).astype(np.float32)
+        if test_y.shape != (len(test_x), cfg.horizon):
+            raise UserError(f"{tt}: shape {test_y.shape}, expected ({len(test_x)}, {cfg.horizon})")
+        test_scale = np.load(ts, allow_pickle=False).astype(np.float32) if ts.is_file() else None
     sim_inputs = (test_x if test_x is not None else cal)[:SIM_INPUTS]
 
     options = {"devices": split.devices, "board": board.name, "max_calibration": opts.max_calibration}
@@ -150,12 +154,12 @@ def compile_model(model_path: Path, out_dir: Path, opts: CompileOptions,
             emit_node(plan, node, d, input_hash, env)
             (d / "memory.txt").write_text(format_plan(buffers_of(node), node.offsets, node.arena_bytes) + "\n")
         np.save(tmp / "inputs.npy", sim_inputs.astype(np.float32))
-        summary = _summary(plan, board, model, test_x, test_y)
+        summary = _summary(plan, board, model, test_x, test_y, test_scale)
         (tmp / "compile.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary
 
 
-def _summary(plan, board, model: CislModel, test_x, test_y) -> dict:
+def _summary(plan, board, model: CislModel, test_x, test_y, test_scale) -> dict:
     """Per-node resources and, when test windows came with the model, the float-vs-int8 error."""
     nodes = []
     for node in plan.nodes:
@@ -167,13 +171,16 @@ def _summary(plan, board, model: CislModel, test_x, test_y) -> dict:
         x = test_x[:256]
         y = test_y[:256]
         fl = PlanExecutor([n.tensors for n in plan.nodes], [n.ops for n in plan.nodes], plan.sgs, "float",
-                          weights=model.weights).run(x.astype(np.float64)).output
+                          weights=model.weights).run(x.astype(np.float32)).output
         q8 = PlanExecutor([n.tensors for n in plan.nodes], [n.ops for n in plan.nodes], plan.sgs, "int8",
                           constants=[n.constants for n in plan.nodes]).run(plan.quantize_input(x)).output
         deq = plan.dequantize_output(q8)
-        mse_f = float(np.mean((fl - y) ** 2))
-        mse_q = float(np.mean((deq - y) ** 2))
-        out["accuracy"] = {"windows": int(len(x)), "mse_float": mse_f, "mse_int8": mse_q,
+        # errors on the data's scale (undoing RevIN), where training reports its MSE
+        w = (test_scale[:256, None] ** 2) if test_scale is not None else 1.0
+        mse_f = float(np.mean((fl - y) ** 2 * w))
+        mse_q = float(np.mean((deq - y) ** 2 * w))
+        out["accuracy"] = {"windows": int(len(x)), "space": "data" if test_scale is not None else "normalised",
+                           "mse_float": mse_f, "mse_int8": mse_q,
                            "relative_mse_increase": (mse_q - mse_f) / mse_f if mse_f > 0 else 0.0,
                            "max_abs_float_vs_int8": float(np.max(np.abs(deq - fl))),
                            "relative_rms_float_vs_int8": float(np.sqrt(np.mean((deq - fl) ** 2) / np.mean(fl ** 2)))}

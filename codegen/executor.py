@@ -227,7 +227,7 @@ class PlanExecutor:
         key = (ref["name"], tuple(ref["rows"]), tuple(ref.get("cols", ())))
         w = self._wcache.get(key)
         if w is None:
-            full = np.asarray(self.weights[ref["name"]], dtype=np.float64)
+            full = np.asarray(self.weights[ref["name"]], dtype=np.float32)
             w = full[np.ix_(ref["rows"], ref["cols"])] if "cols" in ref else full[ref["rows"]]
             self._wcache[key] = w
         return w

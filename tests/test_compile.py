@@ -54,7 +54,7 @@ def test_float_plan_equals_onnx_runtime(tmp_path, devices, keep):
     x = np.load(tmp_path / "m" / "test_windows.npy")
     ref = ort.InferenceSession(str(model)).run(["forecast"], {"window": x})[0]
     got = PlanExecutor([n.tensors for n in plan.nodes], [n.ops for n in plan.nodes], plan.sgs, "float",
-                       weights=load_model(model).weights).run(x.astype(np.float64)).output
+                       weights=load_model(model).weights).run(x).output
     assert np.max(np.abs(got - ref)) < 1e-4
 
 

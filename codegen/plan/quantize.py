@@ -57,7 +57,7 @@ def calibrate(st: Structure, weights: dict[str, np.ndarray], windows: np.ndarray
 
     ex = PlanExecutor([n.tensors for n in st.nodes], [n.ops for n in st.nodes], st.sgs, "float", weights=weights)
     for i in range(0, len(windows), batch):
-        x = np.asarray(windows[i:i + batch], dtype=np.float64)
+        x = np.asarray(windows[i:i + batch], dtype=np.float32)
         observe(0, "input", x)
         r = ex.run(x, observe=observe)
         lo["output"] = min(lo.get("output", np.inf), float(r.output.min()))

@@ -88,13 +88,20 @@ def build_data(cfg: TrainConfig) -> tuple[Splits, dict[str, Any]]:
     return make_splits(series, m.lookback, m.horizon, f"synthetic data (length {d.synthetic_length})"), desc
 
 
-def model_inputs(windows: Windows, idx: np.ndarray, revin: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Windows and targets exactly as the model sees them: RevIN-normalised by the window's statistics."""
+def model_inputs(windows: Windows, idx: np.ndarray, revin: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Windows and targets exactly as the model sees them: RevIN-normalised by the window's statistics.
+
+    Also returns each window's RevIN scale (its std; 1 without RevIN): an error in normalised units
+    times this scale is the error on the data's scale, where train.json reports MSE.
+    """
     x, y = windows.take(idx)
+    scale = np.ones(len(x), dtype=np.float32)
     if revin:
         x, mean, std = revin_normalize(x)
         y = ((y - mean) / std).astype(np.float32)
-    return np.ascontiguousarray(x, dtype=np.float32), np.ascontiguousarray(y, dtype=np.float32)
+        scale = std.reshape(-1).astype(np.float32)
+    return (np.ascontiguousarray(x, dtype=np.float32), np.ascontiguousarray(y, dtype=np.float32),
+            np.ascontiguousarray(scale))
 
 
 @contextmanager
@@ -202,8 +209,8 @@ def run_train(config_path: Path | None, data_csv: Path | None, out_dir: Path, ov
                 **metrics, "history": result.history, "config": config_record}
     onnx_bytes = build_onnx(m, weights, split, masks, s.keep_ratio, training).SerializeToString()
 
-    calib, _ = model_inputs(data.train, data.train.evenly_spaced(t.calibration_samples), m.revin)
-    test_x, test_y = model_inputs(data.test, data.test.evenly_spaced(t.test_samples), m.revin)
+    calib, _, _ = model_inputs(data.train, data.train.evenly_spaced(t.calibration_samples), m.revin)
+    test_x, test_y, test_scale = model_inputs(data.test, data.test.evenly_spaced(t.test_samples), m.revin)
     summary = {**metrics, "epochs": t.epochs, "best_epoch": result.best_epoch,
                "seconds": round(time.perf_counter() - started, 3), "params": params,
                "windows": {"train": int(len(train_idx)), "val": len(data.val), "test": len(data.test)},
@@ -214,6 +221,7 @@ def run_train(config_path: Path | None, data_csv: Path | None, out_dir: Path, ov
         "calibration.npy": _npy_bytes(calib),
         "test_windows.npy": _npy_bytes(test_x),
         "test_targets.npy": _npy_bytes(test_y),
+        "test_scale.npy": _npy_bytes(test_scale),
         "train.json": (json.dumps(report, indent=2) + "\n").encode(),
     })
     return summary

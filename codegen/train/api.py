@@ -38,7 +38,8 @@ from codegen.train.config import TrainConfig, load_config
 from codegen.train.loop import evaluate, fit
 from codegen.train.model import SplitPatchTST, state_to_numpy
 
-OUTPUT_FILES = ("model.onnx", "calibration.npy", "test_windows.npy", "test_targets.npy", "train.json")
+OUTPUT_FILES = ("model.onnx", "calibration.npy", "test_windows.npy", "test_targets.npy", "test_scale.npy",
+                "train.json")
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,29 @@
+"""The main job: `cisl demo` trains, compiles, builds and runs on the virtual testbed, bit-exact."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = [pytest.mark.sim, pytest.mark.train]
+
+
+def test_demo_runs_end_to_end_and_keeps_every_artifact(tmp_path):
+    out = tmp_path / "demo"
+    p = subprocess.run([sys.executable, "-m", "codegen.cli", "demo", "-o", str(out), "--epochs", "1"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "bit-exact" in p.stdout and ": yes" in p.stdout
+    for path in ("model/model.onnx", "model/calibration.npy", "build/plan.json", "build/node_03/cisl_node.c",
+                 "build/node_03/firmware.elf", "logs/node_00.log", "logs/records.jsonl", "report.txt"):
+        assert (out / path).is_file(), path
+    report = json.loads((out / "report.json").read_text())
+    assert report["sim"]["bit_exact"] and report["devices"] == 4
+    assert all(n["bytes_sent_measured_per_inference"] == n["bytes_sent_per_inference"] for n in report["nodes"])
+    # a second run replaces the folder it made before
+    p = subprocess.run([sys.executable, "-m", "codegen.cli", "demo", "-o", str(out), "--epochs", "1"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr[-2000:]

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -126,9 +127,12 @@ static int recv_frame(frame_header *f)
     return f->len > 0 ? read_all(payload, f->len) : 0;
 }
 
+/* Without its medium a virtual node can do nothing useful: say why and stop with a failure code,
+ * so the run is reported as broken rather than as a short one. */
 static void medium_lost(const char *what)
 {
     fprintf(stderr, "cisl sim node %u: lost the medium while %s\n", (unsigned)cisl_node_id, what);
+    exit(3);
 }
 
 int cisl_sim_connect(const char *socket_path)

@@ -98,25 +98,7 @@ def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | 
             t.start()
             procs.append(p)
             threads.append(t)
-        problems = []
-        deadline = time.monotonic() + timeout
-        for n, p in zip(plan.nodes, procs):
-            try:
-                rc = p.wait(timeout=max(1.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                rc = None
-                problems.append(f"node {n.device} did not finish within {timeout:.0f} s")
-            err = p.stderr.read().strip()
-            if rc not in (0, None):
-                problems.append(f"node {n.device} exited with code {rc}" + (f": {err.splitlines()[-1]}" if err else ""))
-        try:
-            medium.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            medium.kill()
-        merr = medium.stderr.read().strip()
-        if medium.returncode not in (0, None) and merr:
-            problems.append(merr.splitlines()[-1])
+        problems = _supervise(plan, procs, medium, timeout)
         for t in threads:
             t.join(timeout=5)
         for proc in (*procs, medium):
@@ -161,6 +143,42 @@ def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | 
     reference = plan.dequantize_output(ref.output)
     return SimResult(len(xq), first is None and not any("forecast" in p for p in problems), first, problems,
                      sent, forecast, reference, records, wall)
+
+
+def _supervise(plan: Plan, procs: list[subprocess.Popen], medium: subprocess.Popen, timeout: float) -> list[str]:
+    """Wait for the run to end. A node that fails ends the whole run at once (the others would only
+    wait for it), and so does a failing medium or the timeout; every process is reaped."""
+    problems: list[str] = []
+    deadline = time.monotonic() + timeout
+    running = dict(zip([n.device for n in plan.nodes], procs))
+    while running:
+        for k, p in list(running.items()):
+            rc = p.poll()
+            if rc is None:
+                continue
+            del running[k]
+            if rc != 0:
+                err = p.stderr.read().strip()
+                problems.append(f"node {k} exited with code {rc}" + (f": {err.splitlines()[-1]}" if err else ""))
+        if problems or medium.poll() not in (None, 0) or time.monotonic() > deadline:
+            if time.monotonic() > deadline:
+                problems.append(f"the run did not finish within {timeout:.0f} s (nodes still running: "
+                                f"{sorted(running)})")
+            for p in running.values():
+                p.kill()
+            for p in running.values():
+                p.wait()
+            break
+        time.sleep(0.02)
+    try:
+        medium.wait(timeout=5 if not problems else 0.5)
+    except subprocess.TimeoutExpired:
+        medium.kill()
+        medium.wait()
+    merr = medium.stderr.read().strip()
+    if medium.returncode not in (0, None) and merr and not problems:
+        problems.append(merr.splitlines()[-1])
+    return problems
 
 
 def _first_payload_difference(plan: Plan, ref: dict, carried: dict, inferences: int) -> str | None:

@@ -163,14 +163,28 @@ def build_cmd(build_dir: Path, board: str | None, jobs: int | None, quiet: bool)
               help="Folder for the nodes' serial logs. Default: BUILD_DIR/logs.")
 @click.option("--timeout", type=click.FloatRange(min=1), default=120.0, show_default=True,
               help="Seconds before a stuck run is aborted.")
+@click.option("--loss", "loss_q", type=click.FloatRange(0.0, 1.0, max_open=True), default=None,
+              help="Drop messages with this probability in each of the three loss modes (link, receiver, sender).")
+@click.option("--loss-link", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.0, show_default=True,
+              help="Probability that one sender->receiver message of a round is lost.")
+@click.option("--loss-receiver", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.0, show_default=True,
+              help="Probability that a receiver gets nothing in a round.")
+@click.option("--loss-sender", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.0, show_default=True,
+              help="Probability that nobody gets a sender's message in a round.")
+@click.option("--loss-seed", type=int, default=0, show_default=True, help="Seed of the loss pattern.")
 @_friendly
-def sim(build_dir: Path, inputs: Path | None, count: int | None, logs: Path | None, timeout: float) -> None:
+def sim(build_dir: Path, inputs: Path | None, count: int | None, logs: Path | None, timeout: float,
+        loss_q: float | None, loss_link: float, loss_receiver: float, loss_sender: float, loss_seed: int) -> None:
     """Run every node of BUILD_DIR as its own process on the virtual testbed.
 
     A medium process carries the somegather messages; each node prints the serial log contract.
     Every message and the sink's forecast are compared with the numpy int8 reference; the first
-    difference is named (inference, node, layer, tensor). Exit code 1 if not bit-exact.
+    difference is named (inference, node, layer, tensor). With --loss*, the medium drops messages
+    and the reference is run with exactly the same lost messages. Exit code 1 if not bit-exact.
     """
+    from .lossmodel import LossRates
+
+    rates = LossRates.uniform(loss_q) if loss_q is not None else LossRates(loss_link, loss_receiver, loss_sender)
     import numpy as np
 
     from .sim.runner import run_sim
@@ -188,7 +202,7 @@ def sim(build_dir: Path, inputs: Path | None, count: int | None, logs: Path | No
             x = np.load(Path(build_dir) / "inputs.npy") if (Path(build_dir) / "inputs.npy").is_file() else None
         if x is not None:
             x = x[:count]
-    r = run_sim(build_dir, x, logs, timeout)
+    r = run_sim(build_dir, x, logs, timeout, rates, loss_seed)
     _print_sim(r, build_dir, logs)
     if not r.ok:
         raise CheckFailed(r.first_difference or r.problems[0])
@@ -199,6 +213,8 @@ def _print_sim(r, build_dir: Path, logs: Path | None) -> None:
                f"(logs in {logs or Path(build_dir) / 'logs'})")
     for p in r.problems:
         click.echo(f"  problem: {p}")
+    if r.delivered != r.expected:
+        click.echo(f"messages delivered: {r.delivered} of {r.expected} (reference run with the same losses)")
     click.echo(f"bit-exact with the int8 reference: {'yes' if r.bit_exact else 'NO'}")
     if r.first_difference:
         click.echo(f"  first difference: {r.first_difference}")

@@ -1,9 +1,12 @@
-"""The ideal medium of the virtual testbed: one process that carries messages between node processes.
+"""The message-level medium of the virtual testbed: one process that carries messages between nodes.
 
 Every communication round is a barrier: once every node has sent its TX frame for a round, each node
-receives every message addressed to it (broadcast, or to it) and an RX_END. Nothing is lost; later
-media (a slot-level radio) plug in at the same place. Every message carried is appended to a
-transcript so the runner can compare it with the reference.
+receives every message addressed to it (broadcast, or to it) and an RX_END. By default nothing is
+lost; with loss rates, each round draws which sender->receiver messages are lost from the paper's
+three loss modes (codegen/lossmodel.py), seeded per (inference, round) so a run is reproducible
+whatever the order in which nodes arrive. Every message sent is appended to a transcript and every
+round's loss pattern to a loss file, so the runner can compare the nodes with the reference run
+under exactly the same losses. A slot-level radio can replace this medium at the same place.
 
 Run as ``python -m codegen.sim.medium --socket S --nodes D --inputs X.npy --transcript T``.
 """
@@ -19,6 +22,7 @@ import time
 
 import numpy as np
 
+from ..lossmodel import LossRates, sample_lost
 from . import protocol as P
 
 
@@ -26,7 +30,8 @@ class MediumError(Exception):
     pass
 
 
-def serve(sock_path: str, nodes: int, inputs: np.ndarray, transcript_path: str, timeout: float) -> None:
+def serve(sock_path: str, nodes: int, inputs: np.ndarray, transcript_path: str, timeout: float,
+          rates: LossRates = LossRates(), seed: int = 0, loss_path: str | None = None) -> None:
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     srv.bind(sock_path)
     srv.listen(nodes)
@@ -54,6 +59,7 @@ def serve(sock_path: str, nodes: int, inputs: np.ndarray, transcript_path: str, 
     rounds: dict[tuple[int, int], dict[int, P.Frame]] = {}
     done: set[int] = set()
     last_progress = time.monotonic()
+    lossf = open(loss_path, "wb") if loss_path else None
     with open(transcript_path, "wb") as transcript:
         while len(done) < nodes:
             events = sel.select(timeout=1.0)
@@ -82,18 +88,30 @@ def serve(sock_path: str, nodes: int, inputs: np.ndarray, transcript_path: str, 
                         raise MediumError(f"node {k} sent twice in round sg={f.sg} of inference {f.inference}")
                     rnd[k] = f
                     if len(rnd) == nodes:
-                        _deliver(conns, rnd, transcript)
+                        lost = _draw_losses(nodes, rates, seed, f.inference, f.sg)
+                        if lossf is not None:
+                            lossf.write(P.LOSS_RECORD.pack(f.inference, f.sg, nodes) + lost.astype(np.uint8).tobytes())
+                        _deliver(conns, rnd, transcript, lost)
                         del rounds[(f.inference, f.sg)]
                 elif f.type == P.BYE:
                     done.add(k)
                     sel.unregister(conns[k])
                 else:
                     raise MediumError(f"node {k} sent an unexpected frame type {f.type}")
+    if lossf is not None:
+        lossf.close()
     for c in conns.values():
         c.close()
 
 
-def _deliver(conns: dict[int, socket.socket], rnd: dict[int, P.Frame], transcript) -> None:
+def _draw_losses(nodes: int, rates: LossRates, seed: int, inference: int, sg: int) -> np.ndarray:
+    """[receiver, sender] loss pattern of one round; depends only on (seed, inference, round)."""
+    if not rates.any:
+        return np.zeros((nodes, nodes), dtype=bool)
+    return sample_lost(np.random.default_rng([seed, inference, sg]), 1, nodes, rates)[0]
+
+
+def _deliver(conns: dict[int, socket.socket], rnd: dict[int, P.Frame], transcript, lost: np.ndarray) -> None:
     for src in sorted(rnd):
         f = rnd[src]
         if f.payload:
@@ -103,7 +121,7 @@ def _deliver(conns: dict[int, socket.socket], rnd: dict[int, P.Frame], transcrip
         any_f = next(iter(rnd.values()))
         for src in sorted(rnd):
             f = rnd[src]
-            if src != k and f.payload and f.dest in (P.BROADCAST, k):
+            if src != k and f.payload and f.dest in (P.BROADCAST, k) and not lost[k, src]:
                 out += P.pack(P.Frame(P.RX, src, k, f.sg, f.inference, f.payload))
         out += P.pack(P.Frame(P.RX_END, 0xFE, k, any_f.sg, any_f.inference, b""))
         c.sendall(bytes(out))
@@ -116,10 +134,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--inputs", required=True, help=".npy int8 [n, lookback]")
     ap.add_argument("--transcript", required=True)
     ap.add_argument("--timeout", type=float, default=60.0)
+    ap.add_argument("--loss", type=float, nargs=3, default=(0.0, 0.0, 0.0), metavar=("LINK", "RECEIVER", "SENDER"),
+                    help="per-round loss probabilities of the three modes")
+    ap.add_argument("--loss-seed", type=int, default=0)
+    ap.add_argument("--loss-file", default=None, help="where to record every round's loss pattern")
     args = ap.parse_args(argv)
     inputs = np.load(args.inputs).astype(np.int8)
     try:
-        serve(args.socket, args.nodes, inputs, args.transcript, args.timeout)
+        serve(args.socket, args.nodes, inputs, args.transcript, args.timeout, LossRates(*args.loss),
+              args.loss_seed, args.loss_file)
     except MediumError as e:
         print(f"medium: {e}", file=sys.stderr, flush=True)
         return 1

@@ -69,3 +69,22 @@ def read_transcript(path) -> dict[tuple[int, int, int], bytes]:
         out[(inf, sg, src)] = data[off:off + n]
         off += n
     return out
+
+
+LOSS_RECORD = struct.Struct("<IHH")  # inference, sg, nodes; then nodes*nodes bytes lost[receiver][sender]
+
+
+def read_losses(path) -> dict[tuple[int, int], "object"]:
+    """(inference, sg) -> bool array [receiver, sender] of the messages the medium dropped."""
+    import numpy as np
+
+    out = {}
+    with open(path, "rb") as f:
+        data = f.read()
+    off = 0
+    while off < len(data):
+        inf, sg, n = LOSS_RECORD.unpack_from(data, off)
+        off += LOSS_RECORD.size
+        out[(inf, sg)] = np.frombuffer(data, dtype=np.uint8, count=n * n, offset=off).reshape(n, n).astype(bool)
+        off += n * n
+    return out

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..errors import UserError
 from ..executor import PlanExecutor
+from ..lossmodel import LossRates
 from ..plan.io import Plan, load_plan
 from ..serial_contract import Record, outputs_by_inference, parse_line
 from . import protocol as P
@@ -42,6 +43,8 @@ class SimResult:
     reference: np.ndarray  # same, from the reference
     records: list[Record] = field(default_factory=list)
     wall_seconds: float = 0.0
+    delivered: int = 0  # messages the nodes received, over all rounds and inferences
+    expected: int = 0  # messages the plan says they should receive
 
     @property
     def ok(self) -> bool:
@@ -59,7 +62,13 @@ def _pump(stream, node: int, log_path: Path, sink: list[Record], raw: list[str])
 
 
 def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | None = None,
-            timeout: float = 120.0) -> SimResult:
+            timeout: float = 120.0, loss: LossRates | None = None, loss_seed: int = 0) -> SimResult:
+    """Run every node of ``build_dir`` on the virtual testbed and compare with the reference.
+
+    With ``loss``, the medium drops messages by the three loss modes (seeded by ``loss_seed``) and
+    the reference runs with exactly the same lost messages, so the comparison stays bit for bit.
+    """
+    loss = loss or LossRates()
     build_dir = Path(build_dir)
     plan = load_plan(build_dir)
     images = [build_dir / f"node_{n.device:02d}" / "firmware.elf" for n in plan.nodes]
@@ -82,9 +91,12 @@ def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | 
         sock = os.path.join(tmp, "medium.sock")
         np.save(os.path.join(tmp, "inputs.npy"), xq)
         transcript = os.path.join(tmp, "transcript.bin")
+        loss_file = os.path.join(tmp, "losses.bin")
         medium = subprocess.Popen(
             [sys.executable, "-m", "codegen.sim.medium", "--socket", sock, "--nodes", str(plan.devices),
-             "--inputs", os.path.join(tmp, "inputs.npy"), "--transcript", transcript, "--timeout", str(timeout)],
+             "--inputs", os.path.join(tmp, "inputs.npy"), "--transcript", transcript, "--timeout", str(timeout),
+             "--loss", str(loss.link), str(loss.receiver), str(loss.sender), "--loss-seed", str(loss_seed),
+             "--loss-file", loss_file],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         ready = medium.stdout.readline().strip()
         if ready != "ready":
@@ -106,6 +118,7 @@ def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | 
                 if stream is not None:
                     stream.close()
         carried = P.read_transcript(transcript) if os.path.exists(transcript) else {}
+        dropped = P.read_losses(loss_file) if os.path.exists(loss_file) else {}
     wall = time.monotonic() - t_start
     records.sort(key=lambda r: (r.host_time or 0.0))
     with open(logs_dir / "records.jsonl", "w") as f:
@@ -113,8 +126,12 @@ def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | 
             f.write(json.dumps(r.to_json()) + "\n")
 
     # -- the reference, on exactly the same int8 inputs
+    lost = None
+    if loss.any:
+        none = np.zeros((plan.devices, plan.devices), dtype=bool)
+        lost = {sg.sg: np.stack([dropped.get((i, sg.sg), none) for i in range(len(xq))]) for sg in plan.sgs}
     ref = PlanExecutor([n.tensors for n in plan.nodes], [n.ops for n in plan.nodes], plan.sgs, "int8",
-                       constants=[n.constants for n in plan.nodes]).run(xq)
+                       constants=[n.constants for n in plan.nodes]).run(xq, lost=lost)
     first = _first_payload_difference(plan, ref.payloads, carried, len(xq))
     outputs = outputs_by_inference([r for r in records if r.node == plan.sink])
     forecast = np.full((len(xq), plan.cfg.horizon), np.nan)
@@ -140,9 +157,11 @@ def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | 
         if len(crcs) != len(xq):
             problems.append(f"node {n.device} reported {len(crcs)} of {len(xq)} inferences")
     sent = {n.device: sum(s.msg_bytes[n.device] for s in plan.sgs) for n in plan.nodes}
+    delivered = sum(int(r.fields["delivered"]) for r in records if r.event == "sg")
+    expected = sum(int(r.fields["expected"]) for r in records if r.event == "sg")
     reference = plan.dequantize_output(ref.output)
     return SimResult(len(xq), first is None and not any("forecast" in p for p in problems), first, problems,
-                     sent, forecast, reference, records, wall)
+                     sent, forecast, reference, records, wall, delivered, expected)
 
 
 def _supervise(plan: Plan, procs: list[subprocess.Popen], medium: subprocess.Popen, timeout: float) -> list[str]:

@@ -220,6 +220,82 @@ def _print_sim(r, build_dir: Path, logs: Path | None) -> None:
         click.echo(f"  first difference: {r.first_difference}")
 
 
+@main.command(name="eval")
+@click.argument("model", type=click.Path(path_type=Path))
+@click.option("--data", type=click.Path(path_type=Path), default=None,
+              help="Score the test split of this data set (same loader and split as `cisl train --data`). "
+                   "Default: the test windows `cisl train` saved next to MODEL.")
+@click.option("--split", "which", type=click.Choice(["test", "val"]), default="test", show_default=True,
+              help="Which split of --data to score.")
+@click.option("--int8", is_flag=True, help="Score the int8 deployment (bit-exact reference) instead of float.")
+@click.option("--devices", type=click.IntRange(min=1), default=None,
+              help="Node count to split for (default: as trained).")
+@click.option("--calibration", type=click.Path(path_type=Path), default=None,
+              help="Calibration windows for --int8 (default: calibration.npy next to MODEL).")
+@click.option("--loss", "loss_q", type=click.FloatRange(0.0, 1.0, max_open=True), default=None,
+              help="Message loss probability applied to all three loss modes (link, receiver, sender).")
+@click.option("--loss-link", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.0, show_default=True,
+              help="Probability that one sender->receiver message of a round is lost.")
+@click.option("--loss-receiver", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.0, show_default=True,
+              help="Probability that a receiver gets nothing in a round.")
+@click.option("--loss-sender", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.0, show_default=True,
+              help="Probability that nobody gets a sender's message in a round.")
+@click.option("--seeds", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Number of loss samplings (seeds 0..N-1); the MSE is reported per seed and as mean/std.")
+@click.option("--max-windows", type=click.IntRange(min=1), default=None,
+              help="Score at most this many windows (evenly spaced).")
+@click.option("--json", "json_out", type=click.Path(path_type=Path), default=None, help="Also write the result here.")
+@_friendly
+def eval_cmd(model: Path, data: Path | None, which: str, int8: bool, devices: int | None, calibration: Path | None,
+             loss_q: float | None, loss_link: float, loss_receiver: float, loss_sender: float, seeds: int,
+             max_windows: int | None, json_out: Path | None) -> None:
+    """Test MSE of MODEL (on the data's StandardScaler scale), float or int8, under sampled message loss.
+
+    Losses follow the paper's three modes, drawn independently for every communication round and
+    window; a lost message's columns contribute nothing, exactly as on the nodes.
+    """
+    import json
+
+    import numpy as np
+    from tqdm import tqdm
+
+    from .evaluate import EvalSet, evaluate_model
+    from .lossmodel import LossRates
+    from .onnx_model import load_model
+
+    m = load_model(model)
+    rates = LossRates.uniform(loss_q) if loss_q is not None else LossRates(loss_link, loss_receiver, loss_sender)
+    if data is not None:
+        from .data.dataset import load_dataset
+
+        splits = load_dataset(data, m.config, m.training.get("config", {}).get("data", {}).get("columns") or None)
+        windows = splits.test if which == "test" else splits.val
+        x, y = windows.take(np.arange(len(windows)))
+        es = EvalSet.from_raw(x, y, m.config.revin)
+    else:
+        here = Path(model).parent
+        try:
+            es = EvalSet(np.load(here / "test_windows.npy"), np.load(here / "test_targets.npy"),
+                         np.load(here / "test_scale.npy") if (here / "test_scale.npy").is_file()
+                         else np.ones(len(np.load(here / "test_windows.npy")), np.float32))
+        except FileNotFoundError as e:
+            raise UserError(f"{e.filename}: not found; pass --data with the data set to score") from None
+    if max_windows is not None and max_windows < len(es.x):
+        pick = np.linspace(0, len(es.x) - 1, max_windows).round().astype(int)
+        es = EvalSet(es.x[pick], es.y[pick], es.scale[pick])
+    r = evaluate_model(m, es, int8, rates, range(seeds), devices, calibration,
+                       progress=lambda it: tqdm(it, desc="eval", unit="batch", leave=False, disable=None))
+    click.echo(f"{r.mode} model, {len(es.x)} windows, loss link/receiver/sender = {rates.link}/{rates.receiver}/"
+               f"{rates.sender} (effective per-link loss {100 * rates.effective_link_loss:.1f} %)")
+    for seed, mse in zip(r.seeds, r.mse):
+        click.echo(f"  seed {seed}: MSE {mse:.5f}")
+    click.echo(f"MSE {r.mean:.5f} +- {r.std:.5f}")
+    if json_out:
+        json_out.write_text(json.dumps({"mode": r.mode, "windows": len(es.x), "loss": vars(rates),
+                                        "effective_link_loss": rates.effective_link_loss, "seeds": r.seeds,
+                                        "mse": r.mse, "mean": r.mean, "std": r.std}, indent=1) + "\n")
+
+
 @main.command()
 @click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), default=Path("cisl-demo"),
               show_default=True, help="Folder for every artifact of the demo.")

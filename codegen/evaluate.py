@@ -1,19 +1,25 @@
-"""Forecast error of a compiled plan: float plan vs int8 reference, on the data's scale.
+"""Forecast error of a model: float or int8, with or without sampled message loss.
 
-The int8 path is exactly what the nodes compute (the reference is bit-exact with the generated C);
-the float path is the same split model in float (equal to ONNX Runtime and torch within 1e-4).
-Windows are RevIN-normalised on the host as in deployment, and errors are measured after undoing
-RevIN, i.e. on the dataset's StandardScaler scale where the literature reports ETT MSE.
+The int8 path is exactly what the nodes compute (the reference executor is bit-exact with the
+generated C, also under loss); the float path is the same split model in float (equal to ONNX
+Runtime and torch within 1e-4). Windows are RevIN-normalised on the host as in deployment, and
+errors are measured after undoing RevIN, i.e. on the dataset's StandardScaler scale where the
+literature reports ETT MSE.
 """
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
 
 import numpy as np
 
 from .data.revin import revin_normalize
 from .executor import PlanExecutor
+from .lossmodel import LossRates, sample_rounds
+from .onnx_model import CislModel
 from .plan.io import Plan
 
 
@@ -28,23 +34,99 @@ class Accuracy:
         return (self.mse_int8 - self.mse_float) / self.mse_float
 
 
+@dataclass
+class EvalSet:
+    """Normalised windows and targets, and each window's RevIN scale (errors x scale = data errors)."""
+
+    x: np.ndarray  # [n, L] float32, normalised
+    y: np.ndarray  # [n, horizon] float32, normalised like x
+    scale: np.ndarray  # [n] float32
+
+    @staticmethod
+    def from_raw(x: np.ndarray, y: np.ndarray, revin: bool = True) -> "EvalSet":
+        if not revin:
+            return EvalSet(x.astype(np.float32), y.astype(np.float32), np.ones(len(x), np.float32))
+        xn, mean, std = revin_normalize(x)
+        return EvalSet(xn, ((y - mean) / std).astype(np.float32), std.reshape(-1).astype(np.float32))
+
+
 def forecast_mse(plan: Plan, weights: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray, revin: bool = True,
                  batch: int = 1024, progress=None) -> Accuracy:
     """MSE of the float plan and of the int8 reference on raw windows x [n, L] with targets y [n, horizon]."""
-    flt = PlanExecutor([n.tensors for n in plan.nodes], [n.ops for n in plan.nodes], plan.sgs, "float", weights=weights)
-    q8 = PlanExecutor([n.tensors for n in plan.nodes], [n.ops for n in plan.nodes], plan.sgs, "int8",
-                      constants=[n.constants for n in plan.nodes])
-    se_f = se_q = 0.0
-    starts = range(0, len(x), batch)
+    data = EvalSet.from_raw(x, y, revin)
+    flt = _executor(plan, "float", weights)
+    q8 = _executor(plan, "int8")
+    return Accuracy(len(x), _mse(flt, data, None, None, batch, progress), _mse(q8, data, plan, None, batch, progress))
+
+
+def _executor(plan: Plan, mode: str, weights: dict[str, np.ndarray] | None = None) -> PlanExecutor:
+    return PlanExecutor([n.tensors for n in plan.nodes], [n.ops for n in plan.nodes], plan.sgs, mode,
+                        weights=weights, constants=[n.constants for n in plan.nodes] if mode == "int8" else None)
+
+
+def _mse(ex: PlanExecutor, data: EvalSet, plan: Plan | None, loss: tuple[LossRates, int] | None, batch: int,
+         progress) -> float:
+    """Squared error on the data's scale, averaged; ``plan`` given = int8 (quantise in, de-quantise out)."""
+    rng = np.random.default_rng(loss[1]) if loss else None
+    se = 0.0
+    starts = range(0, len(data.x), batch)
     for i in (progress(starts) if progress else starts):
-        xb, yb = x[i:i + batch], y[i:i + batch]
-        if revin:
-            xn, mean, std = revin_normalize(xb)
+        xb, yb, sb = data.x[i:i + batch], data.y[i:i + batch], data.scale[i:i + batch]
+        lost = sample_rounds(rng, len(ex.sgs), len(xb), ex.devices, loss[0]) if loss else None
+        if plan is not None:
+            pred = plan.dequantize_output(ex.run(plan.quantize_input(xb), lost=lost).output)
         else:
-            xn, mean, std = xb.astype(np.float32), np.zeros((len(xb), 1)), np.ones((len(xb), 1))
-        pf = flt.run(xn.astype(np.float32)).output * std + mean
-        pq = plan.dequantize_output(q8.run(plan.quantize_input(xn)).output) * std + mean
-        se_f += float(np.sum((pf - yb) ** 2))
-        se_q += float(np.sum((pq - yb) ** 2))
-    n = y.size
-    return Accuracy(len(x), se_f / n, se_q / n)
+            pred = ex.run(xb.astype(np.float32), lost=lost).output
+        se += float(np.sum(((pred - yb) * sb[:, None]) ** 2))
+    return se / data.y.size
+
+
+@dataclass
+class LossEval:
+    mode: str  # "float" or "int8"
+    rates: LossRates
+    seeds: list[int]
+    mse: list[float]  # per seed
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.mse))
+
+    @property
+    def std(self) -> float:
+        return float(np.std(self.mse))
+
+
+def evaluate_model(model: CislModel, data: EvalSet, int8: bool, rates: LossRates, seeds: Iterable[int],
+                   devices: int | None = None, calibration: Path | None = None, batch: int = 1024,
+                   progress: Callable | None = None) -> LossEval:
+    """Test MSE of ``model`` under sampled message loss, once per seed.
+
+    Float: the split model in float. int8: the model compiled (in a temporary folder, with the
+    calibration set) and run through the bit-exact int8 reference. Losses are drawn per round and
+    window from the paper's three modes; seeds make every run reproducible.
+    """
+    from .compile import CompileOptions, _choose_split, compile_model
+    from .plan.io import load_plan
+    from .plan.structure import build_structure
+
+    seeds = list(seeds)
+    plan = None
+    if int8:
+        with tempfile.TemporaryDirectory(prefix="cisl-eval-") as tmp:
+            compile_model(model.path, Path(tmp) / "build", CompileOptions(devices=devices, calibration=calibration))
+            plan = load_plan(Path(tmp) / "build")
+        ex = _executor(plan, "int8")
+    else:  # the float split model needs no quantisation: run the plan's structure directly
+        split, masks = _choose_split(model, devices)
+        st = build_structure(model.config, split, masks, model.keep_ratio)
+        ex = PlanExecutor([n.tensors for n in st.nodes], [n.ops for n in st.nodes], st.sgs, "float",
+                          weights=model.weights)
+    mses = []
+    for seed in seeds:
+        loss = (rates, seed) if rates.any else None
+        mses.append(_mse(ex, data, plan, loss, batch, progress))
+        if not rates.any:  # without loss every seed gives the same number
+            mses = mses * len(seeds)
+            break
+    return LossEval("int8" if int8 else "float", rates, seeds, mses)

@@ -7,6 +7,9 @@
   errors are measured on that scale.
 * Windows have stride 1 and are channel independent: every (channel, start) pair is one
   univariate sample. See /work/shared/notes/datasets.md §2.
+* Data made of several independent series (ICD recordings, the series of a Monash .tsf file) is a
+  list of segments: `SegmentWindows` cuts windows inside each segment, never across two, and
+  `make_segment_splits` fits the scaler on the pooled train segments.
 """
 
 from __future__ import annotations
@@ -29,12 +32,15 @@ def split_borders(rows: int, lookback: int) -> list[tuple[int, int]]:
         train_end = _ETT_MONTHS[0] * per_month
         val_end = train_end + _ETT_MONTHS[1] * per_month
         test_end = val_end + _ETT_MONTHS[2] * per_month
-    else:
-        train_end = int(rows * 0.7)
-        test_len = int(rows * 0.2)
-        val_end = rows - test_len
-        test_end = rows
-    return [(0, train_end), (max(0, train_end - lookback), val_end), (max(0, val_end - lookback), test_end)]
+        return [(0, train_end), (max(0, train_end - lookback), val_end), (max(0, val_end - lookback), test_end)]
+    return ratio_borders(rows, lookback)
+
+
+def ratio_borders(rows: int, lookback: int) -> list[tuple[int, int]]:
+    """The 70/10/20 split by time (LTSF `Dataset_Custom`), whatever the length: [start, end) rows."""
+    train_end = int(rows * 0.7)
+    val_end = rows - int(rows * 0.2)
+    return [(0, train_end), (max(0, train_end - lookback), val_end), (max(0, val_end - lookback), rows)]
 
 
 @dataclass(frozen=True)
@@ -47,9 +53,14 @@ class StandardScaler:
     @staticmethod
     def fit(rows: np.ndarray) -> "StandardScaler":
         rows = np.asarray(rows, dtype=np.float64)
-        std = rows.std(axis=0)
-        std[std == 0] = 1.0  # a constant channel is only centred (sklearn does the same)
-        return StandardScaler(rows.mean(axis=0), std)
+        mean, var = rows.mean(axis=0), rows.var(axis=0)
+        # A constant channel is only centred. Like sklearn (_is_constant_feature), "constant" allows for
+        # the rounding of the mean: a channel whose train rows all hold 1379.99975585 has var ~1e-22.
+        eps = np.finfo(np.float64).eps
+        constant = var <= len(rows) * eps * var + (len(rows) * mean * eps) ** 2
+        std = np.sqrt(var)
+        std[constant] = 1.0
+        return StandardScaler(mean, std)
 
     def transform(self, x: np.ndarray) -> np.ndarray:
         return ((np.asarray(x, dtype=np.float64) - self.mean) / self.std).astype(np.float32)
@@ -96,13 +107,62 @@ class Windows:
         return np.arange(count, dtype=np.int64) * n // count
 
 
+class SegmentWindows:
+    """Stride-1 windows of several independent series (segments), never crossing from one to the next.
+
+    Every segment is [rows, channels] (scaled float32; segments may differ in length but not in
+    channels). Sample order is segment-major, then channel, then start, so one segment gives the
+    same samples in the same order as `Windows`. Segments too short for one window give none.
+    """
+
+    def __init__(self, segments: list[np.ndarray] | tuple[np.ndarray, ...], lookback: int, horizon: int):
+        self.segments = tuple(np.asarray(s, dtype=np.float32) for s in segments)
+        if any(s.ndim != 2 for s in self.segments):
+            raise ValueError("segments must be [rows, channels]")
+        self.lookback, self.horizon = lookback, horizon
+        columns = [s[:, c] for s in self.segments for c in range(s.shape[1])]  # one univariate series each
+        self._channel = np.array([c for s in self.segments for c in range(s.shape[1])], dtype=np.int64)
+        lengths = np.array([len(c) for c in columns], dtype=np.int64)
+        self._flat = np.concatenate(columns) if columns else np.zeros(0, np.float32)
+        self._col_start = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        counts = np.maximum(0, lengths - lookback - horizon + 1)
+        self._first = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)  # first sample of each column
+
+    def __len__(self) -> int:
+        return int(self._first[-1])
+
+    def take(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Inputs x [n, lookback] and targets y [n, horizon] (float32) of the given samples."""
+        idx = np.asarray(idx, dtype=np.int64)
+        col = np.searchsorted(self._first, idx, side="right") - 1
+        base = self._col_start[col] + idx - self._first[col]
+        x = self._flat[base[:, None] + np.arange(self.lookback)]
+        y = self._flat[base[:, None] + self.lookback + np.arange(self.horizon)]
+        return x, y
+
+    def channel_of(self, idx: np.ndarray) -> np.ndarray:
+        """The channel (column of the segments) of each given sample, e.g. to undo the scaler."""
+        idx = np.asarray(idx, dtype=np.int64)
+        return self._channel[np.searchsorted(self._first, idx, side="right") - 1]
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.take(np.arange(len(self)))
+
+    def evenly_spaced(self, count: int) -> np.ndarray:
+        """``count`` strictly increasing sample indices spread evenly over the split (all if fewer)."""
+        n = len(self)
+        if count >= n:
+            return np.arange(n)
+        return np.arange(count, dtype=np.int64) * n // count
+
+
 @dataclass(frozen=True)
 class Splits:
-    train: Windows
-    val: Windows
-    test: Windows
+    train: Windows | SegmentWindows
+    val: Windows | SegmentWindows
+    test: Windows | SegmentWindows
     scaler: StandardScaler
-    borders: list[tuple[int, int]]
+    borders: list[tuple[int, int]]  # row borders of a single series (make_splits); empty for segments
 
 
 def make_splits(series: np.ndarray, lookback: int, horizon: int, source: str) -> Splits:
@@ -123,3 +183,33 @@ def make_splits(series: np.ndarray, lookback: int, horizon: int, source: str) ->
             raise UserError(f"{source} has too few rows ({rows}) for lookback {lookback} + horizon {horizon}: "
                             f"the {name} split has no window; use more data or a shorter lookback/horizon")
     return Splits(parts[0], parts[1], parts[2], scaler, borders)
+
+
+def time_split_segments(series: list[np.ndarray], lookback: int) -> tuple[list[np.ndarray], ...]:
+    """Split every series by time 70/10/20 (`ratio_borders`): three lists of segments.
+
+    As in `make_splits`, validation and test segments start ``lookback`` rows early so that their
+    first windows' targets are the split's first rows.
+    """
+    parts: tuple[list[np.ndarray], ...] = ([], [], [])
+    for s in series:
+        for part, (a, b) in zip(parts, ratio_borders(len(s), lookback)):
+            part.append(s[a:b])
+    return parts
+
+
+def make_segment_splits(train: list[np.ndarray], val: list[np.ndarray], test: list[np.ndarray], lookback: int,
+                        horizon: int, source: str) -> Splits:
+    """Scale every segment [rows, channels] with the statistics of the pooled train rows; window each split.
+
+    ``source`` names the data in error messages.
+    """
+    if not train:
+        raise UserError(f"{source} has no training data; use more data")
+    scaler = StandardScaler.fit(np.concatenate([np.asarray(s, dtype=np.float64) for s in train], axis=0))
+    parts = [SegmentWindows([scaler.transform(s) for s in segs], lookback, horizon) for segs in (train, val, test)]
+    for name, part in zip(("train", "validation", "test"), parts):
+        if len(part) == 0:
+            raise UserError(f"{source}: the {name} split has no window of lookback {lookback} + horizon {horizon} "
+                            "rows; use more or longer series, or a shorter lookback/horizon")
+    return Splits(parts[0], parts[1], parts[2], scaler, [])

@@ -62,7 +62,13 @@ def main() -> None:
 @click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), default=Path("model"), show_default=True,
               help="Output folder for model.onnx, calibration.npy, test windows and train.json.")
 @click.option("--data", type=click.Path(path_type=Path), default=None,
-              help="Train on this ETT-format CSV (a date column and numeric columns) instead of the config's data.")
+              help="Train on this data instead of the config's: an ETT-format .csv (a date column and numeric "
+                   "columns), a Monash .tsf file, or a folder of ICD recordings (MM-DDTHHMMSS_NNN_modeK.csv).")
+@click.option("--resume", is_flag=True,
+              help="Continue the interrupted run from its checkpoint (same config and data; same bytes as an "
+                   "uninterrupted run).")
+@click.option("--work", "work_dir", type=click.Path(path_type=Path), default=None,
+              help="Folder for the per-epoch checkpoint. Default: .OUT.cisl-train next to the output folder.")
 @click.option("--epochs", type=click.IntRange(min=0), default=None, help="Override [train] epochs.")
 @click.option("--devices", type=click.IntRange(min=1), default=None, help="Override [split] devices.")
 @click.option("--keep-ratio", type=click.FloatRange(0.0, 1.0, min_open=True), default=None,
@@ -70,19 +76,26 @@ def main() -> None:
 @click.option("--seed", type=int, default=None, help="Override [train] seed.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
 @_friendly
-def train(config: Path | None, out_dir: Path, data: Path | None, epochs: int | None, devices: int | None,
-          keep_ratio: float | None, seed: int | None, quiet: bool) -> None:
+def train(config: Path | None, out_dir: Path, data: Path | None, resume: bool, work_dir: Path | None,
+          epochs: int | None, devices: int | None, keep_ratio: float | None, seed: int | None, quiet: bool) -> None:
     """Train the split model described by CONFIG (TOML; omit it for the defaults).
 
     Writes OUT/model.onnx (float, cisl metadata in metadata_props), OUT/calibration.npy,
     OUT/test_windows.npy, OUT/test_targets.npy and OUT/train.json. Without --data and without a
-    [data] section it trains on built-in synthetic multivariate series.
+    [data] section it trains on built-in synthetic multivariate series. A checkpoint is saved after
+    every epoch (see --work); after an interruption, the same command with --resume continues.
     """
     if config is not None and not config.is_file():
         raise UserError(f"{config}: config file not found; give a TOML file or omit it for the defaults")
-    if data is not None and not data.is_file():
-        raise UserError(f"{data}: data file not found; give an ETT-format CSV file")
-    from .train.api import run_train  # torch is imported only here
+    if data is not None and not data.exists():
+        raise UserError(f"{data}: not found; give an ETT-format .csv, a Monash .tsf file or a folder of ICD "
+                        "recordings")
+    from .train.api import CHECKPOINT_NAME, default_work_dir, run_train  # torch is imported only here
+
+    checkpoint = (work_dir or default_work_dir(out_dir)) / CHECKPOINT_NAME
+    if not resume and checkpoint.is_file() and not quiet:
+        click.echo(f"note: starting from scratch; the checkpoint of an earlier run in {checkpoint.parent} will be "
+                   "overwritten (pass --resume to continue that run instead)", err=True)
 
     overrides: dict = {}
     if epochs is not None:
@@ -93,7 +106,11 @@ def train(config: Path | None, out_dir: Path, data: Path | None, epochs: int | N
         overrides["split.keep_ratio"] = keep_ratio
     if seed is not None:
         overrides["train.seed"] = seed
-    s = run_train(config, data, out_dir, overrides or None, progress=not quiet)
+    s = run_train(config, data, out_dir, overrides or None, progress=not quiet, resume=resume, work_dir=work_dir)
+    if s.get("stopped"):
+        click.echo(f"stopped after epoch {s['epochs_done']} of {s['epochs']} ([train] stop_after_epochs); "
+                   f"checkpoint {s['checkpoint']}; continue with the same command and --resume")
+        return
     click.echo(f"trained {s['params']} parameters in {s['seconds']:.1f} s: "
                f"val MSE {s['val_mse']:.4f}, test MSE {s['test_mse']:.4f} -> {out_dir / 'model.onnx'}")
 

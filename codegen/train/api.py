@@ -6,12 +6,15 @@ Outputs (written atomically into ``out_dir``):
   test_windows.npy    float32 [n_test, L]: test inputs as the model sees them (after RevIN if on)
   test_targets.npy    float32 [n_test, horizon]: their targets, normalised the same way
   train.json          summary + resolved config + per-epoch history
+
+While training, a checkpoint is saved after every epoch into the run's work folder (by default the
+hidden sibling ``.<out name>.cisl-train/`` of ``out_dir``); ``resume=True`` continues from it and
+gives the same bytes as an uninterrupted run. The checkpoint is deleted once the outputs are written.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import io
 import json
 import os
@@ -26,16 +29,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from codegen.data.csvdata import load_csv
-from codegen.data.protocol import Splits, Windows, make_splits
+from codegen.data.dataset import load_data, source_for_path
+from codegen.data.protocol import SegmentWindows, Splits, Windows, make_splits
 from codegen.data.revin import revin_normalize
 from codegen.data.synthetic import synthetic_series
 from codegen.errors import UserError
 from codegen.modelspec import ModelConfig
 from codegen.onnx_model import build_onnx
 from codegen.partition import Masks, Split, full_masks, random_masks
-from codegen.train.config import TrainConfig, load_config
-from codegen.train.loop import evaluate, fit
+from codegen.train.config import DataConfig, TrainConfig, load_config
+from codegen.train.loop import checkpoint_meta, evaluate, fit, load_checkpoint
 from codegen.train.model import SplitPatchTST, state_to_numpy
 
 OUTPUT_FILES = ("model.onnx", "calibration.npy", "test_windows.npy", "test_targets.npy", "test_scale.npy",
@@ -71,25 +74,18 @@ def make_untrained(cfg: ModelConfig, split: Split, masks: Masks, seed: int) -> d
     return state_to_numpy(model)
 
 
-def _csv_description(path: Path, names: list[str]) -> dict[str, Any]:
-    return {"source": "csv", "file": path.name, "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-            "columns": names}
-
-
 def build_data(cfg: TrainConfig) -> tuple[Splits, dict[str, Any]]:
     """The scaled train/val/test windows and a provenance description of the data."""
     d, m = cfg.data, cfg.model
-    if d.source == "csv":
-        path = Path(d.path)
-        series, names = load_csv(path, d.columns)
-        return make_splits(series, m.lookback, m.horizon, str(path)), _csv_description(path, names)
+    if d.source != "synthetic":  # csv, tsf, icd: codegen.data.dataset picks the loader
+        return load_data(d.source, d.path, d.columns, m.lookback, m.horizon, d.manifest or None)
     series, names = synthetic_series(d.synthetic_length, d.synthetic_channels, d.synthetic_seed)
     desc = {"source": "synthetic", "length": d.synthetic_length, "channels": d.synthetic_channels,
             "seed": d.synthetic_seed}
     return make_splits(series, m.lookback, m.horizon, f"synthetic data (length {d.synthetic_length})"), desc
 
 
-def model_inputs(windows: Windows, idx: np.ndarray, revin: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def model_inputs(windows: Windows | SegmentWindows, idx: np.ndarray, revin: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Windows and targets exactly as the model sees them: RevIN-normalised by the window's statistics.
 
     Also returns each window's RevIN scale (its std; 1 without RevIN): an error in normalised units
@@ -159,30 +155,86 @@ def _umask() -> int:
 # run_train
 # --------------------------------------------------------------------------------------------
 
-def _resolve_config(config_path: Path | None, data_csv: Path | None, overrides: dict | None) -> TrainConfig:
+CHECKPOINT_NAME = "checkpoint.pt"
+
+
+def default_work_dir(out_dir: Path) -> Path:
+    """Where a run keeps its checkpoint: the hidden sibling ``.<name>.cisl-train`` of the output folder."""
+    out = Path(out_dir).absolute()
+    return out.parent / f".{out.name}.cisl-train"
+
+
+def _resolve_config(config_path: Path | None, data_path: Path | None, overrides: dict | None) -> TrainConfig:
     cfg = load_config(config_path, overrides)
-    if data_csv is not None:
-        cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, source="csv", path=str(data_csv)))
-    if cfg.data.source == "csv" and not cfg.data.path:
-        raise UserError(f'{config_path or "config"}: [data] source = "csv" needs a path; set [data] path '
-                        "or pass the CSV file")
+    if data_path is not None:  # the loader follows the path: .csv, .tsf or a folder of ICD recordings
+        source = source_for_path(data_path, cfg.data.source)
+        base = cfg.data if source == cfg.data.source else DataConfig()  # columns/manifest belong to the config's source
+        cfg = dataclasses.replace(cfg, data=dataclasses.replace(base, source=source, path=str(data_path)))
+    if cfg.data.source != "synthetic" and not cfg.data.path:
+        raise UserError(f'{config_path or "config"}: [data] source = "{cfg.data.source}" needs a path; set [data] '
+                        "path or pass --data")
     return cfg
 
 
-def run_train(config_path: Path | None, data_csv: Path | None, out_dir: Path, overrides: dict | None = None,
-              progress: bool = True) -> dict:
+def _resume_meta(cfg: TrainConfig, data_desc: dict[str, Any]) -> dict[str, Any]:
+    """What a resumed run must share with the checkpoint: the config (minus run control) and the data."""
+    config = cfg.to_dict()
+    for key in ("path", "manifest"):  # where the data lies may change; its content (data_desc) may not
+        config["data"].pop(key, None)
+    config["train"].pop("stop_after_epochs", None)
+    return json.loads(json.dumps({"config": config, "data": data_desc}))  # as the checkpoint stores it
+
+
+def _first_difference(saved: Any, now: Any, key: str = "") -> tuple[str, Any, Any] | None:
+    if isinstance(saved, dict) and isinstance(now, dict):
+        for k in list(now) + [k for k in saved if k not in now]:
+            diff = _first_difference(saved.get(k, "(absent)"), now.get(k, "(absent)"), f"{key}.{k}" if key else k)
+            if diff:
+                return diff
+        return None
+    return None if saved == now else (key, saved, now)
+
+
+def _check_resumable(path: Path, saved: dict[str, Any], now: dict[str, Any]) -> None:
+    diff = _first_difference(saved, now)
+    if diff is None:
+        return
+    key, was, is_now = diff
+    part, _, rest = key.partition(".")
+    if part == "config":
+        section, _, name = rest.partition(".")
+        what = f"[{section}] {name}"
+    else:
+        what = f"the data ({rest})"
+    raise UserError(f"{path}: cannot resume: {what} was {json.dumps(was)} in the interrupted run, now "
+                    f"{json.dumps(is_now)}; resume with the same configuration and data, or run without --resume")
+
+
+def run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, overrides: dict | None = None,
+              progress: bool = True, resume: bool = False, work_dir: Path | None = None) -> dict:
     """Train the split model and write the outputs into ``out_dir``; returns the summary.
 
-    ``config_path`` None means the defaults; ``data_csv`` (if given) replaces the [data] source
-    with that CSV; ``overrides`` is {"section.key": value} or {"section": {key: value}}.
+    ``config_path`` None means the defaults; ``data_path`` (if given) replaces the [data] source with
+    that file or folder (loader by extension: .csv, .tsf, folder = ICD); ``overrides`` is
+    {"section.key": value} or {"section": {key: value}}. A checkpoint is saved after every epoch in
+    ``work_dir`` (default `default_work_dir`); ``resume`` continues from it. If [train]
+    stop_after_epochs ends the run early, nothing is written to ``out_dir`` and the summary is
+    {"stopped": True, "epochs_done", "epochs", "checkpoint", "seconds"}.
     """
     started = time.perf_counter()
-    cfg = _resolve_config(config_path, data_csv, overrides)
+    cfg = _resolve_config(config_path, data_path, overrides)
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"{out_dir} exists and is not a directory; choose another output folder")
     m, s, t = cfg.model, cfg.split, cfg.train
     data, data_desc = build_data(cfg)
+    work = Path(work_dir) if work_dir is not None else default_work_dir(out_dir)
+    ckpt_path = work / CHECKPOINT_NAME
+    meta = _resume_meta(cfg, data_desc)
+    state = None
+    if resume:
+        state = load_checkpoint(ckpt_path)
+        _check_resumable(ckpt_path, checkpoint_meta(state), meta)
 
     split = Split.even(s.devices, m.heads, m.d_model, m.mlp_hidden)
     masks = make_masks(split, m.layers, s.keep_ratio, s.mask_seed)
@@ -194,7 +246,11 @@ def run_train(config_path: Path | None, data_csv: Path | None, out_dir: Path, ov
         if 0 < t.max_train_windows < n_train:  # a random subset, fixed by the seed
             train_idx = np.sort(np.random.default_rng([t.seed, 1]).choice(n_train, t.max_train_windows,
                                                                           replace=False))
-        result = fit(model, data.train, train_idx, data.val, t, m.revin, progress)
+        result = fit(model, data.train, train_idx, data.val, t, m.revin, progress, checkpoint=ckpt_path, meta=meta,
+                     resume=state)
+        if result.stopped:
+            return {"stopped": True, "epochs_done": result.epochs_done, "epochs": t.epochs,
+                    "checkpoint": str(ckpt_path), "seconds": round(time.perf_counter() - started, 3)}
         model.load_state_dict(result.best_state)
         metrics = {
             "train_mse": evaluate(model, data.train, m.revin, train_idx),
@@ -206,6 +262,8 @@ def run_train(config_path: Path | None, data_csv: Path | None, out_dir: Path, ov
 
     config_record = cfg.to_dict()
     config_record["data"]["path"] = Path(cfg.data.path).name if cfg.data.path else ""  # no machine paths
+    config_record["data"]["manifest"] = Path(cfg.data.manifest).name if cfg.data.manifest else ""
+    config_record["train"].pop("stop_after_epochs", None)  # run control: a resumed run records the same model
     training = {"data": data_desc, "epochs": t.epochs, "best_epoch": result.best_epoch, "seed": t.seed,
                 **metrics, "history": result.history, "config": config_record}
     onnx_bytes = build_onnx(m, weights, split, masks, s.keep_ratio, training).SerializeToString()
@@ -215,7 +273,7 @@ def run_train(config_path: Path | None, data_csv: Path | None, out_dir: Path, ov
     summary = {**metrics, "epochs": t.epochs, "best_epoch": result.best_epoch,
                "seconds": round(time.perf_counter() - started, 3), "params": params,
                "windows": {"train": int(len(train_idx)), "val": len(data.val), "test": len(data.test)},
-               "data": data_desc}
+               "data": data_desc, "resumed_from_epoch": result.resumed_from}
     report = {"summary": summary, "config": config_record, "history": result.history}
     write_atomically(out_dir, {
         "model.onnx": onnx_bytes,
@@ -225,4 +283,9 @@ def run_train(config_path: Path | None, data_csv: Path | None, out_dir: Path, ov
         "test_scale.npy": _npy_bytes(test_scale),
         "train.json": (json.dumps(report, indent=2) + "\n").encode(),
     })
+    ckpt_path.unlink(missing_ok=True)  # the outputs are complete: nothing left to resume
+    try:
+        work.rmdir()
+    except OSError:
+        pass  # not empty (the user's --work folder holds other files) or already gone
     return summary

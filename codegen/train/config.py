@@ -27,9 +27,10 @@ class SplitConfig:
 
 @dataclass(frozen=True)
 class DataConfig:
-    source: str = "synthetic"  # "synthetic" | "csv"
-    path: str = ""  # the CSV (relative paths are relative to the config file)
-    columns: tuple[str, ...] = ()  # CSV columns to use; empty = all numeric columns
+    source: str = "synthetic"  # "synthetic" | "csv" | "tsf" | "icd"
+    path: str = ""  # csv/tsf file or ICD folder/recording (relative paths are relative to the config file)
+    columns: tuple[str, ...] = ()  # csv/icd columns to use; empty = all numeric columns
+    manifest: str = ""  # icd: verify every recording against this filename,size_bytes,sha256 CSV
     synthetic_length: int = 8000
     synthetic_channels: int = 4
     synthetic_seed: int = 0
@@ -46,6 +47,8 @@ class TrainOptions:
     calibration_samples: int = 256
     test_samples: int = 256
     threads: int = 2
+    micro_batch: int = 0  # gradient accumulation: process each batch in pieces of this size; 0 = batch_size
+    stop_after_epochs: int = 0  # stop (checkpoint kept, no outputs) after this many epochs in one run; 0 = never
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,8 @@ class TrainConfig:
         out["data"]["columns"] = list(self.data.columns)
         return out
 
+
+DATA_SOURCES = ("synthetic", "csv", "tsf", "icd")
 
 SECTIONS: dict[str, type] = {"model": ModelConfig, "split": SplitConfig, "data": DataConfig, "train": TrainOptions}
 
@@ -95,7 +100,9 @@ def _range_problems(cfg: TrainConfig) -> list[tuple[str, str]]:
     checks = [
         ("split.devices", s.devices >= 1, "must be >= 1"),
         ("split.keep_ratio", 0.0 < s.keep_ratio <= 1.0, "must be in (0, 1]"),
-        ("data.source", d.source in ("synthetic", "csv"), 'must be "synthetic" or "csv"'),
+        ("data.source", d.source in DATA_SOURCES, 'must be "synthetic", "csv", "tsf" or "icd"'),
+        ("data.columns", not (d.columns and d.source == "tsf"), "does not apply to tsf (every series is one channel)"),
+        ("data.manifest", not d.manifest or d.source == "icd", 'applies only to source = "icd"'),
         ("data.synthetic_length", d.synthetic_length >= 1, "must be >= 1"),
         ("data.synthetic_channels", d.synthetic_channels >= 1, "must be >= 1"),
         ("train.epochs", t.epochs >= 1, "must be >= 1"),
@@ -106,6 +113,8 @@ def _range_problems(cfg: TrainConfig) -> list[tuple[str, str]]:
         ("train.calibration_samples", t.calibration_samples >= 1, "must be >= 1"),
         ("train.test_samples", t.test_samples >= 1, "must be >= 1"),
         ("train.threads", t.threads >= 1, "must be >= 1"),
+        ("train.micro_batch", 0 <= t.micro_batch <= t.batch_size, "must be in [1, batch_size] (0 = batch_size)"),
+        ("train.stop_after_epochs", t.stop_after_epochs >= 0, "must be >= 0 (0 = never stop early)"),
     ]
     return [(key, why) for key, ok, why in checks if not ok]
 
@@ -178,8 +187,10 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         except UnicodeDecodeError:
             raise UserError(f"{path} is not a UTF-8 text file; pass a TOML training config") from None
         cfg = _apply(where, tables, cfg)
-        if cfg.data.path and not Path(cfg.data.path).is_absolute():
-            cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, path=str(path.parent / cfg.data.path)))
+        for key in ("path", "manifest"):  # relative to the config file
+            value = getattr(cfg.data, key)
+            if value and not Path(value).is_absolute():
+                cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, **{key: str(path.parent / value)}))
         _validate(where, cfg)
     if overrides:
         where = f"{where} (with overrides)" if path is not None else "overrides"

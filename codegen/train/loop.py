@@ -1,17 +1,22 @@
-"""The training loop: Adam, MSE on the scaled data, cosine schedule, best-validation weights."""
+"""The training loop: Adam, MSE on the scaled data, cosine schedule, best-validation weights, checkpoints."""
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 from tqdm import tqdm
 
-from codegen.data.protocol import Windows
+from codegen.data.protocol import SegmentWindows, Windows
 from codegen.data.revin import EPS
+from codegen.errors import UserError
 from codegen.train.config import TrainOptions
 from codegen.train.model import SplitPatchTST
 
@@ -34,7 +39,7 @@ def predict(model: SplitPatchTST, x: Tensor, revin: bool) -> Tensor:
 
 
 @torch.no_grad()
-def evaluate(model: SplitPatchTST, windows: Windows, revin: bool, idx: np.ndarray | None = None) -> float:
+def evaluate(model: SplitPatchTST, windows: Windows | SegmentWindows, revin: bool, idx: np.ndarray | None = None) -> float:
     """Mean squared error over samples x horizon (the LTSF metric)."""
     idx = np.arange(len(windows)) if idx is None else idx
     model.eval()
@@ -52,39 +57,138 @@ class FitResult:
     best_state: dict[str, Tensor]
     best_epoch: int  # 1-based
     history: list[dict[str, float]] = field(default_factory=list)
+    best_val: float = math.inf
+    epochs_done: int = 0  # epochs trained so far, counting those before a resume
+    stopped: bool = False  # True if [train] stop_after_epochs ended the run before the last epoch
+    resumed_from: int = 0  # the checkpoint's epoch when resumed, else 0
 
 
-def fit(model: SplitPatchTST, train: Windows, train_idx: np.ndarray, val: Windows, opts: TrainOptions,
-        revin: bool, progress: bool = True) -> FitResult:
-    """Train in place; returns the weights of the epoch with the lowest validation MSE."""
+# --------------------------------------------------------------------------------------------
+# Checkpoints: everything `fit` needs to continue exactly where it stopped
+# --------------------------------------------------------------------------------------------
+
+CHECKPOINT_FORMAT = "cisl-train-checkpoint"
+CHECKPOINT_VERSION = 1
+
+
+def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
+    """torch.save into a temp file next to ``path``, then rename: a crash never leaves half a checkpoint."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        torch.save(state, tmp)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """A checkpoint written by `fit`; anything else is a UserError naming the file."""
+    if not path.is_file():
+        raise UserError(f"{path}: no checkpoint to resume from (a run saves one after each epoch); "
+                        "run without --resume to start from scratch")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any unreadable file is the same user-facing problem
+        raise UserError(f"{path}: not a readable checkpoint ({type(e).__name__}); delete it and run without "
+                        "--resume") from None
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT \
+            or state.get("version") != CHECKPOINT_VERSION:
+        raise UserError(f"{path}: not a cisl checkpoint of version {CHECKPOINT_VERSION}; delete it and run without "
+                        "--resume")
+    return state
+
+
+def checkpoint_meta(state: dict[str, Any]) -> dict[str, Any]:
+    """The ``meta`` the run stored with the checkpoint (what a resumed run must match)."""
+    return json.loads(state["meta"])
+
+
+# --------------------------------------------------------------------------------------------
+# Training
+# --------------------------------------------------------------------------------------------
+
+def train_step(model: SplitPatchTST, optimizer: torch.optim.Optimizer, x: np.ndarray, y: np.ndarray,
+               micro_batch: int, revin: bool) -> float:
+    """One optimiser step on the batch (x, y); returns the batch's mean loss.
+
+    The batch is processed in pieces of ``micro_batch`` samples; each piece's mean loss is weighted
+    by its share of the batch, so the summed gradients are the full-batch gradient up to rounding.
+    """
+    optimizer.zero_grad(set_to_none=True)
+    n = len(x)
+    total = 0.0
+    for lo in range(0, n, micro_batch):
+        xb, yb = x[lo:lo + micro_batch], y[lo:lo + micro_batch]
+        loss = torch.mean((predict(model, torch.from_numpy(xb), revin) - torch.from_numpy(yb)) ** 2)
+        if len(xb) != n:
+            loss = loss * (len(xb) / n)
+        loss.backward()
+        total += float(loss.detach())
+    optimizer.step()
+    return total
+
+
+def fit(model: SplitPatchTST, train: Windows | SegmentWindows, train_idx: np.ndarray,
+        val: Windows | SegmentWindows, opts: TrainOptions, revin: bool, progress: bool = True,
+        checkpoint: Path | None = None, meta: dict[str, Any] | None = None,
+        resume: dict[str, Any] | None = None) -> FitResult:
+    """Train in place; returns the weights of the epoch with the lowest validation MSE.
+
+    With ``checkpoint``, the whole training state (model, optimiser, LR schedule, epoch, best
+    weights, history, the torch and numpy RNG states) and ``meta`` are saved there after every
+    epoch. ``resume`` is such a checkpoint (`load_checkpoint`): training continues after its epoch
+    and ends exactly as an uninterrupted run would. ``opts.stop_after_epochs`` > 0 ends this call
+    after that many epochs (``stopped`` is then True unless the last epoch was reached).
+    """
     rng = np.random.default_rng(opts.seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=opts.lr)
     steps_per_epoch = math.ceil(len(train_idx) / opts.batch_size)
     scheduler = (torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=opts.epochs * steps_per_epoch)
                  if opts.schedule == "cosine" else None)
+    micro_batch = opts.micro_batch or opts.batch_size
     best = FitResult(best_state={}, best_epoch=0)
-    best_val = math.inf
-    with tqdm(total=opts.epochs * steps_per_epoch, desc="train", unit="batch", disable=not progress,
-              leave=False) as bar:
-        for epoch in range(1, opts.epochs + 1):
+    if resume is not None:
+        model.load_state_dict(resume["model"])
+        optimizer.load_state_dict(resume["optimizer"])
+        if scheduler is not None:
+            scheduler.load_state_dict(resume["scheduler"])
+        rng.bit_generator.state = resume["numpy_rng"]
+        torch.set_rng_state(resume["torch_rng"])
+        best = FitResult(best_state=resume["best_state"], best_epoch=resume["best_epoch"],
+                         history=list(resume["history"]), best_val=resume["best_val"],
+                         epochs_done=resume["epoch"], resumed_from=resume["epoch"])
+    first = best.epochs_done + 1
+    with tqdm(total=opts.epochs * steps_per_epoch, initial=best.epochs_done * steps_per_epoch, desc="train",
+              unit="batch", disable=not progress, leave=False) as bar:
+        for epoch in range(first, opts.epochs + 1):
             model.train()
             order = rng.permutation(train_idx)
             loss_sum = 0.0
             for lo in range(0, len(order), opts.batch_size):
                 x, y = train.take(order[lo:lo + opts.batch_size])
-                loss = torch.mean((predict(model, torch.from_numpy(x), revin) - torch.from_numpy(y)) ** 2)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
+                loss = train_step(model, optimizer, x, y, micro_batch, revin)
                 if scheduler is not None:
                     scheduler.step()
-                loss_sum += float(loss.detach()) * len(x)
+                loss_sum += loss * len(x)
                 bar.update(1)
             val_mse = evaluate(model, val, revin)
             best.history.append({"epoch": epoch, "train_loss": loss_sum / len(order), "val_mse": val_mse})
             bar.set_postfix(epoch=epoch, val_mse=f"{val_mse:.4f}")
-            if val_mse < best_val or not best.best_state:  # the first epoch counts even if val is NaN
-                best_val = val_mse
+            if val_mse < best.best_val or not best.best_state:  # the first epoch counts even if val is NaN
+                best.best_val = val_mse
                 best.best_epoch = epoch
                 best.best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            best.epochs_done = epoch
+            if checkpoint is not None:
+                save_checkpoint(checkpoint, {
+                    "format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "meta": json.dumps(meta or {}),
+                    "epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict() if scheduler is not None else None,
+                    "best_state": best.best_state, "best_epoch": best.best_epoch, "best_val": best.best_val,
+                    "history": best.history, "numpy_rng": rng.bit_generator.state, "torch_rng": torch.get_rng_state(),
+                })
+            if opts.stop_after_epochs and epoch - first + 1 >= opts.stop_after_epochs and epoch < opts.epochs:
+                best.stopped = True
+                break
     return best

@@ -1,0 +1,98 @@
+"""`cisl train --data PATH` picks the loader from the path: .csv, .tsf, or a folder of ICD recordings."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+
+from codegen.errors import UserError  # noqa: E402
+from codegen.onnx_model import load_model  # noqa: E402
+from codegen.train.api import _resolve_config, run_train  # noqa: E402
+
+pytestmark = pytest.mark.train
+
+TINY = """
+[model]
+lookback = 24
+patch_len = 8
+stride = 4
+d_model = 8
+heads = 2
+layers = 1
+mlp_hidden = 8
+horizon = 6
+[split]
+devices = 2
+[train]
+epochs = 1
+batch_size = 32
+max_train_windows = 64
+calibration_samples = 4
+test_samples = 4
+threads = 1
+"""
+
+
+def wave(n: int, phase: float = 0.0) -> np.ndarray:
+    return np.sin(np.arange(n) / 4 + phase) * 3 + 10
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("data")
+    (root / "tiny.toml").write_text(TINY)
+    (root / "ett.csv").write_text("date,a,b\n" + "".join(f"{i},{u:.4f},{v:.4f}\n" for i, (u, v) in
+                                                         enumerate(zip(wave(300), wave(300, 1)))))
+    (root / "m.tsf").write_text("@relation r\n@attribute name string\n@missing true\n@data\n"
+                                + "".join(f"S{k}:{','.join(f'{v:.3f}' for v in wave(200 + 40 * k, k))}\n"
+                                          for k in range(3)).replace(",10.000,", ",?,"))
+    icd = root / "icd"
+    icd.mkdir()
+    for r, name in enumerate(["01-04T184148_000_mode1.csv", "01-04T184424_001_mode1.csv",
+                              "01-04T184835_002_mode1.csv", "02-01T000000_003_mode2.csv"]):
+        (icd / name).write_text("timestamp,x,y\n" + "".join(
+            f"{0.004 * (i + 1):.3f},{u:.4f},{v:.4f}\n" for i, (u, v) in enumerate(zip(wave(120, r), wave(120, -r)))))
+    return root
+
+
+@pytest.mark.parametrize("data, source", [("ett.csv", "csv"), ("m.tsf", "tsf"), ("icd", "icd"),
+                                          ("icd/01-04T184424_001_mode1.csv", "csv")])
+def test_data_path_picks_the_loader(files: Path, tmp_path: Path, data: str, source: str) -> None:
+    s = run_train(files / "tiny.toml", files / data, tmp_path / "out", progress=False)
+    assert s["data"]["source"] == source and np.isfinite(s["test_mse"])
+    assert load_model(tmp_path / "out" / "model.onnx").training["data"]["source"] == source
+    if source == "icd":
+        assert s["data"]["recordings"] == 4 and s["data"]["recordings_by_split"]["test"] == \
+            ["02-01T000000_003_mode2.csv"]
+
+
+def test_icd_config_keeps_a_single_recording_as_icd(files: Path) -> None:
+    cfg = files / "icd.toml"
+    cfg.write_text(TINY + '[data]\nsource = "icd"\npath = "icd"\ncolumns = ["y"]\n')
+    c = _resolve_config(cfg, files / "icd" / "01-04T184148_000_mode1.csv", None)
+    assert c.data.source == "icd" and c.data.columns == ("y",)  # same source: the config's columns stay
+    c = _resolve_config(cfg, files / "m.tsf", None)
+    assert c.data.source == "tsf" and c.data.columns == ()  # another source: its keys go back to defaults
+
+
+def test_unknown_data_format(files: Path, tmp_path: Path) -> None:
+    (tmp_path / "x.parquet").write_bytes(b"PAR1")
+    with pytest.raises(UserError, match="cannot tell the data format"):
+        run_train(files / "tiny.toml", tmp_path / "x.parquet", tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_trains_on_an_icd_folder(files: Path, tmp_path: Path) -> None:
+    p = subprocess.run([sys.executable, "-m", "codegen.cli", "train", str(files / "tiny.toml"), "--data",
+                        str(files / "icd"), "-o", "out", "-q"], capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    report = json.loads((tmp_path / "out" / "train.json").read_text())
+    assert report["summary"]["data"]["source"] == "icd" and report["config"]["data"]["source"] == "icd"
+    assert not any(p.name.startswith(".") for p in tmp_path.iterdir())  # the work folder is gone

@@ -1,0 +1,189 @@
+"""Checkpoints, --resume (same bytes as an uninterrupted run) and micro-batch gradient accumulation."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from codegen.errors import UserError  # noqa: E402
+from codegen.partition import Split  # noqa: E402
+from codegen.train.api import CHECKPOINT_NAME, OUTPUT_FILES, build_data, default_work_dir, make_masks, \
+    run_train  # noqa: E402
+from codegen.train.config import load_config  # noqa: E402
+from codegen.train.loop import fit, load_checkpoint, predict, train_step  # noqa: E402
+from codegen.train.model import SplitPatchTST  # noqa: E402
+
+pytestmark = pytest.mark.train
+
+TINY = """
+[model]
+lookback = 32
+patch_len = 8
+stride = 4
+d_model = 16
+heads = 4
+layers = 1
+mlp_hidden = 12
+horizon = 8
+[split]
+devices = 2
+keep_ratio = 0.5
+[data]
+synthetic_length = 600
+synthetic_channels = 2
+[train]
+epochs = 3
+batch_size = 64
+max_train_windows = 256
+calibration_samples = 8
+test_samples = 8
+threads = 1
+"""
+
+SAME_BYTES = [name for name in OUTPUT_FILES if name != "train.json"]  # train.json records the wall time
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("uninterrupted")
+    (root / "tiny.toml").write_text(TINY)
+    run_train(root / "tiny.toml", None, root / "model", progress=False)
+    return root / "model"
+
+
+def test_interrupted_and_resumed_run_gives_the_same_bytes(tmp_path: Path, uninterrupted: Path) -> None:
+    cfg = tmp_path / "tiny.toml"
+    cfg.write_text(TINY)
+    out = tmp_path / "model"
+    stop = {"train.stop_after_epochs": 1}
+    s = run_train(cfg, None, out, stop, progress=False)
+    ckpt = default_work_dir(out) / CHECKPOINT_NAME
+    assert s["stopped"] and s["epochs_done"] == 1 and Path(s["checkpoint"]) == ckpt
+    assert not out.exists() and ckpt.is_file()  # no outputs until training is complete
+
+    state = load_checkpoint(ckpt)
+    assert state["epoch"] == 1 and len(state["history"]) == 1 and state["best_epoch"] == 1
+    for key in ("model", "optimizer", "scheduler", "best_state", "numpy_rng", "torch_rng"):
+        assert state[key] is not None, key
+
+    s = run_train(cfg, None, out, stop, progress=False, resume=True)  # epoch 2, stops again
+    assert s["stopped"] and s["epochs_done"] == 2
+    s = run_train(cfg, None, out, progress=False, resume=True)  # epoch 3, writes the outputs
+    assert s["resumed_from_epoch"] == 2 and s["epochs"] == 3
+    for name in SAME_BYTES:
+        assert (out / name).read_bytes() == (uninterrupted / name).read_bytes(), name
+    assert not default_work_dir(out).exists()  # the checkpoint goes once the outputs are written
+
+
+def test_resume_in_a_new_process_through_the_cli(tmp_path: Path, uninterrupted: Path) -> None:
+    (tmp_path / "tiny.toml").write_text(TINY)
+    (tmp_path / "stop.toml").write_text(TINY + "stop_after_epochs = 2\n")  # appended to [train]
+    work = tmp_path / "work"
+
+    def cisl(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "codegen.cli", "train", *args, "-o", "model", "-q",
+                               "--work", str(work)], capture_output=True, text=True, cwd=tmp_path)
+
+    p = cisl("stop.toml")
+    assert p.returncode == 0 and "stopped after epoch 2 of 3" in p.stdout and "--resume" in p.stdout, p.stderr
+    assert (work / CHECKPOINT_NAME).is_file() and not (tmp_path / "model").exists()
+    p = cisl("tiny.toml", "--resume")
+    assert p.returncode == 0, p.stderr
+    for name in SAME_BYTES:
+        assert (tmp_path / "model" / name).read_bytes() == (uninterrupted / name).read_bytes(), name
+
+
+def test_resume_refuses_a_changed_config_or_data(tmp_path: Path) -> None:
+    cfg = tmp_path / "tiny.toml"
+    cfg.write_text(TINY)
+    out = tmp_path / "model"
+    run_train(cfg, None, out, {"train.stop_after_epochs": 1}, progress=False)
+    with pytest.raises(UserError) as err:
+        run_train(cfg, None, out, {"train.lr": 0.002}, progress=False, resume=True)
+    msg = str(err.value)
+    assert "\n" not in msg and "cannot resume: [train] lr was 0.001" in msg and "now 0.002" in msg, msg
+    with pytest.raises(UserError, match=r"\[split\] devices was 2 in the interrupted run, now 4"):
+        run_train(cfg, None, out, {"split.devices": 4}, progress=False, resume=True)
+    with pytest.raises(UserError, match=r"\[data\] synthetic_seed"):
+        run_train(cfg, None, out, {"data.synthetic_seed": 5}, progress=False, resume=True)
+    with pytest.raises(UserError, match="no checkpoint to resume from"):
+        run_train(cfg, None, tmp_path / "other", progress=False, resume=True)
+
+    # the same data under another name may resume; other bytes may not
+    csv = tmp_path / "a.csv"
+    csv.write_text("date,x\n" + "".join(f"{i},{np.sin(i / 5):.5f}\n" for i in range(400)))
+    run_train(cfg, csv, tmp_path / "m2", {"train.stop_after_epochs": 1}, progress=False)
+    csv.write_text(csv.read_text().replace("0.00000", "0.00001"))
+    with pytest.raises(UserError, match=r"cannot resume: the data \(sha256\)"):
+        run_train(cfg, csv, tmp_path / "m2", progress=False, resume=True)
+
+
+@pytest.fixture
+def one_thread():
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)  # a tiny model gains nothing from more; spare the CPU for other tests
+    yield
+    torch.set_num_threads(old)
+
+
+def _tiny_model(cfg_text: str, tmp_path: Path):
+    (tmp_path / "c.toml").write_text(cfg_text)
+    cfg = load_config(tmp_path / "c.toml")
+    m, s = cfg.model, cfg.split
+    split = Split.even(s.devices, m.heads, m.d_model, m.mlp_hidden)
+    masks = make_masks(split, m.layers, s.keep_ratio, s.mask_seed)
+    data, _ = build_data(cfg)
+
+    def fresh() -> SplitPatchTST:
+        torch.manual_seed(0)
+        return SplitPatchTST(cfg=m, split=split, masks=masks)
+    return cfg, data, fresh
+
+
+def test_micro_batches_sum_to_the_full_batch_gradient(tmp_path: Path, one_thread: None) -> None:
+    cfg, data, fresh = _tiny_model(TINY, tmp_path)
+    x, y = data.train.take(np.arange(0, 900, 5)[:60])  # a batch of 60, uneven pieces of 16
+    params = []
+    for micro in (60, 16, 7):
+        model = fresh()
+        sgd = torch.optim.SGD(model.parameters(), lr=0.05)  # the update is linear in the gradient
+        losses = [train_step(model, sgd, x, y, micro, True) for _ in range(3)]
+        params.append((losses, {k: v.detach().clone() for k, v in model.state_dict().items()}))
+    (full_loss, full), *pieces = params
+    for loss, p in pieces:
+        np.testing.assert_allclose(loss, full_loss, rtol=1e-6)
+        for k in full:
+            assert float((p[k] - full[k]).abs().max()) <= 1e-6, k
+
+
+def test_micro_batch_fit_matches_the_full_batch_fit(tmp_path: Path, one_thread: None) -> None:
+    cfg, data, fresh = _tiny_model(TINY, tmp_path)
+    x, _ = data.val.take(np.arange(0, len(data.val), 7))
+    results = []
+    for micro in (0, 16):  # 0 = batch_size
+        t = dataclasses.replace(cfg.train, epochs=2, micro_batch=micro)
+        model = fresh()
+        r = fit(model, data.train, np.arange(192), data.val, t, True, progress=False)
+        with torch.no_grad():
+            results.append((r.history, predict(model.eval(), torch.from_numpy(x), True)))
+    (h_full, f_full), (h_micro, f_micro) = results
+    for a, b in zip(h_full, h_micro):
+        assert a["train_loss"] == pytest.approx(b["train_loss"], abs=1e-6)
+        assert a["val_mse"] == pytest.approx(b["val_mse"], abs=1e-6)
+    # Adam divides by sqrt(v): the key bias, whose gradient is zero up to rounding, may move by
+    # ~lr * rounding / eps, but attention is invariant to it; what the model computes agrees
+    assert float((f_full - f_micro).abs().max()) <= 1e-5
+
+
+def test_micro_batch_is_validated(tmp_path: Path) -> None:
+    (tmp_path / "c.toml").write_text("[train]\nbatch_size = 64\nmicro_batch = 128\n")
+    with pytest.raises(UserError, match=r"\[train\] micro_batch must be in \[1, batch_size\]"):
+        load_config(tmp_path / "c.toml")
+    assert load_config(None, {"train.micro_batch": 64, "train.batch_size": 64}).train.micro_batch == 64

@@ -1,27 +1,39 @@
 """The split PatchTST in torch, computing exactly the D-way split model of decisions.md §2-§3.
 
-Memory matters (training uses D = 16 and big batches), so no [B, D, N, F] tensor is built for the
-shared masks. A device k holds the columns G[k] (the gather matrix, [D, F]) at each somegather
-point. Device-local LayerNorm statistics come from two matmuls with G, and a consumer output o,
+Memory matters (training uses D = 16 and big batches), so no [B, D, N, F] tensor is built. A
+device k holds the columns G[k] (the gather matrix, [D, F]) at each somegather point.
+Device-local LayerNorm statistics come from two matmuls with G, and a consumer output o,
 computed by its owner k(o), sees only the columns G[k(o)]:
 
     LN consumer:  y_o = rstd_k(o) ((x∘γ) W'_o^T − μ_k(o) (W'γ)_o) + (W'β)_o + b_o,  W' = W ∘ G[k(o), :]
     h/z points:   y_o = x W'_o^T + b_o
 
-Message dropout (a later issue) will hand per-sample gather matrices [B, D, F] to `forward`;
-that path is implemented here (a loop over devices) and equals the shared path when the
-per-sample matrices are all the same.
+Message dropout gives every sample its own gather matrices g [B, D, F] (a lost message clears
+the sender's columns in the receiver's row). The same formulas then hold per sample; the products
+x ∘ g[b, k] W_k^T are computed by `receiver_matmul`, which keeps only x and g for backward and
+never materialises a tensor per device and sample of activations. The head's partial sums of
+devices whose message to the sink is lost are left out of the forecast.
+
+Normal pruning (the Q3 baseline, `set_masks(..., prune_own=True)`) reuses the same machinery: a
+column nobody broadcasts is dead for its owner too, so it is removed from every gather matrix and
+its producer rows are masked (residual columns in embed/pos/W_O/W_2, head-output columns in W_V,
+hidden columns in W_1).
 """
 
 from __future__ import annotations
+
+import copy
 
 import numpy as np
 import torch
 import torch.nn.functional as Fn
 from torch import Tensor, nn
 
+from codegen.lossmodel import LossRates
 from codegen.modelspec import ModelConfig, patch_index, weight_shapes
-from codegen.partition import POINTS, Masks, Split, gather_matrix
+from codegen.partition import POINTS, Masks, Split, gather_matrix, validate_masks
+from codegen.plan.structure import SINK
+from codegen.train import dropout as msgdrop
 
 Gathers = list[dict[str, Tensor]]
 """gathers[layer][point]: [D, width] (shared by the batch) or [B, D, width] (per sample), 0/1 float."""
@@ -40,58 +52,142 @@ def _stats(x: Tensor, g: Tensor, eps: float) -> tuple[Tensor, Tensor, Tensor]:
         ex2 = (xc * xc) @ g.t() / n
     else:
         n = g.sum(dim=2).unsqueeze(1)  # [B, 1, D]
-        mu = torch.einsum("bnf,bdf->bnd", xc, g) / n
-        ex2 = torch.einsum("bnf,bdf->bnd", xc * xc, g) / n
+        mu = torch.bmm(xc, g.transpose(1, 2)) / n
+        ex2 = torch.bmm(xc * xc, g.transpose(1, 2)) / n
     rstd = torch.rsqrt((ex2 - mu * mu).clamp_min(0.0) + eps)
     return xc, mu, rstd
 
 
-def _per_device(owner: Tensor, devices: int, fn) -> Tensor:
-    """Concatenate fn(k, rows_k) [B, N, |rows_k|] over devices back into global output order."""
-    rows = [torch.nonzero(owner == k).squeeze(1) for k in range(devices)]
-    out = torch.cat([fn(k, r) for k, r in enumerate(rows)], dim=-1)
-    order = torch.cat(rows)
-    if torch.equal(order, torch.arange(len(order), device=order.device)):
+# --------------------------------------------------------------------------------------------
+# Per-sample gathers
+# --------------------------------------------------------------------------------------------
+
+def _runs_by_owner(owner: Tensor, devices: int) -> list[list[tuple[int, int]]]:
+    """Per device, the contiguous runs [lo, hi) of outputs it owns (1 run per device for W_O/W_1/W_2,
+    3 for the concatenated Q, K, V): slices, not index tensors, keep the copies cheap."""
+    cuts = (torch.nonzero(owner[1:] != owner[:-1]).squeeze(1) + 1).tolist()
+    bounds = [0] + cuts + [len(owner)]
+    who = owner[torch.tensor(bounds[:-1], dtype=torch.long)].tolist()
+    runs: list[list[tuple[int, int]]] = [[] for _ in range(devices)]
+    for k, lo, hi in zip(who, bounds[:-1], bounds[1:]):
+        runs[k].append((lo, hi))
+    return runs
+
+
+def _rows(t: Tensor, runs: list[tuple[int, int]], dim: int) -> Tensor:
+    parts = [t.narrow(dim, lo, hi - lo) for lo, hi in runs]
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim)
+
+
+def _use_sample_weights(x: Tensor, g: Tensor, outputs: int) -> bool:
+    """Pick the cheaper of the two equivalent ways (measured on CPU, see the module docstring).
+
+    Per receiver: D masked copies of x per call (D·B·N·F). Per sample: masked weights (B·O·F) and
+    a batched matmul. The latter wins when O is small against D·N.
+    """
+    return 2 * outputs <= g.shape[1] * x.shape[1]
+
+
+class _ReceiverMatmul(torch.autograd.Function):
+    """out[b, n, o] = Σ_f x[b, n, f] · g[b, owner(o), f] · w[o, f]; g carries no gradient."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, g: Tensor, w: Tensor, owner: Tensor) -> Tensor:  # type: ignore[override]
+        B, N, F = x.shape
+        D, O = g.shape[1], w.shape[0]
+        sample = _use_sample_weights(x, g, O)
+        ctx.save_for_backward(x, g, w, owner)
+        ctx.sample = sample
+        if sample:
+            return torch.bmm(x, (w * g[:, owner, :]).transpose(1, 2))
+        runs = _runs_by_owner(owner, D)
+        ctx.runs = runs
+        outs = {}
+        for k, rk in enumerate(runs):
+            if rk:
+                outs[k] = torch.matmul(x * g[:, k, None, :], _rows(w, rk, 0).t())
+        if all(len(rk) <= 1 for rk in runs) and owner.is_contiguous() and bool((owner[1:] >= owner[:-1]).all()):
+            return torch.cat([outs[k] for k in sorted(outs)], dim=-1)  # sorted owners: one copy
+        out = x.new_empty(B, N, O)
+        for k, rk in enumerate(runs):
+            a = 0
+            for lo, hi in rk:
+                out[..., lo:hi] = outs[k][..., a:a + hi - lo]
+                a += hi - lo
         return out
-    return out[..., torch.argsort(order)]
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):  # type: ignore[override]
+        x, g, w, owner = ctx.saved_tensors
+        need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[2]
+        gx = gw = None
+        F = x.shape[-1]
+        if ctx.sample:
+            mask = g[:, owner, :]  # [B, O, F]
+            if need_x:
+                gx = torch.bmm(grad, w * mask)
+            if need_w:
+                gw = (torch.bmm(grad.transpose(1, 2), x) * mask).sum(dim=0)
+            return gx, None, gw, None
+        gx = torch.zeros_like(x) if need_x else None
+        gw = torch.empty_like(w) if need_w else None
+        for k, rk in enumerate(ctx.runs):
+            if not rk:
+                continue
+            mk = g[:, k, None, :]
+            gk = _rows(grad, rk, -1)
+            if need_x:
+                gx.addcmul_(torch.matmul(gk, _rows(w, rk, 0)), mk)
+            if need_w:
+                gwk = gk.reshape(-1, gk.shape[-1]).t() @ (x * mk).reshape(-1, F)
+                a = 0
+                for lo, hi in rk:
+                    gw[lo:hi] = gwk[a:a + hi - lo]
+                    a += hi - lo
+        return gx, None, gw, None
+
+
+def receiver_matmul(x: Tensor, g: Tensor, w: Tensor, owner: Tensor) -> Tensor:
+    """[B, N, O]: output o of sample b sees x[b] through the columns g[b, owner(o)] holds.
+
+    Equal to ``einsum("bnf,bof,of->bno", x, g[:, owner], w)`` without building per-sample
+    activation copies for backward (only x, g and w are kept).
+    """
+    return _ReceiverMatmul.apply(x, g.detach(), w, owner)
 
 
 def local_ln_linear(x: Tensor, g: Tensor, gamma: Tensor, beta: Tensor, weight: Tensor, bias: Tensor,
                     owner: Tensor, eps: float) -> Tensor:
     """Device-local LayerNorm over the held columns, then each output's owner's slice of the weight."""
     xc, mu, rstd = _stats(x, g, eps)
+    D = g.shape[-2]
+    # Per-device statistics reach the outputs through one-hot matmuls [D, O]: their backward is a
+    # matmul too (the scatter-add behind rstd[..., owner] is slow).
+    onehot = Fn.one_hot(owner, D).t().to(x.dtype)
     if g.dim() == 2:
         wm = weight * g[owner]                     # W' = W ∘ G[k(o), :]
         wg = wm * gamma                            # (x∘γ) W'^T = x (W'∘γ)^T
         t = xc @ wg.t()
-        # Per-device statistics reach the outputs through one-hot matmuls [D, O]: their backward is a
-        # matmul too (the scatter-add behind rstd[..., owner] is slow), and the mean term keeps no
-        # [B, N, O] tensor for backward.
-        onehot = Fn.one_hot(owner, g.shape[0]).t().to(x.dtype)
+        # The mean term keeps no [B, N, O] tensor for backward.
         return (rstd @ onehot) * t - (rstd * mu) @ (onehot * wg.sum(dim=1)) + (wm @ beta + bias)
-
-    def device(k: int, rows: Tensor) -> Tensor:
-        gk = g[:, k, :]                            # [B, F]
-        w = weight[rows]
-        wg = w * gamma
-        t = (xc * gk.unsqueeze(1)) @ wg.t()        # [B, N, O_k]
-        wg_sum = (gk @ wg.t()).unsqueeze(1)        # (W'γ)_o per sample
-        wb = (gk @ (w * beta).t()).unsqueeze(1)    # (W'β)_o per sample
-        return rstd[..., k:k + 1] * (t - mu[..., k:k + 1] * wg_sum) + wb + bias[rows]
-
-    return _per_device(owner, g.shape[1], device)
+    wg = weight * gamma
+    t = receiver_matmul(xc, g, wg, owner)
+    ones = x.new_ones(x.shape[0], 1, x.shape[-1])
+    sums = receiver_matmul(ones, g, torch.cat([wg, weight * beta]), owner.repeat(2)).squeeze(1)  # [B, 2O]
+    wg_sum, wb = sums.split(weight.shape[0], dim=-1)  # per sample: (W'γ)_o and (W'β)_o
+    return (rstd @ onehot) * t - ((rstd * mu) @ onehot) * wg_sum.unsqueeze(1) + (wb + bias).unsqueeze(1)
 
 
 def masked_linear(x: Tensor, g: Tensor, weight: Tensor, bias: Tensor, owner: Tensor) -> Tensor:
     """x W'^T + b where output o sees only the columns its owner holds (h- and z-points)."""
     if g.dim() == 2:
         return x @ (weight * g[owner]).t() + bias
+    return receiver_matmul(x, g, weight, owner) + bias
 
-    def device(k: int, rows: Tensor) -> Tensor:
-        return (x * g[:, k, :].unsqueeze(1)) @ weight[rows].t() + bias[rows]
 
-    return _per_device(owner, g.shape[1], device)
-
+# --------------------------------------------------------------------------------------------
+# The model
+# --------------------------------------------------------------------------------------------
 
 class SplitLayer(nn.Module):
     """One pre-norm layer; parameter names follow `weight_shapes` (ln1, wq, ..., w2)."""
@@ -106,26 +202,40 @@ class SplitLayer(nn.Module):
         self.w1 = nn.Linear(F, Fh)
         self.w2 = nn.Linear(Fh, F)
 
-    def forward(self, x: Tensor, g: dict[str, Tensor], owner_model: Tensor, owner_hidden: Tensor) -> Tensor:
+    def forward(self, x: Tensor, g: dict[str, Tensor], owner_model: Tensor, owner_hidden: Tensor,
+                alive: dict[str, Tensor] | None = None) -> Tensor:
+        """``alive`` (normal pruning): 0/1 masks "r" (residual), "h", "z" of the live columns."""
         cfg = self.cfg
         B, N, F = x.shape
+        wv, bv = self.wv.weight, self.wv.bias
+        wo, bo, w1, b1, w2, b2 = (self.wo.weight, self.wo.bias, self.w1.weight, self.w1.bias, self.w2.weight,
+                                  self.w2.bias)
+        if alive is not None:  # a dead column's producer gives 0
+            r, ah, az = alive["r"], alive["h"], alive["z"]
+            wv, bv = wv * ah[:, None], bv * ah
+            wo, bo, w2, b2 = wo * r[:, None], bo * r, w2 * r[:, None], b2 * r
+            w1, b1 = w1 * az[:, None], b1 * az
         # Q, K and V share the x-point gather and LN statistics: one matmul for all three.
-        w_qkv = torch.cat([self.wq.weight, self.wk.weight, self.wv.weight])
-        b_qkv = torch.cat([self.wq.bias, self.wk.bias, self.wv.bias])
+        w_qkv = torch.cat([self.wq.weight, self.wk.weight, wv])
+        b_qkv = torch.cat([self.wq.bias, self.wk.bias, bv])
         qkv = local_ln_linear(x, g["x"], self.ln1.weight, self.ln1.bias, w_qkv, b_qkv,
                               owner_model.repeat(3), cfg.ln_eps)
         q, k, v = (t.view(B, N, cfg.heads, cfg.d_head).transpose(1, 2) for t in qkv.split(F, dim=-1))
         h = Fn.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(B, N, F)
-        y = x + masked_linear(h, g["h"], self.wo.weight, self.wo.bias, owner_model)
-        z = torch.relu(local_ln_linear(y, g["y"], self.ln2.weight, self.ln2.bias, self.w1.weight, self.w1.bias,
-                                       owner_hidden, cfg.ln_eps))
-        return y + masked_linear(z, g["z"], self.w2.weight, self.w2.bias, owner_model)
+        y = x + masked_linear(h, g["h"], wo, bo, owner_model)
+        z = torch.relu(local_ln_linear(y, g["y"], self.ln2.weight, self.ln2.bias, w1, b1, owner_hidden, cfg.ln_eps))
+        return y + masked_linear(z, g["z"], w2, b2, owner_model)
 
 
 class SplitPatchTST(nn.Module):
-    """forward(window [B, L], normalised) -> forecast [B, horizon] of the split model."""
+    """forward(window [B, L], normalised) -> forecast [B, horizon] of the split model.
 
-    def __init__(self, cfg: ModelConfig, split: Split, masks: Masks) -> None:
+    ``forward(window, lost={sg: bool [B, D, D]})`` applies the given message losses (rounds
+    numbered as plan.json's sg); in training mode, after `set_message_dropout`, losses are drawn
+    for every step. ``forward(window, gathers)`` takes explicit (per-sample) gather matrices.
+    """
+
+    def __init__(self, cfg: ModelConfig, split: Split, masks: Masks, prune_own: bool = False) -> None:
         super().__init__()
         problems = cfg.problems()
         if problems:
@@ -140,29 +250,106 @@ class SplitPatchTST(nn.Module):
         self.register_buffer("patch_idx", torch.from_numpy(patch_index(cfg)), persistent=False)
         self.register_buffer("owner_model", torch.from_numpy(split.owner_of("x")), persistent=False)
         self.register_buffer("owner_hidden", torch.from_numpy(split.owner_of("z")), persistent=False)
-        self.set_masks(masks)
+        self.loss_rates: LossRates | None = None
+        self.set_masks(masks, prune_own)
 
-    def set_masks(self, masks: Masks) -> None:
-        """Install somegather masks as gather matrices (non-persistent buffers `gather_<point>`)."""
+    # ------------------------------------------------------------------ masks
+    def set_masks(self, masks: Masks, prune_own: bool = False) -> None:
+        """Install somegather masks as gather matrices (non-persistent buffers `gather_<point>`).
+
+        ``prune_own`` (normal pruning): a column that is not broadcast is pruned for its owner as
+        well. Then the residual stream (x and y points of every layer) must keep the same columns
+        everywhere; its dead columns are zero and excluded from every LayerNorm and consumer.
+        """
+        problem = validate_masks(self.split, masks, self.cfg.layers)
+        if problem:
+            raise ValueError("invalid masks: " + problem)
+        self.masks: Masks = copy.deepcopy(masks)
+        self.prune_own = prune_own
+        alive = live_columns(self.split, masks) if prune_own else None
+        if alive is not None:
+            self.register_buffer("alive_r", torch.from_numpy(alive["r"].astype(np.float32)), persistent=False)
         for l, layer in enumerate(self.layers):
             for p in POINTS:
-                g = torch.from_numpy(gather_matrix(self.split, masks, l, p).astype(np.float32))
-                layer.register_buffer(f"gather_{p}", g, persistent=False)
+                g = gather_matrix(self.split, masks, l, p)
+                if alive is not None:
+                    g &= (alive["r"] if p in ("x", "y") else alive[p][l])[None, :]
+                layer.register_buffer(f"gather_{p}", torch.from_numpy(g.astype(np.float32)), persistent=False)
+            if alive is not None:
+                layer.register_buffer("alive_h", torch.from_numpy(alive["h"][l].astype(np.float32)), persistent=False)
+                layer.register_buffer("alive_z", torch.from_numpy(alive["z"][l].astype(np.float32)), persistent=False)
 
     def gathers(self) -> Gathers:
         """The installed gather matrices; message dropout derives per-sample ones from these."""
         return [{p: getattr(layer, f"gather_{p}") for p in POINTS} for layer in self.layers]
 
-    def forward(self, window: Tensor, gathers: Gathers | None = None) -> Tensor:
-        gathers = self.gathers() if gathers is None else gathers
+    def set_message_dropout(self, rates: LossRates | None) -> None:
+        """Draw message losses at these rates in every training-mode forward (None/zero: off)."""
+        self.loss_rates = rates if rates is not None and rates.any else None
+
+    # ---------------------------------------------------------------- forward
+    def forward(self, window: Tensor, gathers: Gathers | None = None,
+                lost: msgdrop.LostRounds | None = None) -> Tensor:
+        B, D = window.shape[0], self.split.devices
+        if gathers is not None and lost is not None:
+            raise ValueError("pass either gathers or lost, not both")
+        if gathers is None and lost is None and self.training and self.loss_rates is not None and D > 1:
+            lost = msgdrop.sample_rounds(self.cfg.layers, B, D, self.loss_rates)
+        if lost is not None:
+            msgdrop.check_lost(lost, self.cfg.layers, B, D)
+        base = self.gathers() if gathers is None else gathers
+        alive_r = getattr(self, "alive_r", None) if self.prune_own else None
+
         x = self.embed(window[:, self.patch_idx]) + self.pos  # [B, N, F]
-        for layer, g in zip(self.layers, gathers):
-            x = layer(x, g, self.owner_model, self.owner_hidden)
+        if alive_r is not None:
+            x = x * alive_r
+        for l, (layer, g) in enumerate(zip(self.layers, base)):
+            if lost is not None and D > 1:
+                g = {p: self._lost_gather(g[p], lost.get(msgdrop.round_of(l, p)), p) for p in POINTS}
+            alive = ({"r": alive_r, "h": layer.alive_h, "z": layer.alive_z} if alive_r is not None else None)
+            x = layer(x, g, self.owner_model, self.owner_hidden, alive)
+        cols = alive_r  # which columns of X_T reach the forecast
+        head_lost = lost.get(msgdrop.head_round(self.cfg.layers)) if lost is not None and D > 1 else None
+        if head_lost is not None and bool(head_lost.any()):
+            partial_kept = msgdrop.keep_matrix(head_lost)[:, SINK, :]  # [B, D]: the sink got device j's partial
+            cols = partial_kept[:, self.owner_model] * (1.0 if alive_r is None else alive_r)
+            x = x * cols.unsqueeze(1)
+        elif cols is not None:
+            x = x * cols
         return self.head(x.flatten(1))
+
+    def _lost_gather(self, g: Tensor, lost: Tensor | None, point: str) -> Tensor:
+        """Per-sample gathers [B, D, width]: a lost message clears the sender's columns for the receiver."""
+        if lost is None or not bool(lost.any()):
+            return g
+        owner = self.owner_hidden if point == "z" else self.owner_model
+        keep = msgdrop.keep_matrix(lost)[:, :, owner]  # [B, receiver, column]: the column's sender got through
+        return g * keep if g.dim() == 3 else g.unsqueeze(0) * keep
 
     def load_numpy(self, weights: dict[str, np.ndarray]) -> None:
         """Load weights named as in `weight_shapes` (e.g. from a model.onnx)."""
         self.load_state_dict({k: torch.from_numpy(np.asarray(v, dtype=np.float32)) for k, v in weights.items()})
+
+
+def live_columns(split: Split, masks: Masks) -> dict:
+    """Normal pruning: the live columns, {"r": bool [F], "h": [bool [F]] per layer, "z": [bool [F_h]] per layer}.
+
+    A column is live if its owner broadcasts it. The residual stream's live set must be the same
+    at the x and y points of every layer (a pruned residual column is zero everywhere).
+    """
+    def union(layer: int, point: str) -> np.ndarray:
+        out = np.zeros(split.width(point), dtype=bool)
+        for entry in masks[layer]:
+            out[entry[point]] = True
+        return out
+
+    r = union(0, "x")
+    for l in range(len(masks)):
+        for p in ("x", "y"):
+            if not np.array_equal(union(l, p), r):
+                raise ValueError(f"normal pruning needs the same residual columns everywhere; layer {l} point "
+                                 f"'{p}' differs from layer 0 point 'x'")
+    return {"r": r, "h": [union(l, "h") for l in range(len(masks))], "z": [union(l, "z") for l in range(len(masks))]}
 
 
 def state_to_numpy(model: SplitPatchTST) -> dict[str, np.ndarray]:

@@ -1,0 +1,218 @@
+"""Message dropout: the loss sampler, and torch's lost-column semantics against the numpy executor."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from codegen.executor import PlanExecutor  # noqa: E402
+from codegen.lossmodel import LossRates  # noqa: E402
+from codegen.lossmodel import sample_lost as sample_lost_numpy  # noqa: E402
+from codegen.lossmodel import sample_rounds as sample_rounds_numpy  # noqa: E402
+from codegen.modelspec import ModelConfig  # noqa: E402
+from codegen.partition import Split, full_masks, random_masks  # noqa: E402
+from codegen.plan.structure import SINK, build_structure  # noqa: E402
+from codegen.train.api import make_untrained  # noqa: E402
+from codegen.train.dropout import (head_round, keep_matrix, lost_from_numpy, round_of, rounds_of,  # noqa: E402
+                                   sample_lost, sample_rounds)
+from codegen.train.model import SplitPatchTST, receiver_matmul  # noqa: E402
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models: one thread is fastest, and immune to other processes on the cores."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+CFG = ModelConfig(lookback=40, patch_len=8, stride=4, d_model=24, heads=6, layers=2, mlp_hidden=20, horizon=7)
+
+
+def split_model(cfg: ModelConfig, devices: int, keep: float, seed: int = 0):
+    split = Split.even(devices, cfg.heads, cfg.d_model, cfg.mlp_hidden)
+    masks = full_masks(split, cfg.layers) if keep == 1.0 else random_masks(split, cfg.layers, keep, seed)
+    w = make_untrained(cfg, split, masks, seed)
+    net = SplitPatchTST(cfg, split, masks).eval()
+    net.load_numpy(w)
+    return net, w, split, masks
+
+
+def windows(n: int, lookback: int = CFG.lookback, seed: int = 5) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((n, lookback)).astype(np.float32)
+
+
+# --------------------------------------------------------------------------------------------
+# The sampler
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.unit
+def test_round_numbering_is_plan_sg() -> None:
+    split = Split.even(3, CFG.heads, CFG.d_model, CFG.mlp_hidden)
+    st = build_structure(CFG, split, full_masks(split, CFG.layers), 1.0)
+    assert rounds_of(CFG.layers) == len(st.sgs)
+    for sg in st.sgs:
+        assert sg.sg == (head_round(CFG.layers) if sg.point == "head" else round_of(sg.layer, sg.point))
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("rates", [LossRates(0.3, 0, 0), LossRates(0, 0.3, 0), LossRates(0, 0, 0.3),
+                                   LossRates(0.1, 0.1, 0.1), LossRates(0.05, 0.2, 0.1)])
+def test_sampler_marginals_match_the_loss_model(rates: LossRates) -> None:
+    """Same distribution as codegen.lossmodel: per-mode structure, effective rate, diagonal never lost."""
+    B, D = 4000, 6
+    gen = torch.Generator().manual_seed(0)
+    lost = sample_lost(B, D, rates, gen).numpy()
+    ref = sample_lost_numpy(np.random.default_rng(0), B, D, rates)
+    assert lost.shape == ref.shape == (B, D, D) and lost.dtype == bool
+    eye = np.eye(D, dtype=bool)
+    assert not lost[:, eye].any()
+    off = lost[:, ~eye]
+    q = rates.effective_link_loss
+    tol = 4 * np.sqrt(q * (1 - q) / off.size) + 1e-9
+    assert abs(off.mean() - q) < tol and abs(ref[:, ~eye].mean() - q) < 4 * tol
+    # P(a receiver gets nothing in the round) and P(nobody gets a sender's message): the mode structure
+    recv_all = lost[:, ~eye].reshape(B, D, D - 1).all(axis=2).mean()
+    recv_ref = ref[:, ~eye].reshape(B, D, D - 1).all(axis=2).mean()
+    send_all = np.stack([np.delete(lost[:, :, j], j, axis=1).all(axis=1) for j in range(D)], 1).mean()
+    send_ref = np.stack([np.delete(ref[:, :, j], j, axis=1).all(axis=1) for j in range(D)], 1).mean()
+    assert abs(recv_all - recv_ref) < 0.02 and abs(send_all - send_ref) < 0.02
+    if rates.receiver > 0 and rates.link == rates.sender == 0:
+        assert abs(recv_all - rates.receiver) < 0.02 and abs(off.mean() - recv_all) < 1e-12  # all or nothing
+    if rates.sender > 0 and rates.link == rates.receiver == 0:
+        assert abs(send_all - rates.sender) < 0.02 and abs(off.mean() - send_all) < 1e-12
+
+
+@pytest.mark.unit
+def test_sample_rounds_covers_every_round_independently() -> None:
+    lost = sample_rounds(CFG.layers, 64, 4, LossRates.uniform(0.2), torch.Generator().manual_seed(1))
+    assert sorted(lost) == list(range(rounds_of(CFG.layers)))
+    assert all(v.shape == (64, 4, 4) and v.dtype == torch.bool for v in lost.values())
+    assert not torch.equal(lost[0], lost[1])
+    assert not any(sample_lost(8, 4, LossRates()).flatten())  # zero rates: nothing lost
+
+
+# --------------------------------------------------------------------------------------------
+# Per-sample gathers
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.unit
+@pytest.mark.parametrize("tokens,outputs,devices", [(5, 6, 3), (2, 12, 2), (1, 8, 4), (6, 9, 3)])
+def test_receiver_matmul_value_and_gradients(tokens: int, outputs: int, devices: int) -> None:
+    """Both strategies (per-sample weights, per-receiver masks) against einsum, gradients by gradcheck."""
+    gen = torch.Generator().manual_seed(tokens * 10 + outputs)
+    B, F = 3, 7
+    x = torch.randn(B, tokens, F, dtype=torch.double, generator=gen, requires_grad=True)
+    w = torch.randn(outputs, F, dtype=torch.double, generator=gen, requires_grad=True)
+    g = (torch.rand(B, devices, F, generator=gen) > 0.4).double()
+    owner = torch.randint(0, devices, (outputs,), generator=gen)
+    ref = torch.einsum("bnf,bof,of->bno", x, g[:, owner], w)
+    assert torch.allclose(receiver_matmul(x, g, w, owner), ref, atol=1e-12)
+    assert torch.autograd.gradcheck(lambda a, b: receiver_matmul(a, g, b, owner), (x, w))
+    sorted_owner = torch.sort(owner).values  # the one-run-per-device fast path
+    ref = torch.einsum("bnf,bof,of->bno", x, g[:, sorted_owner], w)
+    assert torch.allclose(receiver_matmul(x, g, w, sorted_owner), ref, atol=1e-12)
+
+
+@pytest.mark.unit
+def test_no_loss_equals_the_shared_path_with_gradients() -> None:
+    """An all-False pattern takes the shared path; all-ones per-sample gathers give the same gradients."""
+    net, _, _, _ = split_model(CFG, 3, 0.5)
+    x = torch.from_numpy(windows(6))
+    none = {r: torch.zeros(6, 3, 3, dtype=torch.bool) for r in range(rounds_of(CFG.layers))}
+    with torch.no_grad():
+        assert torch.equal(net(x, lost=none), net(x))
+    per_sample = [{p: g.expand(len(x), *g.shape) for p, g in layer.items()} for layer in net.gathers()]
+    grads = []
+    for gathers in (None, per_sample):
+        net.zero_grad()
+        net(x, gathers).pow(2).mean().backward()
+        grads.append({n: p.grad.clone() for n, p in net.named_parameters()})
+    for name in grads[0]:
+        assert torch.allclose(grads[0][name], grads[1][name], atol=1e-5, rtol=1e-4), name
+
+
+# --------------------------------------------------------------------------------------------
+# Lost-column semantics: torch == the plan executor (float) under the same losses
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.unit
+@pytest.mark.parametrize("devices,keep", [(2, 0.5), (3, 0.5), (4, 0.25), (6, 1.0)])
+def test_explicit_losses_equal_the_float_plan_executor(devices: int, keep: float) -> None:
+    net, w, split, masks = split_model(CFG, devices, keep, seed=devices)
+    st = build_structure(CFG, split, masks, keep)
+    ex = PlanExecutor([n.tensors for n in st.nodes], [n.ops for n in st.nodes], st.sgs, "float", weights=w)
+    x = windows(24)
+    lost = sample_rounds_numpy(np.random.default_rng(devices), len(st.sgs), len(x), devices,
+                               LossRates(0.2, 0.1, 0.1))
+    head = head_round(CFG.layers)
+    lost[head][:4] = False
+    lost[head][0, SINK, 1] = True  # a lost head partial for sample 0 only
+    ref = ex.run(x, lost=lost).output
+    clean = ex.run(x).output
+    with torch.no_grad():
+        got = net(torch.from_numpy(x), lost=lost_from_numpy(lost)).numpy()
+    assert np.max(np.abs(got - ref)) < 1e-4
+    assert np.max(np.abs(ref - clean)) > 1e-2  # the losses matter
+    # only the head round lossy: sample 0 misses exactly device 1's partial sum, the others nothing
+    head_only = {head: lost[head][:4]}
+    with torch.no_grad():
+        got = net(torch.from_numpy(x[:4]), lost=lost_from_numpy(head_only)).numpy()
+        full = net(torch.from_numpy(x[:4])).numpy()
+        xt = net.embed(torch.from_numpy(x[:1])[:, net.patch_idx]) + net.pos
+        for layer, g in zip(net.layers, net.gathers()):
+            xt = layer(xt, g, net.owner_model, net.owner_hidden)
+        lo, hi = split.model_cols(1)
+        hw = net.head.weight.view(CFG.horizon, CFG.tokens, CFG.d_model)[:, :, lo:hi]
+        partial1 = torch.einsum("nf,hnf->h", xt[0, :, lo:hi], hw).numpy()
+    assert np.max(np.abs(got - ex.run(x[:4], lost=head_only).output)) < 1e-4
+    np.testing.assert_allclose(full[0] - got[0], partial1, atol=1e-4)
+    np.testing.assert_allclose(full[1:], got[1:], atol=1e-6)
+
+
+@pytest.mark.unit
+def test_training_mode_draws_losses_eval_is_deterministic() -> None:
+    net, _, _, _ = split_model(CFG, 3, 0.5)
+    x = torch.from_numpy(windows(8))
+    with torch.no_grad():
+        clean = net(x)
+        net.set_message_dropout(LossRates.uniform(0.2))
+        assert torch.equal(net(x), clean)  # eval: no dropout
+        net.train()
+        a, b = net(x), net(x)
+        assert not torch.allclose(a, b) and not torch.allclose(a, clean)
+        torch.manual_seed(3)
+        c = net(x)
+        torch.manual_seed(3)
+        assert torch.equal(net(x), c)  # drawn from torch's (seeded) generator
+        net.set_message_dropout(LossRates())  # zero rates: off
+        assert torch.allclose(net(x), clean, atol=1e-6)
+
+
+@pytest.mark.unit
+def test_one_device_ignores_losses() -> None:
+    net, _, _, _ = split_model(CFG, 1, 1.0)
+    x = torch.from_numpy(windows(4))
+    lost = {r: torch.ones(4, 1, 1, dtype=torch.bool) for r in range(rounds_of(CFG.layers))}
+    with torch.no_grad():
+        assert torch.equal(net(x, lost=lost), net(x))
+
+
+@pytest.mark.unit
+def test_bad_lost_patterns_are_rejected() -> None:
+    net, _, _, _ = split_model(CFG, 3, 0.5)
+    x = torch.from_numpy(windows(4))
+    with pytest.raises(ValueError, match="round 99"):
+        net(x, lost={99: torch.zeros(4, 3, 3, dtype=torch.bool)})
+    with pytest.raises(ValueError, match="shape"):
+        net(x, lost={0: torch.zeros(4, 2, 2, dtype=torch.bool)})
+    with pytest.raises(ValueError, match="either"):
+        net(x, net.gathers(), lost={})
+
+
+@pytest.mark.unit
+def test_keep_matrix_never_drops_own_columns() -> None:
+    k = keep_matrix(torch.ones(2, 3, 3, dtype=torch.bool))
+    assert torch.equal(k, torch.eye(3).expand(2, 3, 3))

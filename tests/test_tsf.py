@@ -92,7 +92,8 @@ def test_unequal_length_and_missing_values(tmp_path: Path) -> None:
 
 
 def test_pooled_scaler_uses_train_parts_only(tmp_path: Path) -> None:
-    text = HEADER.format(missing="false", equal="true") + series_line("A", coded(0, 100)) + series_line("B", coded(1, 100))
+    text = HEADER.format(missing="false", equal="true") + series_line("A", coded(0, 100)) \
+        + series_line("B", coded(1, 100))
     sp, _ = tsf_splits(write(tmp_path, text), 10, 5)
     train = np.concatenate([np.arange(70), 1000 + np.arange(70)]).astype(np.float64)
     np.testing.assert_allclose(sp.scaler.mean, [train.mean()])
@@ -108,7 +109,8 @@ def test_attributes_are_optional_and_types_parse(tmp_path: Path) -> None:
 
 
 def test_all_series_too_short(tmp_path: Path) -> None:
-    text = HEADER.format(missing="false", equal="false") + series_line("A", coded(0, 10)) + series_line("B", coded(1, 12))
+    text = HEADER.format(missing="false", equal="false") + series_line("A", coded(0, 10)) \
+        + series_line("B", coded(1, 12))
     with pytest.raises(UserError) as err:
         tsf_splits(write(tmp_path, text), 16, 8)
     msg = str(err.value)

@@ -131,7 +131,8 @@ def _series_values(tsf: TsfFile, line_no: int, text: str) -> np.ndarray:
     else:
         first = next(i for i, f in enumerate(fields) if f != "?" and not _is_float(f))
     what = "is empty" if not fields[first] else f"'{fields[first]}' is not a finite number"
-    raise _fail(tsf.path, line_no, f"value {first + 1} of the series {what}", "write numbers, and ? for a missing value")
+    raise _fail(tsf.path, line_no, f"value {first + 1} of the series {what}",
+                "write numbers, and ? for a missing value")
 
 
 def _is_float(text: str) -> bool:

@@ -85,7 +85,8 @@ def build_data(cfg: TrainConfig) -> tuple[Splits, dict[str, Any]]:
     return make_splits(series, m.lookback, m.horizon, f"synthetic data (length {d.synthetic_length})"), desc
 
 
-def model_inputs(windows: Windows | SegmentWindows, idx: np.ndarray, revin: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def model_inputs(windows: Windows | SegmentWindows, idx: np.ndarray,
+                 revin: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Windows and targets exactly as the model sees them: RevIN-normalised by the window's statistics.
 
     Also returns each window's RevIN scale (its std; 1 without RevIN): an error in normalised units

@@ -39,7 +39,8 @@ def predict(model: SplitPatchTST, x: Tensor, revin: bool) -> Tensor:
 
 
 @torch.no_grad()
-def evaluate(model: SplitPatchTST, windows: Windows | SegmentWindows, revin: bool, idx: np.ndarray | None = None) -> float:
+def evaluate(model: SplitPatchTST, windows: Windows | SegmentWindows, revin: bool,
+             idx: np.ndarray | None = None) -> float:
     """Mean squared error over samples x horizon (the LTSF metric)."""
     idx = np.arange(len(windows)) if idx is None else idx
     model.eval()

@@ -1,8 +1,8 @@
 """The TOML training configuration of `cisl train` (stdlib only, no torch).
 
-Sections [model], [split], [data] and [train]; every key has a small default, so an empty file
-(or no file) is a valid configuration that trains in seconds. Mistakes are one-line UserErrors
-naming the file, the key and what was expected.
+Sections [model], [split], [data], [train], [prune] and [dropout]; every key has a small default,
+so an empty file (or no file) is a valid configuration that trains in seconds. Mistakes are one-line
+UserErrors naming the file, the key and what was expected.
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from codegen.modelspec import ModelConfig
 @dataclass(frozen=True)
 class SplitConfig:
     devices: int = 4
-    keep_ratio: float = 1.0  # fraction of own columns each device broadcasts (1 = allgather)
+    # Seeded random masks broadcasting this fraction of own columns (1 = allgather), for tests and quick
+    # runs; [prune] trains the masks instead and supersedes it (setting both is an error).
+    keep_ratio: float = 1.0
     mask_seed: int = 0
 
 
@@ -51,12 +53,42 @@ class TrainOptions:
     stop_after_epochs: int = 0  # stop (checkpoint kept, no outputs) after this many epochs in one run; 0 = never
 
 
+PRUNE_METHODS = ("none", "somegather", "normal")
+
+
+@dataclass(frozen=True)
+class PruneConfig:
+    """Stepwise pruning after the [train] epochs (codegen.train.pruning)."""
+
+    method: str = "none"  # "none" | "somegather" (cisl) | "normal" (the Q3 baseline: whole columns, float only)
+    target_keep: float = 1.0  # fraction of its own columns a device still broadcasts at the end
+    step: float = 0.1  # fraction of a device's own columns pruned per stage (at least one)
+    epochs_per_step: int = 1  # retraining epochs after every stage
+    finetune_epochs: int = 0  # epochs after the last stage
+
+
+@dataclass(frozen=True)
+class DropoutConfig:
+    """Message dropout (codegen.train.dropout): loss probabilities of the three modes while training."""
+
+    q: float = 0.0  # shorthand: the same probability for link, receiver and sender losses
+    q_link: float = 0.0  # one sender->receiver message lost
+    q_recv: float = 0.0  # a receiver gets nothing in a round
+    q_send: float = 0.0  # nobody gets a sender's message in a round
+
+    def rates(self) -> tuple[float, float, float]:
+        """(link, receiver, sender), as codegen.lossmodel.LossRates takes them."""
+        return (self.q, self.q, self.q) if self.q > 0 else (self.q_link, self.q_recv, self.q_send)
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     split: SplitConfig = field(default_factory=SplitConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainOptions = field(default_factory=TrainOptions)
+    prune: PruneConfig = field(default_factory=PruneConfig)
+    dropout: DropoutConfig = field(default_factory=DropoutConfig)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         out = {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
@@ -66,7 +98,8 @@ class TrainConfig:
 
 DATA_SOURCES = ("synthetic", "csv", "tsf", "icd")
 
-SECTIONS: dict[str, type] = {"model": ModelConfig, "split": SplitConfig, "data": DataConfig, "train": TrainOptions}
+SECTIONS: dict[str, type] = {"model": ModelConfig, "split": SplitConfig, "data": DataConfig, "train": TrainOptions,
+                             "prune": PruneConfig, "dropout": DropoutConfig}
 
 _TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
                tuple: "a list of strings"}
@@ -96,7 +129,7 @@ def _coerce(where: str, key: str, value: Any, default: Any) -> Any:
 
 def _range_problems(cfg: TrainConfig) -> list[tuple[str, str]]:
     """(key, expectation) pairs for values of the right type but out of range."""
-    s, d, t = cfg.split, cfg.data, cfg.train
+    s, d, t, pr, dr = cfg.split, cfg.data, cfg.train, cfg.prune, cfg.dropout
     checks = [
         ("split.devices", s.devices >= 1, "must be >= 1"),
         ("split.keep_ratio", 0.0 < s.keep_ratio <= 1.0, "must be in (0, 1]"),
@@ -115,7 +148,13 @@ def _range_problems(cfg: TrainConfig) -> list[tuple[str, str]]:
         ("train.threads", t.threads >= 1, "must be >= 1"),
         ("train.micro_batch", 0 <= t.micro_batch <= t.batch_size, "must be in [1, batch_size] (0 = batch_size)"),
         ("train.stop_after_epochs", t.stop_after_epochs >= 0, "must be >= 0 (0 = never stop early)"),
-    ]
+        ("prune.method", pr.method in PRUNE_METHODS, 'must be "none", "somegather" or "normal"'),
+        ("prune.target_keep", 0.0 < pr.target_keep <= 1.0, "must be in (0, 1]"),
+        ("prune.step", 0.0 < pr.step <= 1.0, "must be in (0, 1]"),
+        ("prune.epochs_per_step", pr.epochs_per_step >= 0, "must be >= 0"),
+        ("prune.finetune_epochs", pr.finetune_epochs >= 0, "must be >= 0"),
+    ] + [(f"dropout.{k}", 0.0 <= getattr(dr, k) < 1.0, "must be in [0, 1)")
+         for k in ("q", "q_link", "q_recv", "q_send")]
     return [(key, why) for key, ok, why in checks if not ok]
 
 
@@ -165,6 +204,16 @@ def _validate(where: str, cfg: TrainConfig) -> None:
     if cfg.split.devices > cfg.model.heads:
         raise UserError(f"{where}: [split] devices = {cfg.split.devices} exceeds [model] heads = {cfg.model.heads}; "
                         "every device needs at least one head: use devices <= heads")
+    pr, dr = cfg.prune, cfg.dropout
+    if pr.method != "none" and cfg.split.keep_ratio < 1.0:
+        raise UserError(f"{where}: [prune] method = \"{pr.method}\" trains the masks and supersedes [split] keep_ratio "
+                        f"= {cfg.split.keep_ratio}; remove keep_ratio (or set [prune] method = \"none\")")
+    if pr.method == "none" and pr.target_keep < 1.0:
+        raise UserError(f"{where}: [prune] target_keep = {pr.target_keep} needs a method: set [prune] method = "
+                        "\"somegather\" or \"normal\"")
+    if dr.q > 0 and (dr.q_link > 0 or dr.q_recv > 0 or dr.q_send > 0):
+        raise UserError(f"{where}: [dropout] q = {dr.q} sets all three loss modes; set either q or q_link, q_recv "
+                        "and q_send")
 
 
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> TrainConfig:

@@ -1,0 +1,75 @@
+"""[prune] and [dropout] in the training config: values, defaults and one-line errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from codegen.errors import UserError
+from codegen.lossmodel import LossRates
+from codegen.train.config import DropoutConfig, PruneConfig, load_config
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "train.toml"
+    path.write_text(text)
+    return path
+
+
+def error(tmp_path: Path, text: str) -> str:
+    path = write(tmp_path, text)
+    with pytest.raises(UserError) as err:
+        load_config(path)
+    msg = str(err.value)
+    assert "\n" not in msg and str(path) in msg
+    return msg
+
+
+@pytest.mark.unit
+def test_defaults_prune_nothing_and_drop_nothing() -> None:
+    cfg = load_config(None)
+    assert cfg.prune == PruneConfig() and cfg.prune.method == "none" and cfg.prune.step == 0.1
+    assert cfg.dropout == DropoutConfig() and not LossRates(*cfg.dropout.rates()).any
+    assert set(cfg.to_dict()) >= {"prune", "dropout"}
+
+
+@pytest.mark.unit
+def test_values_are_read(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, """
+[prune]
+method = "somegather"
+target_keep = 0.1
+step = 0.2
+epochs_per_step = 2
+finetune_epochs = 5
+[dropout]
+q_link = 0.05
+q_send = 0.01
+"""))
+    assert cfg.prune == PruneConfig("somegather", 0.1, 0.2, 2, 5)
+    assert cfg.dropout.rates() == (0.05, 0.0, 0.01)
+    assert load_config(write(tmp_path, "[dropout]\nq = 0.1\n")).dropout.rates() == (0.1, 0.1, 0.1)
+    assert load_config(None, {"prune.method": "normal", "prune.target_keep": 0.5}).prune.method == "normal"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("text,needle", [
+    ("[prune]\nmethod = \"random\"\n", 'method must be "none", "somegather" or "normal"'),
+    ("[prune]\nmethod = \"normal\"\ntarget_keep = 0\n", "target_keep must be in (0, 1]"),
+    ("[prune]\nmethod = \"normal\"\nstep = 1.5\n", "step must be in (0, 1]"),
+    ("[prune]\nepochs_per_step = -1\n", "epochs_per_step must be >= 0"),
+    ("[prune]\nfinetune_epochs = -2\n", "finetune_epochs must be >= 0"),
+    ("[prune]\nkeep = 0.5\n", "did you mean 'target_keep'?"),
+    ("[prune]\ntarget_keep = 0.5\n", "needs a method"),
+    ("[split]\nkeep_ratio = 0.5\n[prune]\nmethod = \"somegather\"\ntarget_keep = 0.5\n",
+     "supersedes [split] keep_ratio"),
+    ("[dropout]\nq = 1.0\n", "q must be in [0, 1)"),
+    ("[dropout]\nq_recv = -0.1\n", "q_recv must be in [0, 1)"),
+    ("[dropout]\nq = 0.1\nq_link = 0.1\n", "set either q or q_link"),
+    ("[dropout]\nq_lnk = 0.1\n", "did you mean 'q_link'?"),
+    ("[dropout]\nq = \"high\"\n", "q must be a number"),
+    ("[droput]\nq = 0.1\n", "did you mean 'dropout'?"),
+])
+def test_mistakes_are_one_line_errors(tmp_path: Path, text: str, needle: str) -> None:
+    assert needle in error(tmp_path, text)

@@ -5,7 +5,10 @@ Outputs (written atomically into ``out_dir``):
   calibration.npy     float32 [n_cal, L]: windows from the TRAIN split as the model sees them
   test_windows.npy    float32 [n_test, L]: test inputs as the model sees them (after RevIN if on)
   test_targets.npy    float32 [n_test, horizon]: their targets, normalised the same way
-  train.json          summary + resolved config + per-epoch history
+  train.json          summary + resolved config + per-epoch history (+ pruning stages and final masks)
+
+[prune] method = "normal" (the Q3 baseline) writes no model.onnx: its LayerNorms skip pruned own
+columns, which the ONNX/plan contract cannot express; it is evaluated in float here (train.json).
 
 While training, a checkpoint is saved after every epoch into the run's work folder (by default the
 hidden sibling ``.<out name>.cisl-train/`` of ``out_dir``); ``resume=True`` continues from it and
@@ -34,12 +37,15 @@ from codegen.data.protocol import SegmentWindows, Splits, Windows, make_splits
 from codegen.data.revin import revin_normalize
 from codegen.data.synthetic import synthetic_series
 from codegen.errors import UserError
+from codegen.lossmodel import LossRates
 from codegen.modelspec import ModelConfig
 from codegen.onnx_model import build_onnx
 from codegen.partition import Masks, Split, full_masks, random_masks
 from codegen.train.config import DataConfig, TrainConfig, load_config
+from codegen.train.dropout import evaluate_with_loss
 from codegen.train.loop import checkpoint_meta, evaluate, fit, load_checkpoint
 from codegen.train.model import SplitPatchTST, state_to_numpy
+from codegen.train.pruning import column_counts, communication, drop_pruned_weights, run_pruning
 
 OUTPUT_FILES = ("model.onnx", "calibration.npy", "test_windows.npy", "test_targets.npy", "test_scale.npy",
                 "train.json")
@@ -177,6 +183,26 @@ def _resolve_config(config_path: Path | None, data_path: Path | None, overrides:
     return cfg
 
 
+def _prune(cfg: TrainConfig, model: SplitPatchTST, data: Splits, train_idx: np.ndarray,
+           progress: bool) -> list[dict[str, Any]]:
+    """[prune] after the dense epochs. Every retraining phase is a fit of its own (fresh Adam and
+    cosine schedule over the phase, own data order) that keeps its best-validation weights; phases
+    write no checkpoint (a resumed run redoes the pruning from the dense checkpoint)."""
+    p, t = cfg.prune, cfg.train
+    if p.method == "none":
+        return []
+    phases = []
+
+    def retrain(tag: str, epochs: int) -> dict[str, Any]:
+        phases.append(tag)
+        opts = dataclasses.replace(t, epochs=epochs, seed=t.seed * 1000 + len(phases), stop_after_epochs=0)
+        res = fit(model, data.train, train_idx, data.val, opts, cfg.model.revin, progress)
+        model.load_state_dict(res.best_state)
+        return {"epochs": epochs, "best_epoch": res.best_epoch, "val_mse": res.best_val, "history": res.history}
+
+    return run_pruning(model, p.method, p.target_keep, p.step, p.epochs_per_step, p.finetune_epochs, retrain)
+
+
 def _resume_meta(cfg: TrainConfig, data_desc: dict[str, Any]) -> dict[str, Any]:
     """What a resumed run must share with the checkpoint: the config (minus run control) and the data."""
     config = cfg.to_dict()
@@ -242,6 +268,8 @@ def run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, o
     with _torch_settings(t.threads), torch.random.fork_rng(devices=[]):
         torch.manual_seed(t.seed)
         model = SplitPatchTST(cfg=m, split=split, masks=masks)
+        rates = LossRates(*cfg.dropout.rates())
+        model.set_message_dropout(rates)  # message dropout: losses drawn in every training step
         n_train = len(data.train)
         train_idx = np.arange(n_train)
         if 0 < t.max_train_windows < n_train:  # a random subset, fixed by the seed
@@ -253,37 +281,57 @@ def run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, o
             return {"stopped": True, "epochs_done": result.epochs_done, "epochs": t.epochs,
                     "checkpoint": str(ckpt_path), "seconds": round(time.perf_counter() - started, 3)}
         model.load_state_dict(result.best_state)
+        prune_history = _prune(cfg, model, data, train_idx, progress)
+        masks = model.masks
         metrics = {
             "train_mse": evaluate(model, data.train, m.revin, train_idx),
             "val_mse": evaluate(model, data.val, m.revin),
             "test_mse": evaluate(model, data.test, m.revin),
         }
-        weights = state_to_numpy(model)
+        if rates.any:  # the same model under the training loss rates (seeded: reproducible)
+            metrics["test_mse_lossy"] = evaluate_with_loss(model, data.test, m.revin, rates, seed=t.seed)
+        weights = drop_pruned_weights(state_to_numpy(model), split, masks, cfg.prune.method)
         params = sum(p.numel() for p in model.parameters())
 
     config_record = cfg.to_dict()
     config_record["data"]["path"] = Path(cfg.data.path).name if cfg.data.path else ""  # no machine paths
     config_record["data"]["manifest"] = Path(cfg.data.manifest).name if cfg.data.manifest else ""
     config_record["train"].pop("stop_after_epochs", None)  # run control: a resumed run records the same model
+    pr = cfg.prune
+    keep_ratio = pr.target_keep if pr.method != "none" else s.keep_ratio
+    pruning = {"method": pr.method, "target_keep": keep_ratio, "step": pr.step, "epochs_per_step": pr.epochs_per_step,
+               "finetune_epochs": pr.finetune_epochs,
+               "stages": sum(1 for h in prune_history if h["stage"] != "finetune"),
+               "epochs": sum(h.get("epochs", 0) for h in prune_history)}
+    dropout = {"q_link": rates.link, "q_recv": rates.receiver, "q_send": rates.sender,
+               "effective_link_loss": rates.effective_link_loss}
+    comm = communication(split, masks, m.tokens, m.horizon)
     training = {"data": data_desc, "epochs": t.epochs, "best_epoch": result.best_epoch, "seed": t.seed,
-                **metrics, "history": result.history, "config": config_record}
-    onnx_bytes = build_onnx(m, weights, split, masks, s.keep_ratio, training).SerializeToString()
+                **metrics, "history": result.history, "config": config_record, "prune": pruning,
+                "prune_history": prune_history, "dropout": dropout, "communication": comm}
+    onnx_bytes = (build_onnx(m, weights, split, masks, keep_ratio, training).SerializeToString()
+                  if pr.method != "normal" else None)
 
     calib, _, _ = model_inputs(data.train, data.train.evenly_spaced(t.calibration_samples), m.revin)
     test_x, test_y, test_scale = model_inputs(data.test, data.test.evenly_spaced(t.test_samples), m.revin)
     summary = {**metrics, "epochs": t.epochs, "best_epoch": result.best_epoch,
                "seconds": round(time.perf_counter() - started, 3), "params": params,
                "windows": {"train": int(len(train_idx)), "val": len(data.val), "test": len(data.test)},
-               "data": data_desc, "resumed_from_epoch": result.resumed_from}
-    report = {"summary": summary, "config": config_record, "history": result.history}
+               "data": data_desc, "resumed_from_epoch": result.resumed_from, "prune": pruning,
+               "communication": comm, "dropout": dropout, "onnx": onnx_bytes is not None}
+    report = {"summary": summary, "config": config_record, "history": result.history, "prune_history": prune_history,
+              "masks": {"keep_ratio": keep_ratio, "prune_own": model.prune_own, "columns": column_counts(masks),
+                        "broadcast": masks}}
     write_atomically(out_dir, {
-        "model.onnx": onnx_bytes,
+        **({"model.onnx": onnx_bytes} if onnx_bytes is not None else {}),
         "calibration.npy": _npy_bytes(calib),
         "test_windows.npy": _npy_bytes(test_x),
         "test_targets.npy": _npy_bytes(test_y),
         "test_scale.npy": _npy_bytes(test_scale),
         "train.json": (json.dumps(report, indent=2) + "\n").encode(),
     })
+    if onnx_bytes is None:  # a model.onnx of an earlier run would not belong to this train.json
+        (out_dir / "model.onnx").unlink(missing_ok=True)
     ckpt_path.unlink(missing_ok=True)  # the outputs are complete: nothing left to resume
     try:
         work.rmdir()

@@ -328,7 +328,7 @@ class SplitPatchTST(nn.Module):
 
     def load_numpy(self, weights: dict[str, np.ndarray]) -> None:
         """Load weights named as in `weight_shapes` (e.g. from a model.onnx)."""
-        self.load_state_dict({k: torch.from_numpy(np.asarray(v, dtype=np.float32)) for k, v in weights.items()})
+        self.load_state_dict({k: torch.from_numpy(np.array(v, dtype=np.float32)) for k, v in weights.items()})
 
 
 def live_columns(split: Split, masks: Masks) -> dict:

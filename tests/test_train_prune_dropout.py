@@ -1,0 +1,118 @@
+"""End to end: `run_train` with [prune] and [dropout], then `cisl compile` of the pruned model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from codegen.compile import CompileOptions, compile_model  # noqa: E402
+from codegen.onnx_model import load_model  # noqa: E402
+from codegen.partition import POINTS, kept_count  # noqa: E402
+from codegen.train.api import run_train  # noqa: E402
+from codegen.train.model import SplitPatchTST  # noqa: E402
+from codegen.train.pruning import CONSUMERS, consumer_row_owner  # noqa: E402
+
+TINY = """
+[model]
+lookback = 32
+patch_len = 8
+stride = 4
+d_model = 16
+heads = 4
+layers = 1
+mlp_hidden = 12
+horizon = 8
+[split]
+devices = 3
+[data]
+synthetic_length = 600
+synthetic_channels = 2
+[train]
+epochs = 1
+batch_size = 64
+max_train_windows = 192
+calibration_samples = 16
+test_samples = 8
+threads = 1
+[prune]
+method = "{method}"
+target_keep = 0.5
+step = 0.25
+epochs_per_step = 1
+finetune_epochs = 1
+[dropout]
+q = 0.1
+"""
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dict]]:
+    root = tmp_path_factory.mktemp("prune")
+    out = {}
+    for method in ("somegather", "normal"):
+        cfg = root / f"{method}.toml"
+        cfg.write_text(TINY.replace("{method}", method))
+        out[method] = (root / method, run_train(cfg, None, root / method, progress=False))
+    return out
+
+
+@pytest.mark.train
+def test_somegather_run_exports_pruned_masks_and_compiles(runs, tmp_path: Path) -> None:
+    out, summary = runs["somegather"]
+    model = load_model(out / "model.onnx")
+    split = model.split
+    assert model.keep_ratio == 0.5 and model.devices == 3
+    for k in range(3):
+        for p in POINTS:
+            lo, hi = split.own_cols(k, p)
+            assert len(model.masks[0][k][p]) == kept_count(hi - lo, 0.5) < hi - lo
+    # pruned cross-device weights are zero in the dense initializers, and the graph equals torch
+    for p in POINTS:
+        bc = np.zeros(split.width(p), bool)
+        for entry in model.masks[0]:
+            bc[entry[p]] = True
+        dropped = (consumer_row_owner(split, p)[:, None] != split.owner_of(p)[None, :]) & ~bc[None, :]
+        for name in CONSUMERS[p]:
+            assert np.all(model.weights[f"layers.0.{name}.weight"][dropped] == 0)
+    x = np.load(out / "test_windows.npy")
+    ref = ort.InferenceSession(str(out / "model.onnx")).run(["forecast"], {"window": x})[0]
+    net = SplitPatchTST(model.config, split, model.masks).eval()
+    net.load_numpy(model.weights)
+    with torch.no_grad():
+        assert np.max(np.abs(net(torch.from_numpy(x)).numpy() - ref)) < 1e-4
+
+    # the summary: method, stages, communication, dropout
+    assert summary["prune"]["method"] == "somegather" and summary["prune"]["stages"] == 2
+    assert summary["prune"]["epochs"] == 3 and np.isfinite(summary["test_mse_lossy"])
+    assert summary["dropout"] == {"q_link": 0.1, "q_recv": 0.1, "q_send": 0.1,
+                                  "effective_link_loss": pytest.approx(1 - 0.9 ** 3)}
+    comm = summary["communication"]
+    assert comm["broadcast_columns"] == sum(len(e[p]) for e in model.masks[0] for p in POINTS)
+    assert comm["allgather_columns"] == 3 * 16 + 12 and comm["ratio_to_allgather"] < 0.6
+    report = json.loads((out / "train.json").read_text())
+    stages = report["prune_history"]
+    assert [h["stage"] for h in stages] == [1, 2, "finetune"] and all("val_mse" in h for h in stages)
+    assert report["masks"]["broadcast"] == model.masks and report["masks"]["columns"][0][0]["x"] == 4
+    assert model.training["prune"]["method"] == "somegather" and model.training["dropout"]["q_link"] == 0.1
+
+    summary_c = compile_model(out / "model.onnx", tmp_path / "build", CompileOptions())
+    assert (tmp_path / "build" / "plan.json").is_file() and summary_c["accuracy"]["relative_rms_float_vs_int8"] < 0.2
+
+
+@pytest.mark.train
+def test_normal_run_matches_communication_and_writes_no_onnx(runs) -> None:
+    out, summary = runs["normal"]
+    _, sg = runs["somegather"]
+    assert not (out / "model.onnx").exists() and summary["onnx"] is False
+    assert summary["communication"] == sg["communication"]  # same columns per round at the same keep ratio
+    report = json.loads((out / "train.json").read_text())
+    masks = report["masks"]
+    assert masks["prune_own"] is True and masks["keep_ratio"] == 0.5
+    assert all(e["x"] == e["y"] for e in masks["broadcast"][0])  # one residual column set
+    assert np.isfinite(summary["test_mse"]) and summary["prune"]["method"] == "normal"

@@ -216,3 +216,31 @@ def test_bad_lost_patterns_are_rejected() -> None:
 def test_keep_matrix_never_drops_own_columns() -> None:
     k = keep_matrix(torch.ones(2, 3, 3, dtype=torch.bool))
     assert torch.equal(k, torch.eye(3).expand(2, 3, 3))
+
+
+@pytest.mark.unit
+def test_evaluate_with_loss_draws_the_patterns_cisl_eval_draws() -> None:
+    """Same seed and batch: the same loss patterns and the same MSE as `cisl eval`'s float path."""
+    from codegen.evaluate import EvalSet, _mse
+    from codegen.train.dropout import evaluate_with_loss
+
+    net, w, split, masks = split_model(CFG, 3, 0.5, seed=1)
+    st = build_structure(CFG, split, masks, 0.5)
+    ex = PlanExecutor([n.tensors for n in st.nodes], [n.ops for n in st.nodes], st.sgs, "float", weights=w)
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((100, CFG.lookback)) * 3 + 1).astype(np.float32)
+    y = (rng.standard_normal((100, CFG.horizon)) * 3 + 1).astype(np.float32)
+
+    class Raw:
+        def __len__(self) -> int:
+            return len(x)
+
+        def take(self, idx):
+            return x[idx], y[idx]
+
+    rates = LossRates(0.1, 0.05, 0.1)
+    ref = _mse(ex, EvalSet.from_raw(x, y, True), None, (rates, 7), 32, None)
+    assert evaluate_with_loss(net, Raw(), True, rates, seed=7, batch=32) == pytest.approx(ref, rel=1e-5)
+    clean = _mse(ex, EvalSet.from_raw(x, y, True), None, None, 32, None)
+    assert evaluate_with_loss(net, Raw(), True, LossRates(), seed=7) == pytest.approx(clean, rel=1e-5)
+    assert abs(ref - clean) > 1e-3 * clean

@@ -116,3 +116,17 @@ def test_normal_run_matches_communication_and_writes_no_onnx(runs) -> None:
     assert masks["prune_own"] is True and masks["keep_ratio"] == 0.5
     assert all(e["x"] == e["y"] for e in masks["broadcast"][0])  # one residual column set
     assert np.isfinite(summary["test_mse"]) and summary["prune"]["method"] == "normal"
+
+
+@pytest.mark.train
+def test_resume_mid_training_gives_the_same_pruned_model(tmp_path: Path) -> None:
+    """Dropout draws from torch's generator, which the checkpoint restores; pruning restarts from the
+    dense checkpoint. An interrupted and resumed run therefore writes the same model."""
+    cfg = tmp_path / "t.toml"
+    cfg.write_text(TINY.replace("{method}", "somegather").replace("epochs = 1\n", "epochs = 2\n", 1))
+    run_train(cfg, None, tmp_path / "a", progress=False)
+    stopped = run_train(cfg, None, tmp_path / "b", overrides={"train.stop_after_epochs": 1}, progress=False)
+    assert stopped["stopped"] and not (tmp_path / "b").exists()
+    run_train(cfg, None, tmp_path / "b", progress=False, resume=True)
+    for name in ("model.onnx", "test_windows.npy", "calibration.npy"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name

@@ -154,6 +154,7 @@ def test_explicit_losses_equal_the_float_plan_executor(devices: int, keep: float
     clean = ex.run(x).output
     with torch.no_grad():
         got = net(torch.from_numpy(x), lost=lost_from_numpy(lost)).numpy()
+        assert np.array_equal(net(torch.from_numpy(x), lost=lost).numpy(), got)  # the executor's dict as is
     assert np.max(np.abs(got - ref)) < 1e-4
     assert np.max(np.abs(ref - clean)) > 1e-2  # the losses matter
     # only the head round lossy: sample 0 misses exactly device 1's partial sum, the others nothing

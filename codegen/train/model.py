@@ -233,7 +233,8 @@ class SplitPatchTST(nn.Module):
     """forward(window [B, L], normalised) -> forecast [B, horizon] of the split model.
 
     ``forward(window, lost={sg: bool [B, D, D]})`` applies the given message losses (rounds
-    numbered as plan.json's sg); in training mode, after `set_message_dropout`, losses are drawn
+    numbered as plan.json's sg; torch tensors or the numpy arrays `codegen.executor` takes; a
+    missing round loses nothing); in training mode, after `set_message_dropout`, losses are drawn
     for every step. ``forward(window, gathers)`` takes explicit (per-sample) gather matrices.
     """
 
@@ -297,7 +298,8 @@ class SplitPatchTST(nn.Module):
             raise ValueError("pass either gathers or lost, not both")
         if gathers is None and lost is None and self.training and self.loss_rates is not None and D > 1:
             lost = msgdrop.sample_rounds(self.cfg.layers, B, D, self.loss_rates)
-        if lost is not None:
+        if lost is not None:  # numpy arrays (the executor's ``lost`` dict) are fine too
+            lost = {int(sg): torch.as_tensor(v, dtype=torch.bool) for sg, v in lost.items()}
             msgdrop.check_lost(lost, self.cfg.layers, B, D)
         base = self.gathers() if gathers is None else gathers
         alive_r = getattr(self, "alive_r", None) if self.prune_own else None

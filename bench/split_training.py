@@ -1,0 +1,283 @@
+"""Benchmark (issue 3): training for the split on ETTh2 — the paper's Fig. 7 and Fig. 8.
+
+Units of work, each written as one JSON file under docs/results/split_training/runs/ and skipped
+when that file exists (so the study can be interrupted and continued):
+
+* ``fig7-D{D}-s{seed}-dense``: the unpruned (allgather) model.
+* ``fig7-D{D}-s{seed}-{method}``: stepwise pruning from that dense model, method ``somegather``
+  (prune only what is sent to other devices) or ``normal`` (prune whole columns: the allgather model
+  narrowed to the same communication). One trajectory per method: every stage prunes ``step`` of each
+  device's columns and retrains one epoch; when the trajectory reaches a reported keep ratio, the
+  model is fine-tuned and scored, and the trajectory continues from there.
+* ``fig8-D{D}-s{seed}-q{q}``: a model trained with message dropout at loss rate q in all three modes
+  (q = 0: the dense model of fig7), scored under sampled loss at every deployment rate.
+* ``deploy-D8``: a somegather-pruned (keep 0.1), dropout-hardened model exported to ONNX, scored
+  in int8 through the bit-exact reference, and run on the virtual testbed.
+
+The protocol is the paper's model (6 layers, F = 128, H = 16, F_h = 128, ReLU, patch 16/8, look-back
+336, horizon 96; Adam lr 1e-3, cosine) with a reduced budget for a 2-core CPU: batch 256, a fixed
+random subset of the training windows and few epochs (see PROTOCOL). MSE is on the StandardScaler
+scale over the whole ETTh2 test split (19 495 channel windows).
+
+    python bench/split_training.py run [--only fig7-D8-s0-dense ...] [--seeds 0 1 2]
+    python bench/split_training.py report          # tables and plots into docs/results/
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import json
+import time
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "docs" / "results" / "split_training"
+RUNS = RESULTS / "runs"
+WORK = ROOT / "bench" / "work" / "split_training"
+ETTH2 = ROOT.parent / "shared" / "data" / "ett" / "ETTh2.csv"
+
+PROTOCOL = {
+    "model": {"lookback": 336, "patch_len": 16, "stride": 8, "padding": "end", "d_model": 128, "heads": 16,
+              "layers": 6, "mlp_hidden": 128, "horizon": 96},
+    "batch_size": 256, "lr": 1e-3, "max_train_windows": 16384, "dense_epochs": 8,
+    "prune_step": 0.1, "epochs_per_stage": 1, "finetune_epochs": 2, "dropout_epochs": 8,
+    "keeps": [0.75, 0.5, 0.25, 0.1], "loss_rates": [0.0, 0.025, 0.05, 0.1, 0.2], "threads": 2,
+}
+
+
+def _config(devices: int, seed: int, epochs: int, q: float = 0.0):
+    from codegen.train.config import load_config
+
+    p = PROTOCOL
+    return load_config(None, {
+        "model": dict(p["model"]), "split": {"devices": devices},
+        "data": {"source": "csv", "path": str(ETTH2)},
+        "train": {"epochs": epochs, "batch_size": p["batch_size"], "lr": p["lr"], "seed": seed,
+                  "max_train_windows": p["max_train_windows"], "threads": p["threads"]},
+        "dropout": {"q": q},
+    })
+
+
+class Session:
+    """Data, the training subset and helpers shared by every unit of one (devices, seed)."""
+
+    def __init__(self, devices: int, seed: int):
+        from codegen.train.api import build_data
+
+        self.devices, self.seed = devices, seed
+        self.cfg = _config(devices, seed, PROTOCOL["dense_epochs"])
+        self.data, _ = build_data(self.cfg)
+        n = len(self.data.train)
+        self.train_idx = np.sort(np.random.default_rng([seed, 1]).choice(n, PROTOCOL["max_train_windows"],
+                                                                         replace=False))
+
+    def new_model(self, q: float = 0.0):
+        import torch
+
+        from codegen.lossmodel import LossRates
+        from codegen.partition import Split, full_masks
+        from codegen.train.model import SplitPatchTST
+
+        m = self.cfg.model
+        split = Split.even(self.devices, m.heads, m.d_model, m.mlp_hidden)
+        torch.manual_seed(self.seed)
+        model = SplitPatchTST(cfg=m, split=split, masks=full_masks(split, m.layers))
+        model.set_message_dropout(LossRates.uniform(q))
+        return model
+
+    def fit(self, model, epochs: int, tag: str) -> dict:
+        from codegen.train.loop import fit
+
+        opts = dataclasses.replace(self.cfg.train, epochs=epochs, seed=self.seed * 1000 + zlib.crc32(tag.encode()) % 997)
+        t0 = time.time()
+        res = fit(model, self.data.train, self.train_idx, self.data.val, opts, self.cfg.model.revin, progress=True)
+        model.load_state_dict(res.best_state)
+        return {"epochs": epochs, "best_epoch": res.best_epoch, "val_mse": res.best_val,
+                "seconds": round(time.time() - t0, 1)}
+
+    def test_mse(self, model, q: float = 0.0, loss_seed: int = 0) -> float:
+        from codegen.lossmodel import LossRates
+        from codegen.train.dropout import evaluate_with_loss
+        from codegen.train.loop import evaluate
+
+        if q == 0.0:
+            return float(evaluate(model, self.data.test, self.cfg.model.revin))
+        return float(evaluate_with_loss(model, self.data.test, self.cfg.model.revin, LossRates.uniform(q), loss_seed))
+
+
+def _save(name: str, record: dict) -> None:
+    RUNS.mkdir(parents=True, exist_ok=True)
+    record = {"unit": name, "protocol": PROTOCOL, **record}
+    (RUNS / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n")
+    print(f"== {name}: done", flush=True)
+
+
+def _dense(s: Session):
+    """The unpruned model of (devices, seed): trained once, cached for the other units."""
+    import torch
+
+    name = f"fig7-D{s.devices}-s{s.seed}-dense"
+    state = WORK / f"{name}.pt"
+    model = s.new_model()
+    if state.is_file() and (RUNS / f"{name}.json").is_file():
+        model.load_state_dict(torch.load(state))
+        return model
+    rec = s.fit(model, PROTOCOL["dense_epochs"], "dense")
+    WORK.mkdir(parents=True, exist_ok=True)
+    torch.save(model.state_dict(), state)
+    _save(name, {"devices": s.devices, "seed": s.seed, "train": rec, "test_mse": s.test_mse(model)})
+    return model
+
+
+def fig7_method(s: Session, method: str) -> None:
+    from codegen.partition import kept_count
+    from codegen.train.model import state_to_numpy
+    from codegen.train.pruning import communication, drop_pruned_weights, prune_step, stage_counts
+
+    name = f"fig7-D{s.devices}-s{s.seed}-{method}"
+    if (RUNS / f"{name}.json").is_file():
+        return
+    model = _dense(s)
+    dense_comm = communication(model.split, model.masks, s.cfg.model.tokens, s.cfg.model.horizon)
+    split = model.split
+    stages = stage_counts(split, min(PROTOCOL["keeps"]), PROTOCOL["prune_step"])
+    targets = sorted(PROTOCOL["keeps"], reverse=True)
+    points = []
+    for i, counts in enumerate(stages, start=1):
+        weights = drop_pruned_weights(state_to_numpy(model), split, model.masks, method)
+        masks = prune_step(method, weights, split, model.masks, counts)
+        model.set_masks(masks, prune_own=method == "normal")
+        model.load_numpy(drop_pruned_weights(weights, split, masks, method))
+        s.fit(model, PROTOCOL["epochs_per_stage"], f"{method} stage {i}")
+        for keep in targets:
+            reached = all(counts[k][p] == kept_count(hi - lo, keep)
+                          for k in range(split.devices) for p in counts[k] for lo, hi in [split.own_cols(k, p)])
+            if reached and not any(pt["keep"] == keep for pt in points):
+                ft = s.fit(model, PROTOCOL["finetune_epochs"], f"{method} finetune {keep}")
+                comm = communication(split, model.masks, s.cfg.model.tokens, s.cfg.model.horizon)
+                points.append({"keep": keep, "stage": i, "finetune": ft, "test_mse": s.test_mse(model),
+                               "communication": comm})
+                print(f"   {name} keep {keep}: test MSE {points[-1]['test_mse']:.4f}", flush=True)
+    _save(name, {"devices": s.devices, "seed": s.seed, "method": method, "dense_communication": dense_comm,
+                 "points": points})
+
+
+def fig8(s: Session, q: float) -> None:
+    name = f"fig8-D{s.devices}-s{s.seed}-q{q:g}"
+    if (RUNS / f"{name}.json").is_file():
+        return
+    if q == 0.0:
+        model = _dense(s)
+        train = json.loads((RUNS / f"fig7-D{s.devices}-s{s.seed}-dense.json").read_text())["train"]
+    else:
+        model = s.new_model(q)
+        train = s.fit(model, PROTOCOL["dropout_epochs"], f"dropout {q}")
+    model.set_message_dropout(None)
+    deploy = {f"{qd:g}": s.test_mse(model, qd, loss_seed=s.seed) for qd in PROTOCOL["loss_rates"]}
+    _save(name, {"devices": s.devices, "seed": s.seed, "q_train": q, "train": train, "test_mse_at_q": deploy})
+
+
+def deploy_unit() -> None:
+    """Prune (somegather, keep 0.1) + dropout (q = 0.1) through `cisl train`, then int8 and the testbed."""
+    import tempfile
+
+    from codegen.build import build
+    from codegen.compile import CompileOptions, compile_model
+    from codegen.evaluate import forecast_mse
+    from codegen.onnx_model import load_model
+    from codegen.plan.io import load_plan
+    from codegen.sim.runner import run_sim
+    from codegen.train.api import build_data, run_train
+
+    name = "deploy-D8"
+    if (RUNS / f"{name}.json").is_file():
+        return
+    p = PROTOCOL
+    overrides = {"model": dict(p["model"]), "split": {"devices": 8},
+                 "train": {"epochs": p["dense_epochs"], "batch_size": p["batch_size"], "lr": p["lr"], "seed": 0,
+                           "max_train_windows": p["max_train_windows"], "threads": p["threads"]},
+                 "prune": {"method": "somegather", "target_keep": 0.1, "step": p["prune_step"],
+                           "epochs_per_step": p["epochs_per_stage"], "finetune_epochs": p["finetune_epochs"]},
+                 "dropout": {"q": 0.1}}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        summary = run_train(None, ETTH2, tmp / "model", overrides, progress=True)
+        compile_model(tmp / "model" / "model.onnx", tmp / "build", CompileOptions())
+        cfg = _config(8, 0, p["dense_epochs"])
+        data, _ = build_data(cfg)
+        x, y = data.test.take(np.arange(len(data.test)))
+        acc = forecast_mse(load_plan(tmp / "build"), load_model(tmp / "model" / "model.onnx").weights, x, y)
+        build(tmp / "build")
+        sim = run_sim(tmp / "build", np.load(tmp / "model" / "test_windows.npy")[:4])
+        plan = load_plan(tmp / "build")
+        sent = {}
+        for r in sim.records:
+            if r.event == "sg" and r.fields["point"] != "head":
+                sent[r.node] = sent.get(r.node, 0) + int(r.fields["tx"]) // sim.inferences
+        allgather = {k: sum(plan.cfg.tokens * (hi - lo) for sg in plan.sgs if sg.point != "head"
+                            for lo, hi in [plan.meta["partition"]["hidden_cols" if sg.point == "z" else "model_cols"][k]])
+                     for k in range(plan.devices)}
+    _save(name, {"train": summary, "int8": {"mse_float": acc.mse_float, "mse_int8": acc.mse_int8,
+                                            "relative_increase": acc.relative_increase},
+                 "sim": {"bit_exact": sim.bit_exact, "problems": sim.problems, "inferences": sim.inferences,
+                         "bytes_sent_per_inference": sent, "allgather_bytes_per_inference": allgather}})
+
+
+def run(seeds: list[int], only: list[str] | None) -> None:
+    order = []
+    for seed in seeds:
+        order += [("fig7", 8, seed), ("fig8", 8, seed), ("fig7", 16, seed)]
+        if seed == seeds[0]:
+            order.append(("deploy", 8, seed))
+    for kind, devices, seed in order:
+        if kind == "deploy":
+            if not only or "deploy-D8" in only:
+                deploy_unit()
+            continue
+        units = ([f"fig7-D{devices}-s{seed}-{m}" for m in ("dense", "somegather", "normal")] if kind == "fig7" else
+                 [f"fig8-D{devices}-s{seed}-q{q:g}" for q in (0.1, 0.0, 0.05, 0.2, 0.025)])
+        todo = [u for u in units if not (RUNS / f"{u}.json").is_file() and (not only or u in only)]
+        if not todo:
+            continue
+        s = Session(devices, seed)
+        for u in todo:
+            print(f"== {u}", flush=True)
+            if u.endswith("-dense"):
+                _dense(s)
+            elif kind == "fig7":
+                fig7_method(s, u.rsplit("-", 1)[1])
+            else:
+                fig8(s, float(u.rsplit("-q", 1)[1]))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    r.add_argument("--only", nargs="*", default=None)
+    r.add_argument("--smoke", type=Path, default=None,
+                   help="check the script end to end with a tiny model, writing results to this folder")
+    sub.add_parser("report")
+    args = ap.parse_args()
+    if args.cmd == "run" and args.smoke:
+        global RUNS, WORK
+        RUNS, WORK = args.smoke / "runs", args.smoke / "work"
+        PROTOCOL.update(model={**PROTOCOL["model"], "layers": 1, "d_model": 32, "mlp_hidden": 32},
+                        max_train_windows=512, dense_epochs=1, dropout_epochs=1, finetune_epochs=1,
+                        keeps=[0.5, 0.25], loss_rates=[0.0, 0.1])
+    if args.cmd == "run":
+        run(args.seeds, args.only)
+    else:
+        from split_training_report import report  # noqa: PLC0415 (bench-local module)
+
+        report(RUNS, RESULTS)
+
+
+if __name__ == "__main__":
+    main()

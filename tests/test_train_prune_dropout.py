@@ -106,6 +106,29 @@ def test_somegather_run_exports_pruned_masks_and_compiles(runs, tmp_path: Path) 
 
 
 @pytest.mark.train
+@pytest.mark.sim
+def test_pruned_dropout_model_runs_bit_exact_on_the_testbed_and_sends_what_it_keeps(runs, tmp_path: Path) -> None:
+    from codegen.build import build
+    from codegen.sim.runner import run_sim
+
+    out, _ = runs["somegather"]
+    compile_model(out / "model.onnx", tmp_path / "build", CompileOptions())
+    build(tmp_path / "build")
+    r = run_sim(tmp_path / "build", np.load(out / "test_windows.npy")[:3])
+    assert r.ok, r.first_difference or r.problems
+    model = load_model(out / "model.onnx")
+    tokens = model.config.tokens
+    for k in range(3):
+        sent = sum(int(rec.fields["tx"]) for rec in r.records
+                   if rec.node == k and rec.event == "sg" and rec.fields["point"] != "head") // r.inferences
+        kept = sum(len(model.masks[0][k][p]) for p in POINTS)
+        own = sum(hi - lo for p in POINTS for lo, hi in [model.split.own_cols(k, p)])
+        assert sent == tokens * kept  # every kept column, every token, once per round
+        assert kept == sum(kept_count(hi - lo, 0.5) for p in POINTS for lo, hi in [model.split.own_cols(k, p)])
+        assert kept < own
+
+
+@pytest.mark.train
 def test_normal_run_matches_communication_and_writes_no_onnx(runs) -> None:
     out, summary = runs["normal"]
     _, sg = runs["somegather"]

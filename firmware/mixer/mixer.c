@@ -1,0 +1,1137 @@
+/* Mixer protocol core: configuration, GF(2) elimination, packets, TX decisions, slot steps.
+ * See mixer.h for the API and docs/design/mixer.md for the protocol. */
+#include "mixer.h"
+
+#include <string.h>
+
+/* The node sets are single words, the packet length a byte. */
+typedef char mx_check_nodes[(MX_MAX_NODES >= 1u && MX_MAX_NODES <= 32u) ? 1 : -1];
+typedef char mx_check_g[(MX_MAX_G >= 1u && MX_MAX_G < MX_NO_SLOT) ? 1 : -1];
+typedef char mx_check_len[(MX_MAX_PACKET_LEN >= 8u && MX_MAX_PACKET_LEN <= 0xFFFFu) ? 1 : -1];
+/* The documented size formula matches the layout (default pool only). */
+typedef char mx_check_size[(MX_POOL_WORDS != MX_MAX_G * MX_ROW_WORDS(MX_MAX_G, MX_MAX_P) ||
+                            sizeof(mx_state) == MX_STATE_BYTES(MX_MAX_NODES, MX_MAX_G, MX_MAX_P))
+                               ? 1
+                               : -1];
+
+const uint8_t mx_weak_zero[1] = {0};
+
+/* ---- tunables (slots, as functions of n and G) -------------------------------------------- */
+
+/* A neighbour heard within this many slots is active: its owned slots are reserved for it. */
+#ifndef MX_ACTIVE_SLOTS
+#define MX_ACTIVE_SLOTS(n) (3u * (n))
+#endif
+/* For this many slots after synchronising, a node treats every node it has not heard yet as a
+ * possible neighbour (keeps silent in its slots, counts it in the density estimate). */
+#ifndef MX_DISCOVERY_SLOTS
+#define MX_DISCOVERY_SLOTS(n) (2u * (n))
+#endif
+/* A row request is answered for this many slots after it was heard. */
+#ifndef MX_REQUEST_TTL
+#define MX_REQUEST_TTL(n) (2u * (n))
+#endif
+/* A node requests rows once it misses at most this many. */
+#ifndef MX_REQUEST_MISSING
+#define MX_REQUEST_MISSING(g) ((g) / 4u > 1u ? (g) / 4u : 1u)
+#endif
+
+enum { PH_IDLE = 0, PH_RX, PH_TX, PH_GOT };
+#define MODE_NONE 0xFFu
+
+/* ---- bits -------------------------------------------------------------------------------- */
+
+static unsigned ctz32(uint32_t x)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    return (unsigned)__builtin_ctz(x);
+#else
+    unsigned n = 0;
+    while (!(x & 1u)) {
+        x >>= 1;
+        ++n;
+    }
+    return n;
+#endif
+}
+
+static unsigned popcount32(uint32_t x)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    return (unsigned)__builtin_popcount(x);
+#else
+    unsigned n = 0;
+    while (x) {
+        x &= x - 1u;
+        ++n;
+    }
+    return n;
+#endif
+}
+
+static int bit_get(const uint32_t *v, unsigned i) { return (int)((v[i >> 5] >> (i & 31u)) & 1u); }
+static void bit_set(uint32_t *v, unsigned i) { v[i >> 5] |= 1u << (i & 31u); }
+static void bit_clear(uint32_t *v, unsigned i) { v[i >> 5] &= ~(1u << (i & 31u)); }
+
+static int words_zero(const uint32_t *v, unsigned n)
+{
+    unsigned i;
+    for (i = 0; i < n; ++i)
+        if (v[i])
+            return 0;
+    return 1;
+}
+
+static void xor_words(uint32_t *dst, const uint32_t *src, unsigned n)
+{
+    unsigned i;
+    for (i = 0; i < n; ++i)
+        dst[i] ^= src[i];
+}
+
+/* Words of a G-bit set with the bits >= G cleared in the last word. */
+static uint32_t last_word_mask(unsigned bits)
+{
+    unsigned r = bits & 31u;
+    return r ? ((1u << r) - 1u) : 0xFFFFFFFFu;
+}
+
+/* Byte-level (packet) <-> word-level (state) bit sets: bit i = byte i/8 bit i%8 = word i/32 bit i%32. */
+static void bytes_to_words(uint32_t *w, unsigned nwords, const uint8_t *b, unsigned nbytes)
+{
+    unsigned i;
+    for (i = 0; i < nwords; ++i)
+        w[i] = 0;
+    for (i = 0; i < nbytes; ++i)
+        w[i >> 2] |= (uint32_t)b[i] << (8u * (i & 3u));
+}
+
+static void words_to_bytes(uint8_t *b, unsigned nbytes, const uint32_t *w)
+{
+    unsigned i;
+    for (i = 0; i < nbytes; ++i)
+        b[i] = (uint8_t)(w[i >> 2] >> (8u * (i & 3u)));
+}
+
+/* ---- PRNG: xoshiro128** seeded through a splitmix-style mixer ------------------------------ */
+
+static uint32_t rotl32(uint32_t x, unsigned k) { return (x << k) | (x >> (32u - k)); }
+
+static uint32_t mix32(uint32_t *x)
+{
+    uint32_t z = (*x += 0x9E3779B9u);
+    z = (z ^ (z >> 16)) * 0x85EBCA6Bu;
+    z = (z ^ (z >> 13)) * 0xC2B2AE35u;
+    return z ^ (z >> 16);
+}
+
+static void rng_seed(mx_state *s, uint32_t seed, uint8_t id)
+{
+    uint32_t x = seed ^ (0x632BE5ABu * ((uint32_t)id + 1u));
+    unsigned i;
+    for (i = 0; i < 4; ++i)
+        s->h.rng[i] = mix32(&x);
+    if (!(s->h.rng[0] | s->h.rng[1] | s->h.rng[2] | s->h.rng[3]))
+        s->h.rng[0] = 1u;
+}
+
+static uint32_t rnd(mx_state *s)
+{
+    uint32_t *r = s->h.rng;
+    uint32_t out = rotl32(r[1] * 5u, 7) * 9u;
+    uint32_t t = r[1] << 9;
+    r[2] ^= r[0];
+    r[3] ^= r[1];
+    r[1] ^= r[2];
+    r[0] ^= r[3];
+    r[2] ^= t;
+    r[3] = rotl32(r[3], 11);
+    return out;
+}
+
+/* True with probability 1/k (k >= 1). */
+static int chance(mx_state *s, unsigned k)
+{
+    if (k <= 1u)
+        return 1;
+    return rnd(s) < 0xFFFFFFFFu / k;
+}
+
+/* Uniformly random set bit of a word set (which must be non-empty). */
+static unsigned pick_bit(mx_state *s, const uint32_t *set, unsigned nwords)
+{
+    unsigned total = 0, i, k;
+    for (i = 0; i < nwords; ++i)
+        total += popcount32(set[i]);
+    k = (unsigned)(((uint64_t)rnd(s) * total) >> 32);
+    for (i = 0; i < nwords; ++i) {
+        uint32_t w = set[i];
+        unsigned c = popcount32(w);
+        if (k < c) {
+            while (k--)
+                w &= w - 1u;
+            return i * 32u + ctz32(w);
+        }
+        k -= c;
+    }
+    return 0; /* not reached */
+}
+
+/* ---- configuration ------------------------------------------------------------------------ */
+
+size_t mx_state_size(void) { return sizeof(mx_state); }
+
+int mx_config_check(const mx_config *c)
+{
+    unsigned g, p;
+    if (!c)
+        return MX_E_NULL;
+    g = c->generation_size;
+    p = c->payload_size;
+    if (c->num_nodes < 1u || c->num_nodes > MX_MAX_NODES)
+        return MX_E_NODES;
+    if (g < 1u || g > MX_MAX_G)
+        return MX_E_GENERATION;
+    if (p < 1u || p > MX_MAX_P)
+        return MX_E_PAYLOAD;
+    if (c->round_length < 1u || c->round_length >= MX_NO_SLOT)
+        return MX_E_ROUND;
+    if (c->initiator >= c->num_nodes)
+        return MX_E_INITIATOR;
+    if (MX_PACKET_LEN(c->num_nodes, g, p) > MX_MAX_PACKET_LEN)
+        return MX_E_PACKET_LEN;
+    if ((unsigned long)g * MX_ROW_WORDS(g, p) > (unsigned long)MX_POOL_WORDS)
+        return MX_E_MEMORY;
+    if (c->features & ~MX_FEAT_ALL)
+        return MX_E_FEATURES;
+    if (c->termination > MX_TERM_DONE || c->linger_slots >= c->round_length)
+        return MX_E_TERMINATION;
+    return MX_OK;
+}
+
+uint16_t mx_packet_len(const mx_config *c)
+{
+    if (mx_config_check(c) != MX_OK)
+        return 0;
+    return (uint16_t)MX_PACKET_LEN(c->num_nodes, c->generation_size, c->payload_size);
+}
+
+int mx_init(mx_state *s, const mx_config *cfg, uint8_t node_id)
+{
+    mx_header *h;
+    unsigned i;
+    int r;
+    if (!s || !cfg)
+        return MX_E_NULL;
+    r = mx_config_check(cfg);
+    if (r != MX_OK)
+        return r;
+    if (node_id >= cfg->num_nodes)
+        return MX_E_NODE_ID;
+    /* Everything but the row pool and the scratch rows: rows are written whole when they appear. */
+    memset(s, 0, offsetof(mx_state, scratch));
+    h = &s->h;
+    h->cfg = *cfg;
+    h->id = node_id;
+    h->cvw = (uint16_t)MX_CV_WORDS(cfg->generation_size);
+    h->pw = (uint16_t)MX_PAYLOAD_WORDS(cfg->payload_size);
+    h->stride = (uint16_t)(h->cvw + h->pw);
+    h->pkt_len = (uint16_t)MX_PACKET_LEN(cfg->num_nodes, cfg->generation_size, cfg->payload_size);
+    h->cv_bytes = (uint16_t)MX_CV_BYTES(cfg->generation_size);
+    h->info_bytes = (uint16_t)MX_INFO_BYTES(cfg->num_nodes, cfg->generation_size);
+    h->node_all = cfg->num_nodes >= 32u ? 0xFFFFFFFFu : ((1u << cfg->num_nodes) - 1u);
+    h->end_slot = (uint16_t)(cfg->round_length - 1u);
+    h->sideload = MX_NO_SLOT;
+    h->answer = MX_NO_SLOT;
+    h->scan_left = cfg->round_length;
+    h->mode = MODE_NONE;
+    h->phase = PH_IDLE;
+    for (i = 0; i < MX_MAX_NODES; ++i) {
+        s->last_heard[i] = MX_NO_SLOT;
+        s->req_slot[i] = MX_NO_SLOT;
+    }
+    for (i = 0; i < sizeof(s->rank_up) / sizeof(s->rank_up[0]); ++i)
+        s->rank_up[i] = MX_NO_SLOT;
+    h->st.slot_synced = MX_NO_SLOT;
+    h->st.slot_full_rank = MX_NO_SLOT;
+    h->st.slot_all_full = MX_NO_SLOT;
+    h->st.slot_done = MX_NO_SLOT;
+    rng_seed(s, cfg->seed, node_id);
+    return MX_OK;
+}
+
+/* ---- rows and elimination ------------------------------------------------------------------ */
+
+static uint32_t *row_ptr(mx_state *s, unsigned i) { return s->pool + (size_t)i * s->h.stride; }
+
+/* The slot used for statistics: the current slot once synchronised, else 0 (before the round). */
+static uint16_t stat_slot(const mx_state *s) { return s->h.synced ? s->h.cur_slot : 0u; }
+
+/* Full rank and "everyone has full rank" bookkeeping after the rank or the map changed. */
+static void update_progress(mx_state *s)
+{
+    mx_header *h = &s->h;
+    uint32_t me = 1u << h->id;
+    if (h->rank == h->cfg.generation_size && !(h->fr_map & me)) {
+        h->fr_map |= me;
+        h->st.slot_full_rank = stat_slot(s);
+    }
+    if ((h->fr_map & me) && h->fr_map == h->node_all && h->st.slot_all_full == MX_NO_SLOT) {
+        h->st.slot_all_full = stat_slot(s);
+        if (h->cfg.termination == MX_TERM_DONE) {
+            unsigned end = (unsigned)stat_slot(s) + h->cfg.linger_slots;
+            if (end < h->end_slot)
+                h->end_slot = (uint16_t)end;
+        }
+    }
+}
+
+static void add_pivot(mx_state *s, unsigned i)
+{
+    bit_set(s->pivots, i);
+    s->h.rank++;
+    s->h.st.rank = s->h.rank;
+    s->h.dirty = 1;
+    s->rank_up[i] = stat_slot(s);
+}
+
+/* Reduce the row v (coding vector + payload, stride words) against the stored rows in
+ * row-echelon form. If it is innovative, store it at its pivot and return the pivot; else return
+ * -1 (and v is garbage). The payload is only reduced when the row turns out innovative. */
+static int insert_row(mx_state *s, uint32_t *v)
+{
+    const unsigned cvw = s->h.cvw, stride = s->h.stride;
+    uint32_t used[MX_CV_WORDS(MX_MAX_G)];
+    unsigned w, k;
+    for (w = 0; w < cvw; ++w)
+        used[w] = 0;
+    for (w = 0; w < cvw; ++w) {
+        while (v[w]) {
+            unsigned b = ctz32(v[w]);
+            unsigned i = w * 32u + b;
+            const uint32_t *r;
+            if (!((s->pivots[w] >> b) & 1u)) {
+                /* innovative: apply the payload part of every row used, then store */
+                unsigned uw;
+                for (uw = 0; uw <= w; ++uw) {
+                    uint32_t u = used[uw];
+                    while (u) {
+                        unsigned j = uw * 32u + ctz32(u);
+                        u &= u - 1u;
+                        xor_words(v + cvw, row_ptr(s, j) + cvw, stride - cvw);
+                    }
+                }
+                memcpy(row_ptr(s, i), v, stride * sizeof(uint32_t));
+                add_pivot(s, i);
+                return (int)i;
+            }
+            r = row_ptr(s, i);
+            for (k = w; k < cvw; ++k)
+                v[k] ^= r[k];
+            used[w] |= 1u << b;
+        }
+    }
+    return -1;
+}
+
+/* Back substitution to the row-reduced echelon form; afterwards `decoded` holds the rows that
+ * equal e_row (exactly the rows that can be isolated). The span does not change. */
+static void reduce_full(mx_state *s)
+{
+    const unsigned g = s->h.cfg.generation_size, cvw = s->h.cvw, stride = s->h.stride;
+    unsigned i, j, w;
+    if (!s->h.dirty)
+        return;
+    for (i = g; i-- > 0;) {
+        const uint32_t *ri;
+        unsigned wi = i >> 5;
+        uint32_t bi = 1u << (i & 31u);
+        if (!bit_get(s->pivots, i))
+            continue;
+        ri = row_ptr(s, i);
+        for (j = 0; j < i; ++j) {
+            uint32_t *rj;
+            if (!bit_get(s->pivots, j))
+                continue;
+            rj = row_ptr(s, j);
+            if (rj[wi] & bi) {
+                for (w = wi; w < cvw; ++w)
+                    rj[w] ^= ri[w];
+                xor_words(rj + cvw, ri + cvw, stride - cvw);
+            }
+        }
+    }
+    for (w = 0; w < cvw; ++w)
+        s->decoded[w] = 0;
+    for (i = 0; i < g; ++i) {
+        const uint32_t *ri;
+        if (!bit_get(s->pivots, i))
+            continue;
+        ri = row_ptr(s, i);
+        if (ri[i >> 5] == (1u << (i & 31u)) && words_zero(ri + (i >> 5) + 1u, cvw - (i >> 5) - 1u))
+            bit_set(s->decoded, i);
+    }
+    s->h.dirty = 0;
+}
+
+/* Learn that `row` is a weak zero: its payload is zero by definition, so e_row with a zero
+ * payload joins the span (if it is not in it already). */
+static void learn_weak(mx_state *s, unsigned row)
+{
+    uint32_t *v = s->scratch[0];
+    bit_set(s->weak, row);
+    memset(v, 0, s->h.stride * sizeof(uint32_t));
+    bit_set(v, row);
+    (void)insert_row(s, v);
+}
+
+/* ---- writing and arming -------------------------------------------------------------------- */
+
+int mx_write(mx_state *s, uint16_t row, const void *data, uint16_t len)
+{
+    mx_header *h;
+    uint32_t *r;
+    if (!s)
+        return MX_E_NULL;
+    h = &s->h;
+    if (h->mode != MODE_NONE)
+        return MX_E_STATE;
+    if (row >= h->cfg.generation_size)
+        return MX_E_ROW;
+    if (bit_get(s->pivots, row))
+        return MX_E_DUPLICATE;
+    if (!data && !(h->cfg.features & MX_FEAT_WEAK_ZEROS))
+        return MX_E_WEAK;
+    if (data && len > h->cfg.payload_size)
+        return MX_E_LEN;
+    r = row_ptr(s, row);
+    memset(r, 0, h->stride * sizeof(uint32_t));
+    bit_set(r, row);
+    if (!data) {
+        bit_set(s->weak, row);
+        h->wz_pending = 2;
+    } else {
+        memcpy((uint8_t *)(r + h->cvw), data, len);
+        bit_set(s->own, row);
+        bit_set(s->unsent, row);
+    }
+    add_pivot(s, row);
+    update_progress(s);
+    return MX_OK;
+}
+
+int mx_arm(mx_state *s, uint8_t mode)
+{
+    mx_header *h;
+    if (!s)
+        return MX_E_NULL;
+    h = &s->h;
+    if (h->mode != MODE_NONE || h->cfg.num_nodes == 0u)
+        return MX_E_STATE;
+    switch (mode) {
+    case MX_ARM_INITIATOR:
+        if (h->id != h->cfg.initiator)
+            return MX_E_MODE;
+        h->synced = 1;
+        h->sync_slot = 0;
+        h->next_slot = 0;
+        h->st.slot_synced = 0;
+        break;
+    case MX_ARM_LISTENER:
+    case MX_ARM_PASSIVE:
+        break;
+    default:
+        return MX_E_MODE;
+    }
+    h->mode = mode;
+    return MX_OK;
+}
+
+/* ---- packets -------------------------------------------------------------------------------- */
+
+static int info_bits_ok(const uint8_t *info, unsigned nbytes, unsigned nbits)
+{
+    unsigned i;
+    for (i = nbits >> 3; i < nbytes; ++i) {
+        uint8_t allowed = (i == (nbits >> 3)) ? (uint8_t)((1u << (nbits & 7u)) - 1u) : 0u;
+        if (info[i] & (uint8_t)~allowed)
+            return 0;
+    }
+    return 1;
+}
+
+static int all_zero(const uint8_t *b, unsigned n)
+{
+    unsigned i;
+    for (i = 0; i < n; ++i)
+        if (b[i])
+            return 0;
+    return 1;
+}
+
+static uint32_t node_set_from_info(const uint8_t *info, unsigned nbytes)
+{
+    uint32_t m = 0;
+    unsigned i;
+    for (i = 0; i < nbytes && i < 4u; ++i)
+        m |= (uint32_t)info[i] << (8u * i);
+    return m;
+}
+
+int mx_packet_check(const mx_config *c, const uint8_t *p, uint16_t len)
+{
+    unsigned n, g, cvb, ib, slot, sender, flags, type;
+    const uint8_t *cv, *pl, *info;
+    if (!c || !p)
+        return MX_E_NULL;
+    if (mx_config_check(c) != MX_OK)
+        return MX_E_STATE;
+    n = c->num_nodes;
+    g = c->generation_size;
+    cvb = MX_CV_BYTES(g);
+    ib = MX_INFO_BYTES(n, g);
+    if (len != MX_PACKET_LEN(n, g, c->payload_size))
+        return MX_E_PKT_LEN;
+    slot = (unsigned)p[0] | ((unsigned)p[1] << 8);
+    sender = p[2];
+    flags = p[3];
+    if (sender >= n)
+        return MX_E_PKT_SENDER;
+    if (slot >= c->round_length)
+        return MX_E_PKT_SLOT;
+    type = flags & MX_PKT_INFO_MASK;
+    if (flags & MX_PKT_RESERVED)
+        return MX_E_PKT_FLAGS;
+    if (type > MX_INFO_WEAK_ZEROS)
+        return MX_E_PKT_FLAGS;
+    if (type == MX_INFO_REQUEST && (!(c->features & MX_FEAT_REQUESTS) || (flags & MX_PKT_FULL_RANK)))
+        return MX_E_PKT_FLAGS;
+    if (type == MX_INFO_WEAK_ZEROS && !(c->features & MX_FEAT_WEAK_ZEROS))
+        return MX_E_PKT_FLAGS;
+    if ((flags & MX_PKT_ALL_FULL) && !(flags & MX_PKT_FULL_RANK))
+        return MX_E_PKT_FLAGS;
+    cv = p + MX_PKT_HEADER_LEN;
+    pl = cv + cvb;
+    info = pl + c->payload_size;
+    if ((g & 7u) && (cv[cvb - 1u] & (uint8_t)~((1u << (g & 7u)) - 1u)))
+        return MX_E_PKT_CODING;
+    if (all_zero(cv, cvb) && !all_zero(pl, c->payload_size))
+        return MX_E_PKT_CODING;
+    switch (type) {
+    case MX_INFO_NONE:
+        if (!all_zero(info, ib))
+            return MX_E_PKT_INFO;
+        break;
+    case MX_INFO_REQUEST:
+        if (!info_bits_ok(info, ib, g) || all_zero(info, ib))
+            return MX_E_PKT_INFO;
+        break;
+    case MX_INFO_WEAK_ZEROS:
+        if (!info_bits_ok(info, ib, g) || all_zero(info, ib))
+            return MX_E_PKT_INFO;
+        break;
+    default: { /* MX_INFO_FULL_RANK */
+        uint32_t m, all = n >= 32u ? 0xFFFFFFFFu : ((1u << n) - 1u);
+        if (!info_bits_ok(info, ib, n))
+            return MX_E_PKT_INFO;
+        m = node_set_from_info(info, ib);
+        if (((m >> sender) & 1u) != ((flags & MX_PKT_FULL_RANK) ? 1u : 0u))
+            return MX_E_PKT_INFO;
+        if ((flags & MX_PKT_ALL_FULL) && m != all)
+            return MX_E_PKT_INFO;
+        break;
+    }
+    }
+    return MX_OK;
+}
+
+/* Union of the fresh row requests of active nodes (requests answered in this slot). */
+static int fresh_requests(mx_state *s, uint32_t *u, uint32_t *requesters)
+{
+    const mx_header *h = &s->h;
+    unsigned j, w, any = 0;
+    uint32_t from = h->req_from & ~h->gone;
+    for (w = 0; w < h->cvw; ++w)
+        u[w] = 0;
+    *requesters = 0;
+    while (from) {
+        j = ctz32(from);
+        from &= from - 1u;
+        if ((unsigned)(uint16_t)(h->cur_slot - s->req_slot[j]) > MX_REQUEST_TTL(h->cfg.num_nodes))
+            continue;
+        for (w = 0; w < h->cvw; ++w)
+            u[w] |= s->req[j][w];
+        *requesters |= 1u << j;
+        any = 1;
+    }
+    return (int)any;
+}
+
+/* Build this slot's packet into out. Returns 1 if there is something worth sending. */
+static int build_packet(mx_state *s, uint8_t *out)
+{
+    mx_header *h = &s->h;
+    const unsigned g = h->cfg.generation_size, cvw = h->cvw, stride = h->stride;
+    uint32_t *v = s->scratch[1];
+    uint32_t cand[MX_CV_WORDS(MX_MAX_G)], u[MX_CV_WORDS(MX_MAX_G)];
+    unsigned w, type, flags = 0, have_cv = 0, full = (h->rank == g);
+    uint8_t *info;
+
+    memset(v, 0, stride * sizeof(uint32_t));
+    for (w = 0; w < cvw; ++w)
+        cand[w] = s->pivots[w] & ~s->weak[w];
+
+    if (!words_zero(s->unsent, cvw)) {
+        /* systematic start: an own row not sent yet, alone */
+        unsigned i = 0;
+        for (w = 0; w < cvw; ++w)
+            if (s->unsent[w]) {
+                i = w * 32u + ctz32(s->unsent[w]);
+                break;
+            }
+        bit_clear(s->unsent, i);
+        memcpy(v, row_ptr(s, i), stride * sizeof(uint32_t));
+        have_cv = 1;
+    } else if (!words_zero(cand, cvw)) {
+        if (h->answer != MX_NO_SLOT && bit_get(cand, h->answer)) {
+            /* answer a request: the requested row leads, rows after it are mixed in at random, so
+             * the packet is innovative for every requester that misses that row */
+            unsigned p = h->answer;
+            unsigned pw = p >> 5;
+            memcpy(v, row_ptr(s, p), stride * sizeof(uint32_t));
+            for (w = pw; w < cvw; ++w) {
+                uint32_t m = cand[w] & rnd(s);
+                if (w == pw)
+                    m &= (p & 31u) == 31u ? 0u : ~((2u << (p & 31u)) - 1u);
+                while (m) {
+                    unsigned j = w * 32u + ctz32(m);
+                    m &= m - 1u;
+                    xor_words(v, row_ptr(s, j), stride);
+                }
+            }
+        } else {
+            /* random combination, each held row with probability 1/2, plus the sideload */
+            uint32_t m[MX_CV_WORDS(MX_MAX_G)];
+            for (w = 0; w < cvw; ++w)
+                m[w] = cand[w] & rnd(s);
+            if (h->sideload != MX_NO_SLOT && bit_get(cand, h->sideload))
+                bit_set(m, h->sideload);
+            if (words_zero(m, cvw))
+                bit_set(m, pick_bit(s, cand, cvw));
+            for (w = 0; w < cvw; ++w) {
+                while (m[w]) {
+                    unsigned j = w * 32u + ctz32(m[w]);
+                    m[w] &= m[w] - 1u;
+                    xor_words(v, row_ptr(s, j), stride);
+                }
+            }
+        }
+        h->sideload = MX_NO_SLOT;
+        have_cv = 1;
+    }
+
+    /* info vector */
+    if ((h->cfg.features & MX_FEAT_WEAK_ZEROS) && h->wz_pending && !words_zero(s->weak, cvw)) {
+        type = MX_INFO_WEAK_ZEROS;
+        h->wz_pending--;
+    } else if (!full && (h->cfg.features & MX_FEAT_REQUESTS) && g - h->rank <= MX_REQUEST_MISSING(g)) {
+        type = MX_INFO_REQUEST;
+    } else if ((h->cfg.features & MX_FEAT_WEAK_ZEROS) && !words_zero(s->weak, cvw) &&
+               (full ? (h->tx_count & 3u) == 3u : (h->tx_count & 1u) == 1u)) {
+        type = MX_INFO_WEAK_ZEROS;
+    } else if (h->fr_map) {
+        type = MX_INFO_FULL_RANK;
+    } else if ((h->cfg.features & MX_FEAT_WEAK_ZEROS) && !words_zero(s->weak, cvw)) {
+        type = MX_INFO_WEAK_ZEROS;
+    } else {
+        type = MX_INFO_NONE;
+    }
+    if (!have_cv && type == MX_INFO_NONE && !(h->mode == MX_ARM_INITIATOR && h->cur_slot == 0u))
+        return 0;
+    h->tx_count++;
+
+    if (full)
+        flags |= MX_PKT_FULL_RANK;
+    if (full && h->fr_map == h->node_all)
+        flags |= MX_PKT_ALL_FULL;
+    {
+        /* forecast: will this node still be on in its next owned slot? */
+        unsigned n = h->cfg.num_nodes, c = h->cur_slot;
+        unsigned next_own = c + 1u + ((h->id + n - (c + 1u) % n) % n);
+        if (next_own > h->end_slot)
+            flags |= MX_PKT_SILENT;
+    }
+    flags |= type;
+
+    out[0] = (uint8_t)(h->cur_slot & 0xFFu);
+    out[1] = (uint8_t)(h->cur_slot >> 8);
+    out[2] = h->id;
+    out[3] = (uint8_t)flags;
+    words_to_bytes(out + MX_PKT_HEADER_LEN, h->cv_bytes, v);
+    memcpy(out + MX_PKT_HEADER_LEN + h->cv_bytes, (const uint8_t *)(v + cvw), h->cfg.payload_size);
+    info = out + MX_PKT_HEADER_LEN + h->cv_bytes + h->cfg.payload_size;
+    memset(info, 0, h->info_bytes);
+    switch (type) {
+    case MX_INFO_REQUEST:
+        for (w = 0; w < cvw; ++w)
+            u[w] = ~s->pivots[w];
+        u[cvw - 1u] &= last_word_mask(g);
+        words_to_bytes(info, h->cv_bytes, u);
+        break;
+    case MX_INFO_WEAK_ZEROS:
+        words_to_bytes(info, h->cv_bytes, s->weak);
+        break;
+    case MX_INFO_FULL_RANK: {
+        uint32_t m = h->fr_map & h->node_all;
+        words_to_bytes(info, (h->cfg.num_nodes + 7u) / 8u, &m);
+        break;
+    }
+    default:
+        break;
+    }
+    return 1;
+}
+
+/* ---- transmit decision ---------------------------------------------------------------------- */
+
+static int owner_reserved(const mx_state *s, unsigned o)
+{
+    const mx_header *h = &s->h;
+    uint32_t b = 1u << o;
+    if (h->gone & b)
+        return 0;
+    if (h->heard & b)
+        return (unsigned)(uint16_t)(h->cur_slot - s->last_heard[o]) <= MX_ACTIVE_SLOTS(h->cfg.num_nodes);
+    return (unsigned)(h->cur_slot - h->sync_slot) < MX_DISCOVERY_SLOTS(h->cfg.num_nodes);
+}
+
+/* Fresh requesters that miss row `row`. */
+static uint32_t answer_lacking(const mx_state *s, unsigned row)
+{
+    const mx_header *h = &s->h;
+    uint32_t from = h->req_from & ~h->gone, out = 0;
+    while (from) {
+        unsigned j = ctz32(from);
+        from &= from - 1u;
+        if ((unsigned)(uint16_t)(h->cur_slot - s->req_slot[j]) <= MX_REQUEST_TTL(h->cfg.num_nodes) &&
+            bit_get(s->req[j], row))
+            out |= 1u << j;
+    }
+    return out;
+}
+
+/* Pick the requested row this node answers in the current slot (if any): among the rows it can
+ * supply, one that the most fresh requesters miss (ties broken at random). */
+static void choose_answer(mx_state *s)
+{
+    mx_header *h = &s->h;
+    uint32_t u[MX_CV_WORDS(MX_MAX_G)], best[MX_CV_WORDS(MX_MAX_G)], requesters;
+    unsigned w, any = 0, best_count = 0;
+    h->answer = MX_NO_SLOT;
+    if (!(h->cfg.features & MX_FEAT_REQUESTS) || !fresh_requests(s, u, &requesters))
+        return;
+    for (w = 0; w < h->cvw; ++w) {
+        u[w] &= s->pivots[w] & ~s->weak[w];
+        best[w] = 0;
+        any |= u[w] != 0u;
+    }
+    if (!any)
+        return;
+    for (w = 0; w < h->cvw; ++w) {
+        uint32_t m = u[w];
+        while (m) {
+            unsigned b = ctz32(m), c = 0;
+            uint32_t r = requesters;
+            m &= m - 1u;
+            while (r) {
+                unsigned j = ctz32(r);
+                r &= r - 1u;
+                c += (s->req[j][w] >> b) & 1u;
+            }
+            if (c > best_count) {
+                unsigned x;
+                for (x = 0; x < h->cvw; ++x)
+                    best[x] = 0;
+                best_count = c;
+            }
+            if (c == best_count)
+                best[w] |= 1u << b;
+        }
+    }
+    h->answer = (uint16_t)pick_bit(s, best, h->cvw);
+}
+
+static int decide_tx(mx_state *s)
+{
+    mx_header *h = &s->h;
+    const unsigned n = h->cfg.num_nodes;
+    const uint32_t me = 1u << h->id;
+    unsigned owner, d, k;
+    if (h->mode == MX_ARM_PASSIVE)
+        return 0;
+    choose_answer(s);
+    if (h->mode == MX_ARM_INITIATOR && h->cur_slot == 0u)
+        return 1;
+    owner = h->cur_slot % n;
+    if (h->cfg.features & MX_FEAT_COORDINATED_TX) {
+        if (owner == h->id)
+            return 1;
+        if (owner_reserved(s, owner))
+            return 0;
+    }
+    d = popcount32(h->heard & ~h->gone & ~me);
+    if ((unsigned)(h->cur_slot - h->sync_slot) < MX_DISCOVERY_SLOTS(n) && d < n - 1u)
+        d = n - 1u;
+    k = d + 1u;
+    if (h->answer != MX_NO_SLOT) {
+        /* a supplier of a requested row: the other possible suppliers are the active neighbours
+         * except the requesters that miss this row themselves */
+        unsigned sup = 1u + popcount32(h->heard & ~h->gone & ~me & ~answer_lacking(s, h->answer));
+        if (sup < k)
+            k = sup;
+    }
+    return chance(s, k);
+}
+
+/* ---- step API ----------------------------------------------------------------------------- */
+
+static void finish(mx_state *s, uint16_t last)
+{
+    s->h.finished = 1;
+    s->h.phase = PH_IDLE;
+    s->h.st.slot_done = last;
+}
+
+int mx_slot(mx_state *s, uint16_t slot, uint8_t *tx_packet, uint16_t *tx_len)
+{
+    mx_header *h;
+    if (!s)
+        return MX_E_NULL;
+    h = &s->h;
+    if (h->mode == MODE_NONE || h->phase != PH_IDLE)
+        return MX_E_STATE;
+    if (h->finished)
+        return MX_ACT_OFF;
+    h->st.slots++;
+    h->st.radio_on_slots++;
+    if (!h->synced) {
+        h->scan_slot = 1;
+        h->phase = PH_RX;
+        return MX_ACT_RX;
+    }
+    h->scan_slot = 0;
+    if (slot < h->next_slot) {
+        h->st.slots--;
+        h->st.radio_on_slots--;
+        return MX_E_SLOT;
+    }
+    h->st.slots_missed += (uint32_t)(slot - h->next_slot);
+    if (slot > h->end_slot) {
+        h->st.slots--;
+        h->st.radio_on_slots--;
+        finish(s, h->end_slot);
+        return MX_ACT_OFF;
+    }
+    h->cur_slot = slot;
+    if (decide_tx(s)) {
+        if (!tx_packet) {
+            h->st.slots--;
+            h->st.radio_on_slots--;
+            return MX_E_NULL;
+        }
+        if (build_packet(s, tx_packet)) {
+            if (tx_len)
+                *tx_len = h->pkt_len;
+            h->st.tx++;
+            h->phase = PH_TX;
+            return MX_ACT_TX;
+        }
+    }
+    h->phase = PH_RX;
+    return MX_ACT_RX;
+}
+
+int mx_receive(mx_state *s, uint16_t slot, const uint8_t *p, uint16_t len)
+{
+    mx_header *h;
+    const unsigned cvb_off = MX_PKT_HEADER_LEN;
+    unsigned g, cvw, pslot, sender, flags, type, w, rank0;
+    const uint8_t *pl, *info;
+    uint32_t bit, cv[MX_CV_WORDS(MX_MAX_G)], im[MX_CV_WORDS(MX_MAX_G)];
+    int r;
+    if (!s || !p)
+        return MX_E_NULL;
+    h = &s->h;
+    if (h->phase != PH_RX || h->finished)
+        return MX_E_STATE;
+    if (!h->scan_slot && slot != h->cur_slot)
+        return MX_E_SLOT;
+    r = mx_packet_check(&h->cfg, p, len);
+    if (r != MX_OK) {
+        h->st.rx_malformed++;
+        return r;
+    }
+    g = h->cfg.generation_size;
+    cvw = h->cvw;
+    pslot = (unsigned)p[0] | ((unsigned)p[1] << 8);
+    sender = p[2];
+    flags = p[3];
+    type = flags & MX_PKT_INFO_MASK;
+    pl = p + cvb_off + h->cv_bytes;
+    info = pl + h->cfg.payload_size;
+    bit = 1u << sender;
+    if (sender == h->id) {
+        h->st.rx_malformed++;
+        return MX_E_PKT_SENDER;
+    }
+    if (!h->scan_slot && pslot != h->cur_slot) {
+        h->st.rx_wrong_slot++;
+        return MX_E_PKT_WRONG_SLOT;
+    }
+    /* checks against what this node knows (all before any change) */
+    bytes_to_words(cv, cvw, p + cvb_off, h->cv_bytes);
+    for (w = 0; w < cvw; ++w)
+        if (cv[w] & s->weak[w]) {
+            h->st.rx_malformed++;
+            return MX_E_PKT_CODING;
+        }
+    if ((flags & MX_PKT_ALL_FULL) && h->rank != g) {
+        h->st.rx_malformed++;
+        return MX_E_PKT_FLAGS;
+    }
+    if (type == MX_INFO_FULL_RANK && ((node_set_from_info(info, h->info_bytes) >> h->id) & 1u) && h->rank != g) {
+        h->st.rx_malformed++;
+        return MX_E_PKT_INFO;
+    }
+    if (type == MX_INFO_WEAK_ZEROS) {
+        bytes_to_words(im, cvw, info, h->cv_bytes);
+        for (w = 0; w < cvw; ++w)
+            if (im[w] & s->own[w]) {
+                h->st.rx_malformed++;
+                return MX_E_PKT_INFO;
+            }
+    }
+
+    /* accepted */
+    h->phase = PH_GOT;
+    if (!h->synced) {
+        h->synced = 1;
+        h->cur_slot = (uint16_t)pslot;
+        h->sync_slot = (uint16_t)pslot;
+        h->st.slot_synced = (uint16_t)pslot;
+    }
+    rank0 = h->rank;
+    h->st.rx_ok++;
+    h->heard |= bit;
+    s->last_heard[sender] = (uint16_t)pslot;
+    if (flags & MX_PKT_SILENT)
+        h->gone |= bit;
+    else
+        h->gone &= ~bit;
+    if (flags & MX_PKT_FULL_RANK) {
+        h->fr_map |= bit;
+        h->req_from &= ~bit;
+    }
+    if (!words_zero(cv, cvw)) {
+        uint32_t *v = s->scratch[0];
+        int piv;
+        memcpy(v, cv, cvw * sizeof(uint32_t));
+        v[cvw + h->pw - 1u] = 0; /* payload tail bytes */
+        memcpy((uint8_t *)(v + cvw), pl, h->cfg.payload_size);
+        piv = insert_row(s, v);
+        if (piv >= 0) {
+            h->st.rx_innovative++;
+            h->sideload = (uint16_t)piv;
+        } else {
+            h->st.rx_non_innovative++;
+        }
+    }
+    if (type != MX_INFO_REQUEST)
+        h->req_from &= ~bit; /* its last request is outdated */
+    switch (type) {
+    case MX_INFO_REQUEST:
+        bytes_to_words(s->req[sender], cvw, info, h->cv_bytes);
+        s->req_slot[sender] = (uint16_t)pslot;
+        h->req_from |= bit;
+        for (w = 0; w < cvw; ++w)
+            if (s->req[sender][w] & s->weak[w])
+                h->wz_pending = h->wz_pending ? h->wz_pending : 1u;
+        break;
+    case MX_INFO_FULL_RANK:
+        h->fr_map |= node_set_from_info(info, h->info_bytes) & h->node_all;
+        break;
+    case MX_INFO_WEAK_ZEROS: {
+        unsigned learned = 0;
+        for (w = 0; w < cvw; ++w) {
+            uint32_t nw = im[w] & ~s->weak[w];
+            while (nw) {
+                unsigned i = w * 32u + ctz32(nw);
+                nw &= nw - 1u;
+                if (i < g) {
+                    learn_weak(s, i);
+                    learned = 1;
+                }
+            }
+        }
+        if (learned)
+            h->wz_pending = 1;
+        break;
+    }
+    default:
+        break;
+    }
+    if (flags & MX_PKT_ALL_FULL)
+        h->fr_map = h->node_all;
+    update_progress(s);
+    return h->rank > rank0 ? MX_RX_INNOVATIVE : MX_RX_OK;
+}
+
+int mx_slot_end(mx_state *s, uint16_t slot)
+{
+    mx_header *h;
+    if (!s)
+        return MX_E_NULL;
+    h = &s->h;
+    if (h->phase == PH_IDLE)
+        return h->finished ? MX_OK : MX_E_STATE;
+    if (!h->scan_slot && slot != h->cur_slot)
+        return MX_E_SLOT;
+    if (h->phase == PH_RX)
+        h->st.rx_timeout++;
+    h->phase = PH_IDLE;
+    if (!h->synced) {
+        if (h->scan_left)
+            h->scan_left--;
+        if (!h->scan_left)
+            finish(s, MX_NO_SLOT);
+        return MX_OK;
+    }
+    h->next_slot = (uint16_t)(h->cur_slot + 1u);
+    if (h->cur_slot >= h->end_slot)
+        finish(s, h->cur_slot);
+    return MX_OK;
+}
+
+int mx_finished(const mx_state *s) { return s ? s->h.finished : 1; }
+int mx_synced(const mx_state *s) { return s ? s->h.synced : 0; }
+uint16_t mx_next_slot(const mx_state *s) { return s ? s->h.next_slot : 0u; }
+
+void mx_slot_batch(mx_state *const *states, uint16_t count, uint16_t slot, int8_t *actions, uint8_t *packets,
+                   uint16_t stride)
+{
+    unsigned i;
+    for (i = 0; i < count; ++i) {
+        uint16_t len = 0;
+        actions[i] = (int8_t)mx_slot(states[i], slot, packets + (size_t)i * stride, &len);
+    }
+}
+
+void mx_deliver_batch(mx_state *const *states, uint16_t count, uint16_t slot, const uint8_t *packets,
+                      uint16_t stride, const int16_t *from, int8_t *rx_status)
+{
+    unsigned i;
+    for (i = 0; i < count; ++i) {
+        mx_state *s = states[i];
+        int r = 127;
+        if (from && from[i] >= 0 && s->h.phase == PH_RX)
+            r = mx_receive(s, slot, packets + (size_t)from[i] * stride, s->h.pkt_len);
+        if (rx_status)
+            rx_status[i] = (int8_t)r;
+        (void)mx_slot_end(s, slot);
+    }
+}
+
+/* ---- blocking loop -------------------------------------------------------------------------- */
+
+int32_t mx_start(mx_state *s, const mx_radio_hal *hal, void *ctx)
+{
+    uint8_t buf[MX_MAX_PACKET_LEN];
+    if (!s || !hal || !hal->wait_slot || !hal->transmit || !hal->receive || !hal->sync || !hal->off)
+        return MX_E_NULL;
+    if (s->h.mode == MODE_NONE || s->h.phase != PH_IDLE)
+        return MX_E_STATE;
+    while (!s->h.finished) {
+        uint16_t slot = 0, len = 0;
+        int act, synced = s->h.synced;
+        if (synced) {
+            slot = s->h.next_slot;
+            hal->wait_slot(ctx, slot);
+        }
+        act = mx_slot(s, slot, buf, &len);
+        if (act < 0)
+            return act;
+        if (act == MX_ACT_TX) {
+            if (hal->transmit(ctx, buf, len) < 0)
+                return MX_E_HAL;
+        } else if (act == MX_ACT_RX) {
+            uint32_t t = 0;
+            int n = hal->receive(ctx, buf, (uint16_t)sizeof buf, !synced, &t);
+            if (n < 0)
+                return MX_E_HAL;
+            if (n > 0 && mx_receive(s, slot, buf, (uint16_t)n) >= 0)
+                hal->sync(ctx, s->h.cur_slot, t);
+        }
+        (void)mx_slot_end(s, s->h.cur_slot);
+    }
+    hal->off(ctx);
+    return s->h.st.slot_done == MX_NO_SLOT ? (int32_t)-1 : (int32_t)s->h.st.slot_done;
+}
+
+/* ---- results -------------------------------------------------------------------------------- */
+
+int mx_row_status(mx_state *s, uint16_t row)
+{
+    if (!s)
+        return MX_E_NULL;
+    if (row >= s->h.cfg.generation_size)
+        return MX_E_ROW;
+    if (bit_get(s->weak, row))
+        return MX_ROW_WEAK;
+    reduce_full(s);
+    return bit_get(s->decoded, row) ? MX_ROW_DECODED : MX_ROW_MISSING;
+}
+
+const uint8_t *mx_read(mx_state *s, uint16_t row, uint16_t *len)
+{
+    int st = mx_row_status(s, row);
+    if (len)
+        *len = 0;
+    if (st == MX_ROW_WEAK)
+        return MX_WEAK_ZERO;
+    if (st != MX_ROW_DECODED)
+        return NULL;
+    if (len)
+        *len = s->h.cfg.payload_size;
+    return (const uint8_t *)(row_ptr(s, row) + s->h.cvw);
+}
+
+uint16_t mx_rank(const mx_state *s) { return s ? s->h.rank : 0u; }
+
+int mx_coded_row(mx_state *s, uint16_t pivot, uint8_t *cv, uint8_t *payload)
+{
+    const uint32_t *r;
+    if (!s)
+        return MX_E_NULL;
+    if (pivot >= s->h.cfg.generation_size)
+        return MX_E_ROW;
+    if (!bit_get(s->pivots, pivot))
+        return 0;
+    reduce_full(s);
+    r = row_ptr(s, pivot);
+    if (cv)
+        words_to_bytes(cv, s->h.cv_bytes, r);
+    if (payload)
+        memcpy(payload, (const uint8_t *)(r + s->h.cvw), s->h.cfg.payload_size);
+    return 1;
+}
+
+const mx_counters *mx_stats(const mx_state *s) { return s ? &s->h.st : NULL; }
+
+uint16_t mx_row_slot(const mx_state *s, uint16_t row)
+{
+    if (!s || row >= s->h.cfg.generation_size)
+        return MX_NO_SLOT;
+    return s->rank_up[row];
+}
+
+uint32_t mx_full_rank_map(const mx_state *s) { return s ? s->h.fr_map : 0u; }

@@ -1,0 +1,330 @@
+/* Mixer: random linear network coding over GF(2) on synchronous transmissions.
+ *
+ * cisl's own implementation of the protocol of Herrmann, Mager and Zimmerling (SenSys 2018); see
+ * docs/design/mixer.md for the packet layout, the round mechanics and what differs from the
+ * published code. Every line here is cisl's.
+ *
+ * One round: n nodes share a generation of G messages ("rows") of P bytes each. A node writes the
+ * rows it owns (mx_write), is armed as initiator or listener (mx_arm), then steps through slots;
+ * in each slot it transmits a random GF(2) combination of the rows it holds, receives one, or
+ * sleeps. Receptions are reduced on the fly (Gaussian elimination); at the end mx_read returns
+ * every row the node can isolate.
+ *
+ * No dynamic allocation and no mutable globals: all state is one mx_state, so any number of
+ * instances can live in one process. Sizes are bounded at compile time by MX_MAX_NODES, MX_MAX_G
+ * and MX_MAX_P (override with -D); the actual n, G, P and round length are runtime configuration.
+ *
+ * Two ways to run a round:
+ *   - the slot-level step API (mx_slot / mx_receive / mx_slot_end), which a radio driver or a
+ *     simulator calls once per slot (mx_slot_batch / mx_deliver_batch step many instances);
+ *   - mx_start, a blocking loop over the step API through a small radio HAL (mx_radio_hal). */
+#ifndef MX_MIXER_H
+#define MX_MIXER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- compile-time maxima (size the state) ------------------------------------------------ */
+
+#ifndef MX_MAX_NODES
+#define MX_MAX_NODES 32u /* at most 32: node sets are one 32-bit word */
+#endif
+#ifndef MX_MAX_G
+#define MX_MAX_G 256u /* generation size (rows per round) */
+#endif
+#ifndef MX_MAX_P
+#define MX_MAX_P 248u /* payload bytes per row */
+#endif
+#ifndef MX_MAX_PACKET_LEN
+#define MX_MAX_PACKET_LEN 255u /* PHY payload limit: 255 on BLE, 127 on IEEE 802.15.4 */
+#endif
+
+#define MX_CV_WORDS(g) (((g) + 31u) / 32u)                     /* coding vector, 32-bit words */
+#define MX_PAYLOAD_WORDS(p) (((p) + 3u) / 4u)                  /* payload, 32-bit words */
+#define MX_ROW_WORDS(g, p) (MX_CV_WORDS(g) + MX_PAYLOAD_WORDS(p)) /* one stored row */
+
+/* The row pool. Rows are stored with the runtime stride MX_ROW_WORDS(G, P), so a build may set a
+ * smaller pool than the default (the largest G times the largest row) when the configurations it
+ * serves need less; mx_init rejects a configuration whose G * stride does not fit. */
+#ifndef MX_POOL_WORDS
+#define MX_POOL_WORDS (MX_MAX_G * MX_ROW_WORDS(MX_MAX_G, MX_MAX_P))
+#endif
+
+/* Packet length for n nodes, generation size g and payload p (see docs/design/mixer.md §2):
+ * 4 header bytes, coding vector ceil(g/8), payload p, info vector ceil(max(g, n)/8). */
+#define MX_CV_BYTES(g) (((g) + 7u) / 8u)
+#define MX_INFO_BYTES(n, g) ((((g) > (n) ? (g) : (n)) + 7u) / 8u)
+#define MX_PACKET_LEN(n, g, p) (4u + MX_CV_BYTES(g) + (p) + MX_INFO_BYTES(n, g))
+
+/* Packet layout (docs/design/mixer.md §2). Every packet of a round has MX_PACKET_LEN bytes:
+ *   byte 0-1  slot number, little-endian
+ *   byte 2    sender id
+ *   byte 3    flags: bits 0-3 info type, bit 4 SILENT, bit 5 ALL_FULL (the two forecast bits),
+ *             bit 6 FULL_RANK, bit 7 reserved (0)
+ *   then      coding vector, MX_CV_BYTES(G): row i = byte i/8, bit i%8 (LSB first)
+ *   then      payload, P bytes
+ *   then      info vector, MX_INFO_BYTES(n, G): a row set (request, weak-zero map; bit i = row i)
+ *             or a node set (full-rank map; bit j = node j), as the info type says */
+#define MX_PKT_HEADER_LEN 4u
+#define MX_PKT_INFO_MASK 0x0Fu
+#define MX_INFO_NONE 0u       /* info vector all zero */
+#define MX_INFO_REQUEST 1u    /* rows the sender is missing (needs MX_FEAT_REQUESTS) */
+#define MX_INFO_FULL_RANK 2u  /* nodes the sender knows to have full rank */
+#define MX_INFO_WEAK_ZEROS 3u /* rows the sender knows to be weak zeros (needs MX_FEAT_WEAK_ZEROS) */
+#define MX_PKT_SILENT 0x10u   /* forecast: the sender's round ends before its next owned slot */
+#define MX_PKT_ALL_FULL 0x20u /* forecast: the sender knows every node has full rank (it ends soon) */
+#define MX_PKT_FULL_RANK 0x40u /* the sender has full rank */
+#define MX_PKT_RESERVED 0x80u
+
+#define MX_NO_SLOT 0xFFFFu /* "never" in slot-valued statistics; also the largest round length + 1 */
+
+/* ---- configuration ---------------------------------------------------------------------- */
+
+/* Feature switches (mx_config.features). All nodes of a network must use the same. */
+#define MX_FEAT_COORDINATED_TX 0x01u /* the slot owner sends; others stay silent if it is a neighbour */
+#define MX_FEAT_REQUESTS 0x02u       /* row requests in the info vector; suppliers answer them */
+#define MX_FEAT_WEAK_ZEROS 0x04u     /* mx_write(row, NULL, 0) marks a row unused; weak-zero maps */
+#define MX_FEAT_ALL (MX_FEAT_COORDINATED_TX | MX_FEAT_REQUESTS | MX_FEAT_WEAK_ZEROS)
+
+/* Termination policy (mx_config.termination). */
+#define MX_TERM_DEADLINE 0u /* every node runs until the hard deadline, slot round_length - 1 */
+#define MX_TERM_DONE 1u     /* a node ends once it has full rank and knows every node has; it then
+                             * lingers linger_slots more slots so others learn it too; the hard
+                             * deadline still applies */
+
+typedef struct {
+    uint8_t num_nodes;        /* n: 1..MX_MAX_NODES; node ids are 0..n-1 */
+    uint8_t initiator;        /* id of the node that sends first (must be armed MX_ARM_INITIATOR) */
+    uint16_t generation_size; /* G: 1..MX_MAX_G */
+    uint16_t payload_size;    /* P: 1..MX_MAX_P */
+    uint16_t round_length;    /* R: hard deadline in slots (slots 0..R-1), 1..MX_NO_SLOT-1 */
+    uint8_t features;         /* MX_FEAT_* */
+    uint8_t termination;      /* MX_TERM_* */
+    uint16_t linger_slots;    /* MX_TERM_DONE: slots to stay after learning that all have full rank */
+    uint32_t seed;            /* PRNG seed; each node mixes in its id. Vary it per round. */
+} mx_config;
+
+/* ---- status codes ----------------------------------------------------------------------- */
+
+typedef enum {
+    MX_OK = 0,
+    MX_E_NULL = -1,        /* a required pointer is NULL */
+    MX_E_NODES = -2,       /* num_nodes out of range */
+    MX_E_GENERATION = -3,  /* generation_size out of range */
+    MX_E_PAYLOAD = -4,     /* payload_size out of range */
+    MX_E_ROUND = -5,       /* round_length out of range */
+    MX_E_INITIATOR = -6,   /* initiator >= num_nodes */
+    MX_E_PACKET_LEN = -7,  /* the packet would exceed MX_MAX_PACKET_LEN */
+    MX_E_MEMORY = -8,      /* G * row stride exceeds MX_POOL_WORDS */
+    MX_E_FEATURES = -9,    /* unknown feature bits */
+    MX_E_TERMINATION = -10, /* unknown termination policy, or linger_slots >= round_length */
+    MX_E_NODE_ID = -11,    /* node_id >= num_nodes */
+    MX_E_ROW = -12,        /* row >= G */
+    MX_E_LEN = -13,        /* message longer than P */
+    MX_E_STATE = -14,      /* call not allowed now (e.g. write after arm, receive outside an RX slot) */
+    MX_E_SLOT = -15,       /* slot argument goes backwards or does not match the current slot */
+    MX_E_WEAK = -16,       /* weak zero written without MX_FEAT_WEAK_ZEROS */
+    MX_E_MODE = -17,       /* unknown arm mode, or initiator/listener role does not match the config */
+    MX_E_DUPLICATE = -18,  /* row written twice */
+    MX_E_HAL = -19,        /* the radio HAL reported an error */
+    /* mx_receive: the packet was dropped (counted in rx_malformed unless noted) */
+    MX_E_PKT_LEN = -32,     /* length != mx_packet_len */
+    MX_E_PKT_SENDER = -33,  /* sender >= n, or sender == own id */
+    MX_E_PKT_SLOT = -34,    /* slot number >= round_length */
+    MX_E_PKT_FLAGS = -35,   /* reserved bit, unknown or disabled info type, inconsistent flags */
+    MX_E_PKT_CODING = -36,  /* coding vector bits >= G, bits on known weak rows, or payload without
+                             * coding vector */
+    MX_E_PKT_INFO = -37,    /* info vector out of range or contradicting what this node knows */
+    MX_E_PKT_WRONG_SLOT = -38 /* valid packet of another slot (counted in rx_wrong_slot) */
+} mx_status;
+
+/* mx_receive results >= 0 */
+#define MX_RX_OK 0         /* accepted, rank unchanged */
+#define MX_RX_INNOVATIVE 1 /* accepted, rank increased */
+
+/* ---- state ------------------------------------------------------------------------------ */
+
+#define MX_NODE_WORDS 1u /* node sets: one word, MX_MAX_NODES <= 32 */
+
+typedef struct {
+    uint32_t slots;             /* slots stepped while armed (mx_slot calls, incl. scanning) */
+    uint32_t slots_missed;      /* slots skipped by the driver after synchronisation */
+    uint32_t tx;                /* packets sent */
+    uint32_t rx_ok;             /* valid packets received */
+    uint32_t rx_innovative;     /* ... that raised the rank */
+    uint32_t rx_non_innovative; /* ... whose coding vector was already in the span */
+    uint32_t rx_malformed;      /* packets dropped as malformed */
+    uint32_t rx_wrong_slot;     /* valid-looking packets of another slot, dropped */
+    uint32_t rx_timeout;        /* RX slots without a valid packet */
+    uint32_t radio_on_slots;    /* RX and TX slots */
+    uint16_t slot_synced;       /* first slot on the grid (MX_NO_SLOT: never synchronised) */
+    uint16_t slot_full_rank;    /* slot in which the rank reached G */
+    uint16_t slot_all_full;     /* slot in which the node knew that every node had full rank */
+    uint16_t slot_done;         /* last slot of the round for this node (MX_NO_SLOT while running) */
+    uint16_t rank;              /* current rank */
+    uint16_t reserved;
+} mx_counters;
+
+/* Internal state. Treat as opaque; its size is MX_STATE_SIZE (see mx_state_size). */
+typedef struct {
+    mx_config cfg;
+    mx_counters st;
+    uint32_t rng[4];        /* xoshiro128** */
+    uint32_t node_all;      /* bit set of all node ids */
+    uint32_t fr_map;        /* nodes known to have full rank */
+    uint32_t heard;         /* nodes ever heard this round */
+    uint32_t gone;          /* nodes that announced they leave before their next owned slot */
+    uint32_t req_from;      /* nodes whose request map is stored */
+    uint16_t cvw;           /* coding vector words */
+    uint16_t pw;            /* payload words */
+    uint16_t stride;        /* row words */
+    uint16_t pkt_len;
+    uint16_t cv_bytes;
+    uint16_t info_bytes;
+    uint16_t rank;
+    uint16_t cur_slot;      /* slot of the last mx_slot call (valid when synced) */
+    uint16_t sync_slot;     /* slot of the first reception / initiator start */
+    uint16_t end_slot;      /* last slot of the round (R - 1, or earlier with MX_TERM_DONE) */
+    uint16_t next_slot;     /* the slot mx_slot expects next (valid when synced) */
+    uint16_t sideload;      /* pivot of the latest innovative reception, MX_NO_SLOT if none */
+    uint16_t answer;        /* requested row this slot's packet answers, MX_NO_SLOT if none */
+    uint16_t scan_left;     /* listener: slots left to scan before giving up */
+    uint8_t id;
+    uint8_t phase;          /* internal slot phase */
+    uint8_t mode;           /* arm mode */
+    uint8_t synced;
+    uint8_t finished;
+    uint8_t dirty;          /* rows changed since the last back substitution */
+    uint8_t wz_pending;     /* transmissions that should carry the weak-zero map */
+    uint8_t tx_count;       /* transmissions, wraps; rotates the info type */
+    uint8_t scan_slot;      /* the current slot is a scan (not synchronised at mx_slot) */
+    uint8_t pad[3];
+} mx_header;
+
+typedef struct {
+    mx_header h;
+    uint32_t pivots[MX_CV_WORDS(MX_MAX_G)];     /* rows present (pivot i stored at position i) */
+    uint32_t own[MX_CV_WORDS(MX_MAX_G)];        /* rows written by this node (not weak) */
+    uint32_t unsent[MX_CV_WORDS(MX_MAX_G)];     /* own rows not yet sent systematically */
+    uint32_t weak[MX_CV_WORDS(MX_MAX_G)];       /* rows known to be weak zeros */
+    uint32_t decoded[MX_CV_WORDS(MX_MAX_G)];    /* rows equal to e_row (valid when !dirty) */
+    uint32_t req[MX_MAX_NODES][MX_CV_WORDS(MX_MAX_G)]; /* last row request of each node */
+    uint16_t req_slot[MX_MAX_NODES];            /* slot of that request */
+    uint16_t last_heard[MX_MAX_NODES];          /* slot of the last packet from each node */
+    uint16_t rank_up[(MX_MAX_G + 1u) & ~1u];    /* slot in which each row's pivot appeared */
+    uint32_t scratch[2][MX_ROW_WORDS(MX_MAX_G, MX_MAX_P)]; /* RX reduction, TX combination */
+    uint32_t pool[MX_POOL_WORDS];               /* rows: G * stride words */
+} mx_state;
+
+/* Bytes of mx_state for given maxima (what -DMX_MAX_NODES=N -DMX_MAX_G=G -DMX_MAX_P=P with the
+ * default pool gives). mx_state_size() returns sizeof(mx_state) of this build. */
+#define MX_STATE_BYTES(N, G, P)                                                                   \
+    (sizeof(mx_header) + 4u * (5u * MX_CV_WORDS(G) + (N)*MX_CV_WORDS(G)) + 2u * 2u * (N) +         \
+     2u * (((G) + 1u) & ~1u) + 4u * 2u * MX_ROW_WORDS(G, P) + 4u * (G)*MX_ROW_WORDS(G, P))
+#define MX_STATE_SIZE (sizeof(mx_state))
+
+/* ---- API -------------------------------------------------------------------------------- */
+
+/* Arm modes. */
+#define MX_ARM_INITIATOR 0u /* send in slot 0 (only the configured initiator) */
+#define MX_ARM_LISTENER 1u  /* scan until the first valid packet, adopt its slot; give up after
+                             * round_length slots of scanning */
+#define MX_ARM_PASSIVE 2u   /* like a listener but never transmits (monitor / sink / tests) */
+
+/* Slot actions returned by mx_slot. */
+#define MX_ACT_OFF 0
+#define MX_ACT_RX 1
+#define MX_ACT_TX 2
+
+/* Row status (mx_row_status). */
+#define MX_ROW_MISSING 0
+#define MX_ROW_DECODED 1
+#define MX_ROW_WEAK 2
+
+size_t mx_state_size(void);
+/* Packet length of every packet of a round with this configuration; 0 if the config is invalid. */
+uint16_t mx_packet_len(const mx_config *cfg);
+/* Check a configuration without a state: MX_OK or the first error found. */
+int mx_config_check(const mx_config *cfg);
+
+/* Reset `s` for a new round as node `node_id`. Call before every round. */
+int mx_init(mx_state *s, const mx_config *cfg, uint8_t node_id);
+/* Write message `row` as a systematic row (coding vector e_row), zero-padded to P. data == NULL
+ * marks a weak zero (needs MX_FEAT_WEAK_ZEROS; len ignored). Only before mx_arm. */
+int mx_write(mx_state *s, uint16_t row, const void *data, uint16_t len);
+/* Arm as MX_ARM_INITIATOR, MX_ARM_LISTENER or MX_ARM_PASSIVE. */
+int mx_arm(mx_state *s, uint8_t mode);
+
+/* ---- step API: per slot, call mx_slot, then (for MX_ACT_RX and a packet with good CRC)
+ * mx_receive, then mx_slot_end. Before synchronisation the slot argument is ignored (the node
+ * scans); after it, slots must not go backwards (gaps are missed slots), and mx_receive and
+ * mx_slot_end take the slot of the preceding mx_slot; in the slot in which a listener
+ * synchronises it adopts the slot number of the packet. tx_packet must hold mx_packet_len bytes. */
+int mx_slot(mx_state *s, uint16_t slot, uint8_t *tx_packet, uint16_t *tx_len);
+int mx_receive(mx_state *s, uint16_t slot, const uint8_t *packet, uint16_t len);
+int mx_slot_end(mx_state *s, uint16_t slot);
+int mx_finished(const mx_state *s);
+int mx_synced(const mx_state *s);
+/* The slot the node steps next (after synchronisation). */
+uint16_t mx_next_slot(const mx_state *s);
+
+/* Step `count` instances through one slot. Phase 1: actions[i] = mx_slot(states[i], slot,
+ * packets + i * stride, ...) (packets of non-transmitters are left as they are). Phase 2: instance
+ * i receives packets + from[i] * stride if from[i] >= 0 (and its action was MX_ACT_RX), then
+ * mx_slot_end; rx_status[i] (may be NULL) is mx_receive's result, or 127 if nothing was received.
+ * stride >= mx_packet_len; all instances must share one configuration's packet length. */
+void mx_slot_batch(mx_state *const *states, uint16_t count, uint16_t slot, int8_t *actions, uint8_t *packets,
+                   uint16_t stride);
+void mx_deliver_batch(mx_state *const *states, uint16_t count, uint16_t slot, const uint8_t *packets,
+                      uint16_t stride, const int16_t *from, int8_t *rx_status);
+
+/* ---- blocking loop over a radio HAL ------------------------------------------------------ */
+
+typedef struct {
+    /* Block until the start of `slot` on the grid (radio off meanwhile). Called once per slot
+     * after synchronisation (and for the initiator's slot 0). */
+    void (*wait_slot)(void *ctx, uint16_t slot);
+    /* Send `len` bytes at the start of the current slot and return when done: 0, or < 0. */
+    int (*transmit)(void *ctx, const uint8_t *packet, uint16_t len);
+    /* Listen in the current slot's receive window, or, with scan != 0 (not synchronised), for
+     * one slot length without a grid. Returns the length of a packet received with a good CRC
+     * (copied to buf, at most max bytes), 0 if none, < 0 on error; *rx_time is the timestamp of
+     * its address event in HAL ticks. */
+    int (*receive)(void *ctx, uint8_t *buf, uint16_t max, int scan, uint32_t *rx_time);
+    /* A valid packet of `slot` arrived at rx_time: align the grid to it (drift control). */
+    void (*sync)(void *ctx, uint16_t slot, uint32_t rx_time);
+    /* The round is over for this node: radio off. */
+    void (*off)(void *ctx);
+} mx_radio_hal;
+
+/* Run the armed round to its end. Returns the node's last slot (>= 0), or < 0 on error. */
+int32_t mx_start(mx_state *s, const mx_radio_hal *hal, void *ctx);
+
+/* ---- results ---------------------------------------------------------------------------- */
+
+/* Marker returned by mx_read for a weak-zero row (compare the pointer). */
+extern const uint8_t mx_weak_zero[1];
+#define MX_WEAK_ZERO (&mx_weak_zero[0])
+
+/* Decoded payload of `row` (P bytes, valid until the next call that changes the state), NULL if
+ * the row cannot be isolated, MX_WEAK_ZERO for a weak zero. Works below full rank (partial
+ * decoding). *len (may be NULL) gets P, or 0 for NULL / MX_WEAK_ZERO. */
+const uint8_t *mx_read(mx_state *s, uint16_t row, uint16_t *len);
+int mx_row_status(mx_state *s, uint16_t row);
+uint16_t mx_rank(const mx_state *s);
+/* The reduced row (row-reduced echelon form) with pivot `pivot`: coding vector (ceil(G/8) bytes,
+ * bit i = byte i/8 bit i%8) and payload (P bytes); either pointer may be NULL. Returns 1 if such
+ * a row exists, 0 if not, < 0 on error. The reduced rows determine the span uniquely. */
+int mx_coded_row(mx_state *s, uint16_t pivot, uint8_t *cv, uint8_t *payload);
+/* Counters of the round so far (points into the state; ->rank is the current rank). */
+const mx_counters *mx_stats(const mx_state *s);
+/* Slot in which row `row` became available (its pivot appeared), MX_NO_SLOT if not (yet). */
+uint16_t mx_row_slot(const mx_state *s, uint16_t row);
+/* Nodes this node knows to have full rank (bit i = node i). */
+uint32_t mx_full_rank_map(const mx_state *s);
+
+/* Stateless structural check of a packet (what any node of this configuration would accept
+ * before looking at its own state): MX_OK or the MX_E_PKT_* reason. */
+int mx_packet_check(const mx_config *cfg, const uint8_t *packet, uint16_t len);
+
+#endif /* MX_MIXER_H */

@@ -1,0 +1,152 @@
+"""somegather over Mixer: how every communication round of a plan maps onto Mixer rounds.
+
+Each somegather point (and the head reduction) is one *exchange*: sender j has a message of m_j
+bytes (its broadcast columns, all tokens, row-major). An exchange becomes one or more Mixer rounds.
+In a round of generation size G and payload P, row 0 is the initiator's header (inference, exchange,
+part; it lets a node detect a stale round) and every sender's message takes ⌈m_j / P⌉ consecutive
+rows (fragments; the last one zero-padded). A message counts as delivered only if all its fragments
+decode — a partial message would be a partial column, which training never sees — so a missing
+fragment zero-fills the whole message, exactly like a lost message. Rows of the generation that no
+sender needs are written as weak zeros by the initiator so nobody waits for them.
+
+Unlike the published Mixer, every round is configured at run time, so each exchange gets its own
+(G, P): P is chosen to minimise the estimated time of the exchange under the round-length policy,
+and an exchange whose rows exceed the largest generation is split into several rounds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from ..radio.timing import MAX_PHY_PAYLOAD, slot_us
+
+MAX_GENERATION = 256  # rows per Mixer round (firmware/mixer MX_MAX_G)
+MAX_PAYLOAD = 240  # bytes per row; PHY payload L = 4 + 2·⌈G/8⌉ + P ≤ 255
+HEADER_ROW = 0
+INITIATOR = 0
+
+
+@dataclass(frozen=True)
+class RoundPolicy:
+    """How long a Mixer round lasts.
+
+    * ``fixed``: the published Mixer's hard deadline, R = 3G + 200 slots, always waited out.
+    * ``done``: a node ends its round once it has full rank and knows every node has (full-rank
+      maps), after ``linger`` more slots; ``3G + 200`` stays as the cap. For choosing P the round is
+      estimated at ``a·G + b`` slots (``b`` ≈ a few slots per hop of the network diameter); the
+      radio benchmark (bench/mixer_rounds.py) measures these numbers per topology.
+    """
+
+    kind: str = "done"
+    linger: int = 4
+    a: float = 1.5
+    b: float = 8.0
+    phy: str = "2M"
+    margin_us: int = 50
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("fixed", "done"):
+            raise ValueError("round policy must be 'fixed' or 'done'")
+
+    def deadline(self, generation: int) -> int:
+        return 3 * generation + 200
+
+    def estimated_slots(self, generation: int) -> int:
+        if self.kind == "fixed":
+            return self.deadline(generation)
+        return min(self.deadline(generation), math.ceil(self.a * generation + self.b) + self.linger)
+
+
+@dataclass
+class Fragments:
+    node: int
+    first_row: int
+    rows: int
+    nbytes: int
+
+
+@dataclass
+class MixerRound:
+    exchange: int  # the plan's round number (sg)
+    part: int  # index of this Mixer round within the exchange
+    parts: int
+    generation: int
+    payload: int
+    deadline_slots: int
+    slot_us: int
+    estimated_slots: int
+    senders: list[Fragments] = field(default_factory=list)
+    weak_rows: list[int] = field(default_factory=list)
+
+    @property
+    def estimated_us(self) -> int:
+        return self.estimated_slots * self.slot_us
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["estimated_us"] = self.estimated_us
+        return d
+
+
+def _rows(nbytes: int, payload: int) -> int:
+    return math.ceil(nbytes / payload) if nbytes > 0 else 0
+
+
+def _max_payload(generation: int) -> int:
+    return min(MAX_PAYLOAD, MAX_PHY_PAYLOAD - 4 - 2 * math.ceil(generation / 8))
+
+
+def _pack(msg_bytes: list[int], payload: int, max_generation: int) -> list[list[int]] | None:
+    """Senders grouped into rounds (in node order) so every round fits max_generation rows."""
+    groups: list[list[int]] = [[]]
+    used = 1  # the header row
+    for j, m in enumerate(msg_bytes):
+        r = _rows(m, payload)
+        if r == 0:
+            continue
+        if 1 + r > max_generation:
+            return None  # one message alone does not fit: P too small
+        if used + r > max_generation:
+            groups.append([])
+            used = 1
+        groups[-1].append(j)
+        used += r
+    return [g for g in groups if g] or []
+
+
+def schedule_exchange(exchange: int, msg_bytes: list[int], policy: RoundPolicy = RoundPolicy(),
+                      max_generation: int = MAX_GENERATION) -> list[MixerRound]:
+    """Mixer rounds for one exchange; [] when nobody sends anything (e.g. D = 1)."""
+    if not any(msg_bytes):
+        return []
+    best: tuple[int, list[MixerRound]] | None = None
+    for payload in range(8, MAX_PAYLOAD + 1):
+        groups = _pack(msg_bytes, payload, max_generation)
+        if groups is None:
+            continue
+        rounds = []
+        for part, group in enumerate(groups):
+            senders, row = [], 1
+            for j in group:
+                r = _rows(msg_bytes[j], payload)
+                senders.append(Fragments(j, row, r, msg_bytes[j]))
+                row += r
+            generation = row
+            if payload > _max_payload(generation):
+                break
+            rounds.append(MixerRound(exchange, part, len(groups), generation, payload, policy.deadline(generation),
+                                     slot_us(payload, generation, policy.phy, policy.margin_us),
+                                     policy.estimated_slots(generation), senders, []))
+        else:
+            total = sum(r.estimated_us for r in rounds)
+            if best is None or total < best[0]:
+                best = (total, rounds)
+    if best is None:
+        raise ValueError(f"exchange {exchange}: messages {msg_bytes} do not fit any Mixer round")
+    return best[1]
+
+
+def schedule_plan(msg_bytes_per_exchange: list[list[int]], policy: RoundPolicy = RoundPolicy(),
+                  max_generation: int = MAX_GENERATION) -> list[list[MixerRound]]:
+    return [schedule_exchange(sg, m, policy, max_generation) for sg, m in enumerate(msg_bytes_per_exchange)]

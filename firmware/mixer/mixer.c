@@ -267,6 +267,16 @@ static uint32_t *row_ptr(mx_state *s, unsigned i) { return s->pool + (size_t)i *
 /* The slot used for statistics: the current slot once synchronised, else 0 (before the round). */
 static uint16_t stat_slot(const mx_state *s) { return s->h.synced ? s->h.cur_slot : 0u; }
 
+/* MX_TERM_DONE: once every node has announced that it knows that all have full rank, and this
+ * node has announced it too, nobody needs this node any more: end with the current slot. */
+static void check_acks(mx_state *s)
+{
+    mx_header *h = &s->h;
+    if (h->cfg.termination == MX_TERM_DONE && h->acked && h->ack_map == h->node_all && h->synced &&
+        h->cur_slot < h->end_slot)
+        h->end_slot = h->cur_slot;
+}
+
 /* Full rank and "everyone has full rank" bookkeeping after the rank or the map changed. */
 static void update_progress(mx_state *s)
 {
@@ -278,12 +288,14 @@ static void update_progress(mx_state *s)
     }
     if ((h->fr_map & me) && h->fr_map == h->node_all && h->st.slot_all_full == MX_NO_SLOT) {
         h->st.slot_all_full = stat_slot(s);
+        h->ack_map |= me;
         if (h->cfg.termination == MX_TERM_DONE) {
             unsigned end = (unsigned)stat_slot(s) + h->cfg.linger_slots;
             if (end < h->end_slot)
                 h->end_slot = (uint16_t)end;
         }
     }
+    check_acks(s);
 }
 
 static void add_pivot(mx_state *s, unsigned i)
@@ -652,8 +664,10 @@ static int build_packet(mx_state *s, uint8_t *out)
 
     if (full)
         flags |= MX_PKT_FULL_RANK;
-    if (full && h->fr_map == h->node_all)
+    if (full && h->fr_map == h->node_all) {
         flags |= MX_PKT_ALL_FULL;
+        h->acked = 1;
+    }
     {
         /* forecast: will this node still be on in its next owned slot? */
         unsigned n = h->cfg.num_nodes, c = h->cur_slot;
@@ -980,8 +994,10 @@ int mx_receive(mx_state *s, uint16_t slot, const uint8_t *p, uint16_t len)
     default:
         break;
     }
-    if (flags & MX_PKT_ALL_FULL)
+    if (flags & MX_PKT_ALL_FULL) {
         h->fr_map = h->node_all;
+        h->ack_map |= bit;
+    }
     update_progress(s);
     return h->rank > rank0 ? MX_RX_INNOVATIVE : MX_RX_OK;
 }
@@ -1007,6 +1023,7 @@ int mx_slot_end(mx_state *s, uint16_t slot)
         return MX_OK;
     }
     h->next_slot = (uint16_t)(h->cur_slot + 1u);
+    check_acks(s);
     if (h->cur_slot >= h->end_slot)
         finish(s, h->cur_slot);
     return MX_OK;

@@ -89,8 +89,9 @@
 /* Termination policy (mx_config.termination). */
 #define MX_TERM_DEADLINE 0u /* every node runs until the hard deadline, slot round_length - 1 */
 #define MX_TERM_DONE 1u     /* a node ends once it has full rank and knows every node has; it then
-                             * lingers linger_slots more slots so others learn it too; the hard
-                             * deadline still applies */
+                             * lingers up to linger_slots more slots so others learn it too (it
+                             * stops earlier once every node has announced that it knows); the
+                             * hard deadline still applies. Use linger_slots >= n. */
 
 typedef struct {
     uint8_t num_nodes;        /* n: 1..MX_MAX_NODES; node ids are 0..n-1 */
@@ -175,6 +176,7 @@ typedef struct {
     uint32_t heard;         /* nodes ever heard this round */
     uint32_t gone;          /* nodes that announced they leave before their next owned slot */
     uint32_t req_from;      /* nodes whose request map is stored */
+    uint32_t ack_map;       /* nodes known to know that every node has full rank */
     uint16_t cvw;           /* coding vector words */
     uint16_t pw;            /* payload words */
     uint16_t stride;        /* row words */
@@ -198,7 +200,8 @@ typedef struct {
     uint8_t wz_pending;     /* transmissions that should carry the weak-zero map */
     uint8_t tx_count;       /* transmissions, wraps; rotates the info type */
     uint8_t scan_slot;      /* the current slot is a scan (not synchronised at mx_slot) */
-    uint8_t pad[3];
+    uint8_t acked;          /* this node has sent a packet with MX_PKT_ALL_FULL */
+    uint8_t pad[2];
 } mx_header;
 
 typedef struct {

@@ -18,7 +18,7 @@ from clib import have_compiler
 pytestmark = [pytest.mark.hostc, pytest.mark.skipif(not have_compiler("gcc"), reason="gcc not installed")]
 
 CASES = settings(
-    max_examples=40,
+    max_examples=100,
     derandomize=True,
     database=None,
     deadline=None,

@@ -261,8 +261,8 @@ class HalSim:
 
     def others_begin(self) -> None:
         for i in range(1, self.n):
-            self.net.actions[i] = self.lib.mx_slot(self.net.state(i), self.slot,
-                                                   self.net.packets[i].ctypes.data_as(POINTER(c_uint8)), None)  # fmt: skip
+            out = self.net.packets[i].ctypes.data_as(POINTER(c_uint8))
+            self.net.actions[i] = self.lib.mx_slot(self.net.state(i), self.slot, out, None)
 
     def others_end(self, node0_packet: bytes | None) -> bytes | None:
         """Deliver this slot (node 0 sends node0_packet, or listens); returns what node 0 hears."""
@@ -286,13 +286,14 @@ class HalSim:
             self.errors.append(f"wait_slot({slot}) in slot {self.slot}")
         self.others_begin()
 
-    def transmit(self, ctx: int, packet: POINTER(c_uint8), length: int) -> int:  # type: ignore[valid-type]
+    def transmit(self, ctx: int, packet: ctypes._Pointer, length: int) -> int:  # type: ignore[type-arg]
         pkt = ctypes.string_at(packet, length)
         self.events.append(("tx", self.slot))
         self.others_end(pkt)
         return 0
 
-    def receive(self, ctx: int, buf: POINTER(c_uint8), mx: int, scan: int, t: POINTER(c_uint32)) -> int:  # type: ignore[valid-type]
+    def receive(self, ctx: int, buf: ctypes._Pointer, mx: int, scan: int,  # type: ignore[type-arg]
+                t: ctypes._Pointer) -> int:  # type: ignore[type-arg]  # fmt: skip
         if scan:
             self.others_begin()
         got = self.others_end(None)

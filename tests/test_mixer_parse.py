@@ -207,11 +207,13 @@ def malformed_cases(rx: Rx) -> list[tuple[str, Callable[[], bytes], str]]:
         ("full-rank map without the sender's flag", lambda: rx.pkt(flags=m.INFO_FULL_RANK, info=1 << 3), "PKT_INFO"),
         ("flag without the sender in the map", lambda: rx.pkt(flags=m.INFO_FULL_RANK | m.F_FULL_RANK, info=1 << 2),
          "PKT_INFO"),  # fmt: skip
-        ("all-full with a partial map", lambda: rx.pkt(flags=m.INFO_FULL_RANK | m.F_FULL_RANK | m.F_ALL_FULL, info=1 << 3),
+        ("all-full with a partial map",
+         lambda: rx.pkt(flags=m.INFO_FULL_RANK | m.F_FULL_RANK | m.F_ALL_FULL, info=1 << 3),
          "PKT_INFO"),  # fmt: skip
         ("all-full while I miss rows", lambda: rx.pkt(flags=m.INFO_FULL_RANK | m.F_FULL_RANK | m.F_ALL_FULL, info=full),
          "PKT_FLAGS"),  # fmt: skip
-        ("map claims I have full rank", lambda: rx.pkt(flags=m.INFO_FULL_RANK | m.F_FULL_RANK, info=1 << 3 | 1), "PKT_INFO"),
+        ("map claims I have full rank",
+         lambda: rx.pkt(flags=m.INFO_FULL_RANK | m.F_FULL_RANK, info=1 << 3 | 1), "PKT_INFO"),
     ]
 
 

@@ -23,8 +23,8 @@ from .plan.io import load_plan
 from .resources import resource_dir
 
 RUNTIME_SOURCES = ["runtime/cisl_kernels.c", "runtime/cisl_log.c", "runtime/cisl_runtime.c",
-                   "somegather/cisl_somegather.c"]
-NODE_SOURCES = ["cisl_node.c", "cisl_weights.c"]
+                   "somegather/cisl_somegather.c", "somegather/cisl_mixer_transport.c", "mixer/mixer.c"]
+NODE_SOURCES = ["cisl_node.c", "cisl_weights.c", "cisl_mixer.c"]
 
 
 @dataclass
@@ -111,7 +111,8 @@ def build(build_dir: Path, board_name: str | None = None, jobs: int | None = Non
                         f"(Debian/Ubuntu: sudo apt-get install --no-install-recommends gcc)")
     lib = kernel_library()
     fw = resource_dir("firmware")
-    includes = [f"-I{lib.include}", f"-I{fw / 'runtime'}", f"-I{fw / 'somegather'}", f"-I{board.path}"]
+    includes = [f"-I{lib.include}", f"-I{fw / 'runtime'}", f"-I{fw / 'somegather'}", f"-I{fw / 'mixer'}",
+                f"-I{board.path}"]
     cflags = list(board.build["cflags"])
     obj_dir = build_dir / "_obj"
     if obj_dir.exists():
@@ -148,7 +149,7 @@ def build(build_dir: Path, board_name: str | None = None, jobs: int | None = Non
     cache = cache_dir()
     cc_id = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout if cache else ""
     headers = _headers_digest([lib.include, lib.include.parent / "Include" / "Internal", fw / "runtime",
-                               fw / "somegather", board.path, fw / "nnref" / "Source",
+                               fw / "somegather", fw / "mixer", board.path, fw / "nnref" / "Source",
                                lib.root / "Source"]) if cache else b""
 
     def compile_one(j: CompileJob) -> tuple[CompileJob, bool, str]:

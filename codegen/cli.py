@@ -189,9 +189,14 @@ def build_cmd(build_dir: Path, board: str | None, jobs: int | None, quiet: bool)
 @click.option("--loss-sender", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.0, show_default=True,
               help="Probability that nobody gets a sender's message in a round.")
 @click.option("--loss-seed", type=int, default=0, show_default=True, help="Seed of the loss pattern.")
+@click.option("--radio", "radio_topology", default=None, metavar="TOPOLOGY",
+              help="Run Mixer over the simulated radio on this topology (full_mesh, line, grid, "
+                   "random_geometric, hallway16) instead of the message-level medium.")
+@click.option("--radio-seed", type=int, default=0, show_default=True, help="Seed of the topology and channel.")
 @_friendly
 def sim(build_dir: Path, inputs: Path | None, count: int | None, logs: Path | None, timeout: float,
-        loss_q: float | None, loss_link: float, loss_receiver: float, loss_sender: float, loss_seed: int) -> None:
+        loss_q: float | None, loss_link: float, loss_receiver: float, loss_sender: float, loss_seed: int,
+        radio_topology: str | None, radio_seed: int) -> None:
     """Run every node of BUILD_DIR as its own process on the virtual testbed.
 
     A medium process carries the somegather messages; each node prints the serial log contract.
@@ -219,7 +224,12 @@ def sim(build_dir: Path, inputs: Path | None, count: int | None, logs: Path | No
             x = np.load(Path(build_dir) / "inputs.npy") if (Path(build_dir) / "inputs.npy").is_file() else None
         if x is not None:
             x = x[:count]
-    r = run_sim(build_dir, x, logs, timeout, rates, loss_seed)
+    if radio_topology is not None:
+        from .radio.topology import TOPOLOGIES
+
+        if radio_topology not in TOPOLOGIES:
+            raise UserError(f"--radio {radio_topology}: unknown topology; choose one of {', '.join(TOPOLOGIES)}")
+    r = run_sim(build_dir, x, logs, timeout, rates, loss_seed, radio_topology, radio_seed)
     _print_sim(r, build_dir, logs)
     if not r.ok:
         raise CheckFailed(r.first_difference or r.problems[0])
@@ -230,6 +240,14 @@ def _print_sim(r, build_dir: Path, logs: Path | None) -> None:
                f"(logs in {logs or Path(build_dir) / 'logs'})")
     for p in r.problems:
         click.echo(f"  problem: {p}")
+    if r.radio_rounds:
+        import numpy as np
+
+        slots = [rr["slots"] for rr in r.radio_rounds]
+        air = sum(rr["slots"] * rr["slot_us"] for rr in r.radio_rounds) / max(r.inferences, 1)
+        fixed = sum(rr["deadline"] * rr["slot_us"] for rr in r.radio_rounds) / max(r.inferences, 1)
+        click.echo(f"radio: {len(slots)} Mixer rounds, {np.mean(slots):.0f} slots on average (max {max(slots)}); "
+                   f"air time {air / 1000:.1f} ms per inference vs {fixed / 1000:.1f} ms with fixed 3G+200 deadlines")
     if r.delivered != r.expected:
         click.echo(f"messages delivered: {r.delivered} of {r.expected} (reference run with the same losses)")
     click.echo(f"bit-exact with the int8 reference: {'yes' if r.bit_exact else 'NO'}")

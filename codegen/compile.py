@@ -24,6 +24,7 @@ from .onnx_model import CislModel, load_model
 from .partition import Split, full_masks, masks_are_full
 from .plan.io import NodeData, load_plan, write_plan
 from .plan.memory import check_plan, format_plan, plan_arena
+from .plan.mixer_schedule import RoundPolicy, schedule_plan
 from .plan.quantize import calibrate, quantize
 from .plan.structure import SINK, build_structure
 
@@ -38,6 +39,8 @@ class CompileOptions:
     board: str = "sim"
     calibration: Path | None = None  # None: calibration.npy next to the model
     max_calibration: int = MAX_CALIBRATION
+    round_policy: str = "done"  # Mixer round length: "done" (end when all have full rank) or "fixed" (3G+200)
+    phy: str = "2M"  # BLE PHY the Mixer slots are timed for
 
 
 def _load_windows(path: Path, lookback: int, what: str) -> np.ndarray:
@@ -112,7 +115,8 @@ def compile_model(model_path: Path, out_dir: Path, opts: CompileOptions,
         test_scale = np.load(ts, allow_pickle=False).astype(np.float32) if ts.is_file() else None
     sim_inputs = (test_x if test_x is not None else cal)[:SIM_INPUTS]
 
-    options = {"devices": split.devices, "board": board.name, "max_calibration": opts.max_calibration}
+    options = {"devices": split.devices, "board": board.name, "max_calibration": opts.max_calibration,
+               "round_policy": opts.round_policy, "phy": opts.phy}
     input_hash = hashlib.sha256(json.dumps(
         {"model": model.sha256, "calibration": sha256_file(cal_path), "options": options, "tool": __version__},
         sort_keys=True).encode()).hexdigest()
@@ -143,6 +147,7 @@ def compile_model(model_path: Path, out_dir: Path, opts: CompileOptions,
         "partition": {"heads_per_device": list(split.heads_per_device),
                       "model_cols": [list(split.model_cols(k)) for k in range(split.devices)],
                       "hidden_cols": [list(split.hidden_cols(k)) for k in range(split.devices)]},
+        "mixer": _mixer_section(st, opts),
     }
     with atomic_output_dir(Path(out_dir), PLAN_MARKER) as tmp:
         write_plan(tmp, meta, st.sgs, nodes, q)
@@ -157,6 +162,18 @@ def compile_model(model_path: Path, out_dir: Path, opts: CompileOptions,
         summary = _summary(plan, board, model, test_x, test_y, test_scale)
         (tmp / "compile.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary
+
+
+def _mixer_section(st, opts: CompileOptions) -> dict:
+    """How every exchange runs over Mixer (codegen/plan/mixer_schedule.py), for radio transports."""
+    # a node lingers at least n slots after learning that all have full rank, so that each slot
+    # owner gets one chance to tell the others (firmware/mixer/mixer.h, MX_TERM_DONE)
+    policy = RoundPolicy(kind=opts.round_policy, phy=opts.phy, linger=max(4, st.split.devices))
+    rounds = schedule_plan([sg.msg_bytes for sg in st.sgs], policy)
+    return {"initiator": SINK, "policy": {"kind": policy.kind, "linger": policy.linger, "phy": policy.phy,
+                                          "margin_us": policy.margin_us},
+            "exchanges": [[r.to_json() for r in ex] for ex in rounds],
+            "estimated_us_per_inference": int(sum(r.estimated_us for ex in rounds for r in ex))}
 
 
 def _summary(plan, board, model: CislModel, test_x, test_y, test_scale) -> dict:

@@ -1,6 +1,14 @@
 /* Virtual-testbed board: time from the host clock, serial output on stdout, inputs and messages
  * through the medium process over a UNIX stream socket.
  *
+ * Two transports, chosen by the medium when the node says hello:
+ *   - message mode: a communication round is one barrier at which the medium hands every node the
+ *     messages addressed to it (lossless, or with the three loss modes drawn by the medium);
+ *   - radio mode: the node runs the real Mixer protocol (firmware/mixer) through somegather over
+ *     Mixer, one frame per slot, and the medium plays the radio channel slot by slot. Time spent in
+ *     radio rounds is replaced by the virtual air time the medium reports, so the latencies the
+ *     node logs are those of the simulated radio.
+ *
  * Frames (little-endian): u8 type, u8 src, u8 dest, u8 flags, u16 sg, u16 reserved, u32 inference,
  * u32 len, then len payload bytes. The protocol is described in codegen/sim/protocol.py. */
 #include "hal_sim.h"
@@ -15,6 +23,7 @@
 #include <unistd.h>
 
 #include "cisl_board.h"
+#include "cisl_mixer_transport.h"
 #include "cisl_node_api.h"
 #include "cisl_transport.h"
 
@@ -26,8 +35,18 @@ enum {
     FRAME_TX = 5,
     FRAME_RX = 6,
     FRAME_RX_END = 7,
-    FRAME_BYE = 8
+    FRAME_BYE = 8,
+    FRAME_CONFIG = 9,      /* medium -> node after HELLO: u8 mode */
+    FRAME_TX_COPY = 10,    /* radio mode: the node's message of an exchange, for the transcript */
+    FRAME_ROUND_BEGIN = 11, /* radio mode: u16 deadline, u16 packet length, u32 slot_us; flags = part */
+    FRAME_ACTION = 12,     /* radio mode, per slot: flags = MX_ACT_*, payload = packet when TX */
+    FRAME_SLOT_RESULT = 13, /* medium -> node: the packet received in this slot (len 0: nothing) */
+    FRAME_FINISHED = 14,   /* radio mode: the node's round is over */
+    FRAME_ROUND_END = 15,  /* medium -> node: the round is over for all; u32 virtual microseconds */
+    FRAME_DELIVERY = 16    /* radio mode: per sender, 1 if its message of the exchange arrived */
 };
+
+enum { MODE_MESSAGE = 0, MODE_RADIO = 1 };
 
 #define HEADER_BYTES 16u
 #define MAX_PAYLOAD (1u << 20)
@@ -41,6 +60,8 @@ typedef struct {
 
 static int medium_fd = -1;
 static uint8_t payload[MAX_PAYLOAD]; /* receive buffer; the host has memory to spare */
+static int medium_mode = MODE_MESSAGE;
+static int64_t virtual_offset_us; /* radio mode: virtual air time minus host time spent in rounds */
 
 static void put_u16(uint8_t *p, uint16_t v)
 {
@@ -91,13 +112,14 @@ static int read_all(uint8_t *p, size_t n)
     return 0;
 }
 
-static int send_frame(uint8_t type, uint8_t dest, uint16_t sg, uint32_t inference, const uint8_t *data, uint32_t len)
+static int send_frame_flags(uint8_t type, uint8_t dest, uint8_t flags, uint16_t sg, uint32_t inference,
+                            const uint8_t *data, uint32_t len)
 {
     uint8_t h[HEADER_BYTES];
     h[0] = type;
     h[1] = cisl_node_id;
     h[2] = dest;
-    h[3] = 0;
+    h[3] = flags;
     put_u16(h + 4, sg);
     put_u16(h + 6, 0);
     put_u32(h + 8, inference);
@@ -106,6 +128,11 @@ static int send_frame(uint8_t type, uint8_t dest, uint16_t sg, uint32_t inferenc
         return -1;
     }
     return len > 0 ? write_all(data, len) : 0;
+}
+
+static int send_frame(uint8_t type, uint8_t dest, uint16_t sg, uint32_t inference, const uint8_t *data, uint32_t len)
+{
+    return send_frame_flags(type, dest, 0, sg, inference, data, len);
 }
 
 static int recv_frame(frame_header *f)
@@ -151,7 +178,13 @@ int cisl_sim_connect(const char *socket_path)
                 socket_path, strerror(errno));
         return -1;
     }
-    return send_frame(FRAME_HELLO, 0, 0, 0, NULL, 0);
+    frame_header f;
+    if (send_frame(FRAME_HELLO, 0, 0, 0, NULL, 0) != 0 || recv_frame(&f) != 0 || f.type != FRAME_CONFIG || f.len < 1) {
+        fprintf(stderr, "cisl sim node %u: the medium did not answer the hello\n", (unsigned)cisl_node_id);
+        return -1;
+    }
+    medium_mode = payload[0] == MODE_RADIO ? MODE_RADIO : MODE_MESSAGE;
+    return 0;
 }
 
 void cisl_sim_close(void)
@@ -165,12 +198,14 @@ void cisl_sim_close(void)
 
 const char *cisl_board_name(void) { return "sim"; }
 
-uint32_t cisl_board_time_us(void)
+static int64_t host_us(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint32_t)((uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u);
+    return (int64_t)ts.tv_sec * 1000000 + (int64_t)ts.tv_nsec / 1000;
 }
+
+uint32_t cisl_board_time_us(void) { return (uint32_t)(host_us() + virtual_offset_us); }
 
 uint32_t cisl_board_cycles(void) { return 0; }
 
@@ -209,7 +244,7 @@ int cisl_board_next_input(int8_t *dst, uint32_t len)
     return 1;
 }
 
-int cisl_transport_round(uint16_t sg, uint32_t inference, const uint8_t *msg, uint32_t len, uint8_t dest,
+static int message_round(uint16_t sg, uint32_t inference, const uint8_t *msg, uint32_t len, uint8_t dest,
                          cisl_rx_fn on_rx, void *ctx)
 {
     if (send_frame(FRAME_TX, dest, sg, inference, msg, len) != 0) {
@@ -228,5 +263,78 @@ int cisl_transport_round(uint16_t sg, uint32_t inference, const uint8_t *msg, ui
         if (f.type == FRAME_RX && f.sg == sg && f.inference == inference && on_rx != NULL) {
             on_rx(ctx, f.src, payload, f.len);
         }
+    }
+}
+
+int cisl_transport_round(uint16_t sg, uint32_t inference, const uint8_t *msg, uint32_t len, uint8_t dest,
+                         cisl_rx_fn on_rx, void *ctx)
+{
+    if (medium_mode == MODE_MESSAGE) {
+        return message_round(sg, inference, msg, len, dest, on_rx, ctx);
+    }
+    if (send_frame(FRAME_TX_COPY, dest, sg, inference, msg, len) != 0) {
+        medium_lost("sending");
+    }
+    return cisl_mixer_exchange(sg, inference, msg, len, on_rx, ctx);
+}
+
+/* ---- radio mode: the Mixer round slot by slot against the medium -------------------------- */
+
+int32_t cisl_board_mixer_round(mx_state *s, uint16_t sg, uint8_t part, uint32_t inference, uint32_t slot_us)
+{
+    static uint8_t packet[MX_MAX_PACKET_LEN];
+    const int64_t t0 = host_us();
+    const mx_config *cfg = &s->h.cfg;
+    uint8_t begin[8];
+    put_u16(begin, cfg->round_length);
+    put_u16(begin + 2, mx_packet_len(cfg));
+    put_u32(begin + 4, slot_us);
+    if (send_frame_flags(FRAME_ROUND_BEGIN, 0, part, sg, inference, begin, sizeof begin) != 0) {
+        medium_lost("starting a radio round");
+    }
+    int finished = 0;
+    for (uint16_t slot = 0;; slot++) {
+        frame_header f;
+        if (!finished) {
+            uint16_t len = 0;
+            const int act = mx_slot(s, slot, packet, &len);
+            if (act < 0) {
+                return act;
+            }
+            if (send_frame_flags(FRAME_ACTION, 0, (uint8_t)act, sg, inference, packet,
+                                 act == MX_ACT_TX ? len : 0) != 0 || recv_frame(&f) != 0) {
+                medium_lost("in a radio slot");
+            }
+            if (f.type == FRAME_SLOT_RESULT && act == MX_ACT_RX && f.len > 0) {
+                (void)mx_receive(s, slot, payload, (uint16_t)f.len); /* malformed packets are counted inside */
+            }
+            if (f.type == FRAME_ROUND_END) { /* the medium ended the round (its deadline) */
+                virtual_offset_us += (int64_t)get_u32(payload) - (host_us() - t0);
+                return (int32_t)slot;
+            }
+            (void)mx_slot_end(s, slot);
+            if (mx_finished(s)) {
+                finished = 1;
+                if (send_frame(FRAME_FINISHED, 0, sg, inference, NULL, 0) != 0) {
+                    medium_lost("ending a radio round");
+                }
+            }
+            continue;
+        }
+        if (recv_frame(&f) != 0) {
+            medium_lost("waiting for the end of a radio round");
+        }
+        if (f.type == FRAME_ROUND_END) {
+            /* the node's clock shows the simulated air time, not the host time the round took */
+            virtual_offset_us += (int64_t)get_u32(payload) - (host_us() - t0);
+            return (int32_t)slot;
+        }
+    }
+}
+
+void cisl_board_mixer_delivery(uint16_t sg, uint32_t inference, const uint8_t *got, uint8_t nodes)
+{
+    if (send_frame(FRAME_DELIVERY, 0, sg, inference, got, nodes) != 0) {
+        medium_lost("reporting deliveries");
     }
 }

@@ -177,12 +177,21 @@ def emit_node(plan: Plan, node: NodeData, out_dir: Path, input_hash: str, env: j
         "input_len": plan.cfg.lookback, "output_len": plan.cfg.horizon,
         "arena_bytes": max(node.arena_bytes, 4), "const_bytes": sum(c.nbytes for c in node.constants.values()),
     }
+    mixer = plan.meta["mixer"]
+    linger = mixer["policy"]["linger"]
+    exchanges = [{"sg": sg.sg, "name": sg.name,
+                  "rounds": [{**r, "linger": linger} for r in mixer["exchanges"][sg.sg]]} for sg in plan.sgs]
+    max_message = max([f["nbytes"] for ex in mixer["exchanges"] for r in ex for f in r["senders"]] + [1])
     files = {
         "cisl_node.h": env.get_template("node.h.j2").render(**common),
         "cisl_weights.h": env.get_template("weights.h.j2").render(constants=constants, **common),
         "cisl_weights.c": env.get_template("weights.c.j2").render(constants=constants, **common),
         "cisl_node.c": env.get_template("node.c.j2").render(tensors=tensors, ops=ops, somegathers=somegathers,
                                                              input_macro=macros["input"], **common),
+        "cisl_mixer.c": env.get_template("mixer.c.j2").render(
+            exchanges=exchanges, max_message=max_message, initiator=mixer["initiator"],
+            termination="MX_TERM_DONE" if mixer["policy"]["kind"] == "done" else "MX_TERM_DEADLINE",
+            policy=f"{mixer['policy']['kind']}, {mixer['policy']['phy']}", **common),
     }
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from ..radio.timing import MAX_PHY_PAYLOAD, slot_us
+from ..radio.timing import MAX_PHY_PAYLOAD, slot_us_for_length
 
 MAX_GENERATION = 256  # rows per Mixer round (firmware/mixer MX_MAX_G)
 MAX_PAYLOAD = 240  # bytes per row; PHY payload L = 4 + 2·⌈G/8⌉ + P ≤ 255
@@ -93,8 +93,14 @@ def _rows(nbytes: int, payload: int) -> int:
     return math.ceil(nbytes / payload) if nbytes > 0 else 0
 
 
-def _max_payload(generation: int) -> int:
-    return min(MAX_PAYLOAD, MAX_PHY_PAYLOAD - 4 - 2 * math.ceil(generation / 8))
+def packet_length(nodes: int, generation: int, payload: int) -> int:
+    """Mixer packet bytes (firmware/mixer MX_PACKET_LEN): header 4, coding vector ⌈G/8⌉, payload,
+    info vector ⌈max(G, n)/8⌉ (it also carries node sets such as full-rank maps)."""
+    return 4 + math.ceil(generation / 8) + payload + math.ceil(max(generation, nodes) / 8)
+
+
+def _max_payload(nodes: int, generation: int) -> int:
+    return min(MAX_PAYLOAD, MAX_PHY_PAYLOAD - packet_length(nodes, generation, 0))
 
 
 def _pack(msg_bytes: list[int], payload: int, max_generation: int) -> list[list[int]] | None:
@@ -133,10 +139,11 @@ def schedule_exchange(exchange: int, msg_bytes: list[int], policy: RoundPolicy =
                 senders.append(Fragments(j, row, r, msg_bytes[j]))
                 row += r
             generation = row
-            if payload > _max_payload(generation):
+            if payload > _max_payload(len(msg_bytes), generation):
                 break
+            length = packet_length(len(msg_bytes), generation, payload)
             rounds.append(MixerRound(exchange, part, len(groups), generation, payload, policy.deadline(generation),
-                                     slot_us(payload, generation, policy.phy, policy.margin_us),
+                                     slot_us_for_length(length, policy.phy, policy.margin_us),
                                      policy.estimated_slots(generation), senders, []))
         else:
             total = sum(r.estimated_us for r in rounds)

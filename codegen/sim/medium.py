@@ -31,7 +31,8 @@ class MediumError(Exception):
 
 
 def serve(sock_path: str, nodes: int, inputs: np.ndarray, transcript_path: str, timeout: float,
-          rates: LossRates = LossRates(), seed: int = 0, loss_path: str | None = None) -> None:
+          rates: LossRates = LossRates(), seed: int = 0, loss_path: str | None = None,
+          radio: "RadioMedium | None" = None) -> None:
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     srv.bind(sock_path)
     srv.listen(nodes)
@@ -49,6 +50,8 @@ def serve(sock_path: str, nodes: int, inputs: np.ndarray, transcript_path: str, 
         if hello is None or hello.type != P.HELLO or not 0 <= hello.src < nodes or hello.src in conns:
             raise MediumError(f"bad hello from a node: {hello}")
         conns[hello.src] = c
+        c.sendall(P.pack(P.Frame(P.CONFIG, 0xFE, hello.src, 0, 0,
+                                 bytes([P.MODE_RADIO if radio else P.MODE_MESSAGE]))))
     srv.close()
 
     sel = selectors.DefaultSelector()
@@ -93,6 +96,30 @@ def serve(sock_path: str, nodes: int, inputs: np.ndarray, transcript_path: str, 
                             lossf.write(P.LOSS_RECORD.pack(f.inference, f.sg, nodes) + lost.astype(np.uint8).tobytes())
                         _deliver(conns, rnd, transcript, lost)
                         del rounds[(f.inference, f.sg)]
+                elif f.type == P.TX_COPY and radio is not None:
+                    if f.payload:
+                        transcript.write(P.TRANSCRIPT_RECORD.pack(f.inference, f.sg, k, f.dest, len(f.payload))
+                                         + f.payload)
+                elif f.type == P.ROUND_BEGIN and radio is not None:
+                    rnd = radio.starting.setdefault((f.inference, f.sg, f.flags), {})
+                    rnd[k] = f
+                    # the node's next frames are its slot actions: leave them for run_round
+                    sel.unregister(conns[k])
+                    if len(rnd) == nodes:  # everyone is in: run the round slot by slot
+                        del radio.starting[(f.inference, f.sg, f.flags)]
+                        radio.run_round(conns, rnd)
+                        for j, c in conns.items():
+                            sel.register(c, selectors.EVENT_READ, j)
+                elif f.type == P.DELIVERY and radio is not None:
+                    rep = radio.deliveries.setdefault((f.inference, f.sg), {})
+                    rep[k] = np.frombuffer(f.payload, dtype=np.uint8).astype(bool)
+                    if len(rep) == nodes:
+                        del radio.deliveries[(f.inference, f.sg)]
+                        got = np.stack([rep[r] for r in range(nodes)])  # [receiver, sender]
+                        lost = ~got
+                        lost[np.arange(nodes), np.arange(nodes)] = False
+                        if lossf is not None:
+                            lossf.write(P.LOSS_RECORD.pack(f.inference, f.sg, nodes) + lost.astype(np.uint8).tobytes())
                 elif f.type == P.BYE:
                     done.add(k)
                     sel.unregister(conns[k])
@@ -102,6 +129,83 @@ def serve(sock_path: str, nodes: int, inputs: np.ndarray, transcript_path: str, 
         lossf.close()
     for c in conns.values():
         c.close()
+
+
+class RadioMedium:
+    """Radio mode: the nodes run Mixer and this plays the channel (codegen/radio) slot by slot.
+
+    A round starts when every node has sent ROUND_BEGIN; then, every slot, each node still in the
+    round sends its action (off, listen, or transmit a packet) or says it has finished; the channel
+    decides who decodes whose packet and every acting node gets its slot result. When no node is
+    left (or the deadline passed) everyone gets ROUND_END with the round's simulated air time.
+    """
+
+    def __init__(self, nodes: int, topology_name: str, seed: int, stats_path: str | None):
+        from ..radio.channel import Channel
+        from ..radio.topology import topology
+
+        self.nodes = nodes
+        self.channel = Channel(topology(topology_name, None if topology_name == "hallway16" else nodes, seed),
+                               seed=seed)
+        if self.channel.n != nodes:
+            raise MediumError(f"topology {topology_name} has {self.channel.n} nodes, the build {nodes}")
+        self.deliveries: dict[tuple[int, int], dict[int, np.ndarray]] = {}
+        self.starting: dict[tuple[int, int, int], dict[int, P.Frame]] = {}
+        self.stats = open(stats_path, "w") if stats_path else None
+
+    def run_round(self, conns: dict[int, socket.socket], begin: dict[int, P.Frame]) -> None:
+        import json
+        import struct
+
+        first = begin[min(begin)]
+        deadline, pkt_len, slot_us = struct.unpack("<HHI", first.payload)
+        for k, f in begin.items():
+            if f.payload != first.payload:
+                raise MediumError(f"node {k} starts round sg={f.sg} with another configuration than node "
+                                  f"{min(begin)}")
+        self.channel.begin_round()
+        active = set(range(self.nodes))
+        finished_at: dict[int, int] = {}
+        slot = 0
+        while active and slot < deadline:
+            acts: dict[int, P.Frame] = {}
+            for k in sorted(active):
+                f = P.read_frame(conns[k])
+                if f is None:
+                    raise MediumError(f"node {k} disconnected during a radio round (crashed?)")
+                if f.type == P.FINISHED:
+                    finished_at[k] = slot
+                    active.discard(k)
+                elif f.type == P.ACTION:
+                    acts[k] = f
+                else:
+                    raise MediumError(f"node {k} sent frame type {f.type} inside a radio round")
+            if not acts:
+                break
+            tx = {k: f.payload for k, f in acts.items() if f.flags == P.ACT_TX}
+            rx = {k for k, f in acts.items() if f.flags == P.ACT_RX}
+            got = self.channel.slot(tx, rx) if (tx and rx) else {}
+            for k in acts:
+                data = tx[got[k]] if k in got else b""
+                conns[k].sendall(P.pack(P.Frame(P.SLOT_RESULT, got.get(k, 0xFE), k, first.sg, first.inference, data)))
+            slot += 1
+        for k in sorted(active):  # at the deadline every node still in the round says it has finished
+            f = P.read_frame(conns[k])
+            if f is None or f.type != P.FINISHED:
+                raise MediumError(f"node {k} did not finish its round at the deadline")
+            finished_at[k] = slot
+        air_us = slot * slot_us
+        for k, c in conns.items():
+            c.sendall(P.pack(P.Frame(P.ROUND_END, 0xFE, k, first.sg, first.inference, struct.pack("<I", air_us))))
+        if self.stats is not None:
+            self.stats.write(json.dumps({"inference": first.inference, "sg": first.sg, "part": first.flags,
+                                         "slots": slot, "deadline": deadline, "slot_us": slot_us,
+                                         "packet_len": pkt_len, "finished": [finished_at.get(k) for k in
+                                                                              range(self.nodes)]}) + "\n")
+
+    def close(self) -> None:
+        if self.stats is not None:
+            self.stats.close()
 
 
 def _draw_losses(nodes: int, rates: LossRates, seed: int, inference: int, sg: int) -> np.ndarray:
@@ -138,15 +242,23 @@ def main(argv: list[str] | None = None) -> int:
                     help="per-round loss probabilities of the three modes")
     ap.add_argument("--loss-seed", type=int, default=0)
     ap.add_argument("--loss-file", default=None, help="where to record every round's loss pattern")
+    ap.add_argument("--radio", default=None, help="radio mode on this topology (codegen/radio/topology.py)")
+    ap.add_argument("--radio-seed", type=int, default=0)
+    ap.add_argument("--radio-stats", default=None, help="radio mode: where to write per-round statistics (JSON lines)")
     args = ap.parse_args(argv)
     inputs = np.load(args.inputs).astype(np.int8)
+    radio = None
     try:
+        if args.radio:
+            radio = RadioMedium(args.nodes, args.radio, args.radio_seed, args.radio_stats)
         serve(args.socket, args.nodes, inputs, args.transcript, args.timeout, LossRates(*args.loss),
-              args.loss_seed, args.loss_file)
+              args.loss_seed, args.loss_file, radio)
     except MediumError as e:
         print(f"medium: {e}", file=sys.stderr, flush=True)
         return 1
     finally:
+        if radio is not None:
+            radio.close()
         if os.path.exists(args.socket):
             os.unlink(args.socket)
     return 0

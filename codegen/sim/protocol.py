@@ -14,6 +14,10 @@ import struct
 from dataclasses import dataclass
 
 HELLO, INPUT_REQ, INPUT, END, TX, RX, RX_END, BYE = range(1, 9)
+# radio mode (nodes run Mixer; the medium plays the channel slot by slot), see boards/sim/hal_sim.c
+CONFIG, TX_COPY, ROUND_BEGIN, ACTION, SLOT_RESULT, FINISHED, ROUND_END, DELIVERY = range(9, 17)
+MODE_MESSAGE, MODE_RADIO = 0, 1
+ACT_OFF, ACT_RX, ACT_TX = 0, 1, 2
 BROADCAST = 0xFF
 HEADER = struct.Struct("<BBBBHHII")
 
@@ -26,10 +30,11 @@ class Frame:
     sg: int
     inference: int
     payload: bytes
+    flags: int = 0
 
 
-def pack(f: Frame) -> bytes:
-    return HEADER.pack(f.type, f.src, f.dest, 0, f.sg, 0, f.inference, len(f.payload)) + f.payload
+def pack(f: Frame, flags: int = 0) -> bytes:
+    return HEADER.pack(f.type, f.src, f.dest, flags, f.sg, 0, f.inference, len(f.payload)) + f.payload
 
 
 def read_frame(sock) -> Frame | None:
@@ -37,11 +42,11 @@ def read_frame(sock) -> Frame | None:
     head = _read_exact(sock, HEADER.size)
     if head is None:
         return None
-    t, src, dest, _flags, sg, _r, inf, n = HEADER.unpack(head)
+    t, src, dest, flags, sg, _r, inf, n = HEADER.unpack(head)
     payload = _read_exact(sock, n) if n else b""
     if payload is None:
         return None
-    return Frame(t, src, dest, sg, inf, payload)
+    return Frame(t, src, dest, sg, inf, payload, flags)
 
 
 def _read_exact(sock, n: int) -> bytes | None:

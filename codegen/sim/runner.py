@@ -45,6 +45,7 @@ class SimResult:
     wall_seconds: float = 0.0
     delivered: int = 0  # messages the nodes received, over all rounds and inferences
     expected: int = 0  # messages the plan says they should receive
+    radio_rounds: list[dict] = field(default_factory=list)  # radio mode: one record per Mixer round
 
     @property
     def ok(self) -> bool:
@@ -62,12 +63,17 @@ def _pump(stream, node: int, log_path: Path, sink: list[Record], raw: list[str])
 
 
 def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | None = None,
-            timeout: float = 120.0, loss: LossRates | None = None, loss_seed: int = 0) -> SimResult:
+            timeout: float = 120.0, loss: LossRates | None = None, loss_seed: int = 0,
+            radio: str | None = None, radio_seed: int = 0) -> SimResult:
     """Run every node of ``build_dir`` on the virtual testbed and compare with the reference.
 
     With ``loss``, the medium drops messages by the three loss modes (seeded by ``loss_seed``) and
     the reference runs with exactly the same lost messages, so the comparison stays bit for bit.
+    With ``radio`` (a topology name), the nodes run Mixer and the medium plays the radio channel slot
+    by slot; the reference then replays exactly the messages each node reported as delivered.
     """
+    if radio is not None and loss is not None and loss.any:
+        raise UserError("choose either message loss (--loss*) or the radio (--radio), not both")
     loss = loss or LossRates()
     build_dir = Path(build_dir)
     plan = load_plan(build_dir)
@@ -96,7 +102,9 @@ def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | 
             [sys.executable, "-m", "codegen.sim.medium", "--socket", sock, "--nodes", str(plan.devices),
              "--inputs", os.path.join(tmp, "inputs.npy"), "--transcript", transcript, "--timeout", str(timeout),
              "--loss", str(loss.link), str(loss.receiver), str(loss.sender), "--loss-seed", str(loss_seed),
-             "--loss-file", loss_file],
+             "--loss-file", loss_file]
+            + (["--radio", radio, "--radio-seed", str(radio_seed), "--radio-stats", os.path.join(tmp, "radio.jsonl")]
+               if radio else []),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         ready = medium.stdout.readline().strip()
         if ready != "ready":
@@ -119,6 +127,10 @@ def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | 
                     stream.close()
         carried = P.read_transcript(transcript) if os.path.exists(transcript) else {}
         dropped = P.read_losses(loss_file) if os.path.exists(loss_file) else {}
+        radio_rounds = []
+        if radio and os.path.exists(os.path.join(tmp, "radio.jsonl")):
+            with open(os.path.join(tmp, "radio.jsonl")) as f:
+                radio_rounds = [json.loads(line) for line in f]
     wall = time.monotonic() - t_start
     records.sort(key=lambda r: (r.host_time or 0.0))
     with open(logs_dir / "records.jsonl", "w") as f:
@@ -127,7 +139,7 @@ def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | 
 
     # -- the reference, on exactly the same int8 inputs
     lost = None
-    if loss.any:
+    if loss.any or radio:
         none = np.zeros((plan.devices, plan.devices), dtype=bool)
         lost = {sg.sg: np.stack([dropped.get((i, sg.sg), none) for i in range(len(xq))]) for sg in plan.sgs}
     ref = PlanExecutor([n.tensors for n in plan.nodes], [n.ops for n in plan.nodes], plan.sgs, "int8",
@@ -160,8 +172,12 @@ def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | 
     delivered = sum(int(r.fields["delivered"]) for r in records if r.event == "sg")
     expected = sum(int(r.fields["expected"]) for r in records if r.event == "sg")
     reference = plan.dequantize_output(ref.output)
+    if radio_rounds:
+        with open(logs_dir / "radio_rounds.jsonl", "w") as f:
+            for rr in radio_rounds:
+                f.write(json.dumps(rr) + "\n")
     return SimResult(len(xq), first is None and not any("forecast" in p for p in problems), first, problems,
-                     sent, forecast, reference, records, wall, delivered, expected)
+                     sent, forecast, reference, records, wall, delivered, expected, radio_rounds)
 
 
 def _supervise(plan: Plan, procs: list[subprocess.Popen], medium: subprocess.Popen, timeout: float) -> list[str]:

@@ -1,0 +1,126 @@
+/* somegather over Mixer; see cisl_mixer_transport.h. */
+#include "cisl_mixer_transport.h"
+
+#include <stddef.h>
+#include <string.h>
+
+#include "cisl_node_api.h"
+
+#define HEADER_BYTES 8u
+
+/* One Mixer state, shared by all rounds (rounds run one at a time). */
+static mx_state mixer;
+
+static void put_u32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
+}
+
+/* The header row identifies the round, so a node never takes rows of a stale or foreign round. */
+static void header_of(uint8_t *h, uint32_t inference, uint16_t sg, uint8_t part)
+{
+    put_u32(h, inference);
+    h[4] = (uint8_t)sg;
+    h[5] = (uint8_t)(sg >> 8);
+    h[6] = part;
+    h[7] = 0xC5u; /* marker */
+}
+
+static int run_round(const cisl_mx_round *r, uint16_t sg, uint8_t part, uint32_t inference, const uint8_t *msg,
+                     uint32_t len, uint8_t *got, cisl_rx_fn on_rx, void *ctx)
+{
+    const cisl_mx_schedule *plan = &cisl_mx_plan;
+    mx_config cfg;
+    cfg.num_nodes = plan->nodes;
+    cfg.initiator = plan->initiator;
+    cfg.generation_size = r->generation;
+    cfg.payload_size = r->payload;
+    cfg.round_length = r->deadline;
+    cfg.features = MX_FEAT_ALL;
+    cfg.termination = plan->termination;
+    cfg.linger_slots = r->linger;
+    /* a different seed every round; every node derives the same from the schedule */
+    cfg.seed = 0x9E3779B9u * (inference + 1u) ^ ((uint32_t)sg << 8) ^ part;
+    if (mx_init(&mixer, &cfg, cisl_node_id) != MX_OK) {
+        return -1;
+    }
+    uint8_t header[HEADER_BYTES];
+    header_of(header, inference, sg, part);
+    if (cisl_node_id == plan->initiator && mx_write(&mixer, 0, header, HEADER_BYTES) != MX_OK) {
+        return -1;
+    }
+    for (uint8_t i = 0; i < r->nsenders; i++) {
+        const cisl_mx_frag *f = &r->senders[i];
+        if (f->node != cisl_node_id) {
+            continue;
+        }
+        if (len != f->nbytes) {
+            return -1; /* the node's message does not have the size the plan says */
+        }
+        for (uint16_t k = 0; k < f->rows; k++) {
+            const uint32_t off = (uint32_t)k * r->payload;
+            const uint32_t n = len - off < r->payload ? len - off : r->payload;
+            if (mx_write(&mixer, (uint16_t)(f->first_row + k), msg + off, (uint16_t)n) != MX_OK) {
+                return -1;
+            }
+        }
+    }
+    if (mx_arm(&mixer, cisl_node_id == plan->initiator ? MX_ARM_INITIATOR : MX_ARM_LISTENER) != MX_OK) {
+        return -1;
+    }
+    if (cisl_board_mixer_round(&mixer, sg, part, inference, r->slot_us) < 0) {
+        return -1;
+    }
+    /* a round whose header did not arrive (or belongs to another round) delivers nothing */
+    uint16_t hlen = 0;
+    const uint8_t *h = mx_read(&mixer, 0, &hlen);
+    if (h == NULL || h == MX_WEAK_ZERO || memcmp(h, header, HEADER_BYTES) != 0) {
+        return 0;
+    }
+    for (uint8_t i = 0; i < r->nsenders; i++) {
+        const cisl_mx_frag *f = &r->senders[i];
+        if (f->node == cisl_node_id) {
+            continue;
+        }
+        int complete = 1;
+        for (uint16_t k = 0; k < f->rows && complete; k++) {
+            uint16_t plen = 0;
+            const uint8_t *row = mx_read(&mixer, (uint16_t)(f->first_row + k), &plen);
+            if (row == NULL || row == MX_WEAK_ZERO) {
+                complete = 0;
+                break;
+            }
+            const uint32_t off = (uint32_t)k * r->payload;
+            const uint32_t n = f->nbytes - off < r->payload ? f->nbytes - off : r->payload;
+            memcpy(cisl_mx_plan.reassembly + off, row, n);
+        }
+        if (complete) {
+            got[f->node] = 1;
+            if (on_rx != NULL) {
+                on_rx(ctx, f->node, cisl_mx_plan.reassembly, f->nbytes);
+            }
+        }
+    }
+    return 0;
+}
+
+int cisl_mixer_exchange(uint16_t sg, uint32_t inference, const uint8_t *msg, uint32_t len, cisl_rx_fn on_rx,
+                        void *ctx)
+{
+    const cisl_mx_schedule *plan = &cisl_mx_plan;
+    uint8_t got[MX_MAX_NODES];
+    memset(got, 0, sizeof got);
+    if (sg >= plan->nexchanges) {
+        return -1;
+    }
+    const cisl_mx_exchange *ex = &plan->exchanges[sg];
+    int rc = 0;
+    for (uint8_t part = 0; part < ex->nrounds && rc == 0; part++) {
+        rc = run_round(&ex->rounds[part], sg, part, inference, msg, len, got, on_rx, ctx);
+    }
+    cisl_board_mixer_delivery(sg, inference, got, plan->nodes);
+    return rc;
+}

@@ -1,0 +1,66 @@
+/* somegather over Mixer: one exchange (a somegather point or the head reduction) as one or more
+ * Mixer rounds, following the schedule that `cisl compile` puts into plan.json ("mixer") and into
+ * the generated node code (cisl_mx_schedule).
+ *
+ * In every round row 0 is the initiator's header (inference, exchange, part) and each sender's
+ * message takes consecutive rows (fragments, the last zero-padded). A message is delivered only if
+ * all its fragments decode; otherwise it is lost as a whole, which is what training simulates. */
+#ifndef CISL_MIXER_TRANSPORT_H
+#define CISL_MIXER_TRANSPORT_H
+
+#include <stdint.h>
+
+#include "cisl_transport.h"
+#include "mixer.h"
+
+typedef struct {
+    uint8_t node;       /* sender */
+    uint16_t first_row; /* its first row in the generation */
+    uint16_t rows;      /* fragments */
+    uint32_t nbytes;    /* message length */
+} cisl_mx_frag;
+
+typedef struct {
+    uint16_t generation;  /* G */
+    uint16_t payload;     /* P */
+    uint16_t deadline;    /* hard deadline in slots */
+    uint16_t linger;      /* MX_TERM_DONE linger */
+    uint32_t slot_us;     /* slot length on the PHY */
+    const cisl_mx_frag *senders;
+    uint8_t nsenders;
+} cisl_mx_round;
+
+typedef struct {
+    const cisl_mx_round *rounds;
+    uint8_t nrounds;
+} cisl_mx_exchange;
+
+typedef struct {
+    uint8_t nodes;       /* n */
+    uint8_t initiator;   /* node that starts every round */
+    uint8_t termination; /* MX_TERM_DONE or MX_TERM_DEADLINE */
+    uint32_t max_message; /* largest message of any exchange, bytes */
+    uint8_t *reassembly;  /* max_message bytes, where received fragments are put together */
+    const cisl_mx_exchange *exchanges; /* indexed by exchange (plan.json "sg") */
+    uint16_t nexchanges;
+} cisl_mx_schedule;
+
+/* The schedule of this node's plan (generated, cisl_node.c). */
+extern const cisl_mx_schedule cisl_mx_plan;
+
+/* Run exchange `sg` of inference `inference` over Mixer: send `len` bytes of `msg` (this node's
+ * message; len 0 if it sends nothing) and hand every message that arrived complete to on_rx.
+ * `dest` is ignored: Mixer floods every message to every node. Returns 0 or < 0. */
+int cisl_mixer_exchange(uint16_t sg, uint32_t inference, const uint8_t *msg, uint32_t len, cisl_rx_fn on_rx,
+                        void *ctx);
+
+/* Board hook: run one armed Mixer round to its end (on hardware: mx_start over the RADIO HAL; on
+ * the virtual testbed: the slot-level medium). The round is part `part` of exchange `sg` of
+ * `inference`; `slot_us` is its slot length. Returns >= 0 or < 0 on error. */
+int32_t cisl_board_mixer_round(mx_state *s, uint16_t sg, uint8_t part, uint32_t inference, uint32_t slot_us);
+
+/* Board hook: which senders' messages of exchange `sg` arrived (got[j] != 0), called once per
+ * exchange after the last round; boards that do not record it do nothing. */
+void cisl_board_mixer_delivery(uint16_t sg, uint32_t inference, const uint8_t *got, uint8_t nodes);
+
+#endif /* CISL_MIXER_TRANSPORT_H */

@@ -331,6 +331,73 @@ def eval_cmd(model: Path, data: Path | None, which: str, int8: bool, devices: in
                                         "mse": r.mse, "mean": r.mean, "std": r.std}, indent=1) + "\n")
 
 
+@main.group()
+def radio() -> None:
+    """The simulated radio: Mixer over slot-level channel models (codegen/radio)."""
+
+
+@radio.command(name="loss")
+@click.option("--topology", "topo", default="hallway16", show_default=True,
+              help="full_mesh, line, grid, random_geometric, hallway or hallway16.")
+@click.option("--nodes", type=click.IntRange(1, 32), default=None, help="Node count (not for hallway16).")
+@click.option("--message-bytes", type=click.IntRange(min=1), default=336, show_default=True,
+              help="Bytes every node sends per exchange (tokens x broadcast columns; see plan.json msg_bytes).")
+@click.option("--exchanges", type=click.IntRange(min=1), default=200, show_default=True)
+@click.option("--policy", type=click.Choice(["done", "fixed"]), default="done", show_default=True,
+              help="Round length: end when all have full rank, or the fixed 3G+200 deadline.")
+@click.option("--deadline", type=click.IntRange(min=1), default=None,
+              help="Override the rounds' hard deadline in slots (tight deadlines trade loss for latency).")
+@click.option("--exponent", type=click.FloatRange(min=1.0), default=None, help="Path-loss exponent (default 4.0).")
+@click.option("--shadowing", type=click.FloatRange(min=0.0), default=None, help="Shadowing sigma in dB (default 4).")
+@click.option("--burst", nargs=3, type=float, default=None, metavar="P_GB P_BG LOSS_BAD",
+              help="Gilbert-Elliott bursty links: good->bad and bad->good transition probabilities per slot "
+                   "and the loss probability in the bad state.")
+@click.option("--fail-prob", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.0, show_default=True,
+              help="Probability that a node is down for a whole exchange (crash, reboot).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("-o", "--out", "out", type=click.Path(path_type=Path), default=None,
+              help="Write the [dropout] section (TOML) for `cisl train` here.")
+@_friendly
+def radio_loss(topo: str, nodes: int | None, message_bytes: int, exchanges: int, policy: str, deadline: int | None,
+               exponent: float | None, shadowing: float | None, burst, fail_prob: float, seed: int,
+               out: Path | None) -> None:
+    """Measure somegather's message loss over Mixer on a topology, split into the three loss modes.
+
+    Prints (and with -o writes) the per-mode probabilities that `[dropout]` in a training config
+    takes, so message dropout trains for the network the model will run on.
+    """
+    from tqdm import tqdm
+
+    from .radio.channel import ChannelParams, GilbertElliott
+    from .radio.lossstats import measure
+    from .radio.topology import TOPOLOGIES
+
+    if topo not in TOPOLOGIES:
+        raise UserError(f"--topology {topo}: unknown; choose one of {', '.join(TOPOLOGIES)}")
+    if topo != "hallway16" and nodes is None:
+        raise UserError(f"--topology {topo} needs --nodes")
+    params = ChannelParams()
+    if exponent is not None:
+        params = params.replace(pl_exponent=exponent)
+    if shadowing is not None:
+        params = params.replace(shadowing_sigma_db=shadowing)
+    if burst is not None:
+        params = params.replace(burst=GilbertElliott(burst[0], burst[1], 0.0, burst[2]))
+    try:
+        s = measure(topo, nodes, message_bytes, exchanges, seed, policy, params, deadline, fail_prob,
+                    progress=lambda it: tqdm(it, desc="exchanges", unit="ex", leave=False, disable=None))
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    click.echo(f"{s.topology}: {s.nodes} nodes, {s.exchanges} exchanges of {s.message_bytes} B per node, "
+               f"policy {s.policy}; rounds {s.slots_mean:.0f} slots on average (99.9 %: {s.slots_p999:.0f}, "
+               f"deadline {s.deadline})")
+    click.echo(f"exchanges complete at every node: {100 * s.complete_fraction:.2f} %; lost messages "
+               f"{100 * s.effective_link_loss:.3f} % (the three modes below give {100 * s.model_link_loss:.3f} %)")
+    click.echo(s.toml().rstrip())
+    if out is not None:
+        out.write_text(s.toml())
+
+
 @main.command()
 @click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), default=Path("cisl-demo"),
               show_default=True, help="Folder for every artifact of the demo.")

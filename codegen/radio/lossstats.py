@@ -1,0 +1,115 @@
+"""Message loss of somegather over Mixer on a topology, split into the three training loss modes.
+
+Runs many exchanges through the in-process Mixer network (codegen/radio/mixer_sim.py) with the
+plan's fragmentation (codegen/plan/mixer_schedule.py) and records, per exchange, which receiver got
+which sender's complete message. The losses are then attributed to the three modes of message
+dropout (codegen/lossmodel.py):
+
+* receiver: the receiver got none of the messages of the exchange;
+* sender: no receiver got the sender's message;
+* link: every other lost (receiver, sender) pair, as a fraction of the pairs not already lost by
+  one of the first two.
+
+These are the per-mode probabilities `[dropout]` takes, so training sees the loss pattern of the
+network it will run on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from ..lossmodel import LossRates
+from ..plan.mixer_schedule import RoundPolicy, schedule_exchange
+from .channel import Channel, ChannelParams
+from .mixer_sim import TERM_DEADLINE, TERM_DONE, MixerNetwork
+from .topology import topology
+
+
+@dataclass
+class LossStats:
+    topology: str
+    nodes: int
+    exchanges: int
+    message_bytes: int
+    policy: str
+    q_link: float
+    q_recv: float
+    q_send: float
+    effective_link_loss: float  # measured fraction of lost (receiver, sender) messages
+    model_link_loss: float  # what the three rates give: 1 - (1-a)(1-b)(1-c)
+    slots_mean: float
+    slots_p999: float
+    deadline: int
+    complete_fraction: float  # exchanges in which every node got every message
+
+    @property
+    def rates(self) -> LossRates:
+        return LossRates(self.q_link, self.q_recv, self.q_send)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    def toml(self) -> str:
+        return ("# message loss measured by `cisl radio loss` on "
+                f"{self.topology} ({self.nodes} nodes, {self.exchanges} exchanges of {self.message_bytes} B per node)\n"
+                f"# effective per-link loss {100 * self.effective_link_loss:.3f} %\n"
+                f"[dropout]\nq_link = {self.q_link:.6g}\nq_recv = {self.q_recv:.6g}\nq_send = {self.q_send:.6g}\n")
+
+
+def split_modes(got: np.ndarray) -> tuple[float, float, float, float]:
+    """got: bool [exchange, receiver, sender] (diagonal ignored) -> (q_link, q_recv, q_send, loss)."""
+    E, n, _ = got.shape
+    off = ~np.eye(n, dtype=bool)[None]
+    lost = ~got & off
+    recv_all = (lost | ~off).all(axis=2)  # [E, receiver]: got nothing from anyone
+    send_all = (lost | ~off).all(axis=1)  # [E, sender]: nobody got it
+    q_recv = float(recv_all.mean())
+    q_send = float(send_all.mean())
+    explained = recv_all[:, :, None] | send_all[:, None, :]
+    rest = off & ~explained
+    q_link = float((lost & rest).sum() / max(rest.sum(), 1))
+    return q_link, q_recv, q_send, float(lost.sum() / (E * n * (n - 1)))
+
+
+def measure(topology_name: str, nodes: int | None, message_bytes: int, exchanges: int = 200, seed: int = 0,
+            policy: str = "done", params: ChannelParams = ChannelParams(), deadline: int | None = None,
+            fail_prob: float = 0.0, progress=None) -> LossStats:
+    """Run ``exchanges`` somegather exchanges (every node sends ``message_bytes``) and attribute losses.
+
+    ``deadline`` overrides the rounds' hard deadline (slots): a tight deadline trades loss for latency.
+    ``fail_prob``: every node is down for a whole exchange with this probability (crash, reboot).
+    """
+    topo = topology(topology_name, nodes, seed)
+    n = topo.n
+    rounds = schedule_exchange(0, [message_bytes] * n, RoundPolicy(kind=policy, linger=max(4, n)))
+    channel = Channel(topo, params, seed=seed)
+    nets = [MixerNetwork(channel, r.generation, r.payload, deadline or r.deadline_slots,
+                         TERM_DONE if policy == "done" else TERM_DEADLINE) for r in rounds]
+    got = np.zeros((exchanges, n, n), dtype=bool)
+    slots, complete = [], 0
+    it = range(exchanges)
+    fail_rng = np.random.default_rng([seed, 7])
+    for e in (progress(it) if progress else it):
+        ok_all = True
+        if fail_prob > 0:
+            for k in np.flatnonzero(fail_rng.random(n) < fail_prob):
+                channel.fail(int(k), start=channel.round_index + 1, duration=len(rounds), unit="round")
+        for part, (r, net) in enumerate(zip(rounds, nets)):
+            owners = [0] * r.generation
+            for f in r.senders:
+                owners[f.first_row:f.first_row + f.rows] = [f.node] * f.rows
+            res = net.run_round(owners, seed=(seed << 20) ^ (e << 4) ^ part)
+            slots.append(res.slots)
+            header = res.decoded[:, 0]
+            for f in r.senders:
+                whole = res.decoded[:, f.first_row:f.first_row + f.rows].all(axis=1) & header
+                got[e, :, f.node] = whole
+            ok_all &= res.complete
+        complete += ok_all
+    q_link, q_recv, q_send, loss = split_modes(got)
+    model = LossRates(min(q_link, 0.999), min(q_recv, 0.999), min(q_send, 0.999)).effective_link_loss
+    return LossStats(topology_name, n, exchanges, message_bytes, policy, q_link, q_recv, q_send, loss, model,
+                     float(np.mean(slots)), float(np.quantile(slots, 0.999)), deadline or rounds[0].deadline_slots,
+                     complete / exchanges)

@@ -1,0 +1,167 @@
+"""Many Mixer nodes in one process: the protocol's C code (firmware/mixer) over the radio channel.
+
+This runs the same C as the firmware, through ctypes and the batch step API (two calls per slot for
+all nodes), against `codegen.radio.channel.Channel`. It is what the Mixer benchmarks and the loss
+statistics for message dropout use; the virtual testbed runs the same protocol inside the node
+processes instead.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import shutil
+import subprocess
+from ctypes import POINTER, Structure, c_int, c_int8, c_int16, c_size_t, c_uint8, c_uint16, c_uint32, c_void_p
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import UserError
+from ..resources import resource_dir
+from .channel import Channel
+
+FEAT_ALL = 7
+TERM_DEADLINE, TERM_DONE = 0, 1
+ARM_INITIATOR, ARM_LISTENER = 0, 1
+ACT_OFF, ACT_RX, ACT_TX = 0, 1, 2
+ROW_MISSING, ROW_DECODED, ROW_WEAK = 0, 1, 2
+NO_SLOT = 0xFFFF
+
+
+class _Config(Structure):
+    _fields_ = [("num_nodes", c_uint8), ("initiator", c_uint8), ("generation_size", c_uint16),
+                ("payload_size", c_uint16), ("round_length", c_uint16), ("features", c_uint8),
+                ("termination", c_uint8), ("linger_slots", c_uint16), ("seed", c_uint32)]
+
+
+class _Counters(Structure):
+    _fields_ = [(name, c_uint32) for name in ("slots", "slots_missed", "tx", "rx_ok", "rx_innovative",
+                                              "rx_non_innovative", "rx_malformed", "rx_wrong_slot",
+                                              "rx_timeout", "radio_on_slots")] + \
+               [(name, c_uint16) for name in ("slot_synced", "slot_full_rank", "slot_all_full", "slot_done",
+                                              "rank", "reserved")]
+
+
+_LIB: ctypes.CDLL | None = None
+
+
+def library() -> ctypes.CDLL:
+    """The Mixer C code as a shared library, built once (cached by source content)."""
+    global _LIB
+    if _LIB is not None:
+        return _LIB
+    src_dir = resource_dir("firmware") / "mixer"
+    sources = [src_dir / "mixer.c"]
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources + [src_dir / "mixer.h"])).hexdigest()[:16]
+    cache = Path.home() / ".cache" / "cisl" / "lib"
+    so = cache / f"libmixer-{digest}.so"
+    if not so.is_file():
+        if shutil.which("gcc") is None:
+            raise UserError("gcc not found; it is needed to run the Mixer simulation (apt-get install gcc)")
+        cache.mkdir(parents=True, exist_ok=True)
+        tmp = so.with_suffix(".tmp.so")
+        subprocess.run(["gcc", "-std=c99", "-O2", "-fPIC", "-shared", f"-I{src_dir}", *map(str, sources),
+                        "-o", str(tmp)], check=True, capture_output=True)
+        tmp.replace(so)
+    lib = ctypes.CDLL(str(so))
+    st = c_void_p
+    for fn, res, args in [
+        ("mx_state_size", c_size_t, []), ("mx_packet_len", c_uint16, [POINTER(_Config)]),
+        ("mx_init", c_int, [st, POINTER(_Config), c_uint8]), ("mx_write", c_int, [st, c_uint16, c_void_p, c_uint16]),
+        ("mx_arm", c_int, [st, c_uint8]), ("mx_finished", c_int, [st]),
+        ("mx_slot_batch", None, [POINTER(c_void_p), c_uint16, c_uint16, POINTER(c_int8), POINTER(c_uint8), c_uint16]),
+        ("mx_deliver_batch", None, [POINTER(c_void_p), c_uint16, c_uint16, POINTER(c_uint8), c_uint16,
+                                    POINTER(c_int16), POINTER(c_int8)]),
+        ("mx_row_status", c_int, [st, c_uint16]), ("mx_stats", POINTER(_Counters), [st]),
+    ]:
+        f = getattr(lib, fn)
+        f.restype, f.argtypes = res, args
+    _LIB = lib
+    return lib
+
+
+@dataclass
+class RoundResult:
+    slots: int  # slots until every node was done (or the deadline)
+    deadline: int
+    decoded: np.ndarray  # bool [node, row]: node can read row (weak rows count as decoded)
+    full_rank_slot: np.ndarray  # [node] slot of full rank, -1 if never
+    done_slot: np.ndarray  # [node] last slot of the node's round
+    tx: np.ndarray  # [node] packets sent
+
+    @property
+    def complete(self) -> bool:
+        """Every node decoded every row."""
+        return bool(self.decoded.all())
+
+
+class MixerNetwork:
+    """n Mixer instances sharing a channel; `run_round` plays one round of G rows of P bytes."""
+
+    def __init__(self, channel: Channel, generation: int, payload: int, deadline: int | None = None,
+                 termination: int = TERM_DONE, linger: int | None = None, initiator: int = 0):
+        self.lib = library()
+        self.channel = channel
+        self.n = channel.n
+        self.cfg = _Config(self.n, initiator, generation, payload, deadline or 3 * generation + 200, FEAT_ALL,
+                           termination, max(self.n, 4) if linger is None else linger, 1)
+        self.plen = self.lib.mx_packet_len(ctypes.byref(self.cfg))
+        if self.plen == 0:
+            raise ValueError(f"invalid Mixer configuration n={self.n} G={generation} P={payload}")
+        size = self.lib.mx_state_size()
+        self.bufs = [ctypes.create_string_buffer(size) for _ in range(self.n)]
+        self.ptrs = (c_void_p * self.n)(*[ctypes.addressof(b) for b in self.bufs])
+        self.packets = np.zeros((self.n, self.plen), dtype=np.uint8)
+        self.actions = np.zeros(self.n, dtype=np.int8)
+        self.rx_status = np.zeros(self.n, dtype=np.int8)
+        self.frm = np.full(self.n, -1, dtype=np.int16)
+
+    def run_round(self, owners: list[int], seed: int, weak_rows: set[int] = frozenset()) -> RoundResult:
+        """One round: row i is written by node owners[i] (random payload), or is a weak zero."""
+        G, P = self.cfg.generation_size, self.cfg.payload_size
+        if len(owners) != G:
+            raise ValueError("owners must name the writer of every row")
+        self.cfg.seed = seed & 0xFFFFFFFF
+        rng = np.random.default_rng(seed)
+        for i in range(self.n):
+            if self.lib.mx_init(self.ptrs[i], ctypes.byref(self.cfg), i) != 0:
+                raise RuntimeError("mx_init failed")
+        for row, owner in enumerate(owners):
+            if row in weak_rows:
+                self.lib.mx_write(self.ptrs[owner], row, None, 0)
+            else:
+                data = rng.integers(0, 256, P, dtype=np.uint8).tobytes()
+                self.lib.mx_write(self.ptrs[owner], row, data, P)
+        for i in range(self.n):
+            self.lib.mx_arm(self.ptrs[i], ARM_INITIATOR if i == self.cfg.initiator else ARM_LISTENER)
+        self.channel.begin_round()
+        pk = self.packets.ctypes.data_as(POINTER(c_uint8))
+        ac = self.actions.ctypes.data_as(POINTER(c_int8))
+        slot = 0
+        deadline = self.cfg.round_length
+        while slot < deadline:
+            if all(self.lib.mx_finished(self.ptrs[i]) for i in range(self.n)):
+                break
+            self.lib.mx_slot_batch(self.ptrs, self.n, slot, ac, pk, self.plen)
+            tx = {int(i): self.plen for i in np.flatnonzero(self.actions == ACT_TX)}
+            rx = [int(i) for i in np.flatnonzero(self.actions == ACT_RX)]
+            self.frm.fill(-1)
+            if tx and rx:
+                for r, s in self.channel.slot(tx, rx).items():
+                    self.frm[r] = s
+            self.lib.mx_deliver_batch(self.ptrs, self.n, slot, pk, self.plen,
+                                      self.frm.ctypes.data_as(POINTER(c_int16)),
+                                      self.rx_status.ctypes.data_as(POINTER(c_int8)))
+            slot += 1
+        decoded = np.zeros((self.n, G), dtype=bool)
+        frs, done, txc = (np.zeros(self.n, dtype=np.int64) for _ in range(3))
+        for i in range(self.n):
+            for row in range(G):
+                decoded[i, row] = self.lib.mx_row_status(self.ptrs[i], row) != ROW_MISSING
+            c = self.lib.mx_stats(self.ptrs[i]).contents
+            frs[i] = -1 if c.slot_full_rank == NO_SLOT else c.slot_full_rank
+            done[i] = slot - 1 if c.slot_done == NO_SLOT else c.slot_done
+            txc[i] = c.tx
+        return RoundResult(slot, deadline, decoded, frs, done, txc)

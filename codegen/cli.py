@@ -127,10 +127,14 @@ def train(config: Path | None, out_dir: Path, data: Path | None, resume: bool, w
               help="Calibration windows (.npy float32 [n, lookback]). Default: calibration.npy next to MODEL.")
 @click.option("--max-calibration", type=click.IntRange(min=1), default=256, show_default=True,
               help="Use at most this many calibration windows (evenly spaced).")
+@click.option("--round-policy", type=click.Choice(["done", "fixed"]), default="done", show_default=True,
+              help="Mixer round length: end once every node has full rank, or the published fixed 3G+200 slots.")
+@click.option("--phy", type=click.Choice(["2M", "1M"]), default="2M", show_default=True,
+              help="BLE PHY the Mixer slots are timed for.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
 @_friendly
 def compile_cmd(model: Path, out_dir: Path, devices: int | None, board: str, calibration: Path | None,
-                max_calibration: int, quiet: bool) -> None:
+                max_calibration: int, round_policy: str, phy: str, quiet: bool) -> None:
     """Quantise MODEL (ONNX from `cisl train`) to int8, partition it and emit C for every node.
 
     Writes OUT/plan.json (the partition plan: who holds and sends what, every quantisation
@@ -138,7 +142,8 @@ def compile_cmd(model: Path, out_dir: Path, devices: int | None, board: str, cal
     """
     from .compile import CompileOptions, compile_model
 
-    s = compile_model(model, out_dir, CompileOptions(devices, board, calibration, max_calibration), _say(quiet))
+    s = compile_model(model, out_dir, CompileOptions(devices, board, calibration, max_calibration, round_policy, phy),
+                      _say(quiet))
     _print_resources(s)
     click.echo(f"compiled {s['devices']} nodes for board {s['board']} -> {out_dir / 'plan.json'}")
 
@@ -193,10 +198,12 @@ def build_cmd(build_dir: Path, board: str | None, jobs: int | None, quiet: bool)
               help="Run Mixer over the simulated radio on this topology (full_mesh, line, grid, "
                    "random_geometric, hallway16) instead of the message-level medium.")
 @click.option("--radio-seed", type=int, default=0, show_default=True, help="Seed of the topology and channel.")
+@click.option("--radio-dead", type=int, multiple=True, metavar="NODE",
+              help="With --radio: this node's radio is dead (repeatable); it computes but nothing gets through.")
 @_friendly
 def sim(build_dir: Path, inputs: Path | None, count: int | None, logs: Path | None, timeout: float,
         loss_q: float | None, loss_link: float, loss_receiver: float, loss_sender: float, loss_seed: int,
-        radio_topology: str | None, radio_seed: int) -> None:
+        radio_topology: str | None, radio_seed: int, radio_dead: tuple[int, ...]) -> None:
     """Run every node of BUILD_DIR as its own process on the virtual testbed.
 
     A medium process carries the somegather messages; each node prints the serial log contract.
@@ -229,7 +236,9 @@ def sim(build_dir: Path, inputs: Path | None, count: int | None, logs: Path | No
 
         if radio_topology not in TOPOLOGIES:
             raise UserError(f"--radio {radio_topology}: unknown topology; choose one of {', '.join(TOPOLOGIES)}")
-    r = run_sim(build_dir, x, logs, timeout, rates, loss_seed, radio_topology, radio_seed)
+    if radio_dead and radio_topology is None:
+        raise UserError("--radio-dead needs --radio TOPOLOGY")
+    r = run_sim(build_dir, x, logs, timeout, rates, loss_seed, radio_topology, radio_seed, list(radio_dead))
     _print_sim(r, build_dir, logs)
     if not r.ok:
         raise CheckFailed(r.first_difference or r.problems[0])

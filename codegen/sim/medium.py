@@ -140,7 +140,8 @@ class RadioMedium:
     left (or the deadline passed) everyone gets ROUND_END with the round's simulated air time.
     """
 
-    def __init__(self, nodes: int, topology_name: str, seed: int, stats_path: str | None):
+    def __init__(self, nodes: int, topology_name: str, seed: int, stats_path: str | None,
+                 dead: list[int] | None = None):
         from ..radio.channel import Channel
         from ..radio.topology import topology
 
@@ -149,6 +150,8 @@ class RadioMedium:
                                seed=seed)
         if self.channel.n != nodes:
             raise MediumError(f"topology {topology_name} has {self.channel.n} nodes, the build {nodes}")
+        for k in dead or []:  # failed radios: the node runs, but nothing it sends or should hear gets through
+            self.channel.fail(k)
         self.deliveries: dict[tuple[int, int], dict[int, np.ndarray]] = {}
         self.starting: dict[tuple[int, int, int], dict[int, P.Frame]] = {}
         self.stats = open(stats_path, "w") if stats_path else None
@@ -245,12 +248,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--radio", default=None, help="radio mode on this topology (codegen/radio/topology.py)")
     ap.add_argument("--radio-seed", type=int, default=0)
     ap.add_argument("--radio-stats", default=None, help="radio mode: where to write per-round statistics (JSON lines)")
+    ap.add_argument("--radio-dead", type=int, nargs="*", default=[], help="radio mode: nodes whose radio is dead")
     args = ap.parse_args(argv)
     inputs = np.load(args.inputs).astype(np.int8)
     radio = None
     try:
         if args.radio:
-            radio = RadioMedium(args.nodes, args.radio, args.radio_seed, args.radio_stats)
+            radio = RadioMedium(args.nodes, args.radio, args.radio_seed, args.radio_stats, args.radio_dead)
         serve(args.socket, args.nodes, inputs, args.transcript, args.timeout, LossRates(*args.loss),
               args.loss_seed, args.loss_file, radio)
     except MediumError as e:

@@ -64,7 +64,7 @@ def _pump(stream, node: int, log_path: Path, sink: list[Record], raw: list[str])
 
 def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | None = None,
             timeout: float = 120.0, loss: LossRates | None = None, loss_seed: int = 0,
-            radio: str | None = None, radio_seed: int = 0) -> SimResult:
+            radio: str | None = None, radio_seed: int = 0, radio_dead: list[int] | None = None) -> SimResult:
     """Run every node of ``build_dir`` on the virtual testbed and compare with the reference.
 
     With ``loss``, the medium drops messages by the three loss modes (seeded by ``loss_seed``) and
@@ -103,8 +103,8 @@ def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | 
              "--inputs", os.path.join(tmp, "inputs.npy"), "--transcript", transcript, "--timeout", str(timeout),
              "--loss", str(loss.link), str(loss.receiver), str(loss.sender), "--loss-seed", str(loss_seed),
              "--loss-file", loss_file]
-            + (["--radio", radio, "--radio-seed", str(radio_seed), "--radio-stats", os.path.join(tmp, "radio.jsonl")]
-               if radio else []),
+            + (["--radio", radio, "--radio-seed", str(radio_seed), "--radio-stats", os.path.join(tmp, "radio.jsonl"),
+                "--radio-dead", *map(str, radio_dead or [])] if radio else []),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         ready = medium.stdout.readline().strip()
         if ready != "ready":

@@ -332,9 +332,16 @@ int32_t cisl_board_mixer_round(mx_state *s, uint16_t sg, uint8_t part, uint32_t 
     }
 }
 
-void cisl_board_mixer_delivery(uint16_t sg, uint32_t inference, const uint8_t *got, uint8_t nodes)
+void cisl_board_mixer_delivery(uint16_t sg, uint32_t inference, const uint8_t *got, const uint16_t *slot,
+                               uint8_t nodes)
 {
-    if (send_frame(FRAME_DELIVERY, 0, sg, inference, got, nodes) != 0) {
+    /* per sender: 1 byte delivered, then per sender the u16 slot of its last fragment */
+    uint8_t report[3u * MX_MAX_NODES];
+    for (uint8_t j = 0; j < nodes; j++) {
+        report[j] = got[j];
+        put_u16(report + nodes + 2u * j, slot[j]);
+    }
+    if (send_frame(FRAME_DELIVERY, 0, sg, inference, report, 3u * nodes) != 0) {
         medium_lost("reporting deliveries");
     }
 }

@@ -112,10 +112,12 @@ def serve(sock_path: str, nodes: int, inputs: np.ndarray, transcript_path: str, 
                             sel.register(c, selectors.EVENT_READ, j)
                 elif f.type == P.DELIVERY and radio is not None:
                     rep = radio.deliveries.setdefault((f.inference, f.sg), {})
-                    rep[k] = np.frombuffer(f.payload, dtype=np.uint8).astype(bool)
+                    rep[k] = (np.frombuffer(f.payload[:nodes], dtype=np.uint8).astype(bool),
+                              np.frombuffer(f.payload[nodes:3 * nodes], dtype="<u2"))
                     if len(rep) == nodes:
                         del radio.deliveries[(f.inference, f.sg)]
-                        got = np.stack([rep[r] for r in range(nodes)])  # [receiver, sender]
+                        got = np.stack([rep[r][0] for r in range(nodes)])  # [receiver, sender]
+                        radio.record_delivery(f.inference, f.sg, got, np.stack([rep[r][1] for r in range(nodes)]))
                         lost = ~got
                         lost[np.arange(nodes), np.arange(nodes)] = False
                         if lossf is not None:
@@ -149,7 +151,8 @@ class RadioMedium:
         self.channel = Channel(topology(topology_name, None if topology_name == "hallway16" else nodes, seed),
                                seed=seed)
         if self.channel.n != nodes:
-            raise MediumError(f"topology {topology_name} has {self.channel.n} nodes, the build {nodes}")
+            raise MediumError(f"topology {topology_name} has {self.channel.n} nodes but the build has {nodes}; "
+                              f"choose a topology for {nodes} nodes (e.g. full_mesh, line, grid)")
         for k in dead or []:  # failed radios: the node runs, but nothing it sends or should hear gets through
             self.channel.fail(k)
         self.deliveries: dict[tuple[int, int], dict[int, np.ndarray]] = {}
@@ -205,6 +208,16 @@ class RadioMedium:
                                          "slots": slot, "deadline": deadline, "slot_us": slot_us,
                                          "packet_len": pkt_len, "finished": [finished_at.get(k) for k in
                                                                               range(self.nodes)]}) + "\n")
+
+    def record_delivery(self, inference: int, sg: int, got: np.ndarray, slots: np.ndarray) -> None:
+        """Which node decoded which sender's message of an exchange, and in which slot of its round."""
+        import json
+
+        if self.stats is not None:
+            self.stats.write(json.dumps({"inference": inference, "sg": sg, "delivered": got.astype(int).tolist(),
+                                         "decode_slot": [[None if v == 0xFFFF or not got[r, s] else int(v)
+                                                          for s, v in enumerate(row)]
+                                                         for r, row in enumerate(slots)]}) + "\n")
 
     def close(self) -> None:
         if self.stats is not None:

@@ -108,8 +108,9 @@ def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | 
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         ready = medium.stdout.readline().strip()
         if ready != "ready":
-            err = medium.communicate(timeout=10)[1]
-            raise RuntimeError(f"the medium did not start: {err.strip()}")
+            err = medium.communicate(timeout=10)[1].strip().splitlines()
+            # the medium checks its options (topology, node count) before it starts: a user error
+            raise UserError(f"the medium did not start: {err[-1] if err else 'no message'}")
         procs, threads, records, raw = [], [], [], []
         for n, img in zip(plan.nodes, images):
             p = subprocess.Popen([str(img), sock], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -127,10 +128,12 @@ def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | 
                     stream.close()
         carried = P.read_transcript(transcript) if os.path.exists(transcript) else {}
         dropped = P.read_losses(loss_file) if os.path.exists(loss_file) else {}
-        radio_rounds = []
+        radio_rounds, radio_deliveries = [], []
         if radio and os.path.exists(os.path.join(tmp, "radio.jsonl")):
             with open(os.path.join(tmp, "radio.jsonl")) as f:
-                radio_rounds = [json.loads(line) for line in f]
+                records_ = [json.loads(line) for line in f]
+            radio_rounds = [rr for rr in records_ if "slots" in rr]
+            radio_deliveries = [rr for rr in records_ if "delivered" in rr]
     wall = time.monotonic() - t_start
     records.sort(key=lambda r: (r.host_time or 0.0))
     with open(logs_dir / "records.jsonl", "w") as f:
@@ -175,6 +178,9 @@ def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | 
     if radio_rounds:
         with open(logs_dir / "radio_rounds.jsonl", "w") as f:
             for rr in radio_rounds:
+                f.write(json.dumps(rr) + "\n")
+        with open(logs_dir / "radio_deliveries.jsonl", "w") as f:
+            for rr in radio_deliveries:
                 f.write(json.dumps(rr) + "\n")
     return SimResult(len(xq), first is None and not any("forecast" in p for p in problems), first, problems,
                      sent, forecast, reference, records, wall, delivered, expected, radio_rounds)

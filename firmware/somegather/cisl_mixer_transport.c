@@ -30,7 +30,7 @@ static void header_of(uint8_t *h, uint32_t inference, uint16_t sg, uint8_t part)
 }
 
 static int run_round(const cisl_mx_round *r, uint16_t sg, uint8_t part, uint32_t inference, const uint8_t *msg,
-                     uint32_t len, uint8_t *got, cisl_rx_fn on_rx, void *ctx)
+                     uint32_t len, uint8_t *got, uint16_t *slot, cisl_rx_fn on_rx, void *ctx)
 {
     const cisl_mx_schedule *plan = &cisl_mx_plan;
     mx_config cfg;
@@ -86,6 +86,7 @@ static int run_round(const cisl_mx_round *r, uint16_t sg, uint8_t part, uint32_t
             continue;
         }
         int complete = 1;
+        uint16_t last = mx_row_slot(&mixer, 0);
         for (uint16_t k = 0; k < f->rows && complete; k++) {
             uint16_t plen = 0;
             const uint8_t *row = mx_read(&mixer, (uint16_t)(f->first_row + k), &plen);
@@ -96,9 +97,12 @@ static int run_round(const cisl_mx_round *r, uint16_t sg, uint8_t part, uint32_t
             const uint32_t off = (uint32_t)k * r->payload;
             const uint32_t n = f->nbytes - off < r->payload ? f->nbytes - off : r->payload;
             memcpy(cisl_mx_plan.reassembly + off, row, n);
+            const uint16_t at = mx_row_slot(&mixer, (uint16_t)(f->first_row + k));
+            last = at > last ? at : last;
         }
         if (complete) {
             got[f->node] = 1;
+            slot[f->node] = last;
             if (on_rx != NULL) {
                 on_rx(ctx, f->node, cisl_mx_plan.reassembly, f->nbytes);
             }
@@ -112,15 +116,19 @@ int cisl_mixer_exchange(uint16_t sg, uint32_t inference, const uint8_t *msg, uin
 {
     const cisl_mx_schedule *plan = &cisl_mx_plan;
     uint8_t got[MX_MAX_NODES];
+    uint16_t slot[MX_MAX_NODES];
     memset(got, 0, sizeof got);
+    for (uint8_t j = 0; j < MX_MAX_NODES; j++) {
+        slot[j] = MX_NO_SLOT;
+    }
     if (sg >= plan->nexchanges) {
         return -1;
     }
     const cisl_mx_exchange *ex = &plan->exchanges[sg];
     int rc = 0;
     for (uint8_t part = 0; part < ex->nrounds && rc == 0; part++) {
-        rc = run_round(&ex->rounds[part], sg, part, inference, msg, len, got, on_rx, ctx);
+        rc = run_round(&ex->rounds[part], sg, part, inference, msg, len, got, slot, on_rx, ctx);
     }
-    cisl_board_mixer_delivery(sg, inference, got, plan->nodes);
+    cisl_board_mixer_delivery(sg, inference, got, slot, plan->nodes);
     return rc;
 }

@@ -59,8 +59,10 @@ int cisl_mixer_exchange(uint16_t sg, uint32_t inference, const uint8_t *msg, uin
  * `inference`; `slot_us` is its slot length. Returns >= 0 or < 0 on error. */
 int32_t cisl_board_mixer_round(mx_state *s, uint16_t sg, uint8_t part, uint32_t inference, uint32_t slot_us);
 
-/* Board hook: which senders' messages of exchange `sg` arrived (got[j] != 0), called once per
- * exchange after the last round; boards that do not record it do nothing. */
-void cisl_board_mixer_delivery(uint16_t sg, uint32_t inference, const uint8_t *got, uint8_t nodes);
+/* Board hook: which senders' messages of exchange `sg` arrived (got[j] != 0) and in which slot of
+ * its round the last fragment of each became available (slot[j], MX_NO_SLOT if never), called once
+ * per exchange after the last round; boards that do not record it do nothing. */
+void cisl_board_mixer_delivery(uint16_t sg, uint32_t inference, const uint8_t *got, const uint16_t *slot,
+                               uint8_t nodes);
 
 #endif /* CISL_MIXER_TRANSPORT_H */

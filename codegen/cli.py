@@ -74,10 +74,13 @@ def main() -> None:
 @click.option("--keep-ratio", type=click.FloatRange(0.0, 1.0, min_open=True), default=None,
               help="Override [split] keep_ratio (fraction of own columns each device broadcasts).")
 @click.option("--seed", type=int, default=None, help="Override [train] seed.")
+@click.option("--dropout", "dropout_file", type=click.Path(path_type=Path), default=None,
+              help="Take [dropout] from this TOML file, e.g. the one `cisl radio loss -o` writes.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
 @_friendly
 def train(config: Path | None, out_dir: Path, data: Path | None, resume: bool, work_dir: Path | None,
-          epochs: int | None, devices: int | None, keep_ratio: float | None, seed: int | None, quiet: bool) -> None:
+          epochs: int | None, devices: int | None, keep_ratio: float | None, seed: int | None,
+          dropout_file: Path | None, quiet: bool) -> None:
     """Train the split model described by CONFIG (TOML; omit it for the defaults).
 
     Writes OUT/model.onnx (float, cisl metadata in metadata_props), OUT/calibration.npy,
@@ -106,6 +109,20 @@ def train(config: Path | None, out_dir: Path, data: Path | None, resume: bool, w
         overrides["split.keep_ratio"] = keep_ratio
     if seed is not None:
         overrides["train.seed"] = seed
+    if dropout_file is not None:
+        import tomllib
+
+        try:
+            with open(dropout_file, "rb") as f:
+                section = tomllib.load(f).get("dropout")
+        except FileNotFoundError:
+            raise UserError(f"{dropout_file}: not found; write it with `cisl radio loss -o FILE`") from None
+        except tomllib.TOMLDecodeError as e:
+            raise UserError(f"{dropout_file}: not valid TOML ({e})") from None
+        if not isinstance(section, dict):
+            raise UserError(f"{dropout_file}: no [dropout] section; write it with `cisl radio loss -o FILE`")
+        for key, value in section.items():
+            overrides[f"dropout.{key}"] = value
     s = run_train(config, data, out_dir, overrides or None, progress=not quiet, resume=resume, work_dir=work_dir)
     if s.get("stopped"):
         click.echo(f"stopped after epoch {s['epochs_done']} of {s['epochs']} ([train] stop_after_epochs); "

@@ -119,3 +119,19 @@ def test_every_command_documents_its_options(tmp_path):
         p = cisl(cmd, "--help", cwd=tmp_path)
         assert p.returncode == 0
         assert "Usage:" in p.stdout and "--help" in p.stdout
+
+
+def test_dropout_file_without_section(tmp_path):
+    (tmp_path / "d.toml").write_text("[train]\nepochs = 1\n")
+    p = cisl("train", "--dropout", "d.toml", "-o", "model", cwd=tmp_path)
+    assert_one_line_error(p, "d.toml", "[dropout]")
+    assert not (tmp_path / "model").exists()
+
+
+def test_radio_topology_for_another_node_count(tmp_path, good_model):
+    assert cisl("compile", str(good_model), "-o", "b", "-q", cwd=tmp_path).returncode == 0
+    assert cisl("build", "b", "-q", cwd=tmp_path).returncode == 0
+    p = cisl("sim", "b", "--radio", "hallway16", cwd=tmp_path)
+    assert_one_line_error(p, "hallway16", "4")
+    p = cisl("sim", "b", "--radio", "moon", cwd=tmp_path)
+    assert_one_line_error(p, "moon", "hallway16")

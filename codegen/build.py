@@ -134,6 +134,12 @@ def build(build_dir: Path, board_name: str | None = None, jobs: int | None = Non
         src = board.path / rel
         jobs_list.append(CompileJob(src, obj_dir / "board" / (src.stem + ".o"), cflags + includes, common_log,
                                     cacheable=True))
+    for node in plan.nodes:
+        nd = build_dir / f"node_{node.device:02d}"
+        missing = [rel for rel in NODE_SOURCES if not (nd / rel).is_file()]
+        if missing:
+            raise UserError(f"{nd / missing[0]}: missing; {build_dir} was compiled by another cisl version or "
+                            f"edited, run `cisl compile` again")
     node_objs: dict[int, list[Path]] = {}
     for node in plan.nodes:
         nd = build_dir / f"node_{node.device:02d}"

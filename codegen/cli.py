@@ -211,16 +211,19 @@ def build_cmd(build_dir: Path, board: str | None, jobs: int | None, quiet: bool)
 @click.option("--loss-sender", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.0, show_default=True,
               help="Probability that nobody gets a sender's message in a round.")
 @click.option("--loss-seed", type=int, default=0, show_default=True, help="Seed of the loss pattern.")
-@click.option("--radio", "radio_topology", default=None, metavar="TOPOLOGY",
-              help="Run Mixer over the simulated radio on this topology (full_mesh, line, grid, "
-                   "random_geometric, hallway16) instead of the message-level medium.")
+@click.option("--medium", type=click.Choice(["radio", "message"]), default="radio", show_default=True,
+              help="radio: nodes run Mixer over the slot-level radio channel; message: an ideal message-level "
+                   "medium (lossless, or with --loss*).")
+@click.option("--topology", "radio_topology", default=None, metavar="TOPOLOGY",
+              help="Radio topology: full_mesh, line, grid, random_geometric, hallway, hallway16 "
+                   "(default: the paper's 35 m hallway, hallway16 for 16 nodes; a mesh below 4 nodes).")
 @click.option("--radio-seed", type=int, default=0, show_default=True, help="Seed of the topology and channel.")
 @click.option("--radio-dead", type=int, multiple=True, metavar="NODE",
-              help="With --radio: this node's radio is dead (repeatable); it computes but nothing gets through.")
+              help="Radio medium: this node's radio is dead (repeatable); it computes but nothing gets through.")
 @_friendly
 def sim(build_dir: Path, inputs: Path | None, count: int | None, logs: Path | None, timeout: float,
         loss_q: float | None, loss_link: float, loss_receiver: float, loss_sender: float, loss_seed: int,
-        radio_topology: str | None, radio_seed: int, radio_dead: tuple[int, ...]) -> None:
+        medium: str, radio_topology: str | None, radio_seed: int, radio_dead: tuple[int, ...]) -> None:
     """Run every node of BUILD_DIR as its own process on the virtual testbed.
 
     A medium process carries the somegather messages; each node prints the serial log contract.
@@ -248,14 +251,22 @@ def sim(build_dir: Path, inputs: Path | None, count: int | None, logs: Path | No
             x = np.load(Path(build_dir) / "inputs.npy") if (Path(build_dir) / "inputs.npy").is_file() else None
         if x is not None:
             x = x[:count]
-    if radio_topology is not None:
-        from .radio.topology import TOPOLOGIES
+    from .radio.topology import TOPOLOGIES, default_topology
 
-        if radio_topology not in TOPOLOGIES:
-            raise UserError(f"--radio {radio_topology}: unknown topology; choose one of {', '.join(TOPOLOGIES)}")
-    if radio_dead and radio_topology is None:
-        raise UserError("--radio-dead needs --radio TOPOLOGY")
-    r = run_sim(build_dir, x, logs, timeout, rates, loss_seed, radio_topology, radio_seed, list(radio_dead))
+    if medium == "message":
+        if radio_topology is not None or radio_dead:
+            raise UserError("--topology/--radio-dead are options of the radio medium; drop --medium message")
+    else:
+        if rates.any:
+            raise UserError("--loss* drops messages on the message-level medium; add --medium message "
+                            "(on the radio, loss comes from the channel: --topology, --radio-dead)")
+        if radio_topology is not None and radio_topology not in TOPOLOGIES:
+            raise UserError(f"--topology {radio_topology}: unknown; choose one of {', '.join(TOPOLOGIES)}")
+        from .plan.io import load_plan
+
+        radio_topology = radio_topology or default_topology(load_plan(build_dir).devices)
+    r = run_sim(build_dir, x, logs, timeout, rates, loss_seed, radio_topology if medium == "radio" else None,
+                radio_seed, list(radio_dead))
     _print_sim(r, build_dir, logs)
     if not r.ok:
         raise CheckFailed(r.first_difference or r.problems[0])

@@ -10,6 +10,7 @@ from typing import Callable
 from .build import build
 from .compile import CompileOptions, compile_model
 from .fsutil import atomic_output_dir
+from .radio.topology import default_topology
 from .sim.runner import run_sim
 
 MARKER = "report.json"
@@ -33,8 +34,9 @@ def run_demo(out_dir: Path, devices: int, epochs: int | None, echo: Callable[[st
                              lambda s: echo("      " + s))
         echo("[3/4] build every node (gcc -Wall -Wextra -Werror)")
         b = build(tmp / "build", say=lambda s: echo("      " + s))
-        echo("[4/4] run on the virtual testbed (one process per node + a medium)")
-        r = run_sim(tmp / "build", logs_dir=tmp / "logs")
+        topo = default_topology(devices)
+        echo(f"[4/4] run on the virtual testbed: one process per node running Mixer, a radio medium ({topo})")
+        r = run_sim(tmp / "build", logs_dir=tmp / "logs", radio=topo)
         measured_tx = {}
         for rec in r.records:
             if rec.event == "sg":
@@ -47,7 +49,12 @@ def run_demo(out_dir: Path, devices: int, epochs: int | None, echo: Callable[[st
             "accuracy": comp.get("accuracy"),
             "kernels": b["kernels"],
             "sim": {"inferences": r.inferences, "bit_exact": r.bit_exact, "first_difference": r.first_difference,
-                    "problems": r.problems, "wall_seconds": round(r.wall_seconds, 2)},
+                    "problems": r.problems, "wall_seconds": round(r.wall_seconds, 2), "topology": topo,
+                    "delivered": r.delivered, "expected": r.expected,
+                    "air_ms_per_inference": round(sum(x["slots"] * x["slot_us"] for x in r.radio_rounds)
+                                                  / 1000 / max(r.inferences, 1), 1),
+                    "fixed_deadline_ms_per_inference": round(sum(x["deadline"] * x["slot_us"] for x in r.radio_rounds)
+                                                             / 1000 / max(r.inferences, 1), 1)},
             "total_seconds": round(time.monotonic() - t0, 1),
         }
         text = format_report(report, out_dir)
@@ -71,6 +78,9 @@ def format_report(rep: dict, out_dir: Path) -> str:
                      f"int8 {acc['mse_int8']:.4f} ({100 * acc['relative_mse_increase']:+.2f} %); "
                      f"max |int8 - float| {acc['max_abs_float_vs_int8']:.4f}")
     s = rep["sim"]
+    lines.append(f"radio ({s['topology']}, Mixer over BLE 2M): {s['delivered']} of {s['expected']} messages delivered; "
+                 f"air time {s['air_ms_per_inference']} ms per inference (fixed 3G+200 deadlines: "
+                 f"{s['fixed_deadline_ms_per_inference']} ms)")
     lines.append(f"bit-exact (every node's messages and the forecast vs the numpy int8 reference, "
                  f"{s['inferences']} inferences, kernels: {rep['kernels']}): {'yes' if s['bit_exact'] else 'NO'}")
     if s["first_difference"]:

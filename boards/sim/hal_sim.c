@@ -49,6 +49,7 @@ enum {
 enum { MODE_MESSAGE = 0, MODE_RADIO = 1 };
 
 #define HEADER_BYTES 16u
+#define PROTOCOL_VERSION 2u /* codegen/sim/protocol.py PROTOCOL_VERSION */
 #define MAX_PAYLOAD (1u << 20)
 
 typedef struct {
@@ -179,7 +180,9 @@ int cisl_sim_connect(const char *socket_path)
         return -1;
     }
     frame_header f;
-    if (send_frame(FRAME_HELLO, 0, 0, 0, NULL, 0) != 0 || recv_frame(&f) != 0 || f.type != FRAME_CONFIG || f.len < 1) {
+    const uint8_t version = PROTOCOL_VERSION;
+    if (send_frame(FRAME_HELLO, 0, 0, 0, &version, 1) != 0 || recv_frame(&f) != 0 || f.type != FRAME_CONFIG ||
+        f.len < 1) {
         fprintf(stderr, "cisl sim node %u: the medium did not answer the hello\n", (unsigned)cisl_node_id);
         return -1;
     }

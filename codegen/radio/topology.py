@@ -175,6 +175,14 @@ def hallway16(seed: int = 0, **params) -> Topology:
 TOPOLOGIES = ("full_mesh", "line", "grid", "random_geometric", "hallway", "hallway16")
 
 
+def default_topology(n: int) -> str:
+    """The virtual testbed's default for n nodes: the paper's 35 m hallway (≥ 2 hops) from 4 nodes
+    on (``hallway16`` for 16), a small mesh below that (a 35 m hallway cannot be spanned by 2 or 3)."""
+    if n == 16:
+        return "hallway16"
+    return "hallway" if n >= 4 else "full_mesh"
+
+
 def topology(name: str, n: int | None = None, seed: int = 0, **params) -> Topology:
     """Factory: ``topology("line", 8, seed, spacing=4.0)``, ``topology("grid", 12, rows=3)``,
     ``topology("hallway16", seed=3)``. For ``grid``, give ``rows`` and/or ``cols`` (else near-square)."""

@@ -49,6 +49,8 @@ def serve(sock_path: str, nodes: int, inputs: np.ndarray, transcript_path: str, 
         hello = P.read_frame(c)
         if hello is None or hello.type != P.HELLO or not 0 <= hello.src < nodes or hello.src in conns:
             raise MediumError(f"bad hello from a node: {hello}")
+        if hello.payload[:1] != bytes([P.PROTOCOL_VERSION]):
+            raise MediumError(f"node {hello.src} was built by another cisl version; run `cisl build` again")
         conns[hello.src] = c
         c.sendall(P.pack(P.Frame(P.CONFIG, 0xFE, hello.src, 0, 0,
                                  bytes([P.MODE_RADIO if radio else P.MODE_MESSAGE]))))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+PROTOCOL_VERSION = 2  # boards/sim/hal_sim.c PROTOCOL_VERSION; a node says it in its HELLO
 HELLO, INPUT_REQ, INPUT, END, TX, RX, RX_END, BYE = range(1, 9)
 # radio mode (nodes run Mixer; the medium plays the channel slot by slot), see boards/sim/hal_sim.c
 CONFIG, TX_COPY, ROUND_BEGIN, ACTION, SLOT_RESULT, FINISHED, ROUND_END, DELIVERY = range(9, 17)

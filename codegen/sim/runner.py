@@ -217,8 +217,8 @@ def _supervise(plan: Plan, procs: list[subprocess.Popen], medium: subprocess.Pop
         medium.kill()
         medium.wait()
     merr = medium.stderr.read().strip()
-    if medium.returncode not in (0, None) and merr and not problems:
-        problems.append(merr.splitlines()[-1])
+    if medium.returncode not in (0, None) and merr:
+        problems.insert(0, merr.splitlines()[-1])  # the medium says why the nodes lost it: the cause first
     return problems
 
 

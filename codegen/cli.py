@@ -41,7 +41,29 @@ def _say(quiet: bool):
     return (lambda s: None) if quiet else (lambda s: click.echo(s, err=True))
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _OneLineErrors(click.Group):
+    """Usage mistakes (unknown option, bad value) as one line, like every other input error."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        try:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.UsageError as e:
+            names = []
+            ctx = e.ctx
+            while ctx is not None and ctx.parent is not None:  # the subcommand names, whatever the program is called
+                names.insert(0, ctx.info_name)
+                ctx = ctx.parent
+            where = " ".join(["cisl", *names])
+            click.echo(f"error: {e.format_message()} (see `{where} --help`)", err=True)
+            sys.exit(2)
+        except click.exceptions.Abort:
+            click.echo("interrupted", err=True)
+            sys.exit(130)
+        except click.exceptions.Exit as e:
+            sys.exit(e.exit_code)
+
+
+@click.group(cls=_OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="cisl")
 def main() -> None:
     """cisl: split a time-series transformer across ultra-low-power wireless nodes.

@@ -131,7 +131,13 @@ def test_dropout_file_without_section(tmp_path):
 def test_radio_topology_for_another_node_count(tmp_path, good_model):
     assert cisl("compile", str(good_model), "-o", "b", "-q", cwd=tmp_path).returncode == 0
     assert cisl("build", "b", "-q", cwd=tmp_path).returncode == 0
-    p = cisl("sim", "b", "--radio", "hallway16", cwd=tmp_path)
+    p = cisl("sim", "b", "--topology", "hallway16", cwd=tmp_path)
     assert_one_line_error(p, "hallway16", "4")
-    p = cisl("sim", "b", "--radio", "moon", cwd=tmp_path)
+    p = cisl("sim", "b", "--topology", "moon", cwd=tmp_path)
     assert_one_line_error(p, "moon", "hallway16")
+
+
+def test_usage_mistakes_are_one_line_too(tmp_path):
+    assert_one_line_error(cisl("compile", "m.onnx", "--devcies", "4", cwd=tmp_path), "--devcies", "cisl compile --help")
+    assert_one_line_error(cisl("sim", "--timeout", "soon", cwd=tmp_path), "soon")
+    assert_one_line_error(cisl("frobnicate", cwd=tmp_path), "frobnicate")

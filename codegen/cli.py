@@ -170,10 +170,12 @@ def train(config: Path | None, out_dir: Path, data: Path | None, resume: bool, w
               help="Mixer round length: end once every node has full rank, or the published fixed 3G+200 slots.")
 @click.option("--phy", type=click.Choice(["2M", "1M"]), default="2M", show_default=True,
               help="BLE PHY the Mixer slots are timed for.")
+@click.option("--max-generation", type=click.IntRange(2, 256), default=256, show_default=True,
+              help="Rows per Mixer round (bounds Mixer's RAM); larger exchanges run as several rounds.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
 @_friendly
 def compile_cmd(model: Path, out_dir: Path, devices: int | None, board: str, calibration: Path | None,
-                max_calibration: int, round_policy: str, phy: str, quiet: bool) -> None:
+                max_calibration: int, round_policy: str, phy: str, max_generation: int, quiet: bool) -> None:
     """Quantise MODEL (ONNX from `cisl train`) to int8, partition it and emit C for every node.
 
     Writes OUT/plan.json (the partition plan: who holds and sends what, every quantisation
@@ -181,8 +183,8 @@ def compile_cmd(model: Path, out_dir: Path, devices: int | None, board: str, cal
     """
     from .compile import CompileOptions, compile_model
 
-    s = compile_model(model, out_dir, CompileOptions(devices, board, calibration, max_calibration, round_policy, phy),
-                      _say(quiet))
+    s = compile_model(model, out_dir, CompileOptions(devices, board, calibration, max_calibration, round_policy, phy,
+                                                     max_generation), _say(quiet))
     _print_resources(s)
     click.echo(f"compiled {s['devices']} nodes for board {s['board']} -> {out_dir / 'plan.json'}")
 

@@ -41,6 +41,7 @@ class CompileOptions:
     max_calibration: int = MAX_CALIBRATION
     round_policy: str = "done"  # Mixer round length: "done" (end when all have full rank) or "fixed" (3G+200)
     phy: str = "2M"  # BLE PHY the Mixer slots are timed for
+    max_generation: int = 256  # rows per Mixer round; larger exchanges are split into several rounds
 
 
 def _load_windows(path: Path, lookback: int, what: str) -> np.ndarray:
@@ -116,7 +117,7 @@ def compile_model(model_path: Path, out_dir: Path, opts: CompileOptions,
     sim_inputs = (test_x if test_x is not None else cal)[:SIM_INPUTS]
 
     options = {"devices": split.devices, "board": board.name, "max_calibration": opts.max_calibration,
-               "round_policy": opts.round_policy, "phy": opts.phy}
+               "round_policy": opts.round_policy, "phy": opts.phy, "max_generation": opts.max_generation}
     input_hash = hashlib.sha256(json.dumps(
         {"model": model.sha256, "calibration": sha256_file(cal_path), "options": options, "tool": __version__},
         sort_keys=True).encode()).hexdigest()
@@ -169,9 +170,13 @@ def _mixer_section(st, opts: CompileOptions) -> dict:
     # a node lingers at least n slots after learning that all have full rank, so that each slot
     # owner gets one chance to tell the others (firmware/mixer/mixer.h, MX_TERM_DONE)
     policy = RoundPolicy(kind=opts.round_policy, phy=opts.phy, linger=max(4, st.split.devices))
-    rounds = schedule_plan([sg.msg_bytes for sg in st.sgs], policy)
+    try:
+        rounds = schedule_plan([sg.msg_bytes for sg in st.sgs], policy, opts.max_generation)
+    except ValueError as e:
+        raise UserError(f"--max-generation {opts.max_generation}: {e}; allow a larger generation") from None
     return {"initiator": SINK, "policy": {"kind": policy.kind, "linger": policy.linger, "phy": policy.phy,
                                           "margin_us": policy.margin_us},
+            "max_generation": opts.max_generation,
             "exchanges": [[r.to_json() for r in ex] for ex in rounds],
             "estimated_us_per_inference": int(sum(r.estimated_us for ex in rounds for r in ex))}
 

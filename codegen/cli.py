@@ -37,6 +37,24 @@ def _friendly(fn):
     return wrapper
 
 
+def _loss_options(fn):
+    """The three message-loss modes as options (codegen/lossmodel.py), shared by sim and eval."""
+    fn = click.option("--loss-sender", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.0, show_default=True,
+                      help="Probability that nobody gets a sender's message in a round.")(fn)
+    fn = click.option("--loss-receiver", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.0,
+                      show_default=True, help="Probability that a receiver gets nothing in a round.")(fn)
+    fn = click.option("--loss-link", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.0, show_default=True,
+                      help="Probability that one sender->receiver message of a round is lost.")(fn)
+    return click.option("--loss", "loss_q", type=click.FloatRange(0.0, 1.0, max_open=True), default=None,
+                        help="Message loss probability for each of the three modes (link, receiver, sender).")(fn)
+
+
+def _loss_rates(loss_q: float | None, link: float, receiver: float, sender: float):
+    from .lossmodel import LossRates
+
+    return LossRates.uniform(loss_q) if loss_q is not None else LossRates(link, receiver, sender)
+
+
 def _say(quiet: bool):
     return (lambda s: None) if quiet else (lambda s: click.echo(s, err=True))
 
@@ -226,14 +244,7 @@ def build_cmd(build_dir: Path, board: str | None, jobs: int | None, quiet: bool)
               help="Folder for the nodes' serial logs. Default: BUILD_DIR/logs.")
 @click.option("--timeout", type=click.FloatRange(min=1), default=120.0, show_default=True,
               help="Seconds before a stuck run is aborted.")
-@click.option("--loss", "loss_q", type=click.FloatRange(0.0, 1.0, max_open=True), default=None,
-              help="Drop messages with this probability in each of the three loss modes (link, receiver, sender).")
-@click.option("--loss-link", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.0, show_default=True,
-              help="Probability that one sender->receiver message of a round is lost.")
-@click.option("--loss-receiver", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.0, show_default=True,
-              help="Probability that a receiver gets nothing in a round.")
-@click.option("--loss-sender", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.0, show_default=True,
-              help="Probability that nobody gets a sender's message in a round.")
+@_loss_options
 @click.option("--loss-seed", type=int, default=0, show_default=True, help="Seed of the loss pattern.")
 @click.option("--medium", type=click.Choice(["radio", "message"]), default="radio", show_default=True,
               help="radio: nodes run Mixer over the slot-level radio channel; message: an ideal message-level "
@@ -255,9 +266,7 @@ def sim(build_dir: Path, inputs: Path | None, count: int | None, logs: Path | No
     difference is named (inference, node, layer, tensor). With --loss*, the medium drops messages
     and the reference is run with exactly the same lost messages. Exit code 1 if not bit-exact.
     """
-    from .lossmodel import LossRates
-
-    rates = LossRates.uniform(loss_q) if loss_q is not None else LossRates(loss_link, loss_receiver, loss_sender)
+    rates = _loss_rates(loss_q, loss_link, loss_receiver, loss_sender)
     import numpy as np
 
     from .sim.runner import run_sim
@@ -328,14 +337,7 @@ def _print_sim(r, build_dir: Path, logs: Path | None) -> None:
               help="Node count to split for (default: as trained).")
 @click.option("--calibration", type=click.Path(path_type=Path), default=None,
               help="Calibration windows for --int8 (default: calibration.npy next to MODEL).")
-@click.option("--loss", "loss_q", type=click.FloatRange(0.0, 1.0, max_open=True), default=None,
-              help="Message loss probability applied to all three loss modes (link, receiver, sender).")
-@click.option("--loss-link", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.0, show_default=True,
-              help="Probability that one sender->receiver message of a round is lost.")
-@click.option("--loss-receiver", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.0, show_default=True,
-              help="Probability that a receiver gets nothing in a round.")
-@click.option("--loss-sender", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.0, show_default=True,
-              help="Probability that nobody gets a sender's message in a round.")
+@_loss_options
 @click.option("--seeds", type=click.IntRange(min=1), default=3, show_default=True,
               help="Number of loss samplings (seeds 0..N-1); the MSE is reported per seed and as mean/std.")
 @click.option("--max-windows", type=click.IntRange(min=1), default=None,
@@ -360,7 +362,7 @@ def eval_cmd(model: Path, data: Path | None, which: str, int8: bool, devices: in
     from .onnx_model import load_model
 
     m = load_model(model)
-    rates = LossRates.uniform(loss_q) if loss_q is not None else LossRates(loss_link, loss_receiver, loss_sender)
+    rates = _loss_rates(loss_q, loss_link, loss_receiver, loss_sender)
     if data is not None:
         from .data.dataset import load_dataset
 

@@ -26,7 +26,6 @@ scale over the whole ETTh2 test split (19 495 channel windows).
 from __future__ import annotations
 
 import argparse
-import copy
 import dataclasses
 import json
 import time

@@ -125,7 +125,7 @@ def deploy(runs: dict[str, dict]) -> list[str]:
     full = sim["allgather_bytes_per_inference"]
     ratios = [sent[k] / full[k] for k in sent]
     return ["## A pruned, dropout-hardened model deployed", "",
-            f"somegather keep 0.1 + message dropout q = 10 %, D = 8, through `cisl train` -> `cisl compile`:",
+            "somegather keep 0.1 + message dropout q = 10 %, D = 8, through `cisl train` -> `cisl compile`:",
             f"float test MSE {i8['mse_float']:.4f}, int8 (bit-exact reference) {i8['mse_int8']:.4f} "
             f"({100 * i8['relative_increase']:+.2f} %); virtual testbed bit-exact: "
             f"{'yes' if sim['bit_exact'] else 'NO'}; somegather bytes sent per node and inference "

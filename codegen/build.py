@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .boards import Board, load_board
+from .boards import load_board
 from .errors import CheckFailed, UserError
 from .plan.io import load_plan
 from .resources import resource_dir

@@ -358,7 +358,6 @@ def eval_cmd(model: Path, data: Path | None, which: str, int8: bool, devices: in
     from tqdm import tqdm
 
     from .evaluate import EvalSet, evaluate_model
-    from .lossmodel import LossRates
     from .onnx_model import load_model
 
     m = load_model(model)

@@ -86,7 +86,6 @@ class PlanExecutor:
     # --------------------------------------------------------------- exchange
     def _exchange(self, sg: SomegatherPoint, sync: list[Op], vals: list[dict[str, np.ndarray]], B: int,
                   lost: np.ndarray | None, payloads: dict, delivered: dict, observe) -> None:
-        D = self.devices
         messages: dict[int, np.ndarray] = {}
         for k, op in enumerate(sync):
             if op.kind == "somegather" and op.attrs["send"]:

@@ -5,7 +5,7 @@ weak zeros, determinism, and the blocking mx_start loop over a radio HAL."""
 from __future__ import annotations
 
 import ctypes
-from ctypes import POINTER, c_uint8, c_uint32
+from ctypes import POINTER, c_uint8
 
 import numpy as np
 import pytest

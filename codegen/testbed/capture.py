@@ -1,0 +1,280 @@
+"""Serial capture: one reader thread per port, contract lines parsed with host timestamps.
+
+Every port is opened (pyserial) before ``reset`` is called, so a node's boot lines are not lost.
+Each thread appends the raw bytes to the node's ``.log``, splits lines, and hands the parsed records
+(see codegen/serial_contract.py) to the main thread. Garbage, partial lines and ``\\r`` are
+tolerated; a port that drops (USB re-enumeration on reset, an unplugged cable) is reopened with
+backoff, and the fragment of the line it was in is discarded rather than glued to the next one.
+The capture stops when every node has printed its final line (``end``, or the N-th ``infer`` with
+``inferences=N``), after ``duration`` seconds, or at ``timeout``; a node whose final line never
+came has failed, and so has a node that printed ``error``.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ..serial_contract import Record, parse_line
+
+MAX_LINE = 4096  # longer runs without a newline are noise (contract lines are at most 511 characters)
+
+
+@dataclass
+class PortSpec:
+    node: int
+    port: str
+    baud: int = 115200
+
+
+@dataclass
+class NodeCapture:
+    node: int
+    port: str
+    records: list[Record] = field(default_factory=list)
+    lines: int = 0  # complete lines read (contract or not)
+    bytes: int = 0
+    reopens: int = 0
+    opened: bool = False
+    open_error: str | None = None
+    done: bool = False
+    failed: str | None = None  # why the node failed, None if it did not
+    infers: int = 0
+    ended: bool = False
+
+
+class PortReader(threading.Thread):
+    def __init__(self, spec: PortSpec, out: queue.Queue, raw_path: Path | None, stop: threading.Event,
+                 read_timeout: float = 0.05):
+        super().__init__(daemon=True, name=f"serial-{spec.node}")
+        self.spec = spec
+        self.out = out
+        self.raw_path = raw_path
+        self.stop = stop
+        self.read_timeout = read_timeout
+        self.opened = threading.Event()
+        self.open_error: str | None = None
+        self.reopens = 0
+        self.bytes = 0
+        self.lines = 0
+
+    def _open(self):
+        import serial
+
+        return serial.Serial(self.spec.port, self.spec.baud, timeout=self.read_timeout)
+
+    def run(self) -> None:
+        import serial
+
+        raw = open(self.raw_path, "wb") if self.raw_path else None
+        backoff = 0.05
+        ever_open = False
+        try:
+            while not self.stop.is_set():
+                try:
+                    ser = self._open()
+                except (serial.SerialException, OSError, ValueError) as e:
+                    self.open_error = str(e)
+                    self.stop.wait(backoff)
+                    backoff = min(2 * backoff, 1.0)
+                    continue
+                if ever_open:
+                    self.reopens += 1
+                ever_open = True
+                self.open_error = None
+                self.opened.set()
+                backoff = 0.05
+                buf = b""
+                drain_until = None
+                try:
+                    while True:
+                        waiting = ser.in_waiting
+                        if self.stop.is_set():
+                            drain_until = drain_until or time.monotonic() + 0.5
+                            if not waiting or time.monotonic() > drain_until:
+                                break  # what the port still held has been read
+                        chunk = ser.read(max(1, waiting))
+                        if not chunk:
+                            continue
+                        t = time.time()
+                        self.bytes += len(chunk)
+                        if raw is not None:
+                            raw.write(chunk)
+                        buf += chunk
+                        if b"\n" not in chunk:
+                            if len(buf) > MAX_LINE:
+                                buf = buf[-MAX_LINE:]
+                            continue
+                        *lines, buf = buf.split(b"\n")
+                        for line in lines:
+                            self.lines += 1
+                            rec = parse_line(line.decode("ascii", errors="replace").rstrip("\r"), host_time=t)
+                            if rec is not None:
+                                self.out.put((self.spec.node, rec))
+                except (serial.SerialException, OSError, TypeError) as e:
+                    # TypeError: pyserial on a port that vanished mid-read; the partial line is dropped
+                    self.open_error = f"dropped: {e}"
+                finally:
+                    try:
+                        ser.close()
+                    except Exception:
+                        pass
+                if not self.stop.is_set():
+                    self.stop.wait(backoff)
+        finally:
+            if raw is not None:
+                raw.close()
+
+
+@dataclass
+class CaptureResult:
+    nodes: dict[int, NodeCapture]
+    started: float
+    ended: float
+    stop_reason: str
+    reset_errors: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.failed is None for c in self.nodes.values())
+
+    def merged(self) -> list[Record]:
+        """All records ordered by host time (ties: by node, then the order a node printed them)."""
+        rows = [(r.host_time or 0.0, k, i, r) for k, c in self.nodes.items() for i, r in enumerate(c.records)]
+        rows.sort(key=lambda t: t[:3])
+        return [t[3] for t in rows]
+
+
+def capture(ports: list[PortSpec], raw_dir: Path | None = None, *, reset: Callable[[], dict[int, str]] | None = None,
+            inferences: int | None = None, duration: float | None = None, timeout: float = 300.0,
+            open_timeout: float = 10.0, run_status: Callable[[], dict | None] | None = None,
+            on_record: Callable[[int, Record], None] | None = None, expected_plan: str | None = None,
+            progress: Callable[[str], None] | None = None) -> CaptureResult:
+    """Read every port until every node printed its final line (or ``duration``/``timeout``).
+
+    ``reset`` is called once all ports are open (it returns per-node reset errors). ``run_status``
+    (virtual testbeds) says when the node processes have all ended, so a crashed run is not waited
+    out to the timeout. Raises OSError naming the ports that could not be opened in ``open_timeout``.
+    """
+    say = progress or (lambda s: None)
+    stop = threading.Event()
+    q: queue.Queue = queue.Queue()
+    readers = {p.node: PortReader(p, q, (raw_dir / f"node_{p.node:02d}.log") if raw_dir else None, stop)
+               for p in ports}
+    caps = {p.node: NodeCapture(p.node, p.port) for p in ports}
+    for r in readers.values():
+        r.start()
+    deadline = time.monotonic() + open_timeout
+    for r in readers.values():
+        r.opened.wait(max(0.0, deadline - time.monotonic()))
+    closed = [r for r in readers.values() if not r.opened.is_set()]
+    if closed:
+        stop.set()
+        for r in readers.values():
+            r.join(2.0)
+        raise OSError("could not open " + "; ".join(f"node {r.spec.node}: {r.spec.port} ({r.open_error})"
+                                                      for r in closed))
+    say(f"{len(readers)} ports open")
+    started = time.time()
+    t0 = time.monotonic()
+    reset_errors = reset() if reset else {}
+    for k, err in reset_errors.items():
+        if err and k in caps:
+            caps[k].failed, caps[k].done = f"reset failed: {err}", True
+    reason = "timeout"
+    finished_at = None
+    last_status = 0.0
+
+    def consume(block: float) -> None:
+        try:
+            item = q.get(timeout=block)
+        except queue.Empty:
+            return
+        while True:
+            k, rec = item
+            _account(caps[k], rec, inferences, expected_plan)
+            if on_record:
+                on_record(k, rec)
+            try:
+                item = q.get_nowait()
+            except queue.Empty:
+                return
+
+    while True:
+        consume(0.02)
+        now = time.monotonic()
+        if all(c.done for c in caps.values()):
+            reason = "all nodes done"
+            break
+        if duration is not None and now - t0 >= duration:
+            reason = f"duration {duration:g} s"
+            break
+        if now - t0 >= timeout:
+            reason = f"timeout {timeout:g} s"
+            break
+        if run_status is not None and now - last_status > 0.25:
+            last_status = now
+            st = run_status()
+            if st and st.get("finished"):
+                finished_at = finished_at or now
+                if now - finished_at > 1.0:  # the processes are gone; their last bytes have drained
+                    reason = "the virtual testbed's run ended"
+                    for p in st.get("problems", []):
+                        say(f"virtual testbed: {p}")
+                    break
+    stop.set()
+    for r in readers.values():
+        r.join(5.0)
+    consume(0.0)
+    while not q.empty():
+        consume(0.0)
+    ended = time.time()
+    for k, c in caps.items():
+        rd = readers[k]
+        c.lines, c.bytes, c.reopens, c.opened = rd.lines, rd.bytes, rd.reopens, True
+        if c.failed is None and not c.done:
+            if duration is not None and reason.startswith("duration"):
+                if not c.records:
+                    c.failed = f"printed no contract line in {duration:g} s"
+            else:
+                want = f"infer inf={inferences - 1} (the {inferences}th inference)" if inferences else "'end'"
+                last = c.records[-1] if c.records else None
+                c.failed = (f"its final line {want} never came ({reason}); "
+                            + (f"last line: {last.event} {_brief(last)}" if last else "it printed no contract line"))
+        c.done = True
+    return CaptureResult(caps, started, ended, reason, {k: v for k, v in reset_errors.items() if v})
+
+
+def _brief(r: Record) -> str:
+    return " ".join(f"{k}={v}" for k, v in list(r.fields.items())[:3])
+
+
+def _account(c: NodeCapture, rec: Record, inferences: int | None, expected_plan: str | None) -> None:
+    c.records.append(rec)
+    if c.done:
+        return
+    if rec.node != c.node:
+        c.failed = (f"its port printed node {rec.node}'s lines; the testbed file's ports are swapped or wrong "
+                    f"(fix port for node {c.node} and node {rec.node})")
+        c.done = True
+        return
+    if rec.event == "boot" and expected_plan and rec.fields.get("plan") != expected_plan:
+        c.failed = (f"it runs plan {rec.fields.get('plan')}, not the flashed build's {expected_plan}; "
+                    "flash it again (`cisl flash BUILD --testbed FILE`)")
+        c.done = True
+    elif rec.event == "error":
+        c.failed = f"it reported an error at {rec.fields.get('where')} (code {rec.fields.get('code')})"
+        c.done = True
+    elif rec.event == "infer":
+        c.infers += 1
+        if inferences is not None and c.infers >= inferences:
+            c.done = True
+    elif rec.event == "end":
+        c.ended = True
+        c.done = True
+        if inferences is not None and c.infers < inferences:
+            c.failed = f"it ended after {c.infers} of the {inferences} inferences asked for"

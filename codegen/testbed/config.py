@@ -1,0 +1,320 @@
+"""testbed.toml: which node is which board, probe and serial port (schema-checked, one-line errors).
+
+Schema (every table and key other than those marked required is optional)::
+
+    [testbed]
+    name = "lab"                    # a label
+    state = ".cisl-testbed"         # folder for flash records and the virtual testbed (relative to this file)
+
+    [defaults]                      # any of board, runner, baud, target: applies to every [[node]]
+    board = "nrf52840dk"
+
+    [sim]                           # runner "sim" only: the virtual testbed's medium
+    topology = "hallway"            # default: the radio's default for the number of nodes flashed
+    seed = 0
+    timeout = 120                   # seconds the medium waits for progress
+
+    [[node]]
+    id = 0                          # required, unique, 0..255: the node of the build it runs
+    board = "nrf52840dk"            # required (here or in [defaults]); must be the build's board
+    runner = "nrfutil"              # required (here or in [defaults]): pyocd, nrfutil, nrfjprog, sim
+    probe = "683123456"             # the debug probe's serial number (a string); required unless sim
+    port = "/dev/serial/by-id/usb-SEGGER_J-Link_000683123456-if00"   # required
+    baud = 115200
+    target = "nrf52840"             # pyocd target type; nrfjprog's family comes from it (NRF52)
+    position = [0.0, 1.5]           # metres, [x, y] or [x, y, z]
+
+Every mistake is one line naming the file, the node, the key and the fix (a UserError, exit code 2).
+"""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+
+RUNNER_NAMES = ("pyocd", "nrfutil", "nrfjprog", "sim")
+DEFAULT_BAUD = 115200
+DEFAULT_TARGET = "nrf52840"
+DEFAULT_STATE = ".cisl-testbed"
+
+TOP_KEYS = ("testbed", "defaults", "sim", "node")
+TESTBED_KEYS = ("name", "state")
+SIM_KEYS = ("topology", "seed", "timeout")
+NODE_KEYS = ("id", "board", "runner", "probe", "port", "baud", "target", "position")
+DEFAULT_KEYS = ("board", "runner", "baud", "target")
+
+
+@dataclass(frozen=True)
+class NodeEntry:
+    id: int
+    board: str
+    runner: str
+    port: str  # as written in the file
+    port_path: str  # absolute for relative paths (resolved against the testbed file's folder)
+    probe: str | None = None
+    baud: int = DEFAULT_BAUD
+    target: str = DEFAULT_TARGET
+    position: tuple[float, ...] | None = None
+
+    @property
+    def label(self) -> str:
+        return f"node {self.id:02d}"
+
+
+@dataclass
+class SimSettings:
+    topology: str | None = None
+    seed: int = 0
+    timeout: float = 120.0
+
+
+@dataclass
+class Testbed:
+    path: Path
+    nodes: list[NodeEntry]
+    name: str = ""
+    state_dir: Path = Path(DEFAULT_STATE)
+    sim: SimSettings = field(default_factory=SimSettings)
+    notes: list[str] = field(default_factory=list)  # advice that is not an error (e.g. unstable port names)
+
+    def node(self, node_id: int) -> NodeEntry:
+        for n in self.nodes:
+            if n.id == node_id:
+                return n
+        raise KeyError(node_id)
+
+    @property
+    def ids(self) -> list[int]:
+        return [n.id for n in self.nodes]
+
+
+def _suggest(key: str, known: tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(key, known, n=1)
+    if close:
+        return f"did you mean '{close[0]}'?"
+    return f"known keys: {', '.join(known)}"
+
+
+def _check_keys(where: str, table: dict, known: tuple[str, ...]) -> None:
+    for key in table:
+        if key not in known:
+            raise UserError(f"{where}: unknown key '{key}'; {_suggest(key, known)}")
+
+
+def load_testbed(path: Path | str) -> Testbed:
+    """Read and check a testbed file; every mistake is a one-line UserError."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: testbed file not found; draft one with `cisl testbed scan -o {path}` "
+                        f"(boards) or `cisl testbed sim --nodes N -o {path}` (virtual testbed)")
+    try:
+        with open(path, "rb") as f:
+            doc = tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"{path}: not valid TOML ({e})") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not a text file; a testbed file is TOML") from None
+    return parse_testbed(doc, path)
+
+
+def parse_testbed(doc: dict[str, Any], path: Path) -> Testbed:
+    f = str(path)
+    _check_keys(f, doc, TOP_KEYS)
+    tb = doc.get("testbed", {})
+    if not isinstance(tb, dict):
+        raise UserError(f"{f}: 'testbed' must be a table: [testbed]")
+    _check_keys(f"{f}: [testbed]", tb, TESTBED_KEYS)
+    name = tb.get("name", "")
+    if not isinstance(name, str):
+        raise UserError(f"{f}: [testbed] name must be a string")
+    state = tb.get("state", DEFAULT_STATE)
+    if not isinstance(state, str) or not state:
+        raise UserError(f"{f}: [testbed] state must be a folder path (a string), e.g. state = \"{DEFAULT_STATE}\"")
+    base = path.resolve().parent
+    state_dir = Path(state) if Path(state).is_absolute() else base / state
+
+    defaults = doc.get("defaults", {})
+    if not isinstance(defaults, dict):
+        raise UserError(f"{f}: 'defaults' must be a table: [defaults]")
+    for key in defaults:
+        if key not in DEFAULT_KEYS:
+            hint = ("it is different for every node: set it in each [[node]]" if key in NODE_KEYS
+                    else _suggest(key, DEFAULT_KEYS))
+            raise UserError(f"{f}: [defaults]: key '{key}' not allowed here; {hint}")
+
+    sim = _parse_sim(f, doc.get("sim", {}))
+
+    nodes_raw = doc.get("node")
+    if nodes_raw is None:
+        raise UserError(f"{f}: no nodes; add one [[node]] table per board (id, board, runner, probe, port)")
+    if not isinstance(nodes_raw, list) or not all(isinstance(n, dict) for n in nodes_raw):
+        raise UserError(f"{f}: 'node' must be an array of tables: write each node as [[node]]")
+    nodes: list[NodeEntry] = []
+    seen_id: dict[int, int] = {}
+    seen_port: dict[str, int] = {}
+    seen_probe: dict[str, int] = {}
+    notes: list[str] = []
+    for k, raw in enumerate(nodes_raw, 1):
+        entry = _parse_node(f, k, {**defaults, **raw}, base, explicit=raw)
+        if entry.id in seen_id:
+            raise UserError(f"{f}: node id {entry.id} appears twice ([[node]] #{seen_id[entry.id]} and #{k}); "
+                            "give every node its own id")
+        seen_id[entry.id] = k
+        if entry.port_path in seen_port:
+            raise UserError(f"{f}: node {entry.id}: port {entry.port} is also node {seen_port[entry.port_path]}'s; "
+                            "every node needs its own serial port")
+        seen_port[entry.port_path] = entry.id
+        if entry.probe is not None:
+            key = normalize_serial(entry.probe)
+            if key in seen_probe:
+                raise UserError(f"{f}: node {entry.id}: probe {entry.probe} is also node {seen_probe[key]}'s; "
+                                "every node needs its own debug probe")
+            seen_probe[key] = entry.id
+        if entry.runner != "sim" and "/dev/serial/by-id/" not in entry.port and entry.port.startswith("/dev/tty"):
+            notes.append(f"node {entry.id}: port {entry.port} may change name between boots or replugs; "
+                         "prefer its /dev/serial/by-id/ path (see `cisl testbed scan`)")
+        nodes.append(entry)
+    nodes.sort(key=lambda n: n.id)
+    return Testbed(path, nodes, name, state_dir, sim, notes)
+
+
+def _parse_sim(f: str, sim: Any) -> SimSettings:
+    if not isinstance(sim, dict):
+        raise UserError(f"{f}: 'sim' must be a table: [sim]")
+    _check_keys(f"{f}: [sim]", sim, SIM_KEYS)
+    out = SimSettings()
+    if "topology" in sim:
+        from ..radio.topology import TOPOLOGIES
+
+        t = sim["topology"]
+        if t not in TOPOLOGIES:
+            close = difflib.get_close_matches(str(t), TOPOLOGIES, n=1)
+            raise UserError(f"{f}: [sim] topology '{t}' is unknown; "
+                            + (f"did you mean '{close[0]}'?" if close else f"choose one of {', '.join(TOPOLOGIES)}"))
+        out.topology = t
+    if "seed" in sim:
+        if not isinstance(sim["seed"], int) or isinstance(sim["seed"], bool):
+            raise UserError(f"{f}: [sim] seed must be an integer")
+        out.seed = sim["seed"]
+    if "timeout" in sim:
+        t = sim["timeout"]
+        if not isinstance(t, (int, float)) or isinstance(t, bool) or t <= 0:
+            raise UserError(f"{f}: [sim] timeout must be a positive number of seconds")
+        out.timeout = float(t)
+    return out
+
+
+def _parse_node(f: str, k: int, raw: dict[str, Any], base: Path, explicit: dict[str, Any]) -> NodeEntry:
+    nid = explicit.get("id")
+    if nid is None:
+        raise UserError(f"{f}: [[node]] #{k}: no 'id'; give the node of the build it runs, e.g. id = {k - 1}")
+    if not isinstance(nid, int) or isinstance(nid, bool) or not 0 <= nid <= 255:
+        raise UserError(f"{f}: [[node]] #{k}: id must be an integer 0..255, not {nid!r}")
+    where = f"{f}: node {nid}"
+    _check_keys(where, raw, NODE_KEYS)
+
+    runner = raw.get("runner")
+    if runner is None:
+        raise UserError(f"{where}: no 'runner'; set runner = \"nrfutil\" (or pyocd, nrfjprog, sim) in the node "
+                        "or in [defaults]")
+    if runner not in RUNNER_NAMES:
+        close = difflib.get_close_matches(str(runner), RUNNER_NAMES, n=1)
+        raise UserError(f"{where}: runner '{runner}' is unknown; "
+                        + (f"did you mean '{close[0]}'?" if close else f"choose one of {', '.join(RUNNER_NAMES)}"))
+    board = raw.get("board")
+    if board is None:
+        raise UserError(f"{where}: no 'board'; set e.g. board = \"{'sim' if runner == 'sim' else 'nrf52840dk'}\" "
+                        "in the node or in [defaults]")
+    if not isinstance(board, str) or not board:
+        raise UserError(f"{where}: board must be a board name (a string)")
+    if runner == "sim" and board != "sim":
+        raise UserError(f"{where}: runner 'sim' runs board 'sim' builds, not '{board}'; set board = \"sim\" "
+                        "or choose the runner of the node's debug probe")
+    if runner != "sim" and board == "sim":
+        raise UserError(f"{where}: board 'sim' is the virtual testbed; use runner = \"sim\" for it")
+
+    port = raw.get("port")
+    if port is None:
+        hint = (f".cisl-testbed/node_{nid:02d}.tty" if runner == "sim"
+                else "/dev/serial/by-id/usb-SEGGER_J-Link_000683123456-if00")
+        raise UserError(f"{where}: no 'port'; give the node's serial port, e.g. port = \"{hint}\"")
+    if not isinstance(port, str) or not port:
+        raise UserError(f"{where}: port must be a path (a string)")
+    port_path = port if Path(port).is_absolute() else str(base / port)
+
+    probe = raw.get("probe")
+    if probe is not None:
+        if isinstance(probe, int) and not isinstance(probe, bool):
+            raise UserError(f"{where}: probe must be a string (leading zeros matter): probe = \"{probe}\"")
+        if not isinstance(probe, str) or not probe.strip():
+            raise UserError(f"{where}: probe must be the debug probe's serial number as a string")
+        probe = probe.strip()
+    if runner == "sim" and probe is not None:
+        raise UserError(f"{where}: runner 'sim' has no debug probe; remove 'probe'")
+
+    baud = raw.get("baud", DEFAULT_BAUD)
+    if not isinstance(baud, int) or isinstance(baud, bool) or baud <= 0:
+        raise UserError(f"{where}: baud must be a positive integer, e.g. baud = {DEFAULT_BAUD}")
+    target = raw.get("target", DEFAULT_TARGET)
+    if not isinstance(target, str) or not target:
+        raise UserError(f"{where}: target must be a pyocd target name, e.g. target = \"{DEFAULT_TARGET}\"")
+    position = raw.get("position")
+    if position is not None:
+        if (not isinstance(position, list) or len(position) not in (2, 3)
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in position)):
+            raise UserError(f"{where}: position must be [x, y] or [x, y, z] in metres, e.g. position = [0.0, 2.5]")
+        position = tuple(float(v) for v in position)
+    return NodeEntry(nid, board, runner, port, port_path, probe, baud, target, position)
+
+
+def normalize_serial(s: str) -> str:
+    """Compare probe serial numbers the way tools print them: J-Link's USB serial '000683123456' is
+    nrfjprog's 683123456; hexadecimal CMSIS-DAP ids compare case-insensitively."""
+    s = s.strip()
+    if s.isdigit():
+        return s.lstrip("0") or "0"
+    return s.upper()
+
+
+def render_testbed(nodes: list[dict[str, Any]], header: list[str] | None = None, testbed: dict | None = None,
+                   sim: dict | None = None, trailer: list[str] | None = None) -> str:
+    """TOML text of a testbed file (comments, [testbed], [sim], one [[node]] per dict)."""
+    out = [f"# {h}" if h else "#" for h in (header or [])]
+    if header:
+        out.append("")
+    if testbed:
+        out.append("[testbed]")
+        out += [f"{k} = {_toml_value(v)}" for k, v in testbed.items()]
+        out.append("")
+    if sim:
+        out.append("[sim]")
+        out += [f"{k} = {_toml_value(v)}" for k, v in sim.items()]
+        out.append("")
+    for n in nodes:
+        for c in n.get("_comments", []):
+            out.append(f"# {c}")
+        prefix = "# " if n.get("_commented") else ""
+        out.append(f"{prefix}[[node]]")
+        for k in NODE_KEYS:
+            if k in n and n[k] is not None:
+                out.append(f"{prefix}{k} = {_toml_value(n[k])}")
+        out.append("")
+    for t in trailer or []:
+        out.append(f"# {t}" if t else "#")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    s = str(v).replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{s}"'

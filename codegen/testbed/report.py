@@ -1,0 +1,354 @@
+"""`cisl report LOGS... -o report/`: latency, speedup, memory, delivery and forecast tables and figures.
+
+Input: folders written by `cisl logs` (merged.jsonl, or node_NN.jsonl) or by `cisl sim`
+(records.jsonl). Several folders are compared by node count (e.g. runs of 1, 4 and 16 nodes).
+The CSV columns are documented in docs/usage.md (`cisl report`).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import zlib
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import UserError
+
+BLOCKS = ("embed", "attn", "mlp", "head")
+BLOCK_COLORS = {"embed": "#8c564b", "attn": "#1f77b4", "mlp": "#2ca02c", "head": "#9467bd"}
+
+
+@dataclass
+class Run:
+    label: str
+    path: Path
+    records: list[dict]
+    nodes: int = 0
+    sink: int = 0
+
+    def of(self, event: str, node: int | None = None) -> list[dict]:
+        return [r for r in self.records if r.get("event") == event and (node is None or r.get("node") == node)]
+
+    @property
+    def node_ids(self) -> list[int]:
+        return sorted({int(r["node"]) for r in self.records})
+
+
+@dataclass
+class ReportResult:
+    out_dir: Path
+    files: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    latency: list[dict] = field(default_factory=list)
+    speedup: list[dict] = field(default_factory=list)
+
+
+def load_run(path: Path) -> Run:
+    path = Path(path)
+    if not path.is_dir():
+        raise UserError(f"{path}: not a folder; give the output folder of `cisl logs` (or of `cisl sim --logs`)")
+    files = [path / "merged.jsonl"] if (path / "merged.jsonl").is_file() else sorted(path.glob("node_*.jsonl"))
+    if not files and (path / "records.jsonl").is_file():
+        files = [path / "records.jsonl"]
+    if not files:
+        raise UserError(f"{path}: no merged.jsonl, node_NN.jsonl or records.jsonl; record a run with "
+                        f"`cisl logs --testbed FILE -o {path}`")
+    records = []
+    for f in files:
+        with open(f) as fh:
+            for i, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    raise UserError(f"{f}:{i}: not a JSON line; was the file cut or edited?") from None
+                if isinstance(rec, dict) and "event" in rec and "node" in rec:
+                    records.append(rec)
+    if not records:
+        raise UserError(f"{path}: the logs hold no records (did the nodes print anything?)")
+    records.sort(key=lambda r: r.get("host_time", 0.0))
+    run = Run(path.name or str(path), path, records)
+    boots = [int(r["nodes"]) for r in run.of("boot") if "nodes" in r]
+    run.nodes = max(boots) if boots else len(run.node_ids)
+    outs = {int(r["node"]) for r in run.of("output")}
+    run.sink = min(outs) if outs else 0
+    return run
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def per_node_latency(run: Run) -> tuple[list[dict], list[dict]]:
+    """(latency rows per node, block rows per node and block kind); means per inference."""
+    lat, blk = [], []
+    for k in run.node_ids:
+        infer = {int(r["inf"]): int(r["us"]) for r in run.of("infer", k)}
+        blocks = [r for r in run.of("block", k) if int(r["inf"]) in infer] if infer else run.of("block", k)
+        infs = sorted(infer) or sorted({int(r["inf"]) for r in blocks})
+        if not infs:
+            continue
+        comp = defaultdict(lambda: defaultdict(int))
+        comm = defaultdict(lambda: defaultdict(int))
+        for r in blocks:
+            comp[int(r["inf"])][r["block"]] += int(r["us"])
+            comm[int(r["inf"])][r["block"]] += int(r["comm_us"])
+        c = _mean([sum(comp[i].values()) for i in infs])
+        m = _mean([sum(comm[i].values()) for i in infs])
+        t = _mean([infer[i] for i in infs]) if infer else float("nan")
+        lat.append({"run": run.label, "nodes": run.nodes, "node": k, "inferences": len(infs),
+                    "infer_us": round(t, 1), "compute_us": round(c, 1), "comm_us": round(m, 1),
+                    "other_us": round(t - c - m, 1)})
+        kinds = [b for b in BLOCKS if any(b in comp[i] for i in infs)] + sorted(
+            {b for i in infs for b in comp[i]} - set(BLOCKS))
+        for b in kinds:
+            blk.append({"run": run.label, "nodes": run.nodes, "node": k, "block": b, "inferences": len(infs),
+                        "compute_us": round(_mean([comp[i][b] for i in infs]), 1),
+                        "comm_us": round(_mean([comm[i][b] for i in infs]), 1)})
+    return lat, blk
+
+
+def rounds(run: Run) -> tuple[list[dict], list[dict]]:
+    """(every sg line, per round summed over nodes)."""
+    rows, agg = [], {}
+    order: dict[int, list[tuple]] = defaultdict(list)
+    for r in run.of("sg"):
+        rows.append({"run": run.label, "nodes": run.nodes, "node": r["node"], "inference": r["inf"],
+                     "layer": r["layer"], "point": r["point"], "us": r["us"], "tx": r["tx"], "rx": r["rx"],
+                     "delivered": r["delivered"], "expected": r["expected"]})
+        key = (int(r["inf"]), int(r["layer"]), str(r["point"]))
+        if key not in agg:
+            agg[key] = [0, 0, 0]
+            order[key[0]].append(key)
+        agg[key][0] += int(r["delivered"])
+        agg[key][1] += int(r["expected"])
+        agg[key][2] += 1
+    out = []
+    for inf in sorted(order):
+        for rnd, key in enumerate(order[inf]):
+            d, e, n = agg[key]
+            out.append({"run": run.label, "nodes": run.nodes, "inference": inf, "round": rnd, "layer": key[1],
+                        "point": key[2], "reporting_nodes": n, "delivered": d, "expected": e,
+                        "ratio": round(d / e, 4) if e else ""})
+    return rows, out
+
+
+def forecasts(run: Run) -> list[dict]:
+    parts: dict[int, dict[int, bytes]] = defaultdict(dict)
+    meta: dict[int, tuple[int, str]] = {}
+    for r in run.of("output", run.sink):
+        try:
+            parts[int(r["inf"])][int(r["off"])] = bytes.fromhex(str(r["q"]))
+        except ValueError:
+            continue
+        meta[int(r["inf"])] = (int(r["n"]), str(r["crc"]))
+    infer_crc = {int(r["inf"]): str(r["crc"]) for r in run.of("infer", run.sink)}
+    out = []
+    for inf in sorted(set(meta) | set(infer_crc)):
+        n, crc = meta.get(inf, (0, ""))
+        data = b"".join(parts[inf][o] for o in sorted(parts[inf])) if inf in parts else b""
+        complete = len(data) == n and n > 0
+        ok = complete and f"{zlib.crc32(data):08x}" == crc.lower()
+        out.append({"run": run.label, "nodes": run.nodes, "inference": inf, "sink": run.sink, "n": n, "crc": crc,
+                    "crc_ok": "yes" if ok else ("incomplete" if not complete else "no"),
+                    "infer_crc": infer_crc.get(inf, ""), "q": data.hex() if complete else ""})
+    return out
+
+
+def memory(build_dir: Path) -> list[dict]:
+    build_dir = Path(build_dir)
+    try:
+        comp = json.loads((build_dir / "compile.json").read_text())
+    except (OSError, ValueError):
+        raise UserError(f"--build {build_dir}: no readable compile.json; give a folder written by "
+                        "`cisl compile`") from None
+    try:
+        images = {int(n["node"]): int(n["bytes"]) for n in json.loads((build_dir / "build.json").read_text())["nodes"]}
+    except (OSError, ValueError, KeyError):
+        images = {}
+    return [{"build": build_dir.name or str(build_dir), "board": comp.get("board", ""), "nodes": comp["devices"],
+             "node": n["node"], "param_bytes": n["param_bytes"], "arena_bytes": n["arena_bytes"],
+             "bytes_sent_per_inference": n["bytes_sent_per_inference"], "image_bytes": images.get(n["node"], "")}
+            for n in comp["nodes"]]
+
+
+def _write_csv(path: Path, rows: list[dict], columns: list[str]) -> Path:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow(r)
+    return path
+
+
+LATENCY_COLS = ["run", "nodes", "node", "inferences", "infer_us", "compute_us", "comm_us", "other_us"]
+BLOCK_COLS = ["run", "nodes", "node", "block", "inferences", "compute_us", "comm_us"]
+SG_COLS = ["run", "nodes", "node", "inference", "layer", "point", "us", "tx", "rx", "delivered", "expected"]
+DELIVERY_COLS = ["run", "nodes", "inference", "round", "layer", "point", "reporting_nodes", "delivered", "expected",
+                 "ratio"]
+SPEEDUP_COLS = ["run", "nodes", "sink", "infer_us", "compute_us", "comm_us", "speedup"]
+MEMORY_COLS = ["build", "board", "nodes", "node", "param_bytes", "arena_bytes", "bytes_sent_per_inference",
+               "image_bytes"]
+FORECAST_COLS = ["run", "nodes", "inference", "sink", "n", "crc", "crc_ok", "infer_crc", "q"]
+
+
+def make_report(log_dirs: list[Path], out_dir: Path, builds: list[Path] | None = None,
+                plots: bool = True) -> ReportResult:
+    runs = [load_run(p) for p in log_dirs]
+    labels = [r.label for r in runs]
+    for r in runs:  # the same folder name twice (a/logs, b/logs): tell them apart by node count and position
+        if labels.count(r.label) > 1:
+            r.label = f"{r.label}#{runs.index(r)}({r.nodes} nodes)"
+    runs.sort(key=lambda r: r.nodes)
+    mem = [row for b in builds or [] for row in memory(b)]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    res = ReportResult(out_dir)
+    lat, blk, sgs, dlv, fc = [], [], [], [], []
+    for r in runs:
+        a, b = per_node_latency(r)
+        lat += a
+        blk += b
+        s, d = rounds(r)
+        sgs += s
+        dlv += d
+        fc += forecasts(r)
+    speed = []
+    central = [r for r in runs if r.nodes == 1]
+    for r in runs:
+        sink = next((row for row in lat if row["run"] == r.label and row["node"] == r.sink), None)
+        if sink is None:
+            continue
+        speed.append({"run": r.label, "nodes": r.nodes, "sink": r.sink, "infer_us": sink["infer_us"],
+                      "compute_us": sink["compute_us"], "comm_us": sink["comm_us"], "speedup": ""})
+    if central:
+        base = next((s for s in speed if s["run"] == central[0].label), None)
+        if base:
+            for s in speed:
+                s["speedup"] = round(base["infer_us"] / s["infer_us"], 3) if s["infer_us"] else ""
+    else:
+        res.notes.append("no 1-node run among the logs: speedup over central execution not computed (add the logs "
+                         "of a run compiled with --devices 1)")
+    res.latency, res.speedup = lat, speed
+    res.files += [_write_csv(out_dir / "latency.csv", lat, LATENCY_COLS),
+                  _write_csv(out_dir / "blocks.csv", blk, BLOCK_COLS),
+                  _write_csv(out_dir / "rounds.csv", sgs, SG_COLS),
+                  _write_csv(out_dir / "delivery.csv", dlv, DELIVERY_COLS),
+                  _write_csv(out_dir / "speedup.csv", speed, SPEEDUP_COLS),
+                  _write_csv(out_dir / "forecasts.csv", fc, FORECAST_COLS)]
+    if mem:
+        res.files.append(_write_csv(out_dir / "memory.csv", mem, MEMORY_COLS))
+    else:
+        res.notes.append("no --build given: no memory table")
+    if plots:
+        res.files += _plots(out_dir, runs, blk, lat, speed if central else [], dlv, mem)
+    return res
+
+
+def _plots(out: Path, runs: list[Run], blk: list[dict], lat: list[dict], speed: list[dict], dlv: list[dict],
+           mem: list[dict]) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    files = []
+    # Fig. 6 style: per-block compute and communication, stacked; one bar per node count (the sink's
+    # per-inference time), or one bar per node when there is a single run
+    if len(runs) > 1:
+        bars = [(f"{r.nodes}", r.label, r.sink) for r in runs]
+        xlabel = "nodes"
+    else:
+        bars = [(f"{k}", runs[0].label, k) for k in runs[0].node_ids]
+        xlabel = f"node ({runs[0].label}, {runs[0].nodes} nodes)"
+    fig, ax = plt.subplots(figsize=(max(7, 0.6 * len(bars) + 5), 4))
+    bottoms = [0.0] * len(bars)
+    kinds = [b for b in BLOCKS if any(row["block"] == b for row in blk)]
+    for part, hatch in (("compute_us", None), ("comm_us", "//")):
+        for b in kinds:
+            vals = []
+            for _, label, node in bars:
+                row = next((x for x in blk if x["run"] == label and x["node"] == node and x["block"] == b), None)
+                vals.append((row[part] if row else 0.0) / 1000.0)
+            ax.bar(range(len(bars)), vals, bottom=bottoms, color=BLOCK_COLORS.get(b, "gray"), hatch=hatch,
+                   edgecolor="white" if hatch else None,
+                   label=f"{b} {'compute' if part == 'compute_us' else 'communication'}")
+            bottoms = [x + v for x, v in zip(bottoms, vals)]
+    ax.set_xticks(range(len(bars)), [b[0] for b in bars])
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("ms per inference")
+    ax.set_title("latency per block: compute vs communication (hatched)")
+    ax.legend(fontsize=7, bbox_to_anchor=(1.02, 1.0), loc="upper left")
+    fig.tight_layout()
+    files.append(out / "latency_blocks.png")
+    fig.savefig(files[-1], dpi=120)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(1, len(runs), figsize=(max(5, 3.5 * len(runs)), 4), squeeze=False)
+    for ax, r in zip(axes[0], runs):
+        rows = [x for x in lat if x["run"] == r.label]
+        xs = range(len(rows))
+        comp = [x["compute_us"] / 1000 for x in rows]
+        comm = [x["comm_us"] / 1000 for x in rows]
+        other = [max(0.0, x["other_us"]) / 1000 if x["other_us"] == x["other_us"] else 0.0 for x in rows]
+        ax.bar(xs, comp, label="compute", color="#1f77b4")
+        ax.bar(xs, comm, bottom=comp, label="communication", color="#ff7f0e")
+        ax.bar(xs, other, bottom=[a + b for a, b in zip(comp, comm)], label="other", color="#c7c7c7")
+        ax.set_xticks(list(xs), [str(x["node"]) for x in rows])
+        ax.set_title(f"{r.label} ({r.nodes} nodes)", fontsize=9)
+        ax.set_xlabel("node")
+    axes[0][0].set_ylabel("ms per inference")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    files.append(out / "latency_nodes.png")
+    fig.savefig(files[-1], dpi=120)
+    plt.close(fig)
+
+    if speed:
+        fig, ax = plt.subplots(figsize=(5, 4))
+        ax.plot([s["nodes"] for s in speed], [s["speedup"] or 0 for s in speed], "o-")
+        ax.axhline(1.0, color="gray", lw=0.8)
+        ax.set_xlabel("nodes")
+        ax.set_ylabel("speedup over 1 node")
+        ax.set_title("speedup over central execution")
+        fig.tight_layout()
+        files.append(out / "speedup.png")
+        fig.savefig(files[-1], dpi=120)
+        plt.close(fig)
+
+    if dlv:
+        fig, ax = plt.subplots(figsize=(7, 3.5))
+        for r in runs:
+            ys = [d["ratio"] for d in dlv if d["run"] == r.label and d["ratio"] != ""]
+            ax.plot(range(len(ys)), ys, ".-", lw=0.8, label=f"{r.label} ({r.nodes} nodes)")
+        ax.set_ylim(-0.05, 1.05)
+        ax.set_xlabel("communication round (in order)")
+        ax.set_ylabel("delivered / expected")
+        ax.set_title("messages delivered per round")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        files.append(out / "delivery.png")
+        fig.savefig(files[-1], dpi=120)
+        plt.close(fig)
+
+    if mem:
+        builds = sorted({m["build"] for m in mem})
+        fig, axes = plt.subplots(1, len(builds), figsize=(max(5, 3.5 * len(builds)), 4), squeeze=False)
+        for ax, b in zip(axes[0], builds):
+            rows = [m for m in mem if m["build"] == b]
+            xs = range(len(rows))
+            ax.bar(xs, [m["param_bytes"] / 1024 for m in rows], label="parameters (flash)")
+            ax.bar(xs, [m["arena_bytes"] / 1024 for m in rows], bottom=[m["param_bytes"] / 1024 for m in rows],
+                   label="activation arena (RAM)")
+            ax.set_xticks(list(xs), [str(m["node"]) for m in rows])
+            ax.set_title(f"{b} ({rows[0]['nodes']} nodes)", fontsize=9)
+            ax.set_xlabel("node")
+        axes[0][0].set_ylabel("KiB")
+        axes[0][0].legend(fontsize=7)
+        fig.tight_layout()
+        files.append(out / "memory.png")
+        fig.savefig(files[-1], dpi=120)
+        plt.close(fig)
+    return files

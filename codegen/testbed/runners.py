@@ -1,0 +1,407 @@
+"""Flash runners: one small class per tool, with its capabilities (like Zephyr's RunnerCaps).
+
+A runner programs, verifies and resets one node, always choosing the board by the serial number of
+its debug probe. Tool failures become a ``FlashError`` whose message says the next step (install
+the tool, which probes are attached, ``--recover`` for a protected device). Runners for virtual
+boards (``sim``; a QEMU runner fits the same interface) set ``probe=False`` and ``batch_reset=True``:
+their nodes start together, on one reset of the whole testbed.
+
+External programs run through ``subprocess.run`` and pyocd through its Python API, so tests can
+replace both and check the exact command lines and API calls.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, ClassVar
+
+from ..errors import UserError
+from .config import NodeEntry, Testbed
+from .probes import Probe
+
+Say = Callable[[NodeEntry, str], None]
+
+INSTALL_HINTS = {
+    "nrfutil": "install nRF Util from Nordic (https://www.nordicsemi.com/Products/Development-tools/nRF-Util), "
+               "then `nrfutil install device`",
+    "nrfjprog": "install the nRF Command Line Tools (legacy; or use runner = \"nrfutil\")",
+    "pyocd": "pip install pyocd",
+}
+
+
+class MissingProgram(UserError):
+    def __init__(self, program: str, runner: str):
+        super().__init__(f"runner {runner}: `{program}` not found on PATH; {INSTALL_HINTS.get(program, 'install it')}")
+        self.program = program
+
+
+class FlashError(Exception):
+    """One node's flash (or reset) failed; the message is one line with the next step."""
+
+    def __init__(self, message: str, kind: str = "failed"):
+        super().__init__(message)
+        self.kind = kind  # failed, probe, protected, verify, timeout, tool
+
+
+@dataclass(frozen=True)
+class RunnerCaps:
+    flash: bool = True
+    verify: bool = True  # reads the image back after programming
+    reset: bool = True
+    recover: bool = False  # can unlock a protected (APPROTECT) device by erasing it
+    probe: bool = True  # boards are chosen by the serial number of a debug probe
+    batch_reset: bool = False  # all nodes start on one reset of the whole testbed (virtual testbeds)
+    boards: frozenset[str] | None = None  # the boards it runs; None: any physical board
+    image: str = "hex"  # what it programs: "hex" or "elf"
+
+
+class Runner:
+    name: ClassVar[str] = ""
+    programs: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, testbed: Testbed, say: Say | None = None, timeout: float = 180.0):
+        self.testbed = testbed
+        self.say: Say = say or (lambda node, msg: None)
+        self.timeout = timeout
+
+    @classmethod
+    def capabilities(cls) -> RunnerCaps:
+        return RunnerCaps()
+
+    def require(self, program: str) -> str:
+        """The program's path, or MissingProgram with an install hint."""
+        path = shutil.which(program)
+        if path is None:
+            raise MissingProgram(program, self.name)
+        return path
+
+    def check_tools(self) -> None:
+        for p in self.programs:
+            self.require(p)
+
+    def list_probes(self) -> list[Probe]:
+        return []
+
+    def prepare(self, nodes: list[NodeEntry], build) -> None:
+        """Once before flashing (the virtual testbed starts its supervisor here)."""
+
+    def flash(self, node: NodeEntry, image: Path, serial: str | None, verify: bool, recover: bool) -> None:
+        raise NotImplementedError
+
+    def reset_one(self, node: NodeEntry, serial: str | None) -> None:
+        raise NotImplementedError
+
+    def reset(self, nodes: list[NodeEntry], serials: dict[int, str | None]) -> dict[int, FlashError | None]:
+        """Reset the nodes (in parallel); per node None or the error."""
+        def one(n: NodeEntry) -> FlashError | None:
+            try:
+                self.reset_one(n, serials.get(n.id))
+                return None
+            except FlashError as e:
+                return e
+
+        if not nodes:
+            return {}
+        with ThreadPoolExecutor(max_workers=min(16, len(nodes))) as pool:
+            return dict(zip([n.id for n in nodes], pool.map(one, nodes)))
+
+    def run_status(self) -> dict | None:
+        """Virtual testbeds: whether the run the last reset started has ended ({"finished": bool,
+        "problems": [...]}); None for boards (nothing to ask)."""
+        return None
+
+    # -- helpers for command-line tools
+    def _run(self, node: NodeEntry, step: str, cmd: list[str]) -> subprocess.CompletedProcess:
+        self.say(node, step)
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout)
+        except FileNotFoundError:
+            raise FlashError(f"`{cmd[0]}` not found; {INSTALL_HINTS.get(cmd[0], 'install it')}", "tool") from None
+        except subprocess.TimeoutExpired:
+            raise FlashError(f"{step}: `{cmd[0]}` did not finish within {self.timeout:.0f} s (is the probe "
+                             "responding? replug it, or raise --timeout)", "timeout") from None
+        if p.returncode != 0:
+            raise self.translate(node, step, cmd, p)
+        return p
+
+    def translate(self, node: NodeEntry, step: str, cmd: list[str], p: subprocess.CompletedProcess) -> FlashError:
+        return FlashError(f"{step} failed: `{cmd[0]}` exit code {p.returncode}: {_tail(p)}")
+
+
+def _tail(p: subprocess.CompletedProcess) -> str:
+    lines = [ln.strip() for ln in ((p.stderr or "") + "\n" + (p.stdout or "")).splitlines() if ln.strip()]
+    return lines[-1] if lines else "no output"
+
+
+def _protected(serial: str | None) -> FlashError:
+    return FlashError(f"the device of probe {serial} is protected (APPROTECT): its flash cannot be read or "
+                      "written; run `cisl flash` again with --recover (erases the whole chip, then programs it)",
+                      "protected")
+
+
+class NrfUtilRunner(Runner):
+    """``nrfutil device`` (nRF Util): program + verify, reset, recover, all with --serial-number."""
+
+    name = "nrfutil"
+    programs = ("nrfutil",)
+
+    @classmethod
+    def capabilities(cls) -> RunnerCaps:
+        return RunnerCaps(recover=True)
+
+    def list_probes(self) -> list[Probe]:
+        from .probes import nrfutil_probes
+
+        return nrfutil_probes(self.timeout)
+
+    def flash(self, node, image, serial, verify, recover):
+        if recover:
+            self._run(node, "recover", ["nrfutil", "device", "recover", "--serial-number", serial])
+        options = "chip_erase_mode=ERASE_RANGES_TOUCHED_BY_FIRMWARE,verify=" + ("VERIFY_READ" if verify
+                                                                                 else "VERIFY_NONE")
+        self._run(node, "program" + (" + verify" if verify else ""),
+                  ["nrfutil", "device", "program", "--firmware", str(image), "--serial-number", serial,
+                   "--options", options])
+
+    def reset_one(self, node, serial):
+        self._run(node, "reset", ["nrfutil", "device", "reset", "--serial-number", serial])
+
+    def translate(self, node, step, cmd, p):
+        text = ((p.stderr or "") + (p.stdout or "")).lower()
+        if "protect" in text:
+            return _protected(serial_of(cmd))
+        if "verif" in text and step.startswith("program"):
+            return FlashError(f"verify failed on probe {serial_of(cmd)}: {_tail(p)}; run again, or with --recover "
+                              "if the flash holds protected data", "verify")
+        if "not found" in text or "no devices" in text or "no device" in text:
+            return FlashError(f"nrfutil did not find probe {serial_of(cmd)}: {_tail(p)}", "probe")
+        return super().translate(node, step, cmd, p)
+
+
+class NrfJprogRunner(Runner):
+    """``nrfjprog`` (legacy nRF Command Line Tools): --program --sectorerase --verify, --reset, --recover."""
+
+    name = "nrfjprog"
+    programs = ("nrfjprog",)
+    EXIT_PROTECTED = 16  # NotAvailableBecauseProtection
+    EXIT_VERIFY = 55
+
+    @classmethod
+    def capabilities(cls) -> RunnerCaps:
+        return RunnerCaps(recover=True)
+
+    @staticmethod
+    def family(node: NodeEntry) -> str:
+        return node.target[:5].upper() if node.target.lower().startswith("nrf") else "NRF52"
+
+    def list_probes(self) -> list[Probe]:
+        from .probes import nrfjprog_probes
+
+        return nrfjprog_probes(self.timeout)
+
+    def flash(self, node, image, serial, verify, recover):
+        f = ["-f", self.family(node)]
+        if recover:
+            self._run(node, "recover", ["nrfjprog", *f, "--recover", "-s", serial])
+        self._run(node, "program" + (" + verify" if verify else ""),
+                  ["nrfjprog", *f, "--program", str(image), "--sectorerase", *(["--verify"] if verify else []),
+                   "-s", serial])
+
+    def reset_one(self, node, serial):
+        self._run(node, "reset", ["nrfjprog", "-f", self.family(node), "--reset", "-s", serial])
+
+    def translate(self, node, step, cmd, p):
+        if p.returncode == self.EXIT_PROTECTED:
+            return _protected(serial_of(cmd))
+        if p.returncode == self.EXIT_VERIFY:
+            return FlashError(f"verify failed on probe {serial_of(cmd)} (nrfjprog exit code 55); run again, or "
+                              "with --recover", "verify")
+        text = ((p.stderr or "") + (p.stdout or "")).lower()
+        if "serial number" in text and ("not" in text or "no " in text):
+            return FlashError(f"nrfjprog did not find probe {serial_of(cmd)}: {_tail(p)}", "probe")
+        return super().translate(node, step, cmd, p)
+
+
+def serial_of(cmd: list[str]) -> str:
+    for flag in ("--serial-number", "-s", "--snr"):
+        if flag in cmd:
+            return cmd[cmd.index(flag) + 1]
+    return "?"
+
+
+class PyOCDRunner(Runner):
+    """pyocd through its Python API: ``ConnectHelper.session_with_chosen_probe(unique_id=...)``,
+    ``FileProgrammer``, a read-back verify of every loaded segment, and ``target.reset()``."""
+
+    name = "pyocd"
+
+    @classmethod
+    def capabilities(cls) -> RunnerCaps:
+        return RunnerCaps(recover=True, image="elf")
+
+    def check_tools(self) -> None:
+        try:
+            import pyocd  # noqa: F401
+        except ImportError:
+            raise MissingProgram("pyocd", self.name) from None
+
+    def list_probes(self) -> list[Probe]:
+        from .probes import pyocd_probes
+
+        return pyocd_probes()
+
+    def _session(self, node: NodeEntry, serial: str, recover: bool = False):
+        from pyocd.core.helpers import ConnectHelper
+
+        session = ConnectHelper.session_with_chosen_probe(
+            blocking=False, unique_id=serial,
+            options={"target_override": node.target, "auto_unlock": recover, "hide_programming_progress": True})
+        if session is None:
+            raise FlashError(f"pyocd found no probe {serial} (or several whose ids contain it)", "probe")
+        return session
+
+    def flash(self, node, image, serial, verify, recover):
+        from pyocd.flash.file_programmer import FileProgrammer
+
+        self.say(node, "connect")
+        step = "connect"
+        try:
+            with self._session(node, serial, recover) as session:
+                target = session.target
+                if not recover and getattr(target, "is_locked", None) is not None and target.is_locked():
+                    raise _protected(serial)
+                step = "program"
+                self.say(node, "program")
+                shown = [0]
+
+                def progress(fraction: float) -> None:
+                    pct = int(100 * fraction)
+                    if pct >= shown[0] + 25 or (pct == 100 and shown[0] < 100):
+                        shown[0] = pct
+                        self.say(node, f"program {pct} %")
+
+                FileProgrammer(session, progress=progress, chip_erase="chip" if recover else "sector").program(
+                    str(image))
+                if verify:
+                    step = "verify"
+                    self.say(node, "verify")
+                    for addr, data in image_segments(image):
+                        got = bytes(target.read_memory_block8(addr, len(data)))
+                        if got != data:
+                            bad = next(i for i in range(len(data)) if got[i] != data[i])
+                            raise FlashError(f"verify failed at 0x{addr + bad:08x} (read 0x{got[bad]:02x}, wrote "
+                                             f"0x{data[bad]:02x}); run again, or with --recover", "verify")
+        except FlashError:
+            raise
+        except Exception as e:  # pyocd raises many kinds (ProbeError, TransferFaultError, TargetError, ...)
+            msg = str(e) or type(e).__name__
+            if "lock" in msg.lower() or "approtect" in msg.lower() or "protect" in msg.lower():
+                raise _protected(serial) from None
+            raise FlashError(f"{step} failed (pyocd {type(e).__name__}: {msg})") from None
+
+    def reset_one(self, node, serial):
+        self.say(node, "reset")
+        try:
+            with self._session(node, serial) as session:
+                session.target.reset()
+        except FlashError:
+            raise
+        except Exception as e:
+            raise FlashError(f"reset failed (pyocd {type(e).__name__}: {e})") from None
+
+
+def image_segments(path: Path) -> list[tuple[int, bytes]]:
+    """(address, bytes) of every loaded part of an ELF (PT_LOAD segments with file data, at their
+    physical address) or Intel HEX image: what ends up in flash."""
+    path = Path(path)
+    if path.suffix == ".hex":
+        from intelhex import IntelHex
+
+        ih = IntelHex(str(path))
+        return [(lo, ih.tobinstr(start=lo, end=hi - 1)) for lo, hi in ih.segments()]
+    from elftools.elf.elffile import ELFFile
+
+    with open(path, "rb") as f:
+        elf = ELFFile(f)
+        return [(seg["p_paddr"], seg.data()) for seg in elf.iter_segments()
+                if seg["p_type"] == "PT_LOAD" and seg["p_filesz"] > 0]
+
+
+def elf_to_hex(elf: Path, out: Path) -> Path:
+    """Intel HEX of an ELF's loaded segments (what nrfutil/nrfjprog program)."""
+    from intelhex import IntelHex
+
+    ih = IntelHex()
+    for addr, data in image_segments(elf):
+        ih.puts(addr, data)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    ih.write_hex_file(str(tmp))
+    tmp.replace(out)
+    return out
+
+
+class SimRunner(Runner):
+    """The virtual testbed: "flashing" copies a node image into the testbed's state folder (verified by
+    SHA-256); a reset (re)starts every node process together, with the medium, under the supervisor."""
+
+    name = "sim"
+
+    @classmethod
+    def capabilities(cls) -> RunnerCaps:
+        return RunnerCaps(probe=False, batch_reset=True, boards=frozenset({"sim"}), image="elf")
+
+    def prepare(self, nodes, build) -> None:
+        from . import simbed
+
+        simbed.prepare(self.testbed, nodes, build)
+
+    def flash(self, node, image, serial, verify, recover):
+        from . import simbed
+
+        self.say(node, "copy image")
+        dest = simbed.image_path(self.testbed, node.id)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_suffix(".tmp")
+        shutil.copyfile(image, tmp)
+        tmp.chmod(0o755)
+        tmp.replace(dest)
+        if verify:
+            self.say(node, "verify")
+            if _sha256(dest) != _sha256(image):
+                raise FlashError(f"verify failed: {dest} differs from {image}", "verify")
+
+    def reset(self, nodes, serials):
+        from . import simbed
+
+        try:
+            simbed.request(self.testbed, {"cmd": "reset"})
+        except UserError as e:
+            err = FlashError(f"reset failed: {e}")
+            return {n.id: err for n in nodes}
+        return {n.id: None for n in nodes}
+
+    def reset_one(self, node, serial):
+        raise FlashError("sim nodes reset together; reset the testbed", "failed")
+
+    def run_status(self) -> dict | None:
+        from . import simbed
+
+        try:
+            st = simbed.request(self.testbed, {"cmd": "status"}, timeout=5.0)
+        except UserError as e:
+            return {"finished": True, "problems": [str(e)]}
+        return {"finished": st.get("state") in ("finished", "failed", "halted", "idle"),
+                "problems": st.get("problems", [])}
+
+
+def _sha256(p: Path) -> str:
+    return hashlib.sha256(Path(p).read_bytes()).hexdigest()
+
+
+RUNNERS: dict[str, type[Runner]] = {r.name: r for r in (PyOCDRunner, NrfUtilRunner, NrfJprogRunner, SimRunner)}

@@ -1,0 +1,227 @@
+"""The virtual testbed behind `cisl flash`/`cisl logs`: start, ask and stop the supervisor.
+
+State folder (``[testbed] state``, default ``.cisl-testbed`` next to the testbed file)::
+
+    supervisor.json         pid, control socket, config hash of the running supervisor
+    supervisor.log          what it did (runs started, ended)
+    supervisor-config.json  the ports it serves (node -> port path)
+    run.json                what a reset starts: node count, topology, seed, medium timeout
+    inputs.npy              the int8 input windows the medium hands out
+    node_NN/firmware.elf    the "flashed" images
+    node_NN.stderr          each node process's standard error (last run)
+    run/                    the medium's transcript, losses and radio statistics (last run)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import UserError
+from .config import NodeEntry, Testbed
+
+MODULE = "codegen.testbed.supervisor"
+
+
+def image_path(testbed: Testbed, node_id: int) -> Path:
+    return testbed.state_dir / f"node_{node_id:02d}" / "firmware.elf"
+
+
+def sim_ports(testbed: Testbed) -> dict[int, str]:
+    return {n.id: n.port_path for n in testbed.nodes if n.runner == "sim"}
+
+
+def _socket_path(state: Path) -> str:
+    p = str(state / "supervisor.sock")
+    if len(p) < 100:
+        return p
+    return f"/tmp/cisl-tb-{hashlib.sha1(p.encode()).hexdigest()[:12]}.sock"  # AF_UNIX paths are short
+
+
+def _config_hash(ports: dict[int, str]) -> str:
+    return hashlib.sha256(json.dumps(sorted(ports.items())).encode()).hexdigest()[:16]
+
+
+def read_info(state: Path) -> dict | None:
+    try:
+        return json.loads((state / "supervisor.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return False
+    return MODULE in cmdline  # not some other process that got the pid later
+
+
+def _ask(sock_path: str, req: dict, timeout: float) -> dict:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(sock_path)
+        s.sendall(json.dumps(req).encode() + b"\n")
+        buf = b""
+        while not buf.endswith(b"\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+    return json.loads(buf)
+
+
+def running(testbed: Testbed) -> dict | None:
+    """The running supervisor's info, or None (stale files of a dead one are not "running")."""
+    info = read_info(testbed.state_dir)
+    if not info or not _alive(int(info.get("pid", -1))):
+        return None
+    try:
+        _ask(info["socket"], {"cmd": "ping"}, 5.0)
+    except (OSError, ValueError):
+        return None
+    return info
+
+
+def request(testbed: Testbed, req: dict, timeout: float = 60.0) -> dict:
+    info = running(testbed)
+    if info is None:
+        raise UserError(f"the virtual testbed of {testbed.path} is not running; start it with "
+                        f"`cisl flash BUILD --testbed {testbed.path}`")
+    try:
+        resp = _ask(info["socket"], req, timeout)
+    except (OSError, ValueError) as e:
+        raise UserError(f"the virtual testbed's supervisor did not answer ({e}); see "
+                        f"{testbed.state_dir / 'supervisor.log'}") from None
+    if not resp.get("ok"):
+        raise UserError(f"virtual testbed: {resp.get('error', 'request failed')}")
+    return resp
+
+
+def ensure_supervisor(testbed: Testbed) -> dict:
+    """Start the supervisor for this testbed unless one with the same ports is running."""
+    state = testbed.state_dir
+    ports = sim_ports(testbed)
+    chash = _config_hash(ports)
+    info = running(testbed)
+    if info is not None:
+        if info.get("config_hash") == chash:
+            return info
+        stop(testbed)  # the testbed file changed (nodes, ports): start over
+    state.mkdir(parents=True, exist_ok=True)
+    for k, port in ports.items():
+        if os.path.exists(port) and not os.path.islink(port):
+            raise UserError(f"{testbed.path}: node {k}: port {port} exists and is not a symlink; the virtual "
+                            "testbed puts the node's pseudo-terminal there: choose another path")
+    nonce = uuid.uuid4().hex
+    cfg = {"ports": {str(k): v for k, v in ports.items()}, "socket": _socket_path(state), "nonce": nonce,
+           "config_hash": chash}
+    (state / "supervisor-config.json").write_text(json.dumps(cfg, indent=1) + "\n")
+    (state / "supervisor.error").unlink(missing_ok=True)
+    with open(state / "supervisor.log", "a") as log:
+        p = subprocess.run([sys.executable, "-m", MODULE, "--state", str(state), "--config",
+                            str(state / "supervisor-config.json"), "--daemon"],
+                           stdin=subprocess.DEVNULL, stdout=log, stderr=log, timeout=30)
+    if p.returncode != 0:
+        raise UserError(f"the virtual testbed's supervisor did not start; see {state / 'supervisor.log'}")
+    deadline = time.monotonic() + 15.0
+    while time.monotonic() < deadline:
+        info = read_info(state)
+        if info and info.get("nonce") == nonce:
+            return info
+        err = state / "supervisor.error"
+        if err.is_file():
+            raise UserError(f"the virtual testbed's supervisor failed: {err.read_text().strip()}")
+        time.sleep(0.02)
+    raise UserError(f"the virtual testbed's supervisor did not come up within 15 s; see {state / 'supervisor.log'}")
+
+
+def stop(testbed: Testbed, timeout: float = 10.0) -> int | None:
+    """End the supervisor (its nodes and medium with it); returns its pid, None if none was running."""
+    info = read_info(testbed.state_dir)
+    if not info:
+        return None
+    pid = int(info.get("pid", -1))
+    if not _alive(pid):
+        (testbed.state_dir / "supervisor.json").unlink(missing_ok=True)
+        return None
+    try:
+        _ask(info["socket"], {"cmd": "stop"}, timeout)
+    except (OSError, ValueError):
+        os.kill(pid, 15)  # not answering: SIGTERM ends it just as cleanly
+    deadline = time.monotonic() + timeout
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if _alive(pid):
+        os.kill(pid, 9)
+    return pid
+
+
+def prepare(testbed: Testbed, nodes: list[NodeEntry], build) -> None:
+    """Before "flashing" sim nodes: check the run is possible, write the inputs and run.json, make
+    sure the supervisor is up and halt what it runs. Images of nodes outside the build are erased, so
+    a reset starts exactly the build's nodes."""
+    from ..radio.topology import default_topology, topology
+
+    plan = build.plan
+    n = plan.devices
+    name = testbed.sim.topology or default_topology(n)
+    try:
+        topo = topology(name, None if name == "hallway16" else n, testbed.sim.seed)
+    except ValueError as e:
+        raise UserError(f"{testbed.path}: [sim] topology {name}: {e}") from None
+    if topo.n != n:
+        raise UserError(f"{testbed.path}: [sim] topology {name} has {topo.n} nodes but the build has {n}; choose a "
+                        "topology for that many nodes or remove [sim] topology")
+    try:
+        x = np.load(build.dir / "inputs.npy", allow_pickle=False)
+    except (OSError, ValueError):
+        raise UserError(f"{build.dir / 'inputs.npy'}: missing or not a .npy array; compile the build again") from None
+    if x.ndim != 2 or x.shape[1] != plan.cfg.lookback:
+        raise UserError(f"{build.dir / 'inputs.npy'}: shape {x.shape}; expected [n, {plan.cfg.lookback}]")
+    info = ensure_supervisor(testbed)
+    request(testbed, {"cmd": "halt"})
+    state = testbed.state_dir
+    np.save(state / "inputs.npy", plan.quantize_input(np.asarray(x, dtype=np.float64)).astype(np.int8))
+    keep = {nd.id for nd in nodes}
+    for k in sim_ports(testbed):
+        if k not in keep:
+            image_path(testbed, k).unlink(missing_ok=True)
+    (state / "run.json").write_text(json.dumps({"nodes": n, "topology": name, "seed": testbed.sim.seed,
+                                                "timeout": testbed.sim.timeout, "supervisor": info["pid"]}) + "\n")
+
+
+def sim_testbed_text(nodes: int, topology_name: str | None = None, seed: int = 0,
+                     state: str = ".cisl-testbed") -> str:
+    """A testbed file for the virtual testbed: runner "sim", ports at stable paths in the state folder
+    (symlinks to the pseudo-terminals the supervisor creates), positions of the radio topology."""
+    from ..radio.topology import default_topology, topology
+    from .config import render_testbed
+
+    name = topology_name or default_topology(nodes)
+    try:
+        topo = topology(name, None if name == "hallway16" else nodes, seed)
+    except ValueError as e:
+        raise UserError(f"--topology {name}: {e}") from None
+    if topo.n != nodes:
+        raise UserError(f"--topology {name} has {topo.n} nodes, not {nodes}")
+    rows = [{"id": k, "board": "sim", "runner": "sim", "port": f"{state}/node_{k:02d}.tty",
+             "position": [round(float(v), 2) for v in topo.positions[k]]} for k in range(nodes)]
+    header = [f"virtual testbed of {nodes} nodes, written by `cisl testbed sim`",
+              "flash a board-'sim' build with `cisl flash BUILD --testbed THIS_FILE`; each port is a symlink to the",
+              "node's pseudo-terminal while the testbed runs (`cisl testbed stop` ends it).",
+              f"positions (metres) are those of the radio topology {name}, seed {seed}; the medium places the",
+              "nodes by [sim] topology and seed, so editing them changes nothing."]
+    sim = {"seed": seed, "timeout": 120}
+    if topology_name:
+        sim = {"topology": topology_name, **sim}
+    return render_testbed(rows, header, {"name": f"sim{nodes}", "state": state}, sim)

@@ -1,0 +1,170 @@
+"""testbed.toml: a good file parses; each mistake is one line naming file, node, key and fix (exit 2).
+Also `cisl testbed sim` (the virtual testbed's file) and `cisl testbed scan` with faked probes and ports."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from codegen.errors import UserError
+from codegen.testbed import probes as P
+from codegen.testbed.config import load_testbed, normalize_serial
+from codegen.testbed.scan import scan
+
+pytestmark = pytest.mark.unit
+
+GOOD = """
+[testbed]
+name = "lab"
+
+[defaults]
+board = "nrf52840dk"
+runner = "nrfutil"
+
+[[node]]
+id = 0
+probe = "683123456"
+port = "/dev/serial/by-id/usb-SEGGER_J-Link_000683123456-if00"
+position = [0.0, 1.5]
+
+[[node]]
+id = 1
+runner = "pyocd"
+probe = "0240000034544e45"
+port = "/dev/ttyACM1"
+baud = 1000000
+"""
+
+
+def cisl(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "codegen.cli", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=60)
+
+
+def one_line_error(p: subprocess.CompletedProcess, *needles: str) -> str:
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+    return lines[0]
+
+
+def test_good_file_parses_with_defaults_and_notes(tmp_path):
+    (tmp_path / "tb.toml").write_text(GOOD)
+    tb = load_testbed(tmp_path / "tb.toml")
+    assert [n.id for n in tb.nodes] == [0, 1]
+    n0, n1 = tb.nodes
+    assert (n0.board, n0.runner, n0.baud, n0.position) == ("nrf52840dk", "nrfutil", 115200, (0.0, 1.5))
+    assert (n1.runner, n1.baud, n1.target) == ("pyocd", 1000000, "nrf52840")
+    assert tb.state_dir == tmp_path / ".cisl-testbed"
+    assert len(tb.notes) == 1 and "/dev/ttyACM1" in tb.notes[0] and "by-id" in tb.notes[0]
+    assert normalize_serial("000683123456") == normalize_serial("683123456")
+
+
+BAD = {
+    "duplicate node id": (GOOD.replace("id = 1", "id = 0"), ("tb.toml", "node id 0", "twice", "own id")),
+    "unknown runner": (GOOD.replace('runner = "pyocd"', 'runner = "jlinkexe"'),
+                       ("tb.toml", "node 1", "runner 'jlinkexe'", "pyocd")),
+    "missing port": (GOOD.replace('port = "/dev/ttyACM1"\n', ""), ("tb.toml", "node 1", "no 'port'", "port = ")),
+    "unknown key": (GOOD.replace("baud = 1000000", "baudrate = 1000000"),
+                    ("tb.toml", "node 1", "unknown key 'baudrate'", "did you mean 'baud'")),
+    "probe as a number": (GOOD.replace('probe = "683123456"', "probe = 683123456"),
+                          ("tb.toml", "node 0", "probe must be a string", '"683123456"')),
+    "two nodes on one port": (GOOD.replace('port = "/dev/ttyACM1"',
+                                           'port = "/dev/serial/by-id/usb-SEGGER_J-Link_000683123456-if00"'),
+                              ("tb.toml", "node 1", "also node 0's", "own serial port")),
+    "unknown top-level table": (GOOD + "\n[nodes]\nx = 1\n", ("tb.toml", "unknown key 'nodes'", "did you mean 'node'")),
+    "not toml": ("[[node]\nid = 0\n", ("tb.toml", "not valid TOML")),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_testbed_file_is_one_clear_line(tmp_path, case):
+    text, needles = BAD[case]
+    (tmp_path / "tb.toml").write_text(text)
+    with pytest.raises(UserError) as e:  # the library says it ...
+        load_testbed(tmp_path / "tb.toml")
+    for n in needles:
+        assert n in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("case", ["duplicate node id", "unknown runner", "missing port", "unknown key"])
+def test_bad_testbed_file_on_the_command_line(tmp_path, case):
+    text, needles = BAD[case]
+    (tmp_path / "tb.toml").write_text(text)
+    one_line_error(cisl("flash", "build", "--testbed", "tb.toml", cwd=tmp_path), *needles)  # ... and so do
+    one_line_error(cisl("logs", "--testbed", "tb.toml", cwd=tmp_path), *needles)  # the commands
+
+
+def test_missing_testbed_file_says_how_to_make_one(tmp_path):
+    one_line_error(cisl("logs", "--testbed", "nope.toml", cwd=tmp_path), "nope.toml", "cisl testbed scan",
+                   "cisl testbed sim")
+
+
+def test_testbed_sim_writes_a_valid_file(tmp_path):
+    p = cisl("testbed", "sim", "--nodes", "4", "-o", "tb.toml", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    tb = load_testbed(tmp_path / "tb.toml")
+    assert [(n.id, n.runner, n.board) for n in tb.nodes] == [(k, "sim", "sim") for k in range(4)]
+    assert tb.nodes[3].port == ".cisl-testbed/node_03.tty"
+    assert tb.nodes[3].port_path == str(tmp_path / ".cisl-testbed" / "node_03.tty")
+    assert all(n.position is not None for n in tb.nodes)
+    one_line_error(cisl("testbed", "sim", "--nodes", "4", "-o", "tb.toml", cwd=tmp_path), "tb.toml", "--force")
+    one_line_error(cisl("testbed", "sim", "--nodes", "4", "--topology", "hallway16", "-o", "x.toml", cwd=tmp_path),
+                   "hallway16")
+
+
+class FakePort:
+    def __init__(self, device, serial_number, vid=0x1366, pid=0x1015, location=None, description="J-Link"):
+        self.device, self.serial_number, self.vid, self.pid = device, serial_number, vid, pid
+        self.location, self.description, self.interface = location, description, None
+
+
+def test_scan_pairs_probes_with_their_ports_and_comments_the_rest(tmp_path, monkeypatch):
+    probes = [P.Probe("683000001", "J-Link OB", "pyocd"), P.Probe("683000002", "J-Link OB", "pyocd"),
+              P.Probe("0240000034544e45", "DAPLink", "pyocd")]
+    ports = [FakePort("/dev/ttyACM0", "000683000001", location="1-1.1:1.0"),
+             FakePort("/dev/ttyACM1", "000683000001", location="1-1.1:1.2"),  # a second CDC of probe 1
+             FakePort("/dev/ttyACM2", "0240000034544E45", vid=0x0D28, pid=0x0204, location="1-1.3:1.1"),
+             FakePort("/dev/ttyUSB0", "A50285BI", vid=0x0403, pid=0x6001, description="FT232R")]
+    monkeypatch.setattr(P, "discover", lambda tools=(): P.Discovery(probes, []))
+    from serial.tools import list_ports
+
+    monkeypatch.setattr(list_ports, "comports", lambda: ports)
+    by_id = {"/dev/ttyACM0": "/dev/serial/by-id/usb-SEGGER_J-Link_000683000001-if00"}
+    monkeypatch.setattr(P, "by_id_links", lambda root=None: by_id)
+    monkeypatch.setattr("shutil.which", lambda name: None)  # no nrfutil/nrfjprog: J-Links go to pyocd
+    s = scan()
+    assert (s.matched, s.unmatched_probes, s.unmatched_ports) == (2, 1, 1)
+    (tmp_path / "tb.toml").write_text(s.text)
+    tb = load_testbed(tmp_path / "tb.toml")  # the draft is a valid file ...
+    got = {n.probe: n.port for n in tb.nodes}
+    assert got == {"683000001": "/dev/serial/by-id/usb-SEGGER_J-Link_000683000001-if00",
+                   "0240000034544e45": "/dev/ttyACM2"}
+    # ... and what it could not match is there, commented: probe 2 without a port, the FTDI port,
+    # the second CDC port of probe 1
+    assert '# probe = "683000002"' in s.text and "no serial port of this probe" in s.text
+    assert "/dev/ttyUSB0" in s.text and "belong to no probe" in s.text
+    assert "/dev/ttyACM1" in s.text and "another port" in s.text
+
+
+def test_nrfutil_list_json_gives_probes_and_their_ports(monkeypatch):
+    out = "\n".join([
+        '{"type":"task_begin","data":{"task":{"id":"1","description":"List"}}}',
+        '{"type":"task_end","data":{"result":"success","data":{"devices":[{"serialNumber":"001050012345",'
+        '"traits":{"jlink":true,"seggerUsb":true,"serialPorts":true},"serialPorts":[{"comName":"/dev/ttyACM3",'
+        '"vcom":0}],"jlink":{"boardVersion":"PCA10056"}}]}}}'])
+
+    def fake_run(cmd, **kw):
+        assert cmd == ["nrfutil", "device", "list", "--json"]
+        return subprocess.CompletedProcess(cmd, 0, out, "")
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    [probe] = P.nrfutil_probes()
+    assert (probe.serial, probe.description, probe.ports) == ("001050012345", "PCA10056", ("/dev/ttyACM3",))
+    matches, spare = P.match_ports([probe], [P.SerialPort("/dev/ttyACM3", None, "001050012345")])
+    assert matches[0].port.device == "/dev/ttyACM3" and "nrfutil" in matches[0].how and not spare

@@ -1,0 +1,317 @@
+"""Flash runners with fakes, no hardware: the exact nrfutil/nrfjprog command lines, the exact pyocd API
+calls, boards chosen only by serial number, and failures reported per node with the next step."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from intelhex import IntelHex
+from models import config_for_tokens, make_model_dir
+
+from codegen.cli import main
+from codegen.compile import CompileOptions, compile_model
+from codegen.errors import UserError
+from codegen.testbed.config import load_testbed
+from codegen.testbed.flash import flash_testbed
+from codegen.testbed.runners import FlashError, NrfJprogRunner, NrfUtilRunner, PyOCDRunner, image_segments
+
+pytestmark = pytest.mark.unit
+
+SEGMENTS = {0x0: bytes(range(256)) * 4, 0x8000: b"\x5a" * 100}
+
+
+@pytest.fixture(scope="module")
+def nrf_build(tmp_path_factory) -> Path:
+    """A 2-node build for board nrf52840dk: a real plan, and small Intel HEX images."""
+    root = tmp_path_factory.mktemp("nrfbuild")
+    model = make_model_dir(root / "m", config_for_tokens(8, 64), devices=2, keep_ratio=1.0, seed=1)
+    build = root / "build"
+    compile_model(model, build, CompileOptions())
+    plan = json.loads((build / "plan.json").read_text())
+    plan["board"] = "nrf52840dk"
+    (build / "plan.json").write_text(json.dumps(plan))
+    nodes = []
+    for k in range(2):
+        ih = IntelHex()
+        for addr, data in SEGMENTS.items():
+            ih.puts(addr, data)
+        (build / f"node_{k:02d}").mkdir(exist_ok=True)
+        ih.write_hex_file(str(build / f"node_{k:02d}" / "firmware.hex"))
+        nodes.append({"node": k, "image": f"node_{k:02d}/firmware.hex", "bytes": 1124})
+    (build / "build.json").write_text(json.dumps({"board": "nrf52840dk", "nodes": nodes}))
+    return build
+
+
+def write_testbed(tmp_path: Path, runner: str, probes: list[str | None]) -> Path:
+    text = f'[defaults]\nboard = "nrf52840dk"\nrunner = "{runner}"\n'
+    for k, p in enumerate(probes):
+        text += f'\n[[node]]\nid = {k}\nport = "/dev/serial/by-id/usb-node{k}-if00"\n'
+        if p is not None:
+            text += f'probe = "{p}"\n'
+    (tmp_path / "tb.toml").write_text(text)
+    return tmp_path / "tb.toml"
+
+
+class FakeTools:
+    """Stands in for subprocess.run and shutil.which: records every command, answers --ids/list."""
+
+    def __init__(self, attached: list[str], fail: dict[str, tuple[int, str]] | None = None):
+        self.attached = attached
+        self.fail = fail or {}  # serial -> (exit code, output) for its program step
+        self.calls: list[list[str]] = []
+
+    def run(self, cmd, **kw):
+        cmd = list(cmd)
+        if cmd == ["nrfjprog", "--ids"]:
+            return subprocess.CompletedProcess(cmd, 0, "".join(s + "\n" for s in self.attached), "")
+        if cmd == ["nrfutil", "device", "list", "--json"]:
+            devs = [{"serialNumber": s, "traits": {"jlink": True}} for s in self.attached]
+            return subprocess.CompletedProcess(
+                cmd, 0, json.dumps({"type": "task_end", "data": {"data": {"devices": devs}}}) + "\n", "")
+        self.calls.append(cmd)
+        serial = next((cmd[i + 1] for i, a in enumerate(cmd) if a in ("-s", "--serial-number")), None)
+        if ("--program" in cmd or "program" in cmd) and serial in self.fail:
+            code, out = self.fail[serial]
+            return subprocess.CompletedProcess(cmd, code, "", out)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+
+@pytest.fixture
+def tools(monkeypatch):
+    def install(attached, fail=None, missing=()):
+        fake = FakeTools(attached, fail)
+        monkeypatch.setattr(subprocess, "run", fake.run)
+        monkeypatch.setattr(shutil, "which", lambda name: None if name in missing else f"/usr/bin/{name}")
+        return fake
+    return install
+
+
+# -- exact command lines ---------------------------------------------------------------------------------
+
+def test_nrfutil_command_lines(tmp_path, tools, nrf_build):
+    fake = tools(["683000001"])
+    tb = load_testbed(write_testbed(tmp_path, "nrfutil", ["683000001"]))
+    r = NrfUtilRunner(tb)
+    img = nrf_build / "node_00" / "firmware.hex"
+    r.flash(tb.nodes[0], img, "683000001", verify=True, recover=False)
+    r.reset_one(tb.nodes[0], "683000001")
+    r.flash(tb.nodes[0], img, "683000001", verify=False, recover=True)
+    assert fake.calls == [
+        ["nrfutil", "device", "program", "--firmware", str(img), "--serial-number", "683000001",
+         "--options", "chip_erase_mode=ERASE_RANGES_TOUCHED_BY_FIRMWARE,verify=VERIFY_READ"],
+        ["nrfutil", "device", "reset", "--serial-number", "683000001"],
+        ["nrfutil", "device", "recover", "--serial-number", "683000001"],
+        ["nrfutil", "device", "program", "--firmware", str(img), "--serial-number", "683000001",
+         "--options", "chip_erase_mode=ERASE_RANGES_TOUCHED_BY_FIRMWARE,verify=VERIFY_NONE"],
+    ]
+
+
+def test_nrfjprog_command_lines(tmp_path, tools, nrf_build):
+    fake = tools(["683000001"])
+    tb = load_testbed(write_testbed(tmp_path, "nrfjprog", ["683000001"]))
+    r = NrfJprogRunner(tb)
+    img = nrf_build / "node_00" / "firmware.hex"
+    r.flash(tb.nodes[0], img, "683000001", verify=True, recover=False)
+    r.reset_one(tb.nodes[0], "683000001")
+    r.flash(tb.nodes[0], img, "683000001", verify=True, recover=True)
+    assert fake.calls == [
+        ["nrfjprog", "-f", "NRF52", "--program", str(img), "--sectorerase", "--verify", "-s", "683000001"],
+        ["nrfjprog", "-f", "NRF52", "--reset", "-s", "683000001"],
+        ["nrfjprog", "-f", "NRF52", "--recover", "-s", "683000001"],
+        ["nrfjprog", "-f", "NRF52", "--program", str(img), "--sectorerase", "--verify", "-s", "683000001"],
+    ]
+
+
+@pytest.mark.parametrize("runner,fail", [("nrfjprog", (16, "ERROR: The operation attempted is unavailable due "
+                                                            "to readback protection in your device.")),
+                                         ("nrfutil", (1, "Error: Failed to program, device is protected "
+                                                         "(ApprotectEnabled)"))])
+def test_protected_device_suggests_recover(tmp_path, tools, nrf_build, runner, fail):
+    tools(["683000001"], {"683000001": fail})
+    tb = load_testbed(write_testbed(tmp_path, runner, ["683000001"]))
+    cls = NrfJprogRunner if runner == "nrfjprog" else NrfUtilRunner
+    with pytest.raises(FlashError) as e:
+        cls(tb).flash(tb.nodes[0], nrf_build / "node_00" / "firmware.hex", "683000001", True, False)
+    assert e.value.kind == "protected" and "--recover" in str(e.value) and "APPROTECT" in str(e.value)
+
+
+class FakeTarget:
+    def __init__(self, flash: dict[int, bytes], locked: bool = False):
+        self.mem = dict(flash)
+        self.locked = locked
+        self.calls: list[tuple] = []
+
+    def is_locked(self):
+        return self.locked
+
+    def read_memory_block8(self, addr, size):
+        self.calls.append(("read_memory_block8", addr, size))
+        return list(self.mem[addr][:size])
+
+    def reset(self):
+        self.calls.append(("reset",))
+
+
+class FakeSession:
+    def __init__(self, target):
+        self.target = target
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def fake_pyocd(monkeypatch, target, probes=("0240000034544e45",)):
+    from pyocd.core.helpers import ConnectHelper
+    from pyocd.flash import file_programmer
+
+    calls = []
+
+    class Probe:
+        def __init__(self, uid):
+            self.unique_id, self.description = uid, "DAPLink CMSIS-DAP"
+
+    def session_with_chosen_probe(**kw):
+        calls.append(("session_with_chosen_probe", kw))
+        return FakeSession(target) if kw["unique_id"] in probes else None
+
+    class FileProgrammer:
+        def __init__(self, session, progress=None, chip_erase=None):
+            calls.append(("FileProgrammer", session.target is target, chip_erase))
+            self.progress = progress
+
+        def program(self, path):
+            calls.append(("program", path))
+            self.progress(0.5)
+            self.progress(1.0)
+
+    monkeypatch.setattr(ConnectHelper, "session_with_chosen_probe", staticmethod(session_with_chosen_probe))
+    monkeypatch.setattr(ConnectHelper, "get_all_connected_probes",
+                        staticmethod(lambda **kw: [Probe(u) for u in probes]))
+    monkeypatch.setattr(file_programmer, "FileProgrammer", FileProgrammer)
+    return calls
+
+
+def test_pyocd_api_calls(tmp_path, monkeypatch, nrf_build):
+    target = FakeTarget(SEGMENTS)
+    calls = fake_pyocd(monkeypatch, target)
+    tb = load_testbed(write_testbed(tmp_path, "pyocd", ["0240000034544e45"]))
+    img = nrf_build / "node_00" / "firmware.hex"
+    said = []
+    r = PyOCDRunner(tb, say=lambda n, m: said.append(m))
+    r.flash(tb.nodes[0], img, "0240000034544e45", verify=True, recover=False)
+    r.reset_one(tb.nodes[0], "0240000034544e45")
+    opts = {"target_override": "nrf52840", "auto_unlock": False, "hide_programming_progress": True}
+    assert calls == [
+        ("session_with_chosen_probe", {"blocking": False, "unique_id": "0240000034544e45", "options": opts}),
+        ("FileProgrammer", True, "sector"),
+        ("program", str(img)),
+        ("session_with_chosen_probe", {"blocking": False, "unique_id": "0240000034544e45", "options": opts}),
+    ]
+    assert target.calls == [("read_memory_block8", 0x0, 1024), ("read_memory_block8", 0x8000, 100), ("reset",)]
+    assert "program 50 %" in said and "program 100 %" in said
+    assert image_segments(img) == sorted(SEGMENTS.items())
+
+
+def test_pyocd_verify_mismatch_locked_and_missing_probe(tmp_path, monkeypatch, nrf_build):
+    tb = load_testbed(write_testbed(tmp_path, "pyocd", ["0240000034544e45"]))
+    img = nrf_build / "node_00" / "firmware.hex"
+    bad = dict(SEGMENTS)
+    bad[0x8000] = b"\x5a" * 50 + b"\xff" * 50
+    fake_pyocd(monkeypatch, FakeTarget(bad))
+    with pytest.raises(FlashError, match="verify failed at 0x00008032") as e:
+        PyOCDRunner(tb).flash(tb.nodes[0], img, "0240000034544e45", True, False)
+    assert e.value.kind == "verify"
+    calls = fake_pyocd(monkeypatch, FakeTarget(SEGMENTS, locked=True))
+    with pytest.raises(FlashError, match="--recover") as e:
+        PyOCDRunner(tb).flash(tb.nodes[0], img, "0240000034544e45", True, False)
+    assert e.value.kind == "protected"
+    PyOCDRunner(tb).flash(tb.nodes[0], img, "0240000034544e45", True, True)  # --recover: auto unlock + chip erase
+    assert calls[-3][1]["options"]["auto_unlock"] is True and calls[-2] == ("FileProgrammer", True, "chip")
+    with pytest.raises(FlashError, match="no probe 9999") as e:
+        PyOCDRunner(tb).flash(tb.nodes[0], img, "9999", True, False)
+    assert e.value.kind == "probe"
+
+
+# -- choosing boards: by serial number only ------------------------------------------------------------
+
+def invoke(*args):
+    return CliRunner().invoke(main, list(args))
+
+
+def test_two_probes_and_no_serial_is_a_clear_error_listing_both(tmp_path, tools, nrf_build):
+    fake = tools(["683000001", "683000002"])
+    tb = write_testbed(tmp_path, "nrfjprog", ["683000001", None])
+    r = invoke("flash", str(nrf_build), "--testbed", str(tb))
+    assert r.exit_code == 2, r.output
+    [line] = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert "node 1 has no probe serial number" in line and "683000001" in line and "683000002" in line
+    assert "refusing to guess" in line and "probe =" in line
+    assert not any("--program" in c for c in fake.calls)  # nothing was flashed
+
+
+def test_one_probe_and_no_serial_needs_allow_single_probe(tmp_path, tools, nrf_build):
+    tools(["683000007"])
+    tb_path = write_testbed(tmp_path, "nrfutil", [None, None])
+    plan = json.loads((nrf_build / "plan.json").read_text())
+    assert plan["devices"] == 2
+    tb = load_testbed(tb_path)
+    with pytest.raises(UserError, match="--allow-single-probe"):
+        flash_testbed(nrf_build, tb)
+    with pytest.raises(UserError, match="does not guess"):  # two nodes without a serial: still no
+        flash_testbed(nrf_build, tb, allow_single_probe=True)
+
+
+def test_single_probe_allowed(tmp_path, tools, nrf_build, monkeypatch):
+    fake = tools(["683000007", "683000008"])
+    tb = load_testbed(write_testbed(tmp_path, "nrfutil", ["683000008", None]))
+    with pytest.raises(UserError, match="2 probes are attached"):
+        flash_testbed(nrf_build, tb, allow_single_probe=True)
+    fake.attached = ["683000007"]
+    tb = load_testbed(write_testbed(tmp_path, "nrfutil", [None, "683000009"]))
+    rep = flash_testbed(nrf_build, tb, allow_single_probe=True)
+    assert rep.results[0].ok and rep.results[0].probe == "683000007"
+    # node 1's probe is not attached: its own flash error, listing what is attached
+    assert not rep.results[1].ok and rep.results[1].kind == "probe"
+    assert "683000009 is not attached" in rep.results[1].error and "683000007" in rep.results[1].error
+
+
+# -- a failing node: a flash error for it, the others' results still reported, exit code 1 -----------------
+
+def test_failing_flash_is_reported_as_a_flash_error(tmp_path, tools, nrf_build):
+    fake = tools(["683000001", "683000002"], fail={"683000002": (33, "ERROR: Unable to connect to a debugger.")})
+    tb = write_testbed(tmp_path, "nrfjprog", ["683000001", "683000002"])
+    r = invoke("flash", str(nrf_build), "--testbed", str(tb))
+    assert r.exit_code == 1, r.output
+    rows = {ln.split()[1]: ln for ln in r.stdout.splitlines() if ln.startswith("node ")}
+    assert rows["00"].endswith("ok")
+    assert "FLASH ERROR" in rows["01"] and "exit code 33" in rows["01"] and "Unable to connect" in rows["01"]
+    assert "timeout" not in r.output.lower()
+    assert "FAILED: 1 of 2 nodes failed to flash (first: node 1" in r.stderr
+    # node 0 was programmed and reset; node 1 was not reset
+    assert ["nrfjprog", "-f", "NRF52", "--reset", "-s", "683000001"] in fake.calls
+    assert ["nrfjprog", "-f", "NRF52", "--reset", "-s", "683000002"] not in fake.calls
+    flashed = json.loads((tmp_path / ".cisl-testbed" / "flashed.json").read_text())
+    assert [x["ok"] for x in flashed["results"]] == [True, False]
+
+
+def test_missing_tool_is_an_install_hint(tmp_path, tools, nrf_build):
+    tools(["683000001"], missing=("nrfutil",))
+    r = invoke("flash", str(nrf_build), "--testbed", str(write_testbed(tmp_path, "nrfutil", ["683000001", "1"])))
+    assert r.exit_code == 2
+    assert "`nrfutil` not found on PATH" in r.stderr and "nrfutil install device" in r.stderr
+
+
+def test_build_for_another_board_is_refused(tmp_path, tools, nrf_build):
+    tools(["683000001"])
+    text = write_testbed(tmp_path, "nrfutil", ["1", "2"]).read_text().replace("nrf52840dk", "nrf5340dk")
+    (tmp_path / "tb.toml").write_text(text)
+    r = invoke("flash", str(nrf_build), "--testbed", str(tmp_path / "tb.toml"))
+    assert r.exit_code == 2 and "nrf5340dk board but" in r.stderr and "--board nrf5340dk" in r.stderr

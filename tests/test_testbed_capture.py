@@ -1,0 +1,170 @@
+"""Serial capture on pseudo-terminals: 16 ports written at full speed with garbage and torn lines lose and
+merge no record; a port that drops and comes back is reopened; a missing final line is a failure."""
+
+from __future__ import annotations
+
+import os
+import random
+import select
+import threading
+import time
+import tty
+from pathlib import Path
+
+import pytest
+
+from codegen.testbed.capture import PortSpec, capture
+
+pytestmark = pytest.mark.unit
+
+
+def make_pty(link: Path) -> tuple[int, str]:
+    """A pty whose slave is reachable at ``link`` (like the supervisor's ports); returns (master, slave)."""
+    master, slave = os.openpty()
+    tty.setraw(slave)
+    name = os.ttyname(slave)
+    os.close(slave)
+    if link.is_symlink():
+        link.unlink()
+    link.symlink_to(name)
+    return master, name
+
+
+def wait_for_reader(master: int, timeout: float = 10.0) -> None:
+    """Until somebody has the slave open (the master stops reporting POLLHUP)."""
+    p = select.poll()
+    p.register(master, select.POLLOUT)
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        ev = p.poll(0)
+        if ev and not ev[0][1] & select.POLLHUP:
+            return
+        time.sleep(0.005)
+    raise TimeoutError("no reader opened the port")
+
+
+GARBAGE = [b"\x00\xff\xfe garbage \x1b[0m", b"\r\n", b"\xde\xad\xbe\xef\n", b"CISL", b"CIS", b"booting...\r\n",
+           b"CISL 99 bogus line with spaces\n", b"CISL 3 infer inf=\n"]
+
+
+def writer(master: int, node: int, count: int, seed: int) -> None:
+    """Contract lines at full speed, with garbage between them, some lines torn into pieces, \r\n endings."""
+    rng = random.Random(seed)
+    out = bytearray()
+    for i in range(count):
+        if rng.random() < 0.3:
+            out += rng.choice(GARBAGE)
+            if not out.endswith(b"\n") and rng.random() < 0.5:
+                out += b"\n"
+        out += (f"CISL {node} sg inf={i} layer={i % 3} point=x us={rng.randrange(10**6)} tx=128 rx=384 "
+                f"delivered=3 expected=3\r\n").encode()
+    out += f"CISL {node} end inferences={count}\n".encode()
+    pos = 0
+    while pos < len(out):  # torn writes: pieces of random length, sometimes mid-line with a pause
+        n = rng.choice([1, 7, 64, 300, 4096])
+        pos += os.write(master, bytes(out[pos:pos + n]))
+        if rng.random() < 0.01:
+            time.sleep(0.001)
+
+
+def test_sixteen_ports_at_full_speed_lose_and_merge_nothing(tmp_path):
+    nodes, count = 16, 4000
+    masters = {}
+    for k in range(nodes):
+        masters[k], _ = make_pty(tmp_path / f"node_{k:02d}.tty")
+    threads = []
+
+    def reset():  # like a board reset: the writers start only once every port is open
+        for k, m in masters.items():
+            wait_for_reader(m)
+            t = threading.Thread(target=writer, args=(m, k, count, k), daemon=True)
+            t.start()
+            threads.append(t)
+        return {}
+
+    (tmp_path / "logs").mkdir()
+    t0 = time.monotonic()
+    r = capture([PortSpec(k, str(tmp_path / f"node_{k:02d}.tty")) for k in range(nodes)], tmp_path / "logs",
+                reset=reset, timeout=60.0)
+    took = time.monotonic() - t0
+    for t in threads:
+        t.join(5)
+    for m in masters.values():
+        os.close(m)
+    assert r.ok, {k: c.failed for k, c in r.nodes.items() if c.failed}
+    assert r.stop_reason == "all nodes done"
+    for k, c in r.nodes.items():
+        sg = [rec for rec in c.records if rec.event == "sg"]
+        assert [int(rec.fields["inf"]) for rec in sg] == list(range(count)), f"node {k}"
+        assert all(rec.node == k and rec.fields["expected"] == 3 for rec in sg)
+        assert c.records[-1].event == "end" and c.ended
+        assert len(c.records) == count + 1  # the garbage made no record (not even "CISL 99 ...")
+        raw = (tmp_path / "logs" / f"node_{k:02d}.log").read_bytes()
+        assert raw.count(b"\n") >= count + 1 and raw.endswith(f"CISL {k} end inferences={count}\n".encode())
+    merged = r.merged()
+    assert len(merged) == nodes * (count + 1)
+    times = [rec.host_time for rec in merged]
+    assert times == sorted(times)
+    assert took < 60
+
+
+def test_a_port_that_drops_is_reopened(tmp_path):
+    link = tmp_path / "node_00.tty"
+    m1, _ = make_pty(link)
+    done = threading.Event()
+
+    def board():
+        wait_for_reader(m1)
+        os.write(m1, b"CISL 0 boot fw=0.1.0 plan=abc board=x node=0 nodes=1\n"
+                     b"CISL 0 infer inf=0 us=5 crc=00\nCISL 0 inf")
+        time.sleep(0.2)
+        os.close(m1)  # the USB device goes away mid-line ...
+        time.sleep(0.3)
+        m2, _ = make_pty(link)  # ... and comes back (same stable name)
+        wait_for_reader(m2)
+        os.write(m2, b"er inf=9 us=1 crc=00\nCISL 0 infer inf=1 us=6 crc=01\nCISL 0 end inferences=2\n")
+        done.wait(10)
+        os.close(m2)
+
+    t = threading.Thread(target=board, daemon=True)
+    r = capture([PortSpec(0, str(link))], None, reset=lambda: (t.start(), {})[1], timeout=20.0)
+    done.set()
+    t.join(5)
+    c = r.nodes[0]
+    assert r.ok and c.ended and c.reopens >= 1
+    # the torn line ("CISL 0 inf" + "er inf=9 ...") was dropped with the port, not glued into a record
+    assert [(x.event, x.fields.get("inf")) for x in c.records] == [("boot", None), ("infer", 0), ("infer", 1),
+                                                                   ("end", None)]
+
+
+def test_missing_final_line_is_a_failure_not_a_success(tmp_path):
+    m0, _ = make_pty(tmp_path / "a.tty")
+    m1, _ = make_pty(tmp_path / "b.tty")
+
+    def reset():
+        wait_for_reader(m0)
+        wait_for_reader(m1)
+        os.write(m0, b"CISL 0 infer inf=0 us=5 crc=00\nCISL 0 infer inf=1 us=5 crc=00\n")
+        os.write(m1, b"CISL 1 infer inf=0 us=5 crc=00\n")  # node 1 stops after one inference
+        return {}
+
+    r = capture([PortSpec(0, str(tmp_path / "a.tty")), PortSpec(1, str(tmp_path / "b.tty"))], None, reset=reset,
+                inferences=2, timeout=1.5)
+    assert r.nodes[0].failed is None and r.nodes[0].infers == 2
+    assert r.nodes[1].failed is not None and "inf=1" in r.nodes[1].failed and "never came" in r.nodes[1].failed
+    assert not r.ok
+    os.close(m0)
+    os.close(m1)
+
+
+def test_swapped_ports_and_errors_fail_the_node(tmp_path):
+    m0, _ = make_pty(tmp_path / "a.tty")
+
+    def reset():
+        wait_for_reader(m0)
+        os.write(m0, b"CISL 1 boot fw=0.1.0 plan=abc board=x node=1 nodes=2\n")
+        return {}
+
+    r = capture([PortSpec(0, str(tmp_path / "a.tty"))], None, reset=reset, timeout=3.0)
+    assert "node 1's lines" in r.nodes[0].failed
+    os.close(m0)

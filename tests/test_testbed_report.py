@@ -1,0 +1,102 @@
+"""`cisl report` on hand-made logs: latency split per block, speedup over the 1-node run, delivery per
+round, forecast checksums, memory from the build; and one-line errors for folders that are no logs."""
+
+from __future__ import annotations
+
+import csv
+import json
+import zlib
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from codegen.cli import main
+from codegen.testbed.report import make_report
+
+pytestmark = pytest.mark.unit
+
+
+def write_run(folder: Path, nodes: int, compute_us: int, comm_us: int, delivered: int, name: str = "merged.jsonl",
+              inferences: int = 2) -> None:
+    """Contract records as `cisl logs` writes them: every node computes compute_us per block and waits
+    comm_us in its sg round; the sink (node 0) prints its forecast."""
+    recs, t = [], 0.0
+    q = bytes(range(24))
+    for k in range(nodes):
+        recs.append({"node": k, "event": "boot", "fw": "0.1.0", "plan": "ab", "board": "sim",
+                     "nodes": nodes})
+    for i in range(inferences):
+        for k in range(nodes):
+            total = 0
+            for layer, block in ((-1, "embed"), (0, "attn"), (0, "mlp"), (-1, "head")):
+                comm = comm_us if nodes > 1 and block != "embed" else 0
+                if comm:
+                    recs.append({"node": k, "event": "sg", "inf": i, "layer": layer, "point": block[0], "us": comm,
+                                 "tx": 8, "rx": 8 * (nodes - 1), "delivered": min(delivered, nodes - 1),
+                                 "expected": nodes - 1})
+                recs.append({"node": k, "event": "block", "inf": i, "layer": layer, "block": block,
+                             "us": compute_us, "comm_us": comm})
+                total += compute_us + comm
+            if k == 0:
+                crc = f"{zlib.crc32(q):08x}"
+                recs.append({"node": 0, "event": "output", "inf": i, "crc": crc, "n": 24, "off": 0, "q": q.hex()})
+            recs.append({"node": k, "event": "infer", "inf": i, "us": total + 10, "crc": "00"})
+    for r in recs:
+        t += 0.001
+        r["host_time"] = t
+    folder.mkdir(parents=True)
+    (folder / name).write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+
+def read_csv(p: Path) -> list[dict]:
+    with open(p) as f:
+        return list(csv.DictReader(f))
+
+
+def test_report_compares_runs_by_node_count(tmp_path):
+    write_run(tmp_path / "logs-1", 1, compute_us=4000, comm_us=0, delivered=0)
+    write_run(tmp_path / "logs-4", 4, compute_us=1000, comm_us=500, delivered=2)
+    write_run(tmp_path / "sim-logs", 2, compute_us=2000, comm_us=100, delivered=1, name="records.jsonl")
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / "compile.json").write_text(json.dumps({"devices": 2, "board": "sim", "nodes": [
+        {"node": k, "param_bytes": 1000 + k, "arena_bytes": 256, "bytes_sent_per_inference": 64} for k in range(2)]}))
+    r = make_report([tmp_path / "logs-4", tmp_path / "logs-1", tmp_path / "sim-logs"], tmp_path / "rep", [build])
+    names = {f.name for f in r.files}
+    assert {"latency.csv", "blocks.csv", "rounds.csv", "delivery.csv", "speedup.csv", "forecasts.csv", "memory.csv",
+            "latency_blocks.png", "latency_nodes.png", "speedup.png", "delivery.png", "memory.png"} <= names
+    speed = read_csv(tmp_path / "rep" / "speedup.csv")
+    assert [(s["run"], s["nodes"]) for s in speed] == [("logs-1", "1"), ("sim-logs", "2"), ("logs-4", "4")]
+    # 1 node: 4 blocks x 4000 + 10 us; 4 nodes: 4 x 1000 + 3 x 500 + 10 us
+    assert float(speed[0]["infer_us"]) == 16010 and float(speed[2]["infer_us"]) == 5510
+    assert float(speed[2]["speedup"]) == round(16010 / 5510, 3) and float(speed[0]["speedup"]) == 1.0
+    lat = {(x["run"], x["node"]): x for x in read_csv(tmp_path / "rep" / "latency.csv")}
+    assert float(lat[("logs-4", "3")]["compute_us"]) == 4000 and float(lat[("logs-4", "3")]["comm_us"]) == 1500
+    assert float(lat[("logs-4", "3")]["other_us"]) == 10
+    blocks = [b for b in read_csv(tmp_path / "rep" / "blocks.csv") if b["run"] == "logs-4" and b["node"] == "0"]
+    assert [(b["block"], float(b["compute_us"]), float(b["comm_us"])) for b in blocks] == [
+        ("embed", 1000, 0), ("attn", 1000, 500), ("mlp", 1000, 500), ("head", 1000, 500)]
+    dl = [d for d in read_csv(tmp_path / "rep" / "delivery.csv") if d["run"] == "logs-4"]
+    assert len(dl) == 2 * 3 and all((d["delivered"], d["expected"], d["ratio"]) == ("8", "12", "0.6667") for d in dl)
+    fc = read_csv(tmp_path / "rep" / "forecasts.csv")
+    assert len(fc) == 6 and all(f["crc_ok"] == "yes" and f["q"] == bytes(range(24)).hex() for f in fc)
+    mem = read_csv(tmp_path / "rep" / "memory.csv")
+    assert [(m["node"], m["param_bytes"]) for m in mem] == [("0", "1000"), ("1", "1001")]
+
+
+def test_without_a_one_node_run_there_is_no_speedup(tmp_path):
+    write_run(tmp_path / "logs-4", 4, 1000, 500, 3)
+    r = CliRunner().invoke(main, ["report", str(tmp_path / "logs-4"), "-o", str(tmp_path / "rep"), "--no-plots"])
+    assert r.exit_code == 0, r.output
+    assert "no 1-node run" in r.stderr and "no --build" in r.stderr
+    assert not list((tmp_path / "rep").glob("*.png"))
+    assert read_csv(tmp_path / "rep" / "speedup.csv")[0]["speedup"] == ""
+
+
+def test_a_folder_without_logs_is_one_line(tmp_path):
+    (tmp_path / "empty").mkdir()
+    r = CliRunner().invoke(main, ["report", str(tmp_path / "empty"), "-o", str(tmp_path / "rep")])
+    assert r.exit_code == 2 and "no merged.jsonl" in r.stderr and "cisl logs" in r.stderr
+    r = CliRunner().invoke(main, ["report", str(tmp_path / "nope")])
+    assert r.exit_code == 2 and "not a folder" in r.stderr

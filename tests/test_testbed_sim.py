@@ -1,0 +1,140 @@
+"""The testbed commands on the virtual testbed, end to end: `cisl testbed sim` -> `cisl flash` (runner sim:
+the background supervisor, one pseudo-terminal per node) -> `cisl logs` (pyserial on the ptys, exactly
+as on boards) -> `cisl report`. The logged forecast equals the int8 reference run with the losses the
+medium recorded; a node that crashes is a failure of the run, reported at once."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from models import config_for_tokens, make_model_dir
+
+from codegen.build import build
+from codegen.compile import CompileOptions, compile_model
+from codegen.executor import PlanExecutor
+from codegen.plan.io import load_plan
+from codegen.serial_contract import Record, outputs_by_inference
+from codegen.sim import protocol as P
+
+pytestmark = pytest.mark.sim
+
+
+def cisl(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "codegen.cli", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=timeout)
+
+
+def ok(p: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert p.returncode == 0, (p.returncode, p.stdout, p.stderr)
+    return p
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """Builds of one model for 4 nodes and for 1 node, and a 4-node virtual testbed (stopped at the end)."""
+    root = tmp_path_factory.mktemp("testbed")
+    model = make_model_dir(root / "m", config_for_tokens(8, 64), devices=4, keep_ratio=1.0, seed=3, tests=3)
+    for d in (4, 1):
+        compile_model(model, root / f"build{d}", CompileOptions(devices=d))
+        build(root / f"build{d}")
+    ok(cisl("testbed", "sim", "--nodes", "4", "-o", "tb.toml", cwd=root))
+    yield root
+    cisl("testbed", "stop", "--testbed", "tb.toml", cwd=root)
+    sup = root / ".cisl-testbed" / "supervisor.json"
+    assert not sup.exists(), "the supervisor did not stop"
+
+
+def reference(build_dir: Path, state: Path) -> np.ndarray:
+    """The int8 reference forecast for the testbed's inputs, with the messages the medium lost."""
+    plan = load_plan(build_dir)
+    xq = np.load(state / "inputs.npy")
+    dropped = P.read_losses(state / "run" / "losses.bin")
+    none = np.zeros((plan.devices, plan.devices), dtype=bool)
+    lost = {sg.sg: np.stack([dropped.get((i, sg.sg), none) for i in range(len(xq))]) for sg in plan.sgs}
+    ref = PlanExecutor([n.tensors for n in plan.nodes], [n.ops for n in plan.nodes], plan.sgs, "int8",
+                       constants=[n.constants for n in plan.nodes]).run(xq, lost=lost)
+    return ref.output.astype(np.int8)
+
+
+def logged_forecast(logs: Path, plan) -> dict[int, bytes]:
+    recs = []
+    for line in (logs / f"node_{plan.sink:02d}.jsonl").read_text().splitlines():
+        d = json.loads(line)
+        recs.append(Record(d.pop("node"), d.pop("event"), {k: v for k, v in d.items() if k != "host_time"}))
+    return outputs_by_inference(recs)
+
+
+def test_flash_logs_report_on_the_virtual_testbed(lab):
+    t0 = time.monotonic()
+    p = ok(cisl("flash", "build4", "--testbed", "tb.toml", "--no-reset", cwd=lab))
+    assert p.stdout.count(" ok") == 4
+    state = lab / ".cisl-testbed"
+    assert all((state / f"node_{k:02d}.tty").is_symlink() for k in range(4))
+    sup = json.loads((state / "supervisor.json").read_text())
+    assert Path(f"/proc/{sup['pid']}").exists()  # it outlived `cisl flash`
+
+    p = ok(cisl("logs", "--testbed", "tb.toml", "-o", "logs4", cwd=lab))
+    assert "stopped: all nodes done" in p.stdout
+    logs = lab / "logs4"
+    for k in range(4):
+        assert (logs / f"node_{k:02d}.log").read_text().startswith(f"CISL {k} boot ")  # opened before the reset
+        assert (logs / f"node_{k:02d}.jsonl").is_file()
+    merged = [json.loads(x) for x in (logs / "merged.jsonl").read_text().splitlines()]
+    assert [m["host_time"] for m in merged] == sorted(m["host_time"] for m in merged)
+    assert sum(1 for m in merged if m["event"] == "end") == 4
+    summary = json.loads((logs / "summary.json").read_text())
+    assert summary["ok"] and summary["flashed"]["nodes"] == [0, 1, 2, 3]
+
+    # the forecast the sink printed = the int8 reference (with exactly the messages the radio lost)
+    plan = load_plan(lab / "build4")
+    ref = reference(lab / "build4", state)
+    got = logged_forecast(logs, plan)
+    assert sorted(got) == list(range(len(ref)))
+    for i, want in enumerate(ref):
+        assert got[i] == want.tobytes(), f"inference {i}"
+        np.testing.assert_array_equal(plan.dequantize_output(np.frombuffer(got[i], np.int8)),
+                                      plan.dequantize_output(want))
+
+    # a second run stops after N inferences: the reset restarts the nodes
+    p = ok(cisl("logs", "--testbed", "tb.toml", "-o", "logs4b", "--inferences", "2", cwd=lab))
+    assert "stopped: all nodes done" in p.stdout
+
+    # the same testbed runs the 1-node build (nodes 1-3 are erased); then report both runs
+    ok(cisl("flash", "build1", "--testbed", "tb.toml", cwd=lab))
+    ok(cisl("logs", "--testbed", "tb.toml", "-o", "logs1", cwd=lab))
+    assert sorted(x.name for x in (lab / "logs1").glob("node_*.jsonl")) == ["node_00.jsonl"]
+    p = ok(cisl("report", "logs1", "logs4", "-o", "report", "--build", "build1", "--build", "build4", cwd=lab))
+    rep = lab / "report"
+    for f in ("latency.csv", "blocks.csv", "rounds.csv", "delivery.csv", "speedup.csv", "forecasts.csv",
+              "memory.csv", "latency_blocks.png", "latency_nodes.png", "delivery.png", "speedup.png", "memory.png"):
+        assert (rep / f).is_file() and (rep / f).stat().st_size > 0, f
+    assert (rep / "latency_blocks.png").read_bytes()[:4] == b"\x89PNG"
+    speed = (rep / "speedup.csv").read_text().splitlines()
+    assert speed[0] == "run,nodes,sink,infer_us,compute_us,comm_us,speedup"
+    assert speed[1].startswith("logs1,1,0,") and speed[1].endswith(",1.0") and speed[2].startswith("logs4,4,0,")
+    fc = (rep / "forecasts.csv").read_text().splitlines()
+    assert len(fc) == 1 + 2 * len(ref) and all(",yes," in row for row in fc[1:])
+    rows4 = [r for r in fc[1:] if r.startswith("logs4,")]
+    assert [r.split(",")[-1] for r in rows4] == [w.tobytes().hex() for w in ref]
+    assert time.monotonic() - t0 < 90
+
+
+def test_a_crashing_node_fails_the_run_at_once(lab):
+    ok(cisl("flash", "build4", "--testbed", "tb.toml", "--no-reset", cwd=lab))
+    img = lab / ".cisl-testbed" / "node_02" / "firmware.elf"
+    img.write_text("#!/bin/sh\necho 'CISL 2 boot fw=0.1.0 plan=0 board=sim node=2 nodes=4'\n"
+                   "echo 'segfault (simulated)' >&2\nexit 3\n")
+    t0 = time.monotonic()
+    p = cisl("logs", "--testbed", "tb.toml", "-o", "logs-crash", "--timeout", "60", cwd=lab)
+    assert p.returncode == 1, (p.stdout, p.stderr)
+    assert time.monotonic() - t0 < 20  # not waited out to the timeout
+    row2 = next(ln for ln in p.stdout.splitlines() if ln.strip().startswith("2 "))
+    assert "FAILED" in row2 and "exited with code 3" in row2 and "segfault (simulated)" in row2
+    assert "plan" in row2 or "never came" in row2
+    assert "FAILED:" in p.stderr

@@ -168,3 +168,13 @@ def test_swapped_ports_and_errors_fail_the_node(tmp_path):
     r = capture([PortSpec(0, str(tmp_path / "a.tty"))], None, reset=reset, timeout=3.0)
     assert "node 1's lines" in r.nodes[0].failed
     os.close(m0)
+
+
+def test_a_port_another_reader_holds_is_refused(tmp_path):
+    import serial
+
+    m0, _ = make_pty(tmp_path / "a.tty")
+    with serial.Serial(str(tmp_path / "a.tty"), exclusive=True):  # e.g. a second `cisl logs`, a terminal
+        with pytest.raises(OSError, match="node 0.*a.tty.*lock"):
+            capture([PortSpec(0, str(tmp_path / "a.tty"))], None, open_timeout=0.3)
+    os.close(m0)

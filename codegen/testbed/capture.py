@@ -65,7 +65,8 @@ class PortReader(threading.Thread):
     def _open(self):
         import serial
 
-        return serial.Serial(self.spec.port, self.spec.baud, timeout=self.read_timeout)
+        # exclusive: a second reader of the same port (another `cisl logs`) would steal lines; it fails instead
+        return serial.Serial(self.spec.port, self.spec.baud, timeout=self.read_timeout, exclusive=True)
 
     def run(self) -> None:
         import serial

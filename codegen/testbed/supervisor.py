@@ -7,6 +7,9 @@ MEDIUM_SOCKET``), and relays each node's standard output (its UART) to its pseud
 UART nobody listens to, output is dropped while no program has the port open (that is why
 ``cisl logs`` opens the ports before it resets the nodes); once a reader is there, nothing is lost.
 
+A node program is started from run.json's ``node_command`` (default ``["{image}", "{socket}"]``), so
+other virtual boards (a QEMU runner) can use the same supervisor with their own command line.
+
 Control: one JSON request per connection on a UNIX socket (``ping``, ``reset``, ``halt``,
 ``status``, ``stop``); state in the testbed's state folder (supervisor.json with pid and socket,
 supervisor.log, the medium's files under run/, each node's stderr in node_NN.stderr).
@@ -149,11 +152,17 @@ class Supervisor:
         if ready != "ready":
             run.medium.kill()
             run.medium.wait()
+            run.medium.stdout.close()
+            os.rmdir(run.tmp)
             err = (outdir / "medium.stderr").read_text().strip().splitlines()
             return {"ok": False, "error": f"the medium did not start: {err[-1] if err else 'no message'}"}
+        # how a node program is started: the sim board's image takes the medium's socket; another
+        # virtual board (e.g. QEMU) writes its own command line into run.json
+        template = rc.get("node_command", ["{image}", "{socket}"])
         for k, img in enumerate(images):
+            argv = [a.format(image=img, socket=sock, node=k, state=self.state) for a in template]
             with open(self.state / f"node_{k:02d}.stderr", "w") as err:
-                p = subprocess.Popen([str(img), sock], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, stderr=err)
+                p = subprocess.Popen(argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, stderr=err)
             fd = p.stdout.fileno()
             fl = fcntl.fcntl(fd, fcntl.F_GETFL)
             fcntl.fcntl(fd, fcntl.F_SETFL, fl | os.O_NONBLOCK)

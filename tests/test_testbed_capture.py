@@ -112,12 +112,14 @@ def test_a_port_that_drops_is_reopened(tmp_path):
     link = tmp_path / "node_00.tty"
     m1, _ = make_pty(link)
     done = threading.Event()
+    got_first = threading.Event()
 
     def board():
         wait_for_reader(m1)
         os.write(m1, b"CISL 0 boot fw=0.1.0 plan=abc board=x node=0 nodes=1\n"
                      b"CISL 0 infer inf=0 us=5 crc=00\nCISL 0 inf")
-        time.sleep(0.2)
+        got_first.wait(10)
+        time.sleep(0.1)
         os.close(m1)  # the USB device goes away mid-line ...
         time.sleep(0.3)
         m2, _ = make_pty(link)  # ... and comes back (same stable name)
@@ -127,7 +129,8 @@ def test_a_port_that_drops_is_reopened(tmp_path):
         os.close(m2)
 
     t = threading.Thread(target=board, daemon=True)
-    r = capture([PortSpec(0, str(link))], None, reset=lambda: (t.start(), {})[1], timeout=20.0)
+    r = capture([PortSpec(0, str(link))], None, reset=lambda: (t.start(), {})[1], timeout=20.0,
+                on_record=lambda k, rec: got_first.set() if rec.event == "infer" else None)
     done.set()
     t.join(5)
     c = r.nodes[0]

@@ -93,7 +93,10 @@ def main() -> None:
                                             quantise to int8, partition, emit C per node
       cisl build build/                     compile every node's firmware
       cisl sim build/                       run all nodes on the virtual testbed, check bit-exactness
-    `cisl demo` does all of this on built-in synthetic data.
+    `cisl demo` does all of this on built-in synthetic data. On boards (or the virtual testbed):
+      cisl flash build/ --testbed testbed.toml    program, verify, reset every node
+      cisl logs --testbed testbed.toml -o logs/   record their serial logs
+      cisl report logs/ -o report/                latency, speedup, memory tables and figures
     """
 
 

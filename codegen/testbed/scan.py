@@ -82,6 +82,10 @@ def scan(board: str = "nrf52840dk", runner: str | None = None, baud: int = 11520
             trailer.append(f"  {p.path}  usb serial {p.serial_number or '?'}  {p.description}")
     for n in disc.notes:
         trailer.append(f"note: {n}")
+    if not any(not e.get("_commented") for e in nodes):
+        trailer += ["", "a node looks like this (one [[node]] per board; see docs/usage.md):", "[[node]]", "id = 0",
+                    f'board = "{board}"', f'runner = "{runner or "nrfutil"}"', 'probe = "683123456"',
+                    'port = "/dev/serial/by-id/usb-SEGGER_J-Link_000683123456-if00"', f"baud = {baud}"]
     text = render_testbed(nodes, header, {"name": "lab"}, None, trailer)
     matched = sum(1 for m in matches if m.port is not None)
     return ScanResult(text, matched, len(matches) - matched, len(spare), disc.notes)

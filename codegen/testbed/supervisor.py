@@ -250,6 +250,13 @@ class Supervisor:
         return {**out, "state": run.state, "run": run.number, "nodes": nodes, "problems": run.problems,
                 "medium": {"pid": run.medium.pid, "returncode": run.medium.poll()}}
 
+    def owns_state(self) -> bool:
+        """Still this testbed's supervisor? (Not if the state folder was deleted or a new one started.)"""
+        try:
+            return json.loads((self.state / "supervisor.json").read_text()).get("pid") == os.getpid()
+        except (OSError, ValueError):
+            return False
+
     # -- the loop
     def handle(self, conn: socket.socket) -> None:
         conn.settimeout(5.0)
@@ -289,6 +296,7 @@ class Supervisor:
     def serve(self, server: socket.socket) -> None:
         self.poller.register(server.fileno(), select.POLLIN)
         writing: set[int] = set()
+        last_check = time.monotonic()
         while not self.stopping:
             for k, p in self.ptys.items():  # wait for POLLOUT only while output is pending
                 if p.pending and p.master not in writing:
@@ -312,6 +320,11 @@ class Supervisor:
                     if not self.drain(fd, self.run.pipes[fd]):  # end of file: the node closed its UART
                         self.close_pipe(fd)
             self.check_run()
+            if time.monotonic() - last_check > 2.0:
+                last_check = time.monotonic()
+                if not self.owns_state():
+                    self.log("the state folder is gone or another supervisor took it over: stopping")
+                    self.stopping = True
 
 
 def _tail(path: Path) -> str:

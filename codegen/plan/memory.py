@@ -1,8 +1,11 @@
 """Static memory planning: every activation buffer of a node gets an offset in one arena.
 
-Greedy by size, like TFLite Micro's GreedyMemoryPlanner: place the largest buffer first, then
-each next one at the lowest aligned offset where it overlaps no already-placed buffer that is live
-at the same time. A pure function of its input; ``check_plan`` verifies the result independently.
+In: buffers with a size, an alignment and a lifetime (the first and last op that touch them).
+Out: an offset per buffer and the arena size. Greedy by size, like TFLite Micro's
+GreedyMemoryPlanner: place the largest buffer first, then each next one at the lowest offset,
+aligned for it, where it overlaps no already-placed buffer that is live at the same time. A pure
+function of its input; ``check_plan`` verifies a plan independently (overlaps of simultaneously
+live buffers, alignment, bounds) and ``format_plan`` dumps it (node_NN/memory.txt).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ class Buffer:
     size: int  # bytes
     first: int  # first op index that writes or reads it
     last: int  # last op index that reads or writes it
+    align: int = ALIGN  # its offset must be a multiple of this (a power of two)
 
     def live_with(self, other: "Buffer") -> bool:
         return self.first <= other.last and other.first <= self.last
@@ -33,15 +37,15 @@ def plan_arena(buffers: list[Buffer]) -> tuple[dict[str, int], int]:
     placed: list[tuple[int, Buffer]] = []
     offsets: dict[str, int] = {}
     for b in order:
-        busy = sorted((off, off + align(p.size)) for off, p in placed if p.live_with(b))
+        busy = sorted((off, off + p.size) for off, p in placed if p.live_with(b))
         off = 0
         for lo, hi in busy:
             if off + b.size <= lo:
                 break
-            off = max(off, align(hi))
+            off = max(off, align(hi, b.align))
         offsets[b.name] = off
         placed.append((off, b))
-    size = max((offsets[b.name] + align(b.size) for b in buffers), default=0)
+    size = max((align(offsets[b.name] + b.size) for b in buffers), default=0)
     return offsets, size
 
 
@@ -50,8 +54,8 @@ def check_plan(buffers: list[Buffer], offsets: dict[str, int], arena: int) -> li
     problems = []
     for i, a in enumerate(buffers):
         oa = offsets[a.name]
-        if oa % ALIGN:
-            problems.append(f"{a.name} at {oa} is not {ALIGN}-byte aligned")
+        if oa % a.align:
+            problems.append(f"{a.name} at {oa} is not {a.align}-byte aligned")
         if oa + a.size > arena:
             problems.append(f"{a.name} ends at {oa + a.size}, past the arena ({arena} B)")
         for b in buffers[i + 1:]:

@@ -89,7 +89,8 @@ def emit_node(plan: Plan, node: NodeData, out_dir: Path, input_hash: str, env: j
     for i, op in enumerate(node.ops):
         a = op.attrs
         shape = {n: node.tensors[n].shape for n in op.ins + op.outs if n in node.tensors}
-        ctx: dict[str, Any] = {"index": i, "kind": op.kind, "where": (op.outs or op.ins or ["-"])[0].split("@")[0]}
+        ctx: dict[str, Any] = {"index": i, "seq": i, "kind": op.kind,
+                               "where": (op.outs or op.ins or ["-"])[0].split("@")[0]}
         ctx["comment"] = f"{op.kind} {', '.join(op.ins)} -> {', '.join(op.outs)}" if op.ins or op.outs else \
             f"{op.kind} {a.get('block', '')} layer {a.get('layer', '')}"
         if op.kind in ("block_begin", "block_end"):

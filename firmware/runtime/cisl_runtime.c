@@ -8,6 +8,7 @@
 void cisl_block_begin(cisl_block *b)
 {
     b->comm_us = 0;
+    b->comm_cycles = 0;
     b->c0_cycles = cisl_board_cycles();
     b->t0_us = cisl_board_time_us();
 }
@@ -15,7 +16,8 @@ void cisl_block_begin(cisl_block *b)
 void cisl_block_end(cisl_block *b, uint32_t inference, int32_t layer, const char *name)
 {
     const uint32_t elapsed = cisl_board_time_us() - b->t0_us;
-    const uint32_t cycles = cisl_board_cycles() - b->c0_cycles;
+    const uint32_t total = cisl_board_cycles() - b->c0_cycles;
+    const uint32_t cycles = total >= b->comm_cycles ? total - b->comm_cycles : 0u;
     cisl_line l;
     cisl_log_begin(&l, "block");
     cisl_log_u32(&l, "inf", inference);
@@ -85,3 +87,15 @@ void cisl_report_end(uint32_t inferences)
     cisl_log_u32(&l, "inferences", inferences);
     cisl_log_end(&l);
 }
+
+#ifdef CISL_PROFILE_OPS
+void cisl_report_op(uint32_t inference, uint32_t index, uint32_t cycles)
+{
+    cisl_line l;
+    cisl_log_begin(&l, "op");
+    cisl_log_u32(&l, "inf", inference);
+    cisl_log_u32(&l, "i", index);
+    cisl_log_u32(&l, "cycles", cycles);
+    cisl_log_end(&l);
+}
+#endif

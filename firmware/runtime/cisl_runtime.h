@@ -14,10 +14,11 @@ typedef struct {
     uint32_t t0_us;
     uint32_t c0_cycles;
     uint32_t comm_us;
+    uint32_t comm_cycles; /* cycles spent communicating, taken out of the block's cycles too */
 } cisl_block;
 
 void cisl_block_begin(cisl_block *b);
-/* Print "block inf= layer= block= us= comm_us= [cycles=]"; us is compute time only. */
+/* Print "block inf= layer= block= us= comm_us= [cycles=]"; us and cycles are compute only. */
 void cisl_block_end(cisl_block *b, uint32_t inference, int32_t layer, const char *name);
 
 /* "boot fw= plan= board= node= nodes=" */
@@ -30,6 +31,20 @@ void cisl_report_output(uint32_t inference, const int8_t *q, uint32_t n);
 void cisl_report_error(uint32_t inference, const char *where, int32_t code);
 /* "end inferences=" */
 void cisl_report_end(uint32_t inferences);
+
+/* Per-op profiling (benchmarks only): built with -DCISL_PROFILE_OPS, the generated schedule prints
+ * "op inf= i= cycles=" after every op, i being the op's index in plan.json. Otherwise no code. */
+#ifdef CISL_PROFILE_OPS
+#include "cisl_board.h"
+void cisl_report_op(uint32_t inference, uint32_t index, uint32_t cycles);
+#define CISL_OP_DECL uint32_t cisl_op_c0_ = 0u
+#define CISL_OP_BEGIN() (cisl_op_c0_ = cisl_board_cycles())
+#define CISL_OP_END(i) cisl_report_op(inference, (i), cisl_board_cycles() - cisl_op_c0_)
+#else
+#define CISL_OP_DECL ((void)0)
+#define CISL_OP_BEGIN() ((void)0)
+#define CISL_OP_END(i) ((void)0)
+#endif
 
 #define CISL_FW_VERSION "0.1.0"
 

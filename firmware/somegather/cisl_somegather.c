@@ -74,6 +74,7 @@ int cisl_somegather(const cisl_sg_desc *d, uint32_t inference, const int8_t *own
                     uint8_t *valid, cisl_block *blk)
 {
     const uint32_t t0 = cisl_board_time_us();
+    const uint32_t c0 = cisl_board_cycles();
     sg_rx_state s;
     for (uint32_t i = 0; i < CISL_MAX_NODES; i++) {
         s.got[i] = 0;
@@ -107,6 +108,7 @@ int cisl_somegather(const cisl_sg_desc *d, uint32_t inference, const int8_t *own
     const int rc = cisl_transport_round(d->sg, inference, (const uint8_t *)send, tx, CISL_BROADCAST, sg_on_rx, &s);
     const uint32_t us = cisl_board_time_us() - t0;
     blk->comm_us += us;
+    blk->comm_cycles += cisl_board_cycles() - c0;
     report_sg(inference, d->layer, d->point, us, tx, s.rx_bytes, s.delivered, d->nrecv, s.ignored);
     return rc == 0 ? CISL_OK : CISL_ERR_TRANSPORT;
 }
@@ -115,9 +117,11 @@ int cisl_send_partial(uint16_t sg, uint32_t inference, const int32_t *part, uint
                       cisl_block *blk)
 {
     const uint32_t t0 = cisl_board_time_us();
+    const uint32_t c0 = cisl_board_cycles();
     const int rc = cisl_transport_round(sg, inference, (const uint8_t *)part, 4u * n, dest, NULL, NULL);
     const uint32_t us = cisl_board_time_us() - t0;
     blk->comm_us += us;
+    blk->comm_cycles += cisl_board_cycles() - c0;
     report_sg(inference, -1, "head", us, 4u * n, 0, 0, 0, 0);
     return rc == 0 ? CISL_OK : CISL_ERR_TRANSPORT;
 }
@@ -159,6 +163,7 @@ int cisl_reduce_partials(uint16_t sg, uint32_t inference, int32_t *acc, uint32_t
                          uint32_t nsenders, cisl_block *blk)
 {
     const uint32_t t0 = cisl_board_time_us();
+    const uint32_t c0 = cisl_board_cycles();
     reduce_state s;
     for (uint32_t i = 0; i < CISL_MAX_NODES; i++) {
         s.got[i] = 0;
@@ -173,6 +178,7 @@ int cisl_reduce_partials(uint16_t sg, uint32_t inference, int32_t *acc, uint32_t
     const int rc = cisl_transport_round(sg, inference, NULL, 0, CISL_BROADCAST, reduce_on_rx, &s);
     const uint32_t us = cisl_board_time_us() - t0;
     blk->comm_us += us;
+    blk->comm_cycles += cisl_board_cycles() - c0;
     report_sg(inference, -1, "head", us, 0, s.rx_bytes, s.delivered, nsenders, s.ignored);
     return rc == 0 ? CISL_OK : CISL_ERR_TRANSPORT;
 }

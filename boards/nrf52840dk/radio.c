@@ -1,0 +1,313 @@
+/* nRF52840 RADIO as Mixer's radio HAL (mx_radio_hal, firmware/mixer/mixer.h), and the board hooks
+ * of somegather over Mixer (firmware/somegather/cisl_mixer_transport.h). Written for cisl from the
+ * nRF52840 product specification and the Mixer port facts in boards/nrf52840dk/README.md.
+ *
+ * Framing: BLE 2M (or 1M) PHY, 4-byte access address, header S0 = 1 byte (unused, 0) and an 8-bit
+ * LENGTH, 3-byte CRC (polynomial 0x65B, init 0x555555, address skipped), whitening on, fast
+ * ramp-up (40 us), one fixed frequency.
+ *
+ * Timing: TIMER0 runs free at 16 MHz (32 bit) and carries the slot grid: slot s starts at
+ * grid0 + s * slot_ticks. A transmission starts exactly on the grid: TIMER0 COMPARE[0] fires at
+ * start - 40 us and PPI channel 0 triggers TASKS_TXEN; the shortcut READY->START begins the packet
+ * when the ramp-up ends, END->DISABLE ends it. A reception arms the receiver the same way (PPI
+ * channel 1 -> TASKS_RXEN) half an RX window before the slot; PPI channel 2 captures the ADDRESS
+ * event into TIMER0 CC[1]. Every valid packet re-anchors the grid on that timestamp (sync), so
+ * the grid follows the node that sent it, which is the published transport's drift control in its
+ * simplest form. The CPU polls; no interrupts. */
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "cisl_log.h"
+#include "cisl_mixer_transport.h"
+#include "cisl_node_api.h"
+#include "cisl_transport.h"
+#include "mixer.h"
+#include "nrf52840_board.h"
+#include "nrf52840_regs.h"
+
+#ifndef CISL_RADIO_PHY_MBIT
+#define CISL_RADIO_PHY_MBIT 2 /* from plan.json (cisl compile --phy); the slot lengths assume it */
+#endif
+#ifndef CISL_RADIO_FREQUENCY_MHZ
+#define CISL_RADIO_FREQUENCY_MHZ 2450
+#endif
+#ifndef CISL_RADIO_TXPOWER_DBM
+#define CISL_RADIO_TXPOWER_DBM 8
+#endif
+#ifndef CISL_RADIO_START_GUARD_US
+#define CISL_RADIO_START_GUARD_US 2000 /* the initiator's head start before slot 0 of every round */
+#endif
+#ifndef CISL_RADIO_SCAN_TIMEOUT_MS
+#define CISL_RADIO_SCAN_TIMEOUT_MS 10000 /* a listener's first scan of a round waits this long */
+#endif
+
+#if CISL_RADIO_FREQUENCY_MHZ < 2400 || CISL_RADIO_FREQUENCY_MHZ > 2500
+#error "CISL_RADIO_FREQUENCY_MHZ must be 2400..2500 (board.toml [radio] frequency_mhz)"
+#endif
+
+#define RADIO(reg) NRF_REG32(NRF_BASE_RADIO, NRF_REG_RADIO_##reg)
+#define TIMER0(reg) NRF_REG32(NRF_BASE_TIMER0, NRF_REG_TIMER_##reg)
+#define PPI(reg) NRF_REG32(NRF_BASE_PPI, NRF_REG_PPI_##reg)
+
+#define TICKS_PER_US 16u
+#define RAMP_US 40u  /* TXEN/RXEN -> READY with MODECNF0.RU = Fast */
+#define SETUP_US 20u /* from wait_slot's return to the compare being programmed */
+#if CISL_RADIO_PHY_MBIT == 2
+#define ADDR_EVENT_US 29u /* slot start -> ADDRESS at the receiver: preamble 2 B + address 4 B at 4 us/B, + 5 us */
+#define RADIO_MODE_VALUE NRF_VAL_RADIO_MODE_MODE_BLE_2MBIT
+#define RADIO_PLEN_VALUE NRF_VAL_RADIO_PCNF0_PLEN_16BIT
+#define US_PER_BYTE 4u
+#elif CISL_RADIO_PHY_MBIT == 1
+#define ADDR_EVENT_US 50u /* preamble 1 B + address 4 B at 8 us/B, + 10 us */
+#define RADIO_MODE_VALUE NRF_VAL_RADIO_MODE_MODE_BLE_1MBIT
+#define RADIO_PLEN_VALUE NRF_VAL_RADIO_PCNF0_PLEN_8BIT
+#define US_PER_BYTE 8u
+#else
+#error "CISL_RADIO_PHY_MBIT must be 1 or 2"
+#endif
+/* longest frame: preamble, address, S0, LENGTH, 255 payload bytes, CRC */
+#define MAX_AIR_US (US_PER_BYTE * (2u + 4u + 2u + 255u + 3u))
+
+#define PPI_CH_TX 0u
+#define PPI_CH_RX 1u
+#define PPI_CH_ADDR 2u
+#define ACCESS_PREFIX 0x71u
+#define ACCESS_BASE 0x76412900u /* BALEN 3: the three upper bytes */
+
+/* S0, LENGTH, then the Mixer packet; EasyDMA reads and writes it in RAM */
+static uint8_t radio_pdu[2u + MX_MAX_PACKET_LEN];
+
+typedef struct {
+    uint32_t grid0;      /* TIMER0 ticks at the start of slot 0 */
+    uint32_t slot_ticks;
+    uint32_t rx_half;    /* half the receive window, ticks */
+    uint32_t slot_start; /* start of the current slot */
+    int first_scan;
+    uint32_t late;       /* slots whose radio start was missed because processing overran */
+} radio_ctx;
+
+static uint32_t now(void)
+{
+    TIMER0(TASKS_CAPTURE(3u)) = 1u;
+    return TIMER0(CC(3u));
+}
+
+static int reached(uint32_t t) { return (int32_t)(now() - t) >= 0; }
+
+static void radio_disable(void)
+{
+    PPI(CHENCLR) = NRF_FV(NRF_FLD_PPI_CHENCLR_CH0, 1u) | NRF_FV(NRF_FLD_PPI_CHENCLR_CH1, 1u) |
+                   NRF_FV(NRF_FLD_PPI_CHENCLR_CH2, 1u);
+    if (NRF_GET(NRF_FLD_RADIO_STATE_STATE, RADIO(STATE)) != NRF_VAL_RADIO_STATE_STATE_DISABLED) {
+        RADIO(TASKS_DISABLE) = 1u;
+        while (NRF_GET(NRF_FLD_RADIO_STATE_STATE, RADIO(STATE)) != NRF_VAL_RADIO_STATE_STATE_DISABLED) {
+        }
+    }
+    RADIO(EVENTS_DISABLED) = 0u;
+}
+
+void cisl_radio_init(void)
+{
+    RADIO(POWER) = NRF_FV(NRF_FLD_RADIO_POWER_POWER, 1u);
+    radio_disable();
+    RADIO(MODE) = NRF_FV(NRF_FLD_RADIO_MODE_MODE, RADIO_MODE_VALUE);
+    RADIO(PCNF0) = NRF_FV(NRF_FLD_RADIO_PCNF0_LFLEN, 8u) | NRF_FV(NRF_FLD_RADIO_PCNF0_S0LEN, 1u) |
+                   NRF_FV(NRF_FLD_RADIO_PCNF0_S1LEN, 0u) | NRF_FV(NRF_FLD_RADIO_PCNF0_PLEN, RADIO_PLEN_VALUE);
+    RADIO(PCNF1) = NRF_FV(NRF_FLD_RADIO_PCNF1_MAXLEN, MX_MAX_PACKET_LEN) | NRF_FV(NRF_FLD_RADIO_PCNF1_STATLEN, 0u) |
+                   NRF_FV(NRF_FLD_RADIO_PCNF1_BALEN, 3u) |
+                   NRF_FV(NRF_FLD_RADIO_PCNF1_ENDIAN, NRF_VAL_RADIO_PCNF1_ENDIAN_LITTLE) |
+                   NRF_FV(NRF_FLD_RADIO_PCNF1_WHITEEN, NRF_VAL_RADIO_PCNF1_WHITEEN_ENABLED);
+    RADIO(BASE0) = ACCESS_BASE;
+    RADIO(PREFIX0) = NRF_FV(NRF_FLD_RADIO_PREFIX0_AP0, ACCESS_PREFIX);
+    RADIO(TXADDRESS) = NRF_FV(NRF_FLD_RADIO_TXADDRESS_TXADDRESS, 0u);
+    RADIO(RXADDRESSES) = NRF_FV(NRF_FLD_RADIO_RXADDRESSES_ADDR0, NRF_VAL_RADIO_RXADDRESSES_ADDR0_ENABLED);
+    RADIO(CRCCNF) = NRF_FV(NRF_FLD_RADIO_CRCCNF_LEN, NRF_VAL_RADIO_CRCCNF_LEN_THREE) |
+                    NRF_FV(NRF_FLD_RADIO_CRCCNF_SKIPADDR, NRF_VAL_RADIO_CRCCNF_SKIPADDR_SKIP);
+    RADIO(CRCPOLY) = NRF_FV(NRF_FLD_RADIO_CRCPOLY_CRCPOLY, 0x00065Bu);
+    RADIO(CRCINIT) = NRF_FV(NRF_FLD_RADIO_CRCINIT_CRCINIT, 0x555555u);
+    RADIO(FREQUENCY) = NRF_FV(NRF_FLD_RADIO_FREQUENCY_FREQUENCY, CISL_RADIO_FREQUENCY_MHZ - 2400) |
+                       NRF_FV(NRF_FLD_RADIO_FREQUENCY_MAP, NRF_VAL_RADIO_FREQUENCY_MAP_DEFAULT);
+    RADIO(DATAWHITEIV) = NRF_FV(NRF_FLD_RADIO_DATAWHITEIV_DATAWHITEIV, 0x40u | ((CISL_RADIO_FREQUENCY_MHZ - 2400) & 0x3Fu));
+    RADIO(TXPOWER) = NRF_FV(NRF_FLD_RADIO_TXPOWER_TXPOWER, (uint32_t)(int32_t)(CISL_RADIO_TXPOWER_DBM));
+    RADIO(MODECNF0) = NRF_FV(NRF_FLD_RADIO_MODECNF0_RU, NRF_VAL_RADIO_MODECNF0_RU_FAST) |
+                      NRF_FV(NRF_FLD_RADIO_MODECNF0_DTX, NRF_VAL_RADIO_MODECNF0_DTX_CENTER);
+    RADIO(PACKETPTR) = (uint32_t)(uintptr_t)radio_pdu;
+    RADIO(SHORTS) = NRF_FV(NRF_FLD_RADIO_SHORTS_READY_START, 1u) | NRF_FV(NRF_FLD_RADIO_SHORTS_END_DISABLE, 1u);
+
+    TIMER0(TASKS_STOP) = 1u;
+    TIMER0(MODE) = NRF_FV(NRF_FLD_TIMER_MODE_MODE, NRF_VAL_TIMER_MODE_MODE_TIMER);
+    TIMER0(BITMODE) = NRF_FV(NRF_FLD_TIMER_BITMODE_BITMODE, NRF_VAL_TIMER_BITMODE_BITMODE_32BIT);
+    TIMER0(PRESCALER) = NRF_FV(NRF_FLD_TIMER_PRESCALER_PRESCALER, 0u); /* 16 MHz */
+    TIMER0(SHORTS) = 0u;
+    TIMER0(TASKS_CLEAR) = 1u;
+    TIMER0(TASKS_START) = 1u;
+
+    const uint32_t compare0 = NRF_BASE_TIMER0 + NRF_REG_TIMER_EVENTS_COMPARE(0u);
+    PPI(CH_EEP(PPI_CH_TX)) = compare0;
+    PPI(CH_TEP(PPI_CH_TX)) = NRF_BASE_RADIO + NRF_REG_RADIO_TASKS_TXEN;
+    PPI(CH_EEP(PPI_CH_RX)) = compare0;
+    PPI(CH_TEP(PPI_CH_RX)) = NRF_BASE_RADIO + NRF_REG_RADIO_TASKS_RXEN;
+    PPI(CH_EEP(PPI_CH_ADDR)) = NRF_BASE_RADIO + NRF_REG_RADIO_EVENTS_ADDRESS;
+    PPI(CH_TEP(PPI_CH_ADDR)) = NRF_BASE_TIMER0 + NRF_REG_TIMER_TASKS_CAPTURE(1u);
+}
+
+/* Arm `channel` so that TIMER0 reaching `at` triggers its task. Returns 0 if armed in time, -1 if
+ * `at` had already passed without the compare firing (nothing was triggered). */
+static int arm_at(uint32_t at, uint32_t chenset)
+{
+    TIMER0(EVENTS_COMPARE(0u)) = 0u;
+    TIMER0(CC(0u)) = at;
+    PPI(CHENSET) = chenset;
+    if (reached(at) && TIMER0(EVENTS_COMPARE(0u)) == 0u) {
+        PPI(CHENCLR) = chenset;
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- mx_radio_hal --------------------------------------------------------------------------- */
+
+static void hal_wait_slot(void *ctx, uint16_t slot)
+{
+    radio_ctx *c = (radio_ctx *)ctx;
+    c->slot_start = c->grid0 + (uint32_t)slot * c->slot_ticks;
+    const uint32_t lead = (RAMP_US + SETUP_US) * TICKS_PER_US + c->rx_half;
+    while (!reached(c->slot_start - lead)) {
+    }
+}
+
+static int hal_transmit(void *ctx, const uint8_t *packet, uint16_t len)
+{
+    radio_ctx *c = (radio_ctx *)ctx;
+    if (len > MX_MAX_PACKET_LEN) {
+        return -1;
+    }
+    radio_pdu[0] = 0u;
+    radio_pdu[1] = (uint8_t)len;
+    memcpy(radio_pdu + 2, packet, len);
+    RADIO(EVENTS_DISABLED) = 0u;
+    if (arm_at(c->slot_start - RAMP_US * TICKS_PER_US, NRF_FV(NRF_FLD_PPI_CHENSET_CH0, 1u)) != 0) {
+        c->late++; /* too late for this slot: send nothing rather than off the grid */
+        return 0;
+    }
+    const uint32_t end = c->slot_start + (MAX_AIR_US + 50u) * TICKS_PER_US;
+    while (RADIO(EVENTS_DISABLED) == 0u && !reached(end)) {
+    }
+    radio_disable();
+    return 0;
+}
+
+static int hal_receive(void *ctx, uint8_t *buf, uint16_t max, int scan, uint32_t *rx_time)
+{
+    radio_ctx *c = (radio_ctx *)ctx;
+    uint32_t deadline;
+    RADIO(EVENTS_ADDRESS) = 0u;
+    RADIO(EVENTS_DISABLED) = 0u;
+    PPI(CHENSET) = NRF_FV(NRF_FLD_PPI_CHENSET_CH2, 1u);
+    if (scan) {
+        RADIO(TASKS_RXEN) = 1u;
+        const uint32_t wait_us = c->first_scan ? CISL_RADIO_SCAN_TIMEOUT_MS * 1000u : c->slot_ticks / TICKS_PER_US;
+        c->first_scan = 0;
+        deadline = now() + wait_us * TICKS_PER_US;
+    } else {
+        if (arm_at(c->slot_start - c->rx_half - RAMP_US * TICKS_PER_US, NRF_FV(NRF_FLD_PPI_CHENSET_CH1, 1u)) != 0) {
+            c->late++;
+            RADIO(TASKS_RXEN) = 1u; /* late: listen anyway, the packet may still be ahead */
+        }
+        deadline = c->slot_start + ADDR_EVENT_US * TICKS_PER_US + c->rx_half;
+    }
+    while (RADIO(EVENTS_ADDRESS) == 0u) {
+        if (reached(deadline)) {
+            radio_disable();
+            return 0;
+        }
+    }
+    const uint32_t end = now() + (MAX_AIR_US + 50u) * TICKS_PER_US;
+    while (RADIO(EVENTS_DISABLED) == 0u) {
+        if (reached(end)) {
+            radio_disable();
+            return 0;
+        }
+    }
+    radio_disable();
+    *rx_time = TIMER0(CC(1u));
+    if (NRF_GET(NRF_FLD_RADIO_CRCSTATUS_CRCSTATUS, RADIO(CRCSTATUS)) != NRF_VAL_RADIO_CRCSTATUS_CRCSTATUS_CRCOK) {
+        return 0;
+    }
+    const uint16_t len = radio_pdu[1];
+    if (len > max) {
+        return 0;
+    }
+    memcpy(buf, radio_pdu + 2, len);
+    return (int)len;
+}
+
+static void hal_sync(void *ctx, uint16_t slot, uint32_t rx_time)
+{
+    radio_ctx *c = (radio_ctx *)ctx;
+    c->grid0 = rx_time - ADDR_EVENT_US * TICKS_PER_US - (uint32_t)slot * c->slot_ticks;
+}
+
+static void hal_off(void *ctx)
+{
+    (void)ctx;
+    radio_disable();
+}
+
+static const mx_radio_hal nrf_hal = {hal_wait_slot, hal_transmit, hal_receive, hal_sync, hal_off};
+
+/* ---- somegather over Mixer: board hooks ----------------------------------------------------- */
+
+static uint32_t round_late;
+
+int32_t cisl_board_mixer_round(mx_state *s, uint16_t sg, uint8_t part, uint32_t inference, uint32_t slot_us)
+{
+    (void)sg;
+    (void)part;
+    (void)inference;
+    radio_ctx c;
+    c.slot_ticks = slot_us * TICKS_PER_US;
+    /* receive window: 2 (3 DT + 2 jitter + 5 us), DT = slot / 1000 (boards/nrf52840dk/README.md) */
+    c.rx_half = (3u * slot_us / 1000u + 2u * 4u + 5u) * TICKS_PER_US;
+    c.first_scan = 1;
+    c.late = 0;
+    c.slot_start = 0;
+    c.grid0 = 0;
+    if (cisl_node_id == cisl_mx_plan.initiator) {
+        c.grid0 = now() + (CISL_RADIO_START_GUARD_US + RAMP_US + SETUP_US) * TICKS_PER_US + c.rx_half;
+    }
+    const int32_t r = mx_start(s, &nrf_hal, &c);
+    round_late += c.late;
+    return r;
+}
+
+void cisl_board_mixer_delivery(uint16_t sg, uint32_t inference, const uint8_t *got, const uint16_t *slot,
+                               uint8_t nodes)
+{
+    /* one compact line per exchange: which senders arrived (bit j = node j) and the last slot */
+    uint32_t mask = 0u;
+    uint16_t last = 0u;
+    for (uint8_t j = 0; j < nodes && j < 32u; j++) {
+        if (got[j]) {
+            mask |= 1u << j;
+            last = slot[j] > last ? slot[j] : last;
+        }
+    }
+    cisl_line l;
+    cisl_log_begin(&l, "mx");
+    cisl_log_u32(&l, "inf", inference);
+    cisl_log_u32(&l, "sg", sg);
+    cisl_log_hex32(&l, "got", mask);
+    cisl_log_u32(&l, "last_slot", last);
+    cisl_log_u32(&l, "late", round_late);
+    cisl_log_end(&l);
+    round_late = 0u;
+}
+
+int cisl_transport_round(uint16_t sg, uint32_t inference, const uint8_t *msg, uint32_t len, uint8_t dest,
+                         cisl_rx_fn on_rx, void *ctx)
+{
+    (void)dest; /* Mixer floods every message to every node */
+    return cisl_mixer_exchange(sg, inference, msg, len, on_rx, ctx);
+}

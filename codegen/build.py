@@ -3,6 +3,14 @@
 The kernel library is upstream CMSIS-NN when CMSIS_NN_ROOT points at a checkout, otherwise
 firmware/nnref. Kernel and runtime objects are compiled once per build folder and linked into every
 node; only the generated files are compiled per node. Our own code builds with warnings as errors.
+
+The board's board.toml [build] section says how: compiler, CPU flags, C flags (kernels may get their
+own), linker flags and script, board sources, whether to write an Intel HEX image, the stack, and
+whether the plan's input windows are compiled into the image. Mixer's compile-time maxima are set
+from the plan (its largest generation, payload and node count), so Mixer's RAM is what the plan
+needs. For boards with a size check, every node's flash and RAM are read from its ELF and written
+next to the planner's estimate (node_NN/size.json); a node that does not fit fails the build with
+one line naming the node, the region and the overflow.
 """
 
 from __future__ import annotations
@@ -11,6 +19,7 @@ import hashlib
 import json
 import os
 import shutil
+import re
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -24,6 +33,9 @@ from .resources import resource_dir
 
 RUNTIME_SOURCES = ["runtime/cisl_kernels.c", "runtime/cisl_log.c", "runtime/cisl_runtime.c",
                    "somegather/cisl_somegather.c", "somegather/cisl_mixer_transport.c", "mixer/mixer.c"]
+# speed-critical runtime sources: built with the board's kernel_cflags (e.g. -O2 where the rest is -Os)
+SPEED_SOURCES = {"runtime/cisl_kernels.c", "mixer/mixer.c"}
+NODE_CACHE_LIMIT = 256 * 1024  # generated sources up to this size are cached across builds
 NODE_SOURCES = ["cisl_node.c", "cisl_weights.c", "cisl_mixer.c"]
 
 
@@ -34,6 +46,7 @@ class CompileJob:
     flags: list[str]
     log: Path
     cacheable: bool = False  # shared sources (kernels, runtime, board) are cached across builds
+    key_extra: bytes = b""  # more content the object depends on (a node's generated headers)
 
 
 def cache_dir() -> Path | None:
@@ -47,7 +60,7 @@ def cache_dir() -> Path | None:
 
 def _cache_key(cc_id: str, job: CompileJob, headers: bytes) -> str:
     h = hashlib.sha256()
-    for part in (cc_id.encode(), "\0".join(job.flags).encode(), job.source.read_bytes(), headers):
+    for part in (cc_id.encode(), "\0".join(job.flags).encode(), job.source.read_bytes(), headers, job.key_extra):
         h.update(len(part).to_bytes(8, "little"))
         h.update(part)
     return h.hexdigest()
@@ -96,60 +109,171 @@ def _run(cmd: list[str], log: Path) -> tuple[bool, str]:
     return p.returncode == 0, p.stdout + p.stderr
 
 
+ARM_APT = "sudo apt-get install -y --no-install-recommends gcc-arm-none-eabi libnewlib-arm-none-eabi"
+
+
+def mixer_maxima(plan: Plan) -> dict[str, int]:
+    """Mixer's compile-time maxima for this plan: its node count, largest generation and payload,
+    and a row pool that holds the largest round (G times the row stride of that round)."""
+    rounds = [r for ex in plan.meta["mixer"]["exchanges"] for r in ex]
+    if not rounds:  # one node: no exchange goes over the radio; the smallest legal state
+        return {"MX_MAX_NODES": max(plan.devices, 1), "MX_MAX_G": 1, "MX_MAX_P": 8, "MX_POOL_WORDS": 3}
+    g = max(int(r["generation"]) for r in rounds)
+    p = max(int(r["payload"]) for r in rounds)
+    pool = max(int(r["generation"]) * row_words(int(r["generation"]), int(r["payload"])) for r in rounds)
+    return {"MX_MAX_NODES": plan.devices, "MX_MAX_G": g, "MX_MAX_P": p, "MX_POOL_WORDS": pool}
+
+
+def row_words(g: int, p: int) -> int:
+    """firmware/mixer/mixer.h MX_ROW_WORDS: coding-vector words plus payload words."""
+    return (g + 31) // 32 + (p + 3) // 4
+
+
+def board_defines(board: Board, plan: Plan) -> list[str]:
+    """-D flags for the board's own sources from board.toml facts ([uart], [radio], [inputs])."""
+    f = board.facts
+    out = []
+    uart = f.get("uart", {})
+    for key, macro in (("baud", "CISL_UART_BAUD"), ("tx_pin", "CISL_UART_TX_PIN")):
+        if key in uart:
+            out.append(f"-D{macro}={int(uart[key])}")
+    radio = f.get("radio", {})
+    if radio:
+        phy = plan.meta["mixer"]["policy"]["phy"]
+        if phy not in radio.get("phys", [phy]):
+            raise UserError(f"the plan's Mixer slots are timed for BLE {phy}, which board {board.name} does not "
+                            f"support ({', '.join(radio['phys'])}); compile with --phy {radio['phys'][0]}")
+        out.append(f"-DCISL_RADIO_PHY_MBIT={int(phy.rstrip('M'))}")
+        for key, macro in (("frequency_mhz", "CISL_RADIO_FREQUENCY_MHZ"), ("txpower_dbm", "CISL_RADIO_TXPOWER_DBM"),
+                           ("start_guard_us", "CISL_RADIO_START_GUARD_US"),
+                           ("scan_timeout_ms", "CISL_RADIO_SCAN_TIMEOUT_MS")):
+            if key in radio:
+                out.append(f"-D{macro}={int(radio[key])}")
+    inputs = f.get("inputs", {})
+    if "inferences" in inputs:
+        out.append(f"-DCISL_INPUTS_INFERENCES={int(inputs['inferences'])}")
+    return out
+
+
+def _inputs_source(plan: Plan, build_dir: Path, max_windows: int) -> str:
+    """C source of the input windows compiled into the image: build/inputs.npy, quantised."""
+    import numpy as np
+
+    path = build_dir / "inputs.npy"
+    if not path.is_file():
+        raise UserError(f"{path}: missing; the board compiles the input windows into the image, run `cisl compile` "
+                        f"again")
+    x = plan.quantize_input(np.load(path).astype(np.float64))[:max_windows]
+    rows = [", ".join(str(int(v)) for v in w) for w in x]
+    body = ",\n".join(f"    {r}" for r in rows)
+    return (f"/* Generated by cisl build: {len(x)} input windows of {plan.cfg.lookback} values, quantised with the\n"
+            f" * plan's input parameters (build/inputs.npy). Do not edit. */\n"
+            f'#include "cisl_board_inputs.h"\n\n'
+            f"const int8_t cisl_board_inputs[] = {{\n{body}\n}};\n"
+            f"const uint32_t cisl_board_input_count = {len(x)}u;\n"
+            f"const uint32_t cisl_board_input_len = {plan.cfg.lookback}u;\n")
+
+
+OVERFLOW_RE = re.compile(r"region [`'](\w+)' overflowed by (\d+) bytes")
+
+
+def _overflows(text: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for region, n in OVERFLOW_RE.findall(text):
+        out[region] = max(out.get(region, 0), int(n))
+    return out
+
+
+def image_dir(build_dir: Path, device: int, board: Board, plan_board: str) -> Path:
+    """Where a node's image goes: node_NN/ for the plan's board, node_NN/<board>/ for a board that
+    builds plans compiled for another one (qemu-m4 builds nrf52840dk plans)."""
+    nd = Path(build_dir) / f"node_{device:02d}"
+    return nd if board.name == plan_board else nd / board.name
+
+
 def build(build_dir: Path, board_name: str | None = None, jobs: int | None = None,
-          say: Callable[[str], None] = lambda s: None) -> dict:
-    """Build every node in ``build_dir``; returns the summary also written to build.json."""
+          say: Callable[[str], None] = lambda s: None, nodes: list[int] | None = None,
+          extra_cflags: list[str] | None = None) -> dict:
+    """Build every node in ``build_dir`` (or only ``nodes``); returns the summary also written to
+    build.json (build-<board>.json when building for another board than the plan's).
+    ``extra_cflags`` (e.g. -DCISL_PROFILE_OPS for benchmarks) go to all of cisl's own code."""
     build_dir = Path(build_dir)
     plan = load_plan(build_dir)
-    board = load_board(board_name or plan.meta["board"])
-    if board.name != plan.meta["board"]:
-        raise UserError(f"{build_dir}: compiled for board '{plan.meta['board']}', not '{board.name}'; "
+    plan_board = plan.meta["board"]
+    board = load_board(board_name or plan_board)
+    if board.name != plan_board and plan_board not in board.facts["board"].get("builds_plans_for", []):
+        raise UserError(f"{build_dir}: compiled for board '{plan_board}', not '{board.name}'; "
                         f"recompile with `cisl compile --board {board.name}`")
+    known = [n.device for n in plan.nodes]
+    if nodes is not None:
+        bad = [k for k in nodes if k not in known]
+        if bad:
+            raise UserError(f"--node {bad[0]}: the plan has nodes 0..{len(known) - 1}")
+    selected = [n for n in plan.nodes if nodes is None or n.device in nodes]
     cc = board.build["cc"]
     if shutil.which(cc) is None:
-        raise UserError(f"compiler '{cc}' for board {board.name} not found; install it "
-                        f"(Debian/Ubuntu: sudo apt-get install --no-install-recommends gcc)")
+        hint = ARM_APT if cc.startswith("arm-none-eabi") else "sudo apt-get install --no-install-recommends gcc"
+        raise UserError(f"compiler '{cc}' for board {board.name} not found; install it (Debian/Ubuntu: {hint})")
     lib = kernel_library()
     fw = resource_dir("firmware")
-    includes = [f"-I{lib.include}", f"-I{fw / 'runtime'}", f"-I{fw / 'somegather'}", f"-I{fw / 'mixer'}",
-                f"-I{board.path}"]
-    cflags = list(board.build["cflags"])
-    obj_dir = build_dir / "_obj"
+    includes = [f"-I{lib.include}", f"-I{fw / 'runtime'}", f"-I{fw / 'somegather'}", f"-I{fw / 'mixer'}"]
+    cpu = list(board.build.get("cpu_flags", []))
+    maxima = mixer_maxima(plan)
+    mx_defs = [f"-D{k}={v}u" for k, v in maxima.items()]
+    extra = list(extra_cflags or [])
+    cflags = cpu + list(board.build["cflags"]) + mx_defs + extra
+    board_flags = cflags + includes + [f"-I{board.path}"] + board_defines(board, plan)
+    obj_dir = build_dir / "_obj" / board.name
     if obj_dir.exists():
         shutil.rmtree(obj_dir)
-    for node in plan.nodes:
-        (build_dir / f"node_{node.device:02d}" / "build.log").unlink(missing_ok=True)
+    for node in selected:
+        (image_dir(build_dir, node.device, board, plan_board) / "build.log").unlink(missing_ok=True)
     common_log = obj_dir / "build.log"
 
     jobs_list: list[CompileJob] = []
-    kernel_flags = (list(board.build.get("upstream_cflags", cflags)) if lib.kind == "cmsis-nn" else cflags)
+    if lib.kind == "cmsis-nn":
+        kernel_flags = cpu + list(board.build.get("upstream_cflags", board.build["cflags"]))
+    else:
+        kernel_flags = cpu + list(board.build.get("kernel_cflags", board.build["cflags"]))
     for src in lib.sources:
         jobs_list.append(CompileJob(src, obj_dir / "kernels" / (src.stem + ".o"), kernel_flags + [f"-I{lib.include}"],
                                     common_log, cacheable=True))
+    speed_flags = cpu + list(board.build.get("kernel_cflags", board.build["cflags"])) + mx_defs + extra
     for rel in RUNTIME_SOURCES:
         src = fw / rel
-        jobs_list.append(CompileJob(src, obj_dir / "runtime" / (src.stem + ".o"), cflags + includes, common_log,
-                                    cacheable=True))
+        flags = (speed_flags if rel in SPEED_SOURCES else cflags) + includes
+        jobs_list.append(CompileJob(src, obj_dir / "runtime" / (src.stem + ".o"), flags, common_log, cacheable=True))
     for rel in board.build["sources"]:
         src = board.path / rel
-        jobs_list.append(CompileJob(src, obj_dir / "board" / (src.stem + ".o"), cflags + includes, common_log,
+        jobs_list.append(CompileJob(src, obj_dir / "board" / (src.stem + ".o"), board_flags, common_log,
                                     cacheable=True))
-    for node in plan.nodes:
+    if board.build.get("inputs"):
+        src = obj_dir / "board" / "cisl_board_inputs.c"
+        src.parent.mkdir(parents=True, exist_ok=True)
+        src.write_text(_inputs_source(plan, build_dir, int(board.facts.get("inputs", {}).get("max_windows", 16))))
+        jobs_list.append(CompileJob(src, obj_dir / "board" / "cisl_board_inputs.o", cflags + includes, common_log))
+    for node in selected:
         nd = build_dir / f"node_{node.device:02d}"
         missing = [rel for rel in NODE_SOURCES if not (nd / rel).is_file()]
         if missing:
             raise UserError(f"{nd / missing[0]}: missing; {build_dir} was compiled by another cisl version or "
                             f"edited, run `cisl compile` again")
     node_objs: dict[int, list[Path]] = {}
-    for node in plan.nodes:
+    for node in selected:
         nd = build_dir / f"node_{node.device:02d}"
+        node_headers = b"".join(p.name.encode() + p.read_bytes() for p in sorted(nd.glob("*.h")))
         node_objs[node.device] = []
         for rel in NODE_SOURCES:
             obj = obj_dir / f"node_{node.device:02d}" / (Path(rel).stem + ".o")
-            jobs_list.append(CompileJob(nd / rel, obj, cflags + includes + [f"-I{nd}"], nd / "build.log"))
+            # generated files are cached too (a second board with the same flags reuses them), but
+            # not large weight tables, which are rarely built twice and would only fill the cache
+            jobs_list.append(CompileJob(nd / rel, obj, cflags + includes + [f"-I{nd}"],
+                                        image_dir(build_dir, node.device, board, plan_board) / "build.log",
+                                        cacheable=(nd / rel).stat().st_size < NODE_CACHE_LIMIT,
+                                        key_extra=node_headers))
             node_objs[node.device].append(obj)
 
-    say(f"build: {len(plan.nodes)} nodes for {board.name} with {lib.kind} ({len(jobs_list)} compile jobs)")
+    say(f"build: {len(selected)} nodes for {board.name} with {lib.kind} ({len(jobs_list)} compile jobs)")
     workers = jobs or os.cpu_count() or 2
 
     cache = cache_dir()
@@ -184,22 +308,97 @@ def build(build_dir: Path, board_name: str | None = None, jobs: int | None = Non
         raise CheckFailed(f"compiling {j.source} failed: {first.strip()} (full log: {j.log})")
 
     shared = [j.obj for j in jobs_list if j.obj.parent.name in ("kernels", "runtime", "board")]
+    ldflags = [a.replace("{board}", str(board.path)) for a in board.build.get("ldflags", [])]
+    stack = board.build.get("stack_bytes")
+    if stack is not None:
+        ldflags.append(f"-Wl,--defsym=__cisl_stack_size={int(stack)}")
+    objcopy = board.build.get("objcopy")
 
     def link(device: int) -> tuple[int, bool, str, Path]:
-        nd = build_dir / f"node_{device:02d}"
-        out = nd / board.build["output"]
-        ok, text = _run([cc, *cflags, *[str(o) for o in node_objs[device]], *[str(o) for o in shared],
-                         *board.build.get("ldflags", []), "-o", str(out)], nd / "build.log")
+        out_dir = image_dir(build_dir, device, board, plan_board)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        out = out_dir / board.build["output"]
+        out.unlink(missing_ok=True)
+        mapfile = [f"-Wl,-Map={out.with_suffix('.map')}"] if cpu else []
+        ok, text = _run([cc, *cpu, *[str(o) for o in node_objs[device]], *[str(o) for o in shared],
+                         *ldflags, *mapfile, "-o", str(out)], out_dir / "build.log")
+        if ok and board.build.get("hex") and objcopy:
+            ok, text = _run([objcopy, "-O", "ihex", str(out), str(out.with_suffix(".hex"))], out_dir / "build.log")
         return device, ok, text, out
 
     with ThreadPoolExecutor(workers) as pool:
-        links = list(pool.map(link, [n.device for n in plan.nodes]))
+        links = list(pool.map(link, [n.device for n in selected]))
+
+    sizes: dict[int, dict] = {}
+    if board.build.get("size_check"):
+        from .footprint import estimate_plan
+
+        estimates = estimate_plan(plan, board, lib.kind)
+        for device, ok, text, out in links:
+            sizes[device] = _size_report(device, out, ok, text, estimates[device], board, maxima)
+        _print_sizes(sizes, board, say)
+        over = [(d, s) for d, s in sizes.items() if s.get("overflow")]
+        if over:
+            d, s = over[0]
+            region, n = max(s["overflow"].items(), key=lambda kv: kv[1])
+            more = f"; {len(over) - 1} more node(s) do not fit either" if len(over) > 1 else ""
+            raise CheckFailed(f"node {d} does not fit {board.name}: {region} overflows by {n} bytes "
+                              f"(estimate: flash {s['estimate']['flash']} of {board.flash_bytes} B, RAM "
+                              f"{s['estimate']['ram']} of {board.ram_bytes} B){more}")
     for device, ok, text, _ in links:
         if not ok:
+            log = image_dir(build_dir, device, board, plan_board) / "build.log"
             raise CheckFailed(f"linking node {device} failed: {text.strip().splitlines()[-1] if text.strip() else ''} "
-                              f"(full log: {build_dir / f'node_{device:02d}' / 'build.log'})")
-    summary = {"board": board.name, "compiler": cc, "kernels": lib.kind, "kernels_root": str(lib.root),
-               "nodes": [{"node": d, "image": str(p.relative_to(build_dir)), "bytes": p.stat().st_size}
+                              f"(full log: {log})")
+    summary = {"board": board.name, "plan_board": plan_board, "compiler": cc, "kernels": lib.kind,
+               "kernels_root": str(lib.root), "mixer_maxima": maxima,
+               "nodes": [{"node": d, "image": str(p.relative_to(build_dir)), "bytes": p.stat().st_size,
+                          **({"flash": sizes[d]["elf"]["flash"], "ram": sizes[d]["elf"]["ram"]} if d in sizes else {})}
                          for d, _, _, p in links]}
-    (build_dir / "build.json").write_text(json.dumps(summary, indent=1) + "\n")
+    name = "build.json" if board.name == plan_board else f"build-{board.name}.json"
+    (build_dir / name).write_text(json.dumps(summary, indent=1) + "\n")
     return summary
+
+
+def _size_report(device: int, elf: Path, linked: bool, link_text: str, estimate, board: Board,
+                 maxima: dict[str, int]) -> dict:
+    """node_NN/size.json: flash and RAM by section from the ELF, next to the planner's estimate."""
+    from .elfsize import read_elf_size
+
+    rep: dict = {"node": device, "board": board.name, "flash_budget": board.flash_bytes,
+                 "ram_budget": board.ram_bytes, "mixer_maxima": maxima,
+                 "estimate": {"flash": estimate.flash, "ram": estimate.ram, "flash_parts": estimate.flash_parts,
+                              "ram_parts": estimate.ram_parts}}
+    if linked:
+        e = read_elf_size(elf, int(board.facts["board"].get("ram_origin", 0x20000000)))
+        rep["elf"] = {"flash": e.flash, "ram": e.ram, "flash_sections": e.flash_by_section,
+                      "ram_sections": e.ram_by_section}
+        rep["error"] = {"flash": (estimate.flash - e.flash) / e.flash, "ram": (estimate.ram - e.ram) / e.ram}
+        over = {}
+        if e.flash > board.flash_bytes:
+            over["FLASH"] = e.flash - board.flash_bytes
+        if e.ram > board.ram_bytes:
+            over["RAM"] = e.ram - board.ram_bytes
+        if over:
+            rep["overflow"] = over
+    else:
+        over = _overflows(link_text)
+        if over:
+            rep["overflow"] = over
+    (elf.parent / "size.json").write_text(json.dumps(rep, indent=1) + "\n")
+    return rep
+
+
+def _print_sizes(sizes: dict[int, dict], board: Board, say: Callable[[str], None]) -> None:
+    say(f"{'node':>4} {'flash (B)':>10} {'estimate':>9} {'err':>6} {'RAM (B)':>9} {'estimate':>9} {'err':>6}  "
+        f"(budgets: flash {board.flash_bytes}, RAM {board.ram_bytes})")
+    for d in sorted(sizes):
+        s = sizes[d]
+        est = s["estimate"]
+        if "elf" in s:
+            e = s["elf"]
+            say(f"{d:>4} {e['flash']:>10} {est['flash']:>9} {100 * s['error']['flash']:>+5.1f}% {e['ram']:>9} "
+                f"{est['ram']:>9} {100 * s['error']['ram']:>+5.1f}%")
+        else:
+            over = ", ".join(f"{r} overflows by {n} B" for r, n in s.get("overflow", {}).items()) or "link failed"
+            say(f"{d:>4} {'-':>10} {est['flash']:>9} {'':>6} {'-':>9} {est['ram']:>9} {'':>6}  {over}")

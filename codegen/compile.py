@@ -149,6 +149,7 @@ def compile_model(model_path: Path, out_dir: Path, opts: CompileOptions,
                       "model_cols": [list(split.model_cols(k)) for k in range(split.devices)],
                       "hidden_cols": [list(split.hidden_cols(k)) for k in range(split.devices)]},
         "mixer": _mixer_section(st, opts),
+        "input_windows": int(len(sim_inputs)),  # rows of inputs.npy (boards compile them into the image)
     }
     with atomic_output_dir(Path(out_dir), PLAN_MARKER) as tmp:
         write_plan(tmp, meta, st.sgs, nodes, q)
@@ -161,8 +162,34 @@ def compile_model(model_path: Path, out_dir: Path, opts: CompileOptions,
             (d / "memory.txt").write_text(format_plan(buffers_of(node), node.offsets, node.arena_bytes) + "\n")
         np.save(tmp / "inputs.npy", sim_inputs.astype(np.float32))
         summary = _summary(plan, board, model, test_x, test_y, test_scale)
+        _budget_check(plan, board, summary, say)
         (tmp / "compile.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary
+
+
+def _budget_check(plan, board, summary: dict, say: Callable[[str], None]) -> None:
+    """Boards with memory budgets: the planner's estimate per node, and a warning for each node that
+    is estimated not to fit (`cisl build` then measures the linked images and fails on them)."""
+    if not board.build.get("size_check"):
+        return
+    from .build import kernel_library
+    from .footprint import estimate_plan
+
+    try:
+        kernels = kernel_library().kind
+    except UserError:
+        kernels = "nnref"
+    est = estimate_plan(plan, board, kernels)
+    warnings = []
+    for n in summary["nodes"]:
+        e = est[n["node"]]
+        n["estimated_flash"], n["estimated_ram"] = e.flash, e.ram
+        for region, used, budget in (("flash", e.flash, board.flash_bytes), ("RAM", e.ram, board.ram_bytes)):
+            if used > budget:
+                warnings.append(f"node {n['node']} is estimated at {used} B of {region}, over the {budget} B of "
+                                f"{board.name} by {used - budget} B")
+    if warnings:
+        summary["warnings"] = warnings
 
 
 def _mixer_section(st, opts: CompileOptions) -> dict:

@@ -1,0 +1,168 @@
+"""The planner's estimate of a node image's flash and RAM, from plan.json alone (no compiler).
+
+    flash = constants (weights, biases, requantisation tables; const, in flash)
+          + code: a fixed part (kernels, runtime, Mixer, board, C library) and a part per op of the
+            schedule (its call and its parameter structs), both calibrated per board and kernel
+            library ([footprint] in board.toml; bench/calibrate_footprint.py measures them)
+          + tables: somegather descriptors (column runs) and the Mixer schedule
+          + compiled-in input windows (boards without a host link)
+    RAM   = the static arena (codegen/plan/memory.py)
+          + Mixer's state for the plan's maxima (firmware/mixer/mixer.h MX_STATE_BYTES with the
+            build's pool) and the message reassembly buffer
+          + the stack (board.toml [build] stack_bytes) and the board's fixed statics
+
+`cisl build` writes it next to what the linked ELF says (node_NN/size.json); `cisl compile` warns
+when a node is estimated not to fit, and `cisl fit` uses it to pre-filter model sizes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .boards import Board
+from .plan.io import NodeData, Plan
+
+MX_HEADER_BYTES = 148  # sizeof(mx_header), firmware/mixer/mixer.h (the build checks the formula)
+
+# sizes of the generated tables' elements (arm-none-eabi, 32-bit): see templates/ and the C structs
+COL_RUN_BYTES = 6  # cisl_col_run: 3 x uint16
+SG_RECV_BYTES = 16  # cisl_sg_recv
+SG_DESC_BYTES = 40  # cisl_sg_desc
+MX_FRAG_BYTES = 12  # cisl_mx_frag
+MX_ROUND_BYTES = 20  # cisl_mx_round
+MX_EXCHANGE_BYTES = 8  # cisl_mx_exchange
+INPUT_WINDOWS = 4  # windows `cisl compile` saves in inputs.npy (compile.SIM_INPUTS)
+
+
+@dataclass
+class Footprint:
+    flash_parts: dict[str, int] = field(default_factory=dict)
+    ram_parts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def flash(self) -> int:
+        return sum(self.flash_parts.values())
+
+    @property
+    def ram(self) -> int:
+        return sum(self.ram_parts.values())
+
+
+def _cv_words(g: int) -> int:
+    return (g + 31) // 32
+
+
+def _row_words(g: int, p: int) -> int:
+    return _cv_words(g) + (p + 3) // 4
+
+
+def mx_state_bytes(nodes: int, g: int, p: int, pool_words: int | None = None) -> int:
+    """sizeof(mx_state) for -DMX_MAX_NODES=nodes -DMX_MAX_G=g -DMX_MAX_P=p [-DMX_POOL_WORDS]."""
+    pool = g * _row_words(g, p) if pool_words is None else pool_words
+    return (MX_HEADER_BYTES + 4 * (5 * _cv_words(g) + nodes * _cv_words(g)) + 2 * 2 * nodes
+            + 2 * ((g + 1) & ~1) + 4 * 2 * _row_words(g, p) + 4 * pool)
+
+
+def _align(n: int, a: int = 4) -> int:
+    return (n + a - 1) // a * a
+
+
+def table_bytes(exchanges: list, ops: list) -> int:
+    """Generated descriptor tables: somegather column runs and the Mixer schedule."""
+    n = 0
+    for op in ops:
+        if op.kind == "somegather":
+            a = op.attrs
+            runs = len(a["pack_runs"]) + len(a["own_runs"]) + sum(len(r["runs"]) for r in a["recv"])
+            n += SG_DESC_BYTES + COL_RUN_BYTES * runs + SG_RECV_BYTES * len(a["recv"])
+        elif op.kind == "reduce_recv":
+            n += len(op.attrs["senders"])
+    for ex in exchanges:
+        n += MX_EXCHANGE_BYTES
+        for r in ex:
+            n += MX_ROUND_BYTES + MX_FRAG_BYTES * len(r["senders"])
+    return n
+
+
+def max_message(exchanges: list) -> int:
+    return max([f["nbytes"] for ex in exchanges for r in ex for f in r["senders"]] + [1])
+
+
+def count_ops(ops: list) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for op in ops:
+        counts[op.kind] = counts.get(op.kind, 0) + 1
+    return counts
+
+
+def op_counts(node: NodeData) -> dict[str, int]:
+    return count_ops(node.ops)
+
+
+@dataclass
+class NodeFacts:
+    """What the estimate needs of one node (from a plan, or from a plan structure without weights)."""
+
+    const_bytes: int  # every constant array rounded up to 4 bytes
+    ops: dict[str, int]  # op kind -> count
+    tables: int  # table_bytes
+    arena: int
+    max_message: int
+    lookback: int
+    input_windows: int = INPUT_WINDOWS
+
+
+def node_facts(plan: Plan, node: NodeData) -> NodeFacts:
+    ex = plan.meta["mixer"]["exchanges"]
+    return NodeFacts(sum(_align(c.nbytes) for c in node.constants.values()), count_ops(node.ops),
+                     table_bytes(ex, node.ops), node.arena_bytes, max_message(ex), plan.cfg.lookback,
+                     int(plan.meta.get("input_windows", INPUT_WINDOWS)))
+
+
+def estimate(facts: NodeFacts, board: Board, kernels: str, maxima: dict[str, int]) -> Footprint:
+    fp = board.facts.get("footprint", {})
+    lib = fp.get(kernels, fp.get("nnref", {}))
+    per_op = fp.get("ops", {})
+    f = Footprint()
+    f.flash_parts["constants"] = facts.const_bytes
+    f.flash_parts["code_fixed"] = int(lib.get("flash_fixed", 0))
+    f.flash_parts["code_ops"] = int(sum(int(per_op.get(k, per_op.get("default", 0))) * c
+                                        for k, c in facts.ops.items()))
+    f.flash_parts["tables"] = facts.tables
+    if board.build.get("inputs"):
+        windows = int(board.facts.get("inputs", {}).get("max_windows", 16))
+        f.flash_parts["inputs"] = _align(min(windows, facts.input_windows) * facts.lookback)
+    f.ram_parts["arena"] = _align(max(facts.arena, 4))
+    if fp.get("mixer", True):
+        f.ram_parts["mixer"] = mx_state_bytes(maxima["MX_MAX_NODES"], maxima["MX_MAX_G"], maxima["MX_MAX_P"],
+                                              maxima["MX_POOL_WORDS"])
+    f.ram_parts["reassembly"] = _align(facts.max_message)
+    f.ram_parts["stack"] = int(board.build.get("stack_bytes", 0))
+    f.ram_parts["fixed"] = int(lib.get("ram_fixed", 0))
+    return f
+
+
+def estimate_node(plan: Plan, node: NodeData, board: Board, kernels: str = "nnref",
+                  maxima: dict[str, int] | None = None) -> Footprint:
+    if maxima is None:
+        from .build import mixer_maxima
+
+        maxima = mixer_maxima(plan)
+    return estimate(node_facts(plan, node), board, kernels, maxima)
+
+
+def estimate_plan(plan: Plan, board: Board, kernels: str = "nnref") -> dict[int, Footprint]:
+    from .build import mixer_maxima
+
+    maxima = mixer_maxima(plan)
+    return {n.device: estimate_node(plan, n, board, kernels, maxima) for n in plan.nodes}
+
+
+def fits(f: Footprint, board: Board) -> bool:
+    return f.flash <= board.flash_bytes and f.ram <= board.ram_bytes
+
+
+def headroom(f: Footprint, board: Board) -> float:
+    """The tighter of the two budgets' free fraction (negative: over budget)."""
+    return min(1 - f.flash / board.flash_bytes, 1 - f.ram / board.ram_bytes) if board.flash_bytes else math.inf

@@ -1,8 +1,9 @@
-"""Test helper: cisl model folders (model.onnx + calibration + test windows) made fast, without torch.
+"""cisl model folders (model.onnx + calibration + test windows) made fast, without torch.
 
 Weights are random but shaped like a trained model's (fan-in scaled, non-trivial LayerNorm and
 biases), and the windows are RevIN-normalised windows of the built-in synthetic series, so the
-int8 pipeline sees realistic value ranges.
+int8 pipeline sees realistic value ranges. `cisl fit` sizes models with these (what fits does not
+depend on the weights' values), and the tests use them (tests/models.py).
 """
 
 from __future__ import annotations

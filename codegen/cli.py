@@ -97,6 +97,9 @@ def main() -> None:
       cisl flash build/ --testbed testbed.toml    program, verify, reset every node
       cisl logs --testbed testbed.toml -o logs/   record their serial logs
       cisl report logs/ -o report/                latency, speedup, memory tables and figures
+    For nRF52840 boards (cisl compile --board nrf52840dk):
+      cisl build build/ --board qemu-m4; cisl qemu build/   each node on an emulated Cortex-M4
+      cisl fit --devices 16                       the largest model whose every node image fits
     """
 
 
@@ -207,13 +210,18 @@ def compile_cmd(model: Path, out_dir: Path, devices: int | None, board: str, cal
     s = compile_model(model, out_dir, CompileOptions(devices, board, calibration, max_calibration, round_policy, phy,
                                                      max_generation), _say(quiet))
     _print_resources(s)
+    for w in s.get("warnings", []):
+        click.echo(f"warning: {w}", err=True)
     click.echo(f"compiled {s['devices']} nodes for board {s['board']} -> {out_dir / 'plan.json'}")
 
 
 def _print_resources(summary: dict) -> None:
-    click.echo(f"{'node':>4} {'params (B)':>11} {'arena (B)':>10} {'sent/inf (B)':>13}")
+    est = "estimated_flash" in summary["nodes"][0]
+    click.echo(f"{'node':>4} {'params (B)':>11} {'arena (B)':>10} {'sent/inf (B)':>13}"
+               + (f" {'est. flash (B)':>15} {'est. RAM (B)':>13}" if est else ""))
     for n in summary["nodes"]:
-        click.echo(f"{n['node']:>4} {n['param_bytes']:>11} {n['arena_bytes']:>10} {n['bytes_sent_per_inference']:>13}")
+        click.echo(f"{n['node']:>4} {n['param_bytes']:>11} {n['arena_bytes']:>10} {n['bytes_sent_per_inference']:>13}"
+                   + (f" {n['estimated_flash']:>15} {n['estimated_ram']:>13}" if est else ""))
     acc = summary.get("accuracy")
     if acc:
         click.echo(f"int8 vs float on {acc['windows']} test windows: MSE {acc['mse_int8']:.4f} vs "
@@ -224,18 +232,129 @@ def _print_resources(summary: dict) -> None:
 @click.argument("build_dir", type=click.Path(path_type=Path), default=Path("build"), required=False)
 @click.option("--board", default=None, help="Board to build for (default: the board the plan was compiled for).")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, help="Parallel compile jobs (default: CPUs).")
+@click.option("--node", "nodes", type=click.IntRange(min=0), multiple=True,
+              help="Build only this node (repeatable). Default: every node.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
 @_friendly
-def build_cmd(build_dir: Path, board: str | None, jobs: int | None, quiet: bool) -> None:
+def build_cmd(build_dir: Path, board: str | None, jobs: int | None, nodes: tuple[int, ...], quiet: bool) -> None:
     """Compile every node in BUILD_DIR into a firmware image (node_NN/firmware.elf), in parallel.
 
     Uses upstream CMSIS-NN when CMSIS_NN_ROOT points at a checkout, else the bundled nnref.
-    Warnings are errors.
+    Warnings are errors. For boards with a memory budget (nrf52840dk, qemu-m4) every node's flash
+    and RAM are read from its ELF and printed next to the planner's estimate (node_NN/size.json);
+    a node that does not fit fails the build. --board qemu-m4 also builds a plan compiled for
+    nrf52840dk (same code and flags); its images go to node_NN/qemu-m4/.
     """
     from .build import build
 
-    s = build(build_dir, board, jobs, _say(quiet))
-    click.echo(f"built {len(s['nodes'])} node images for {s['board']} with {s['kernels']} -> {build_dir}/node_NN/")
+    s = build(build_dir, board, jobs, _say(quiet), list(nodes) if nodes else None)
+    where = f"{build_dir}/node_NN/" + ("" if s["board"] == s["plan_board"] else f"{s['board']}/")
+    click.echo(f"built {len(s['nodes'])} node images for {s['board']} with {s['kernels']} -> {where}")
+
+
+@main.command(name="qemu")
+@click.argument("build_dir", type=click.Path(path_type=Path), default=Path("build"), required=False)
+@click.option("--node", "nodes", type=click.IntRange(min=0), multiple=True,
+              help="Run this node (repeatable). Default: every node.")
+@click.option("--inputs", type=click.Path(path_type=Path), default=None,
+              help="Input windows (.npy float [n, lookback], normalised). Default: BUILD_DIR/inputs.npy.")
+@click.option("-n", "--count", type=click.IntRange(min=1), default=None, help="Run only the first N inputs.")
+@_loss_options
+@click.option("--loss-seed", type=int, default=0, show_default=True, help="Seed of the loss pattern.")
+@click.option("--timeout", type=click.FloatRange(min=1), default=300.0, show_default=True,
+              help="Seconds before one node's emulation is aborted.")
+@click.option("--keep", "keep_dir", type=click.Path(path_type=Path), default=None,
+              help="Keep every node's transcript, sent messages and serial log in this folder.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, help="Nodes emulated at once (default: CPUs).")
+@_friendly
+def qemu_cmd(build_dir: Path, nodes: tuple[int, ...], inputs: Path | None, count: int | None, loss_q: float | None,
+             loss_link: float, loss_receiver: float, loss_sender: float, loss_seed: int, timeout: float,
+             keep_dir: Path | None, jobs: int | None) -> None:
+    """Run nodes' whole schedules on an emulated Cortex-M4 (QEMU mps2-an386), bit-exact checked.
+
+    Each node runs alone: its peers are replaced by a transcript of the messages it receives, which
+    the numpy int8 reference records (with --loss*, exactly those that survive the sampled loss
+    pattern). Every message the node sends and, for the sink, the forecast are compared byte for
+    byte with the reference. Needs `cisl build BUILD_DIR --board qemu-m4`. Instruction counts per
+    inference come from SysTick under -icount shift=0 (1 tick = 40 instructions).
+    """
+    import numpy as np
+
+    from .plan.io import load_plan
+    from .qemu import run_qemu
+
+    plan = load_plan(build_dir)
+    x = None
+    if inputs is not None:
+        if not inputs.is_file():
+            raise UserError(f"{inputs}: input file not found")
+        try:
+            x = np.load(inputs, allow_pickle=False)
+        except Exception:
+            raise UserError(f"{inputs}: not a .npy array of input windows") from None
+    if x is None:
+        x = np.load(Path(build_dir) / "inputs.npy")
+    if count is not None:
+        x = x[:count]
+    rates = _loss_rates(loss_q, loss_link, loss_receiver, loss_sender)
+    lost = None
+    if rates.any:
+        from .lossmodel import sample_rounds
+
+        lost = sample_rounds(np.random.default_rng(loss_seed), len(plan.sgs), len(x), plan.devices, rates)
+    results = run_qemu(build_dir, list(nodes) if nodes else None, x, lost, timeout, jobs, keep_dir)
+    click.echo(f"{'node':>4} {'exit':>4} {'messages':>8} {'insns/inference':>16} {'stack (B)':>9}  result")
+    for r in results:
+        insns = sum(int(b.get("cycles", 0)) for b in r.blocks()) // max(len(x), 1)
+        click.echo(f"{r.node:>4} {r.exit_code:>4} {r.messages_checked:>8} {insns:>16} {r.stack_used or 0:>9}  "
+                   f"{'bit-exact' if r.ok else 'FAILED'}")
+    bad = [r for r in results if not r.ok]
+    click.echo(f"QEMU mps2-an386: {len(results) - len(bad)} of {len(results)} nodes bit-exact with the int8 reference "
+               f"over {len(x)} inferences")
+    if bad:
+        raise CheckFailed(bad[0].first_difference or f"node {bad[0].node} failed")
+
+
+@main.command(name="fit")
+@click.option("--board", default="nrf52840dk", show_default=True, help="Board whose flash and RAM bound every node.")
+@click.option("--devices", type=click.IntRange(min=1), required=True, help="Number of nodes.")
+@click.option("--heads", type=click.IntRange(min=1), default=16, show_default=True, help="Attention heads H.")
+@click.option("--keep", "keep_ratio", type=click.FloatRange(0.0, 1.0, min_open=True), default=1.0, show_default=True,
+              help="somegather keep ratio (fraction of its columns a node broadcasts).")
+@click.option("--tokens", "token_grid", type=click.IntRange(1, 511), multiple=True,
+              help="Token counts N to try (repeatable). Default: 16 24 32 48 64 96 128 192 256 384 511.")
+@click.option("--layers", "layer_grid", type=click.IntRange(1, 64), multiple=True,
+              help="Layer counts T to try (repeatable). Default: 1..12.")
+@click.option("--no-build", is_flag=True, help="Estimate only: skip the confirming compile and build of every node.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random weights and masks.")
+@click.option("--json", "json_out", type=click.Path(path_type=Path), default=None, help="Also write the result here.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, help="Parallel compile jobs (default: CPUs).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress output.")
+@_friendly
+def fit_cmd(board: str, devices: int, heads: int, keep_ratio: float, token_grid: tuple[int, ...],
+            layer_grid: tuple[int, ...], no_build: bool, seed: int, json_out: Path | None, jobs: int | None, quiet: bool) -> None:
+    """The largest model (dense-equivalent parameters) whose every node image fits the board.
+
+    Searches F (multiples of H), N and T with the planner's estimate, then confirms the winner by
+    compiling a random-weight model of that size for DEVICES nodes and building every node image
+    (the paper's Fig. 5 in numbers; compare --devices 1).
+    """
+    import dataclasses
+    import json
+
+    from .boards import load_board
+    from .fit import N_GRID, T_GRID, fit, format_result
+
+    r = fit(board, devices, heads, keep_ratio, seed, not no_build, tuple(token_grid) or N_GRID,
+            tuple(layer_grid) or T_GRID, jobs=jobs, progress=_say(quiet))
+    click.echo(format_result(r, load_board(board)))
+    if json_out:
+        doc = {"board": r.board, "devices": r.devices, "heads": r.heads, "keep": r.keep,
+               "frontier": [dataclasses.asdict(c) for c in r.frontier],
+               "best": dataclasses.asdict(r.best) if r.best else None, "confirm": r.tried}
+        json_out.write_text(json.dumps(doc, indent=1) + "\n")
+    if r.best is None:
+        raise CheckFailed(f"no model of the grid fits {board} with {devices} node(s)")
 
 
 @main.command()

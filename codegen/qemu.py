@@ -1,0 +1,231 @@
+"""Run single nodes' whole schedules on an emulated Cortex-M4 (QEMU mps2-an386), bit-exact checked.
+
+A node cannot run alone: it waits for its peers' messages at every exchange. Here the peers are
+replaced by a *transcript* that the numpy int8 reference records: for every inference the input
+window and, for every exchange, exactly the messages the node received (all of them, or those
+that survive a given loss pattern). The qemu-m4 board (boards/qemu-m4) reads the transcript over
+semihosting, hands the messages to the node, and writes every message the node sends to a file.
+The host then compares, byte for byte, every message the node sent with the reference's and, for
+the sink, the forecast it printed (serial contract `output` lines).
+
+QEMU runs with ``-icount shift=0``: one instruction is 1 ns of virtual time, so the SysTick-based
+cycle counter of the board counts instructions (in steps of 40) and the `block` lines carry
+deterministic per-block instruction counts (communication taken out).
+
+Transcript (little-endian u32 words): ``CISLQT01``, node, version; per inference ``1INP``
+inference, len, window bytes; per exchange ``1XCH`` inference, sg, count, then per message
+sender, len, bytes; finally ``1END``. Sent file: per transport call ``1SNT`` inference, sg, len,
+bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .boards import load_board
+from .errors import CheckFailed, UserError
+from .executor import SYNC_OPS, PlanExecutor, RunResult
+from .plan.io import Plan, load_plan
+from .serial_contract import Record, outputs_by_inference, parse_text
+
+TAG_INPUT = b"1INP"
+TAG_EXCHANGE = b"1XCH"
+TAG_END = b"1END"
+TAG_SENT = b"1SNT"
+MAGIC = b"CISLQT01"
+VERSION = 1
+QEMU_APT = "sudo apt-get install -y --no-install-recommends qemu-system-arm"
+
+
+def node_exchanges(plan: Plan, device: int) -> list[tuple[int, list[int]]]:
+    """(sg, senders this node takes messages from) for every exchange, in schedule order."""
+    out = []
+    for op in plan.nodes[device].ops:
+        if op.kind not in SYNC_OPS:
+            continue
+        if op.kind == "somegather":
+            senders = [r["from"] for r in op.attrs["recv"]]
+        elif op.kind == "reduce_recv":
+            senders = list(op.attrs["senders"])
+        else:
+            senders = []
+        out.append((int(op.attrs["sg"]), senders))
+    return out
+
+
+def reference(plan: Plan, xq: np.ndarray, lost: dict[int, np.ndarray] | None = None) -> RunResult:
+    return PlanExecutor([n.tensors for n in plan.nodes], [n.ops for n in plan.nodes], plan.sgs, "int8",
+                        constants=[n.constants for n in plan.nodes]).run(xq, lost=lost, record=True)
+
+
+def transcript(plan: Plan, device: int, xq: np.ndarray, ref: RunResult) -> bytes:
+    """What node ``device`` receives over all inferences of ``xq``, as the reference recorded it."""
+    out = bytearray(MAGIC + struct.pack("<II", device, VERSION))
+    exchanges = node_exchanges(plan, device)
+    for i in range(len(xq)):
+        out += TAG_INPUT + struct.pack("<II", i, xq.shape[1]) + xq[i].astype(np.int8).tobytes()
+        for sg, senders in exchanges:
+            msgs = []
+            for j in senders:
+                ok = ref.delivered.get((sg, device, j))
+                if ok is None or bool(ok[i]):
+                    msgs.append((j, ref.payloads[(sg, j)][i].tobytes()))
+            out += TAG_EXCHANGE + struct.pack("<III", i, sg, len(msgs))
+            for j, data in msgs:
+                out += struct.pack("<II", j, len(data)) + data
+    out += TAG_END
+    return bytes(out)
+
+
+def parse_sent(data: bytes) -> list[tuple[int, int, bytes]]:
+    """(inference, sg, message) for every transport call the node made."""
+    out, off = [], 0
+    while off + 16 <= len(data):
+        tag, inf, sg, n = struct.unpack_from("<4sIII", data, off)
+        if tag != TAG_SENT:
+            raise ValueError(f"sent file: bad record at byte {off}")
+        out.append((inf, sg, data[off + 16:off + 16 + n]))
+        off += 16 + n
+    return out
+
+
+@dataclass
+class NodeRun:
+    node: int
+    exit_code: int
+    bit_exact: bool
+    first_difference: str | None
+    messages_checked: int
+    records: list[Record] = field(default_factory=list)
+    stack_used: int | None = None
+    wall_seconds: float = 0.0
+    stdout: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and self.bit_exact
+
+    def blocks(self) -> list[dict]:
+        """The node's `block` lines (with `cycles`: instructions, communication taken out)."""
+        return [r.fields for r in self.records if r.event == "block"]
+
+
+def qemu_command(elf: Path, transcript_name: str, sent_name: str, board_facts: dict, icount: bool = True) -> list[str]:
+    q = board_facts.get("qemu", {})
+    cmd = [q.get("system", "qemu-system-arm"), "-M", q.get("machine", "mps2-an386"), "-cpu", q.get("cpu", "cortex-m4"),
+           "-nographic", "-monitor", "none", "-serial", "none",
+           "-semihosting-config", f"enable=on,target=native,arg=cisl,arg={transcript_name},arg={sent_name}"]
+    if icount:
+        cmd += ["-icount", "shift=0"]
+    return cmd + ["-kernel", str(elf)]
+
+
+def image_path(build_dir: Path, plan: Plan, device: int) -> Path:
+    nd = Path(build_dir) / f"node_{device:02d}"
+    return nd / "firmware.elf" if plan.meta["board"] == "qemu-m4" else nd / "qemu-m4" / "firmware.elf"
+
+
+def run_node(build_dir: Path, plan: Plan, device: int, xq: np.ndarray, ref: RunResult, timeout: float = 300.0,
+             keep: Path | None = None) -> NodeRun:
+    """Run node ``device`` of ``build_dir`` (built for qemu-m4) on QEMU against the reference's transcript."""
+    board = load_board("qemu-m4")
+    elf = image_path(build_dir, plan, device)
+    if not elf.is_file():
+        raise UserError(f"{elf}: not built; run `cisl build {build_dir} --board qemu-m4` first")
+    system = board.facts.get("qemu", {}).get("system", "qemu-system-arm")
+    if shutil.which(system) is None:
+        raise UserError(f"{system} not found; install it (Debian/Ubuntu: {QEMU_APT})")
+    with tempfile.TemporaryDirectory(prefix="cisl-qemu-") as tmp:
+        (Path(tmp) / "transcript.bin").write_bytes(transcript(plan, device, xq, ref))
+        t0 = time.monotonic()
+        try:
+            p = subprocess.run(qemu_command(elf.resolve(), "transcript.bin", "sent.bin", board.facts), cwd=tmp,
+                               capture_output=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise CheckFailed(f"node {device} on QEMU did not finish within {timeout:.0f} s") from None
+        wall = time.monotonic() - t0
+        sent_path = Path(tmp) / "sent.bin"
+        sent = parse_sent(sent_path.read_bytes()) if sent_path.is_file() else []
+        if keep is not None:
+            keep.mkdir(parents=True, exist_ok=True)
+            for name in ("transcript.bin", "sent.bin"):
+                if (Path(tmp) / name).is_file():
+                    shutil.copyfile(Path(tmp) / name, keep / f"node_{device:02d}.{name}")
+    text = p.stdout.decode(errors="replace")
+    if keep is not None:
+        (keep / f"node_{device:02d}.log").write_text(text + p.stderr.decode(errors="replace"))
+    records = parse_text(text)
+    first, checked = compare(plan, device, len(xq), ref, sent, records)
+    stack = next((int(r.fields["used"]) for r in records if r.event == "stack" and "used" in r.fields), None)
+    if p.returncode != 0 and first is None:
+        err = next((f"{r.fields}" for r in records if r.event == "error"), p.stderr.decode(errors="replace").strip())
+        first = f"node {device}: QEMU exited with code {p.returncode} ({err})"
+    return NodeRun(device, p.returncode, first is None and p.returncode == 0, first, checked, records, stack, wall,
+                   text)
+
+
+def compare(plan: Plan, device: int, inferences: int, ref: RunResult, sent: list[tuple[int, int, bytes]],
+            records: list[Record]) -> tuple[str | None, int]:
+    """First difference between what the node sent/printed and the reference; messages compared."""
+    sgs = {s.sg: s for s in plan.sgs}
+    expected = [(i, sg) for i in range(inferences) for sg, _ in node_exchanges(plan, device)]
+    checked = 0
+    for k, (i, sg) in enumerate(expected):
+        if k >= len(sent):
+            return f"node {device} stopped before exchange {sgs[sg].name} of inference {i}", checked
+        inf, got_sg, data = sent[k]
+        if (inf, got_sg) != (i, sg):
+            return f"node {device} ran exchange {got_sg} of inference {inf}, expected {sg} of {i}", checked
+        want = ref.payloads.get((sg, device))
+        want_bytes = want[i].tobytes() if want is not None else b""
+        if data != want_bytes:
+            if len(data) != len(want_bytes):
+                return (f"inference {i}, node {device}, {sgs[sg].name}: sent {len(data)} bytes, the reference "
+                        f"{len(want_bytes)}"), checked
+            pos = next(b for b in range(len(data)) if data[b] != want_bytes[b])
+            return (f"inference {i}, node {device}, {sgs[sg].name}: byte {pos} is {data[pos]}, the reference "
+                    f"{want_bytes[pos]}"), checked
+        checked += 1
+    if device == plan.sink:
+        outs = outputs_by_inference(records)
+        for i in range(inferences):
+            want = np.asarray(ref.output[i]).astype(np.int8).tobytes()
+            got = outs.get(i)
+            if got is None:
+                return f"inference {i}: the sink printed no complete forecast", checked
+            if got != want:
+                pos = next(b for b in range(len(got)) if got[b] != want[b])
+                return f"inference {i}: forecast value {pos} is {got[pos]}, the reference {want[pos]}", checked
+    return None, checked
+
+
+def run_qemu(build_dir: Path, nodes: list[int] | None = None, inputs: np.ndarray | None = None,
+             lost: dict[int, np.ndarray] | None = None, timeout: float = 300.0, jobs: int | None = None,
+             keep: Path | None = None) -> list[NodeRun]:
+    """Run ``nodes`` (default: all) of ``build_dir`` on QEMU, each against the reference transcript."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    build_dir = Path(build_dir)
+    plan = load_plan(build_dir)
+    if plan.meta["board"] not in ("qemu-m4", "nrf52840dk"):
+        raise UserError(f"{build_dir}: compiled for board '{plan.meta['board']}'; QEMU runs qemu-m4 builds "
+                        f"(compile with --board nrf52840dk or --board qemu-m4)")
+    if inputs is None:
+        inputs = np.load(build_dir / "inputs.npy")
+    xq = plan.quantize_input(np.asarray(inputs, dtype=np.float64))
+    ref = reference(plan, xq, lost)
+    todo = list(range(plan.devices)) if nodes is None else list(nodes)
+    bad = [k for k in todo if not 0 <= k < plan.devices]
+    if bad:
+        raise UserError(f"--node {bad[0]}: the plan has nodes 0..{plan.devices - 1}")
+    with ThreadPoolExecutor(jobs or os.cpu_count() or 2) as pool:
+        return list(pool.map(lambda k: run_node(build_dir, plan, k, xq, ref, timeout, keep), todo))

@@ -1,0 +1,102 @@
+"""The planner's flash/RAM estimate (codegen/footprint.py) and `cisl fit` (codegen/fit.py).
+
+The estimate's structure-only inputs (what `cisl fit` computes without weights) equal those of a
+compiled plan; Mixer's state formula equals sizeof(mx_state) for the maxima a build sets; fitting
+finds and links the largest model of a small grid.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from codegen.boards import load_board
+from codegen.compile import CompileOptions, compile_model
+from codegen.fit import (_extrapolate, dense_params, fit, format_result, model_config, search, stored_total,
+                         structure_facts)
+from codegen.footprint import mx_state_bytes, node_facts
+from codegen.modelspec import weight_shapes
+from codegen.plan.io import load_plan
+from codegen.resources import resource_dir
+from models import make_model_dir
+
+
+@pytest.mark.hostc
+@pytest.mark.parametrize("nodes,g,p,pool", [(16, 33, 168, None), (16, 33, 168, 1452), (4, 25, 150, 900),
+                                            (1, 1, 8, 3), (32, 256, 248, None)])
+def test_mixer_state_formula_equals_sizeof(tmp_path, nodes, g, p, pool):
+    src = tmp_path / "s.c"
+    src.write_text('#include <stdio.h>\n#include "mixer.h"\nint main(void){printf("%zu", sizeof(mx_state));return 0;}\n')
+    defs = [f"-DMX_MAX_NODES={nodes}u", f"-DMX_MAX_G={g}u", f"-DMX_MAX_P={p}u"] + \
+        ([f"-DMX_POOL_WORDS={pool}u"] if pool else [])
+    subprocess.run(["gcc", "-std=c99", *defs, f"-I{resource_dir('firmware') / 'mixer'}", str(src), "-o",
+                    str(tmp_path / "s")], check=True)
+    assert int(subprocess.run([str(tmp_path / "s")], capture_output=True, text=True).stdout) == \
+        mx_state_bytes(nodes, g, p, pool)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("devices,keep", [(4, 0.5), (1, 1.0), (3, 1.0)])
+def test_structure_facts_equal_the_compiled_plan(tmp_path, devices, keep):
+    cfg = model_config(16, 64, 2, 16)
+    model = make_model_dir(tmp_path / "m", cfg, devices, keep, seed=4, calibration=4, tests=4)
+    compile_model(model, tmp_path / "b", CompileOptions(board="nrf52840dk", max_calibration=4))
+    plan = load_plan(tmp_path / "b")
+    facts, maxima = structure_facts(cfg, devices, keep, seed=4)
+    from codegen.build import mixer_maxima
+
+    assert maxima == mixer_maxima(plan)
+    for f, node in zip(facts, plan.nodes):
+        assert f == node_facts(plan, node)
+
+
+@pytest.mark.unit
+def test_layers_extrapolate_exactly():
+    f1, _ = structure_facts(model_config(24, 96, 1, 16), 4, 1.0)
+    f2, _ = structure_facts(model_config(24, 96, 2, 16), 4, 1.0)
+    f5, _ = structure_facts(model_config(24, 96, 5, 16), 4, 1.0)
+    for a, b, c in zip(f1, f2, f5):
+        assert _extrapolate(a, b, 5) == c
+
+
+@pytest.mark.unit
+def test_dense_parameters_count_every_weight():
+    cfg = model_config(32, 128, 3, 16)
+    assert dense_params(cfg) == sum(int(__import__("math").prod(s)) for s in weight_shapes(cfg).values())
+    # keep ratio 1: the nodes store exactly the dense weights, plus LayerNorm parameters once per node
+    stored = stored_total(cfg, 4, 1.0)
+    ln = 2 * 2 * cfg.layers * cfg.d_model
+    assert stored == dense_params(cfg) + 3 * ln  # every node holds all F columns' gamma and beta
+    assert stored_total(cfg, 4, 0.1) < 0.6 * dense_params(cfg)  # the head (N x F x 24) is never pruned
+
+
+@pytest.mark.unit
+def test_compile_warns_when_a_node_is_estimated_over_budget(tmp_path):
+    cfg = model_config(384, 32, 1, 2)
+    model = make_model_dir(tmp_path / "m", cfg, 1, 1.0, seed=1, calibration=2, tests=1)
+    s = compile_model(model, tmp_path / "b", CompileOptions(board="nrf52840dk", max_calibration=2))
+    assert len(s["warnings"]) == 1 and s["warnings"][0].startswith("node 0 is estimated at ")
+    assert "of RAM, over the 262144 B of nrf52840dk" in s["warnings"][0]
+    assert s["nodes"][0]["estimated_ram"] > 262144
+
+
+@pytest.mark.unit
+def test_more_nodes_fit_bigger_models():
+    board = load_board("nrf52840dk")
+    one = max(search(board, 1, n_grid=(32,), t_grid=(1, 2)), key=lambda c: c.params)
+    four = max(search(board, 4, n_grid=(32,), t_grid=(1, 2)), key=lambda c: c.params)
+    assert 3.5 < four.params / one.params < 4.2
+    assert one.flash <= board.flash_bytes and one.ram <= board.ram_bytes
+
+
+@pytest.mark.arm
+@pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None, reason="arm-none-eabi-gcc not installed")
+def test_fit_confirms_by_linking_every_node(tmp_path):
+    r = fit("nrf52840dk", 2, n_grid=(16,), t_grid=(1,), work=tmp_path)
+    assert r.best is not None and r.best.confirmed
+    assert r.best.flash <= 1024 * 1024 and r.best.ram <= 256 * 1024
+    assert (1024 * 1024 - r.best.flash) < 0.05 * 1024 * 1024  # the largest: a step of H wider would not fit
+    text = format_result(r, load_board("nrf52840dk"))
+    assert "every node compiled and linked" in text and f"{r.best.params:,}" in text

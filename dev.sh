@@ -6,7 +6,9 @@
 #   ./dev.sh setup                      only set up
 #
 # Setup installs what is missing: Debian/Ubuntu packages with --no-install-recommends (gcc,
-# python3-venv), then a virtual environment in .venv with torch (CPU build pinned to 2.13.0) and
+# python3-venv; the ARM cross toolchain and QEMU for the nRF52840 and emulated Cortex-M4 builds:
+# gcc-arm-none-eabi, libnewlib-arm-none-eabi, qemu-system-arm, about 1 GB; if those cannot be
+# installed, their tests skip), then a virtual environment in .venv with torch (CPU build pinned to 2.13.0) and
 # cisl itself (editable). Set CISL_TORCH_INDEX to a pip index URL (e.g. the PyTorch CPU index) if
 # your machine would otherwise download a CUDA build of torch.
 set -euo pipefail
@@ -25,17 +27,41 @@ need_apt() {
   printf '%s\n' "${missing[@]}"
 }
 
-setup_system() {
-  mapfile -t missing < <(need_apt | sed '/^$/d')
-  [ "${#missing[@]}" -eq 0 ] && return 0
+# the ARM toolchain (with newlib's nano C library) and QEMU: optional, their tests skip without them
+need_apt_arm() {
+  local missing=()
+  command -v arm-none-eabi-gcc >/dev/null 2>&1 || missing+=(gcc-arm-none-eabi)
+  if ! command -v arm-none-eabi-gcc >/dev/null 2>&1 ||
+     [ ! -f "$(arm-none-eabi-gcc -mthumb -mcpu=cortex-m4 -mfloat-abi=hard -mfpu=fpv4-sp-d16 \
+                 -print-file-name=libc_nano.a 2>/dev/null)" ]; then
+    missing+=(libnewlib-arm-none-eabi)
+  fi
+  command -v qemu-system-arm >/dev/null 2>&1 || missing+=(qemu-system-arm)
+  printf '%s\n' "${missing[@]}"
+}
+
+apt_install() {  # apt_install fatal|optional PACKAGE...
+  local how=$1; shift
   if ! command -v apt-get >/dev/null 2>&1; then
-    log "missing ${missing[*]} and no apt-get here: install them with your package manager"; exit 2
+    log "missing $* and no apt-get here: install them with your package manager"
+    [ "$how" = fatal ] && exit 2
+    return 0
   fi
   local sudo=""
   [ "$(id -u)" -ne 0 ] && sudo="sudo"
-  log "installing ${missing[*]} (apt, --no-install-recommends)"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  log "installing $* (apt, --no-install-recommends)"
+  if ! { $sudo apt-get update -qq &&
+         DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$@"; }; then
+    [ "$how" = fatal ] && exit 2
+    log "could not install $*: the nRF52840/QEMU tests will be skipped"
+  fi
+}
+
+setup_system() {
+  mapfile -t missing < <(need_apt | sed '/^$/d')
+  [ "${#missing[@]}" -eq 0 ] || apt_install fatal "${missing[@]}"
+  mapfile -t missing < <(need_apt_arm | sed '/^$/d')
+  [ "${#missing[@]}" -eq 0 ] || apt_install optional "${missing[@]}"
 }
 
 setup_python() {

@@ -24,7 +24,7 @@ from .onnx_model import CislModel, load_model
 from .partition import Split, full_masks, masks_are_full
 from .plan.io import NodeData, load_plan, write_plan
 from .plan.memory import check_plan, format_plan, plan_arena
-from .plan.mixer_schedule import RoundPolicy, schedule_plan
+from .plan.mixer_schedule import MAX_GENERATION, RoundPolicy, schedule_plan
 from .plan.quantize import calibrate, quantize
 from .plan.structure import SINK, build_structure
 
@@ -200,7 +200,9 @@ def _mixer_section(st, opts: CompileOptions) -> dict:
     try:
         rounds = schedule_plan([sg.msg_bytes for sg in st.sgs], policy, opts.max_generation)
     except ValueError as e:
-        raise UserError(f"--max-generation {opts.max_generation}: {e}; allow a larger generation") from None
+        hint = ("allow a larger --max-generation" if opts.max_generation < MAX_GENERATION else
+                "use more nodes, fewer tokens or a lower keep ratio")
+        raise UserError(f"{e}: {hint}") from None
     return {"initiator": SINK, "policy": {"kind": policy.kind, "linger": policy.linger, "phy": policy.phy,
                                           "margin_us": policy.margin_us},
             "max_generation": opts.max_generation,

@@ -172,14 +172,19 @@ class FitResult:
 class _Estimator:
     def __init__(self, board: Board, devices: int, heads: int, keep: float, kernels: str, seed: int):
         self.board, self.devices, self.heads, self.keep, self.kernels, self.seed = board, devices, heads, keep, kernels, seed
-        self.cache: dict[tuple[int, int], tuple[list[NodeFacts], list[NodeFacts], dict]] = {}
+        self.cache: dict[tuple[int, int], tuple[list[NodeFacts], list[NodeFacts], dict] | None] = {}
 
     def facts12(self, tokens: int, width: int):
+        """Facts at 1 and 2 layers, or None when a node's somegather message is larger than one
+        Mixer round carries (a message is never split across rounds; `cisl compile` refuses it)."""
         key = (tokens, width)
         if key not in self.cache:
-            f1, m = structure_facts(model_config(tokens, width, 1, self.heads), self.devices, self.keep, self.seed)
-            f2, _ = structure_facts(model_config(tokens, width, 2, self.heads), self.devices, self.keep, self.seed)
-            self.cache[key] = (f1, f2, m)
+            try:
+                f1, m = structure_facts(model_config(tokens, width, 1, self.heads), self.devices, self.keep, self.seed)
+                f2, _ = structure_facts(model_config(tokens, width, 2, self.heads), self.devices, self.keep, self.seed)
+                self.cache[key] = (f1, f2, m)
+            except ValueError:
+                self.cache[key] = None
         return self.cache[key]
 
     def worst(self, tokens: int, width: int, layers: int) -> tuple[int, int]:
@@ -192,6 +197,8 @@ class _Estimator:
 
     def fits(self, tokens: int, width: int, layers: int, slack: float = 0.0) -> bool:
         if not kernel_limits_ok(model_config(tokens, width, layers, self.heads), self.devices):
+            return False
+        if self.facts12(tokens, width) is None:
             return False
         fl, ram = self.worst(tokens, width, layers)
         return fl <= self.board.flash_bytes * (1 + slack) and ram <= self.board.ram_bytes * (1 + slack)

@@ -100,3 +100,18 @@ def test_fit_confirms_by_linking_every_node(tmp_path):
     assert (1024 * 1024 - r.best.flash) < 0.05 * 1024 * 1024  # the largest: a step of H wider would not fit
     text = format_result(r, load_board("nrf52840dk"))
     assert "every node compiled and linked" in text and f"{r.best.params:,}" in text
+
+
+@pytest.mark.unit
+def test_models_whose_messages_exceed_a_mixer_round_are_not_candidates():
+    """A 16-node split of N = 256, F = 4096 sends 65 536-byte messages, more than one Mixer round
+    carries (`cisl compile` refuses them); the search treats them as not fitting instead of failing."""
+    from codegen.fit import _Estimator
+    from codegen.plan.mixer_schedule import schedule_exchange
+
+    with pytest.raises(ValueError):
+        schedule_exchange(0, [256 * 4096 // 16] * 16)
+    board = load_board("nrf52840dk")
+    assert not _Estimator(board, 16, 16, 1.0, "nnref", 0).fits(256, 4096, 1)
+    found = search(board, 16, n_grid=(256,), t_grid=(1,))  # bisects through such widths
+    assert len(found) == 1 and found[0].ram <= board.ram_bytes

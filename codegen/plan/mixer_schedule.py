@@ -150,7 +150,12 @@ def schedule_exchange(exchange: int, msg_bytes: list[int], policy: RoundPolicy =
             if best is None or total < best[0]:
                 best = (total, rounds)
     if best is None:
-        raise ValueError(f"exchange {exchange}: messages {msg_bytes} do not fit any Mixer round")
+        cap = max(((max_generation - 1) * min(p, _max_payload(len(msg_bytes), max_generation))
+                   for p in range(8, MAX_PAYLOAD + 1)), default=0)
+        big = max(range(len(msg_bytes)), key=lambda j: msg_bytes[j])
+        raise ValueError(f"exchange {exchange}: node {big}'s message of {msg_bytes[big]} B is larger than one Mixer "
+                         f"round of {max_generation} rows carries (about {cap} B; a message is not split across "
+                         f"rounds)")
     return best[1]
 
 

@@ -24,12 +24,16 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from .boards import load_board
 from .errors import CheckFailed, UserError
 from .plan.io import load_plan
 from .resources import resource_dir
+
+if TYPE_CHECKING:
+    from .boards import Board
+    from .plan.io import Plan
 
 RUNTIME_SOURCES = ["runtime/cisl_kernels.c", "runtime/cisl_log.c", "runtime/cisl_runtime.c",
                    "somegather/cisl_somegather.c", "somegather/cisl_mixer_transport.c", "mixer/mixer.c"]

@@ -339,6 +339,23 @@ def test_layernorm(lib: ctypes.CDLL, case: tuple[object, ...], in_place: bool) -
         assert np.all(got[:, ~valid] == zp_out)  # type: ignore[index]
 
 
+def test_layernorm_extreme_rows(lib: ctypes.CDLL) -> None:
+    # The C kernel keeps t (normalised * 2^12) in 32 bits: the largest |t| comes from one outlier in
+    # the longest row the compiler allows (|x - mean| = sqrt(n - 1) * std).
+    rng = np.random.default_rng(5)
+    for cols in (2, 255, 4096, 32767):
+        x = np.full((2, cols), -128, dtype=np.int8)
+        x[0, cols // 2] = 127
+        x[1, :] = 127
+        x[1, 0] = -128
+        for eps_q in (0, 1, (1 << 31) - 1):
+            for bound in (1 << 31, 1 << 21):
+                gamma_q = rng.integers(-bound, bound, cols, dtype=np.int64).astype(np.int32)
+                beta_q = rng.integers(-bound, bound, cols, dtype=np.int64).astype(np.int32)
+                case = (x, None, -128, 3, eps_q, gamma_q, beta_q)
+                np.testing.assert_array_equal(c_layernorm(lib, *case), kernels.layernorm_s8(*case))  # type: ignore[arg-type]
+
+
 def test_layernorm_mirror_per_sample_masks(lib: ctypes.CDLL) -> None:
     # One vectorised call with a mask per sample equals one C call per sample.
     rng = np.random.default_rng(3)

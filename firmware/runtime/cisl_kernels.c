@@ -97,6 +97,18 @@ uint32_t cisl_isqrt_u64(uint64_t v)
 
 /* ---- LayerNorm ---------------------------------------------------------- */
 
+/* One LayerNorm output from d = n * (x - zp_in) - sum (kernels.md), in the narrowest types the
+ * values allow (32x32->64 multiplies): |t| <= sqrt(n) * 2^12 * (1 + 2^-8) < 2^21 by Samuelson's
+ * bound on |x - mean|, so t and (t * gamma + beta * 2^12 + 2^27) >> 28 (< 2^25) fit int32. */
+static inline int8_t cisl_ln_value(int32_t d, int32_t inv, int64_t round, int32_t shift, int32_t gamma_q,
+                                   int32_t beta_q, int32_t zp_out)
+{
+    const int32_t t = (int32_t)cisl_asr64((int64_t)d * inv + round, shift); /* normalised * 2^12 */
+    const int64_t acc = (int64_t)t * gamma_q + (int64_t)beta_q * 4096;
+    const int32_t y = zp_out + (int32_t)cisl_asr64(acc + ((int64_t)1 << 27), 28);
+    return (int8_t)((y < -128) ? -128 : ((y > 127) ? 127 : y));
+}
+
 void cisl_layernorm_s8(const int8_t *x,
                        int8_t *y,
                        uint16_t rows,
@@ -121,7 +133,8 @@ void cisl_layernorm_s8(const int8_t *x,
         int64_t var_n;
         uint32_t sd;
         int32_t shift;
-        int64_t inv;
+        int32_t inv;
+        int64_t round;
 
         for (c = 0; c < cols; c++)
         {
@@ -149,21 +162,25 @@ void cisl_layernorm_s8(const int8_t *x,
             sd = 1u;
         }
         shift = cisl_bitlen32(sd) + 9;
-        inv = (int64_t)((((uint64_t)1) << (20 + shift)) / sd);
+        /* sd >= 2^(shift - 10), so inv <= 2^30. */
+        inv = (int32_t)((((uint64_t)1) << (20 + shift)) / sd);
+        round = (int64_t)1 << (shift - 1);
 
-        for (c = 0; c < cols; c++)
+        if (valid == NULL)
         {
-            if (valid == NULL || valid[c] != 0u)
+            for (c = 0; c < cols; c++)
             {
-                const int32_t d = n * ((int32_t)xr[c] - zp_in) - sum;
-                /* t = normalised value * 2^12 */
-                const int64_t t = cisl_asr64((int64_t)d * inv + ((int64_t)1 << (shift - 1)), shift);
-                const int64_t acc = t * gamma_q[c] + (int64_t)beta_q[c] * 4096;
-                yr[c] = cisl_clamp_s8((int64_t)zp_out + cisl_asr64(acc + ((int64_t)1 << 27), 28));
+                yr[c] = cisl_ln_value(n * ((int32_t)xr[c] - zp_in) - sum, inv, round, shift, gamma_q[c], beta_q[c],
+                                      zp_out);
             }
-            else
+        }
+        else
+        {
+            for (c = 0; c < cols; c++)
             {
-                yr[c] = (int8_t)zp_out;
+                yr[c] = (valid[c] != 0u) ? cisl_ln_value(n * ((int32_t)xr[c] - zp_in) - sum, inv, round, shift,
+                                                         gamma_q[c], beta_q[c], zp_out)
+                                         : (int8_t)zp_out;
             }
         }
     }

@@ -659,20 +659,24 @@ def testbed_scan(out: Path | None, board: str, runner: str | None, baud: int, fo
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the topology and channel.")
 @click.option("--state", default=".cisl-testbed", show_default=True,
               help="State folder (relative to the file): ports, images, the supervisor's files.")
+@click.option("--board", type=click.Choice(["sim", "qemu-m4"]), default="sim", show_default=True,
+              help="sim: native node processes over the simulated radio; qemu-m4: every node on QEMU "
+                   "mps2-an386 against the reference's transcript of what it receives.")
 @click.option("--force", is_flag=True, help="Overwrite OUT if it exists.")
 @_friendly
-def testbed_sim(nodes: int, out: Path, topology: str | None, seed: int, state: str, force: bool) -> None:
+def testbed_sim(nodes: int, out: Path, topology: str | None, seed: int, state: str, board: str, force: bool) -> None:
     """Write a testbed file for the virtual testbed: runner sim, one pseudo-terminal port per node.
 
     `cisl flash BUILD --testbed OUT` then starts a background supervisor that gives every node
-    process a pseudo-terminal as its UART; `cisl logs` reads them like boards.
+    process a pseudo-terminal as its UART; `cisl logs` reads them like boards. With --board qemu-m4
+    the build must be compiled with --board qemu-m4; each node then runs on its own QEMU.
     """
     from .radio.topology import TOPOLOGIES
     from .testbed.simbed import sim_testbed_text
 
     if topology is not None and topology not in TOPOLOGIES:
         raise UserError(f"--topology {topology}: unknown; choose one of {', '.join(TOPOLOGIES)}")
-    _write_new(out, sim_testbed_text(nodes, topology, seed, state), force)
+    _write_new(out, sim_testbed_text(nodes, topology, seed, state, board), force)
     click.echo(f"virtual testbed of {nodes} nodes -> {out} (ports under {out.parent / state})")
 
 

@@ -6,6 +6,7 @@ medium recorded; a node that crashes is a failure of the run, reported at once."
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -138,3 +139,35 @@ def test_a_crashing_node_fails_the_run_at_once(lab):
     assert "FAILED" in row2 and "exited with code 3" in row2 and "segfault (simulated)" in row2
     assert "plan" in row2 or "never came" in row2
     assert "FAILED:" in p.stderr
+
+
+@pytest.mark.qemu
+@pytest.mark.skipif(not (shutil.which("arm-none-eabi-gcc") and shutil.which("qemu-system-arm")),
+                    reason="arm toolchain or QEMU missing")
+def test_qemu_nodes_behind_the_same_commands(tmp_path):
+    """A qemu-m4 build on the virtual testbed: every node on its own QEMU against the reference's
+    transcript of what it receives, its semihosting output on the node's pseudo-terminal."""
+    model = make_model_dir(tmp_path / "m", config_for_tokens(8, 64), devices=2, keep_ratio=1.0, seed=5, tests=2)
+    compile_model(model, tmp_path / "b", CompileOptions(devices=2, board="qemu-m4"))
+    build(tmp_path / "b")
+    ok(cisl("testbed", "sim", "--nodes", "2", "--board", "qemu-m4", "-o", "tb.toml", cwd=tmp_path))
+    try:
+        ok(cisl("flash", "b", "--testbed", "tb.toml", cwd=tmp_path))
+        p = ok(cisl("logs", "--testbed", "tb.toml", "-o", "logs", cwd=tmp_path, timeout=300))
+        assert "stopped: all nodes done" in p.stdout
+        plan = load_plan(tmp_path / "b")
+        xq = np.load(tmp_path / ".cisl-testbed" / "inputs.npy")
+        ref = PlanExecutor([n.tensors for n in plan.nodes], [n.ops for n in plan.nodes], plan.sgs, "int8",
+                           constants=[n.constants for n in plan.nodes]).run(xq).output.astype(np.int8)
+        got = logged_forecast(tmp_path / "logs", plan)
+        assert sorted(got) == list(range(len(ref)))
+        assert all(got[i] == want.tobytes() for i, want in enumerate(ref))
+        blocks = [json.loads(x) for x in (tmp_path / "logs" / "node_01.jsonl").read_text().splitlines()]
+        assert any(b["event"] == "block" and int(b["cycles"]) > 0 for b in blocks)  # instructions under -icount
+        # a board-sim build does not go onto qemu-m4 nodes
+        compile_model(model, tmp_path / "s", CompileOptions(devices=2))
+        build(tmp_path / "s")
+        p = cisl("flash", "s", "--testbed", "tb.toml", cwd=tmp_path)
+        assert p.returncode == 2 and "is a qemu-m4 board but" in p.stderr
+    finally:
+        cisl("testbed", "stop", "--testbed", "tb.toml", cwd=tmp_path)

@@ -45,6 +45,7 @@ DEFAULT_STATE = ".cisl-testbed"
 TOP_KEYS = ("testbed", "defaults", "sim", "node")
 TESTBED_KEYS = ("name", "state")
 SIM_KEYS = ("topology", "seed", "timeout")
+VIRTUAL_BOARDS = ("sim", "qemu-m4")  # boards the virtual testbed runs (runner "sim")
 NODE_KEYS = ("id", "board", "runner", "probe", "port", "baud", "target", "position")
 DEFAULT_KEYS = ("board", "runner", "baud", "target")
 
@@ -232,11 +233,11 @@ def _parse_node(f: str, k: int, raw: dict[str, Any], base: Path, explicit: dict[
                         "in the node or in [defaults]")
     if not isinstance(board, str) or not board:
         raise UserError(f"{where}: board must be a board name (a string)")
-    if runner == "sim" and board != "sim":
-        raise UserError(f"{where}: runner 'sim' runs board 'sim' builds, not '{board}'; set board = \"sim\" "
-                        "or choose the runner of the node's debug probe")
-    if runner != "sim" and board == "sim":
-        raise UserError(f"{where}: board 'sim' is the virtual testbed; use runner = \"sim\" for it")
+    if runner == "sim" and board not in VIRTUAL_BOARDS:
+        raise UserError(f"{where}: runner 'sim' runs board 'sim' or 'qemu-m4' builds, not '{board}'; set "
+                        "board = \"sim\" or choose the runner of the node's debug probe")
+    if runner != "sim" and board in VIRTUAL_BOARDS:
+        raise UserError(f"{where}: board '{board}' runs on the virtual testbed; use runner = \"sim\" for it")
 
     port = raw.get("port")
     if port is None:

@@ -354,7 +354,7 @@ class SimRunner(Runner):
 
     @classmethod
     def capabilities(cls) -> RunnerCaps:
-        return RunnerCaps(probe=False, batch_reset=True, boards=frozenset({"sim"}), image="elf")
+        return RunnerCaps(probe=False, batch_reset=True, boards=frozenset({"sim", "qemu-m4"}), image="elf")
 
     def prepare(self, nodes, build) -> None:
         from . import simbed

@@ -5,9 +5,12 @@ State folder (``[testbed] state``, default ``.cisl-testbed`` next to the testbed
     supervisor.json         pid, control socket, config hash of the running supervisor
     supervisor.log          what it did (runs started, ended)
     supervisor-config.json  the ports it serves (node -> port path)
-    run.json                what a reset starts: node count, topology, seed, medium timeout
+    run.json                what a reset starts: node count, topology, seed, medium timeout (or, for
+                            qemu-m4 builds, the QEMU command line and no medium)
     inputs.npy              the int8 input windows the medium hands out
     node_NN/firmware.elf    the "flashed" images
+    node_NN/transcript.bin  qemu-m4: what the node receives, recorded by the int8 reference; the
+                            node writes what it sends to node_NN/sent.bin
     node_NN.stderr          each node process's standard error (last run)
     run/                    the medium's transcript, losses and radio statistics (last run)
 """
@@ -170,18 +173,10 @@ def prepare(testbed: Testbed, nodes: list[NodeEntry], build) -> None:
     """Before "flashing" sim nodes: check the run is possible, write the inputs and run.json, make
     sure the supervisor is up and halt what it runs. Images of nodes outside the build are erased, so
     a reset starts exactly the build's nodes."""
-    from ..radio.topology import default_topology, topology
-
     plan = build.plan
     n = plan.devices
-    name = testbed.sim.topology or default_topology(n)
-    try:
-        topo = topology(name, None if name == "hallway16" else n, testbed.sim.seed)
-    except ValueError as e:
-        raise UserError(f"{testbed.path}: [sim] topology {name}: {e}") from None
-    if topo.n != n:
-        raise UserError(f"{testbed.path}: [sim] topology {name} has {topo.n} nodes but the build has {n}; choose a "
-                        "topology for that many nodes or remove [sim] topology")
+    qemu = plan.meta["board"] == "qemu-m4"
+    run = _qemu_run(testbed, build) if qemu else _radio_run(testbed, build)
     try:
         x = np.load(build.dir / "inputs.npy", allow_pickle=False)
     except (OSError, ValueError):
@@ -191,17 +186,64 @@ def prepare(testbed: Testbed, nodes: list[NodeEntry], build) -> None:
     info = ensure_supervisor(testbed)
     request(testbed, {"cmd": "halt"})
     state = testbed.state_dir
-    np.save(state / "inputs.npy", plan.quantize_input(np.asarray(x, dtype=np.float64)).astype(np.int8))
+    xq = plan.quantize_input(np.asarray(x, dtype=np.float64)).astype(np.int8)
+    np.save(state / "inputs.npy", xq)
     keep = {nd.id for nd in nodes}
     for k in sim_ports(testbed):
         if k not in keep:
             image_path(testbed, k).unlink(missing_ok=True)
-    (state / "run.json").write_text(json.dumps({"nodes": n, "topology": name, "seed": testbed.sim.seed,
-                                                "timeout": testbed.sim.timeout, "supervisor": info["pid"]}) + "\n")
+    if qemu:
+        _write_transcripts(testbed, plan, xq)
+    (state / "run.json").write_text(json.dumps({"nodes": n, **run, "supervisor": info["pid"]}) + "\n")
+
+
+def _radio_run(testbed: Testbed, build) -> dict:
+    """Board sim: node processes talk through the medium over a simulated radio topology."""
+    from ..radio.topology import default_topology, topology
+
+    n = build.plan.devices
+    name = testbed.sim.topology or default_topology(n)
+    try:
+        topo = topology(name, None if name == "hallway16" else n, testbed.sim.seed)
+    except ValueError as e:
+        raise UserError(f"{testbed.path}: [sim] topology {name}: {e}") from None
+    if topo.n != n:
+        raise UserError(f"{testbed.path}: [sim] topology {name} has {topo.n} nodes but the build has {n}; choose a "
+                        "topology for that many nodes or remove [sim] topology")
+    return {"topology": name, "seed": testbed.sim.seed, "timeout": testbed.sim.timeout}
+
+
+def _qemu_run(testbed: Testbed, build) -> dict:
+    """Board qemu-m4: every node on its own QEMU mps2-an386, its peers replaced by the transcript
+    the int8 reference records (codegen/qemu.py); its UART (semihosting) is the port."""
+    import shutil
+
+    from ..boards import load_board
+    from ..qemu import QEMU_APT, qemu_command
+
+    facts = load_board("qemu-m4").facts
+    system = facts.get("qemu", {}).get("system", "qemu-system-arm")
+    if shutil.which(system) is None:
+        raise UserError(f"{system} not found; the virtual testbed runs qemu-m4 nodes on it (Debian/Ubuntu: "
+                        f"{QEMU_APT})")
+    cmd = qemu_command(Path("{image}"), "transcript.bin", "sent.bin", facts)
+    return {"medium": False, "node_command": cmd, "node_cwd": str(testbed.state_dir / "node_{node:02d}"),
+            "timeout": testbed.sim.timeout}
+
+
+def _write_transcripts(testbed: Testbed, plan, xq: np.ndarray) -> None:
+    from ..qemu import reference, transcript
+
+    ref = reference(plan, xq)
+    for k in range(plan.devices):
+        d = testbed.state_dir / f"node_{k:02d}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "sent.bin").unlink(missing_ok=True)
+        (d / "transcript.bin").write_bytes(transcript(plan, k, xq, ref))
 
 
 def sim_testbed_text(nodes: int, topology_name: str | None = None, seed: int = 0,
-                     state: str = ".cisl-testbed") -> str:
+                     state: str = ".cisl-testbed", board: str = "sim") -> str:
     """A testbed file for the virtual testbed: runner "sim", ports at stable paths in the state folder
     (symlinks to the pseudo-terminals the supervisor creates), positions of the radio topology."""
     from ..radio.topology import default_topology, topology
@@ -214,10 +256,10 @@ def sim_testbed_text(nodes: int, topology_name: str | None = None, seed: int = 0
         raise UserError(f"--topology {name}: {e}") from None
     if topo.n != nodes:
         raise UserError(f"--topology {name} has {topo.n} nodes, not {nodes}")
-    rows = [{"id": k, "board": "sim", "runner": "sim", "port": f"{state}/node_{k:02d}.tty",
+    rows = [{"id": k, "board": board, "runner": "sim", "port": f"{state}/node_{k:02d}.tty",
              "position": [round(float(v), 2) for v in topo.positions[k]]} for k in range(nodes)]
     header = [f"virtual testbed of {nodes} nodes, written by `cisl testbed sim`",
-              "flash a board-'sim' build with `cisl flash BUILD --testbed THIS_FILE`; each port is a symlink to the",
+              f"flash a board-'{board}' build with `cisl flash BUILD --testbed THIS_FILE`; each port is a symlink to the",
               "node's pseudo-terminal while the testbed runs (`cisl testbed stop` ends it).",
               f"positions (metres) are those of the radio topology {name}, seed {seed}; the medium places the",
               "nodes by [sim] topology and seed, so editing them changes nothing."]

@@ -7,8 +7,10 @@ MEDIUM_SOCKET``), and relays each node's standard output (its UART) to its pseud
 UART nobody listens to, output is dropped while no program has the port open (that is why
 ``cisl logs`` opens the ports before it resets the nodes); once a reader is there, nothing is lost.
 
-A node program is started from run.json's ``node_command`` (default ``["{image}", "{socket}"]``), so
-other virtual boards (a QEMU runner) can use the same supervisor with their own command line.
+A node program is started from run.json's ``node_command`` (default ``["{image}", "{socket}"]``) in
+``node_cwd`` (default: inherited), so other virtual boards use the same supervisor with their own
+command line: qemu-m4 nodes run on QEMU against their reference transcripts, with
+``"medium": false`` (codegen/testbed/simbed.py).
 
 Control: one JSON request per connection on a UNIX socket (``ping``, ``reset``, ``halt``,
 ``status``, ``stop``); state in the testbed's state folder (supervisor.json with pid and socket,
@@ -140,6 +142,33 @@ class Supervisor:
         for f in outdir.iterdir():
             f.unlink()
         sock = os.path.join(run.tmp, "medium.sock")
+        if rc.get("medium", True):  # QEMU nodes (board qemu-m4) replay transcripts and need no medium
+            error = self.start_medium(run, rc, n, sock, outdir)
+            if error:
+                return {"ok": False, "error": error}
+        # how a node program is started: the sim board's image takes the medium's socket; another
+        # virtual board (e.g. QEMU) writes its own command line into run.json
+        template = rc.get("node_command", ["{image}", "{socket}"])
+        cwd = rc.get("node_cwd")
+        for k, img in enumerate(images):
+            fmt = {"image": img, "socket": sock, "node": k, "state": self.state}
+            argv = [a.format(**fmt) for a in template]
+            with open(self.state / f"node_{k:02d}.stderr", "w") as err:
+                p = subprocess.Popen(argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, stderr=err,
+                                     cwd=cwd.format(**fmt) if cwd else None)
+            fd = p.stdout.fileno()
+            fl = fcntl.fcntl(fd, fcntl.F_GETFL)
+            fcntl.fcntl(fd, fcntl.F_SETFL, fl | os.O_NONBLOCK)
+            run.nodes[k] = p
+            run.pipes[fd] = k
+            self.poller.register(fd, select.POLLIN)
+        self.run = run
+        what = f"medium ({rc['topology']}) and {n} nodes" if run.medium else f"{n} nodes (no medium)"
+        self.log(f"run {run.number}: {what} started")
+        return {"ok": True, "run": run.number, "nodes": n}
+
+    def start_medium(self, run: Run, rc: dict, n: int, sock: str, outdir: Path) -> str | None:
+        """Start the medium process of a run; an error message if it did not come up."""
         cmd = [sys.executable, "-m", "codegen.sim.medium", "--socket", sock, "--nodes", str(n),
                "--inputs", str(self.state / "inputs.npy"), "--transcript", str(outdir / "transcript.bin"),
                "--timeout", str(rc.get("timeout", 120)), "--loss-file", str(outdir / "losses.bin"),
@@ -149,29 +178,15 @@ class Supervisor:
             run.medium = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL)
         r, _, _ = select.select([run.medium.stdout], [], [], 30.0)
         ready = run.medium.stdout.readline().decode().strip() if r else ""
-        if ready != "ready":
-            run.medium.kill()
-            run.medium.wait()
-            run.medium.stdout.close()
-            os.rmdir(run.tmp)
-            err = (outdir / "medium.stderr").read_text().strip().splitlines()
-            return {"ok": False, "error": f"the medium did not start: {err[-1] if err else 'no message'}"}
-        # how a node program is started: the sim board's image takes the medium's socket; another
-        # virtual board (e.g. QEMU) writes its own command line into run.json
-        template = rc.get("node_command", ["{image}", "{socket}"])
-        for k, img in enumerate(images):
-            argv = [a.format(image=img, socket=sock, node=k, state=self.state) for a in template]
-            with open(self.state / f"node_{k:02d}.stderr", "w") as err:
-                p = subprocess.Popen(argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, stderr=err)
-            fd = p.stdout.fileno()
-            fl = fcntl.fcntl(fd, fcntl.F_GETFL)
-            fcntl.fcntl(fd, fcntl.F_SETFL, fl | os.O_NONBLOCK)
-            run.nodes[k] = p
-            run.pipes[fd] = k
-            self.poller.register(fd, select.POLLIN)
-        self.run = run
-        self.log(f"run {run.number}: medium ({rc['topology']}) and {n} nodes started")
-        return {"ok": True, "run": run.number, "nodes": n}
+        if ready == "ready":
+            return None
+        run.medium.kill()
+        run.medium.wait()
+        run.medium.stdout.close()
+        run.medium = None
+        os.rmdir(run.tmp)
+        err = (outdir / "medium.stderr").read_text().strip().splitlines()
+        return f"the medium did not start: {err[-1] if err else 'no message'}"
 
     def end_run(self, state: str) -> None:
         run = self.run
@@ -193,7 +208,8 @@ class Supervisor:
                 self.drain(fd, k)
                 self.close_pipe(fd)
         if final:
-            run.medium.stdout.close()
+            if run.medium is not None:
+                run.medium.stdout.close()
             try:
                 os.rmdir(run.tmp)
             except OSError:
@@ -229,7 +245,7 @@ class Supervisor:
                 err = _tail(self.state / f"node_{k:02d}.stderr")
                 run.problems.append(f"node {k} exited with code {rc}" + (f": {err}" if err else ""))
                 failed = True
-        mrc = run.medium.poll()
+        mrc = run.medium.poll() if run.medium is not None else 0
         if mrc not in (None, 0) and not any(s.startswith("medium") for s in run.problems):
             run.problems.insert(0, f"medium: {_tail(self.state / 'run' / 'medium.stderr') or f'exit code {mrc}'}")
             failed = True
@@ -247,8 +263,9 @@ class Supervisor:
         if run is None:
             return {**out, "state": "idle", "run": 0, "problems": []}
         nodes = {k: {"pid": p.pid, "returncode": p.poll()} for k, p in run.nodes.items()}
+        medium = {"pid": run.medium.pid, "returncode": run.medium.poll()} if run.medium is not None else None
         return {**out, "state": run.state, "run": run.number, "nodes": nodes, "problems": run.problems,
-                "medium": {"pid": run.medium.pid, "returncode": run.medium.poll()}}
+                "medium": medium}
 
     def owns_state(self) -> bool:
         """Still this testbed's supervisor? (Not if the state folder was deleted or a new one started.)"""

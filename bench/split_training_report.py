@@ -171,6 +171,20 @@ def deploy(runs: dict[str, dict]) -> list[str]:
             f"(the rate it was trained for) its float test MSE is {r['train']['test_mse_lossy']:.4f}.", ""]
 
 
+def walltime(path: Path) -> list[str]:
+    if not path.is_file():
+        return []
+    w = json.loads(path.read_text())
+    h = w["extrapolated_50_epochs_seconds"] / 3600
+    return ["## Training wall time of the paper's 50-epoch run", "",
+            f"`{w['config']}` (D = {w['devices']}, batch {w['batch_size']} in micro-batches of {w['micro_batch']}, "
+            f"all {w['train_windows']:,} training windows, {w['threads']} threads) on {w['machine']}: one epoch "
+            f"({w['batches_per_epoch']} batches) takes {w['epoch_train_seconds']} s plus {w['epoch_val_seconds']} s "
+            f"of validation, measured with `[train] stop_after_epochs = 1`. **50 epochs: about {h:.1f} h** "
+            f"(extrapolated: {w['epoch_seconds']} s x 50; not run to the end). Validation MSE after that one "
+            f"epoch: {w['val_mse_after_epoch_1']}.", ""]
+
+
 def report(runs_dir: Path, out: Path) -> None:
     runs = _load(runs_dir)
     proto = next(iter(runs.values()))["protocol"] if runs else {}
@@ -178,7 +192,7 @@ def report(runs_dir: Path, out: Path) -> None:
              "Produced by `python bench/split_training.py run` and `python bench/split_training_report.py` "
              "from the per-run records in `split_training/runs/`.", "",
              f"Protocol: {json.dumps(proto)}", ""]
-    lines += fig7(runs, out) + fig8(runs, out) + deploy(runs)
+    lines += fig7(runs, out) + fig8(runs, out) + deploy(runs) + walltime(runs_dir.parent / "walltime.json")
     (out / "split_training.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -87,7 +87,7 @@ def bare_fc(shapes: list[tuple[int, int, int]], work: Path) -> dict[tuple, tuple
         f"#define FC_MAX_IN {max_in}\n#define FC_MAX_W {max_w}\n#define FC_MAX_N {max_n}\n#define FC_MAX_OUT {max_out}\n"
         "#define FC_SHAPES { " + ", ".join(f"{{{r}, {k}, {n}}}" for r, k, n in shapes) + " }\n")
     qdir = resource_dir("boards") / "qemu-m4"
-    srcs = [HERE / "qemu" / "fc_harness.c", qdir / "startup.c", qdir / "semihost.c"] + lib.sources
+    srcs = [HERE / "qemu" / "fc_harness.c", qdir / "startup.c", qdir / "semihost.c", qdir / "systick.c"] + lib.sources
     objs = []
     for src in srcs:
         obj = work / (src.stem + ".o")

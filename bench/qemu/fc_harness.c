@@ -11,20 +11,7 @@
 #include "qemu_m4.h"
 #include "semihost.h"
 
-void cisl_systick(void);
-static volatile uint32_t wraps;
-void cisl_systick(void) { wraps++; }
-
-static uint64_t insns(void)
-{
-    uint32_t w;
-    uint32_t v;
-    do {
-        w = wraps;
-        v = CM4_REG(CM4_SYST_CVR);
-    } while (w != wraps);
-    return (((uint64_t)w << 24) + (0xFFFFFFu - v)) * QEMU_INSNS_PER_TICK;
-}
+static uint64_t insns(void) { return qemu_m4_ticks() * QEMU_INSNS_PER_TICK; }
 
 static int8_t input[FC_MAX_IN];
 static int8_t weights[FC_MAX_W];
@@ -59,9 +46,7 @@ static void put_u(uint64_t v)
 
 int main(void)
 {
-    CM4_REG(CM4_SYST_RVR) = 0xFFFFFFu;
-    CM4_REG(CM4_SYST_CVR) = 0u;
-    CM4_REG(CM4_SYST_CSR) = 7u;
+    qemu_m4_systick_start();
     console = sh_open(":tt", SH_OPEN_W);
     uint32_t x = 12345u;
     for (size_t i = 0; i < sizeof input; i++) {

@@ -32,27 +32,11 @@
 static int32_t console = -1;
 static int32_t transcript = -1;
 static int32_t sent = -1;
-static volatile uint32_t systick_wraps;
-
-void cisl_systick(void);
-void cisl_systick(void) { systick_wraps++; }
-
 const char *cisl_board_name(void) { return "qemu-m4"; }
 
-static uint64_t ticks(void)
-{
-    uint32_t w;
-    uint32_t v;
-    do {
-        w = systick_wraps;
-        v = CM4_REG(CM4_SYST_CVR);
-    } while (w != systick_wraps);
-    return ((uint64_t)w << 24) + (0xFFFFFFu - v);
-}
+uint32_t cisl_board_time_us(void) { return (uint32_t)(qemu_m4_ticks() / (QEMU_SYSCLK_HZ / 1000000u)); }
 
-uint32_t cisl_board_time_us(void) { return (uint32_t)(ticks() / (QEMU_SYSCLK_HZ / 1000000u)); }
-
-uint32_t cisl_board_cycles(void) { return (uint32_t)(ticks() * QEMU_INSNS_PER_TICK); }
+uint32_t cisl_board_cycles(void) { return (uint32_t)(qemu_m4_ticks() * QEMU_INSNS_PER_TICK); }
 
 void cisl_board_write(const char *text, uint32_t n) { (void)sh_write(console, text, n); }
 
@@ -153,9 +137,7 @@ static void report_stack(void)
 
 int main(void)
 {
-    CM4_REG(CM4_SYST_RVR) = 0xFFFFFFu;
-    CM4_REG(CM4_SYST_CVR) = 0u;
-    CM4_REG(CM4_SYST_CSR) = 7u; /* processor clock, interrupt on wrap, enabled */
+    qemu_m4_systick_start();
     console = sh_open(":tt", SH_OPEN_W);
     cisl_log_set_node(cisl_node_id);
 

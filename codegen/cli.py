@@ -55,6 +55,20 @@ def _loss_rates(loss_q: float | None, link: float, receiver: float, sender: floa
     return LossRates.uniform(loss_q) if loss_q is not None else LossRates(link, receiver, sender)
 
 
+def _input_windows(inputs: Path | None):
+    """The --inputs windows (.npy), or None when not given; one-line errors for a bad file."""
+    import numpy as np
+
+    if inputs is None:
+        return None
+    if not inputs.is_file():
+        raise UserError(f"{inputs}: input file not found")
+    try:
+        return np.load(inputs, allow_pickle=False)
+    except Exception:
+        raise UserError(f"{inputs}: not a .npy array of input windows") from None
+
+
 def _say(quiet: bool):
     return (lambda s: None) if quiet else (lambda s: click.echo(s, err=True))
 
@@ -284,14 +298,7 @@ def qemu_cmd(build_dir: Path, nodes: tuple[int, ...], inputs: Path | None, count
     from .qemu import run_qemu
 
     plan = load_plan(build_dir)
-    x = None
-    if inputs is not None:
-        if not inputs.is_file():
-            raise UserError(f"{inputs}: input file not found")
-        try:
-            x = np.load(inputs, allow_pickle=False)
-        except Exception:
-            raise UserError(f"{inputs}: not a .npy array of input windows") from None
+    x = _input_windows(inputs)
     if x is None:
         x = np.load(Path(build_dir) / "inputs.npy")
     if count is not None:
@@ -393,14 +400,7 @@ def sim(build_dir: Path, inputs: Path | None, count: int | None, logs: Path | No
 
     from .sim.runner import run_sim
 
-    x = None
-    if inputs is not None:
-        if not inputs.is_file():
-            raise UserError(f"{inputs}: input file not found")
-        try:
-            x = np.load(inputs, allow_pickle=False)
-        except Exception:
-            raise UserError(f"{inputs}: not a .npy array of input windows") from None
+    x = _input_windows(inputs)
     if count is not None:
         if x is None:
             x = np.load(Path(build_dir) / "inputs.npy") if (Path(build_dir) / "inputs.npy").is_file() else None

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..errors import UserError
 from .config import NodeEntry, Testbed
+from .supervisor import read_line
 
 MODULE = "codegen.testbed.supervisor"
 
@@ -74,13 +75,7 @@ def _ask(sock_path: str, req: dict, timeout: float) -> dict:
         s.settimeout(timeout)
         s.connect(sock_path)
         s.sendall(json.dumps(req).encode() + b"\n")
-        buf = b""
-        while not buf.endswith(b"\n"):
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            buf += chunk
-    return json.loads(buf)
+        return json.loads(read_line(s))
 
 
 def running(testbed: Testbed) -> dict | None:
@@ -227,8 +222,7 @@ def _qemu_run(testbed: Testbed, build) -> dict:
         raise UserError(f"{system} not found; the virtual testbed runs qemu-m4 nodes on it (Debian/Ubuntu: "
                         f"{QEMU_APT})")
     cmd = qemu_command(Path("{image}"), "transcript.bin", "sent.bin", facts)
-    return {"medium": False, "node_command": cmd, "node_cwd": str(testbed.state_dir / "node_{node:02d}"),
-            "timeout": testbed.sim.timeout}
+    return {"medium": False, "node_command": cmd, "node_cwd": str(testbed.state_dir / "node_{node:02d}")}
 
 
 def _write_transcripts(testbed: Testbed, plan, xq: np.ndarray) -> None:

@@ -278,13 +278,7 @@ class Supervisor:
     def handle(self, conn: socket.socket) -> None:
         conn.settimeout(5.0)
         try:
-            buf = b""
-            while not buf.endswith(b"\n"):
-                chunk = conn.recv(4096)
-                if not chunk:
-                    break
-                buf += chunk
-            req = json.loads(buf or b"{}")
+            req = json.loads(read_line(conn) or b"{}")
             cmd = req.get("cmd")
             if cmd == "ping":
                 resp = {"ok": True, "pid": os.getpid()}
@@ -342,6 +336,17 @@ class Supervisor:
                 if not self.owns_state():
                     self.log("the state folder is gone or another supervisor took it over: stopping")
                     self.stopping = True
+
+
+def read_line(conn: socket.socket) -> bytes:
+    """One newline-terminated message of the control protocol (or what came before EOF)."""
+    buf = b""
+    while not buf.endswith(b"\n"):
+        chunk = conn.recv(65536)
+        if not chunk:
+            break
+        buf += chunk
+    return buf
 
 
 def _tail(path: Path) -> str:

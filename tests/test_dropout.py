@@ -15,8 +15,8 @@ from codegen.modelspec import ModelConfig  # noqa: E402
 from codegen.partition import Split, full_masks, random_masks  # noqa: E402
 from codegen.plan.structure import SINK, build_structure  # noqa: E402
 from codegen.train.api import make_untrained  # noqa: E402
-from codegen.train.dropout import (head_round, keep_matrix, lost_from_numpy, round_of, rounds_of,  # noqa: E402
-                                   sample_lost, sample_rounds)
+from codegen.train.dropout import (LossRange, head_round, keep_matrix, lost_from_numpy, round_of,  # noqa: E402
+                                   rounds_of, sample_lost, sample_rounds)
 from codegen.train.model import SplitPatchTST, receiver_matmul  # noqa: E402
 
 @pytest.fixture(autouse=True)
@@ -92,6 +92,44 @@ def test_sample_rounds_covers_every_round_independently() -> None:
     assert all(v.shape == (64, 4, 4) and v.dtype == torch.bool for v in lost.values())
     assert not torch.equal(lost[0], lost[1])
     assert not any(sample_lost(8, 4, LossRates()).flatten())  # zero rates: nothing lost
+
+
+@pytest.mark.unit
+def test_loss_range_draws_one_rate_per_sample_held_in_every_round() -> None:
+    """q_b ~ U(0, q_max) per sample: per-sample loss fractions spread over the range, the same
+    sample loses alike in every round, and the overall rate is the average over the range."""
+    B, D, q_max = 3000, 8, 0.3
+    lost = sample_rounds(CFG.layers, B, D, LossRange(q_max), torch.Generator().manual_seed(2))
+    eye = np.eye(D, dtype=bool)
+    stack = np.stack([v.numpy() for v in lost.values()])  # [rounds, B, D, D]
+    assert not stack[:, :, eye].any()
+    per_sample = stack[:, :, ~eye].mean(axis=(0, 2))  # effective link loss of each sample
+    # E over q ~ U(0, q_max) of 1 - (1 - q)^3
+    expect = 1 - (1 - (1 - q_max) ** 4) / (4 * q_max)
+    assert abs(per_sample.mean() - expect) < 0.01
+    assert per_sample.min() < 0.03 and per_sample.max() > 0.55  # from almost nothing to about 1 - 0.7^3
+    # a sample's rate holds across rounds: its first and second halves of rounds agree
+    half = stack.shape[0] // 2
+    a, b = stack[:half, :, ~eye].mean(axis=(0, 2)), stack[half:, :, ~eye].mean(axis=(0, 2))
+    assert np.corrcoef(a, b)[0, 1] > 0.8
+    with pytest.raises(ValueError, match="q_max"):
+        LossRange(1.0)
+    assert not LossRange(0.0).any
+
+
+@pytest.mark.unit
+def test_training_with_a_loss_range_draws_losses() -> None:
+    net, _, _, _ = split_model(CFG, 4, 1.0)
+    x = torch.from_numpy(windows(64))
+    with torch.no_grad():
+        clean = net(x)
+        net.set_message_dropout(LossRange(0.5))
+        net.train()
+        torch.manual_seed(0)
+        lossy = net(x)
+        net.eval()
+        again = net(x)
+    assert not torch.allclose(clean, lossy) and torch.equal(clean, again)
 
 
 # --------------------------------------------------------------------------------------------

@@ -51,6 +51,8 @@ q_send = 0.01
     assert cfg.dropout.rates() == (0.05, 0.0, 0.01)
     assert load_config(write(tmp_path, "[dropout]\nq = 0.1\n")).dropout.rates() == (0.1, 0.1, 0.1)
     assert load_config(None, {"prune.method": "normal", "prune.target_keep": 0.5}).prune.method == "normal"
+    cfg = load_config(write(tmp_path, "[dropout]\nq_max = 0.2\n"))
+    assert cfg.dropout.q_max == 0.2 and cfg.dropout.rates() == (0.0, 0.0, 0.0)
 
 
 @pytest.mark.unit
@@ -68,6 +70,8 @@ q_send = 0.01
     ("[dropout]\nq_recv = -0.1\n", "q_recv must be in [0, 1)"),
     ("[dropout]\nq = 0.1\nq_link = 0.1\n", "set either q or q_link"),
     ("[dropout]\nq_lnk = 0.1\n", "did you mean 'q_link'?"),
+    ("[dropout]\nq_max = 1.2\n", "q_max must be in [0, 1)"),
+    ("[dropout]\nq = 0.1\nq_max = 0.2\n", "q_max = 0.2 draws the loss rate per sample"),
     ("[dropout]\nq = \"high\"\n", "q must be a number"),
     ("[droput]\nq = 0.1\n", "did you mean 'dropout'?"),
 ])

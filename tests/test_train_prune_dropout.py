@@ -57,7 +57,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dict
     out = {}
     for method in ("somegather", "normal"):
         cfg = root / f"{method}.toml"
-        cfg.write_text(TINY.replace("{method}", method))
+        text = TINY.replace("{method}", method)
+        if method == "normal":  # the other kind of message dropout: a loss rate per sample up to q_max
+            text = text.replace("q = 0.1", "q_max = 0.2")
+        cfg.write_text(text)
         out[method] = (root / method, run_train(cfg, None, root / method, progress=False))
     return out
 
@@ -139,6 +142,7 @@ def test_normal_run_matches_communication_and_writes_no_onnx(runs) -> None:
     assert masks["prune_own"] is True and masks["keep_ratio"] == 0.5
     assert all(e["x"] == e["y"] for e in masks["broadcast"][0])  # one residual column set
     assert np.isfinite(summary["test_mse"]) and summary["prune"]["method"] == "normal"
+    assert summary["dropout"]["q_max"] == 0.2 and np.isfinite(summary["test_mse_lossy"])
 
 
 @pytest.mark.train

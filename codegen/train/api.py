@@ -42,7 +42,7 @@ from codegen.modelspec import ModelConfig
 from codegen.onnx_model import build_onnx
 from codegen.partition import Masks, Split, full_masks, random_masks
 from codegen.train.config import DataConfig, TrainConfig, load_config
-from codegen.train.dropout import evaluate_with_loss
+from codegen.train.dropout import LossRange, evaluate_with_loss
 from codegen.train.loop import checkpoint_meta, evaluate, fit, load_checkpoint
 from codegen.train.model import SplitPatchTST, state_to_numpy
 from codegen.train.pruning import column_counts, communication, drop_pruned_weights, run_pruning
@@ -269,7 +269,8 @@ def run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, o
         torch.manual_seed(t.seed)
         model = SplitPatchTST(cfg=m, split=split, masks=masks)
         rates = LossRates(*cfg.dropout.rates())
-        model.set_message_dropout(rates)  # message dropout: losses drawn in every training step
+        # message dropout: losses drawn in every training step (at a rate per sample with q_max)
+        model.set_message_dropout(LossRange(cfg.dropout.q_max) if cfg.dropout.q_max > 0 else rates)
         n_train = len(data.train)
         train_idx = np.arange(n_train)
         if 0 < t.max_train_windows < n_train:  # a random subset, fixed by the seed
@@ -290,6 +291,9 @@ def run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, o
         }
         if rates.any:  # the same model under the training loss rates (seeded: reproducible)
             metrics["test_mse_lossy"] = evaluate_with_loss(model, data.test, m.revin, rates, seed=t.seed)
+        elif cfg.dropout.q_max > 0:  # the worst rate of the range
+            metrics["test_mse_lossy"] = evaluate_with_loss(model, data.test, m.revin,
+                                                           LossRates.uniform(cfg.dropout.q_max), seed=t.seed)
         weights = drop_pruned_weights(state_to_numpy(model), split, masks, cfg.prune.method)
         params = sum(p.numel() for p in model.parameters())
 
@@ -305,6 +309,9 @@ def run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, o
                "epochs": sum(h.get("epochs", 0) for h in prune_history)}
     dropout = {"q_link": rates.link, "q_recv": rates.receiver, "q_send": rates.sender,
                "effective_link_loss": rates.effective_link_loss}
+    if cfg.dropout.q_max > 0:
+        dropout = {"q_max": cfg.dropout.q_max,
+                   "effective_link_loss_max": LossRates.uniform(cfg.dropout.q_max).effective_link_loss}
     comm = communication(split, masks, m.tokens, m.horizon)
     training = {"data": data_desc, "epochs": t.epochs, "best_epoch": result.best_epoch, "seed": t.seed,
                 **metrics, "history": result.history, "config": config_record, "prune": pruning,

@@ -75,6 +75,9 @@ class DropoutConfig:
     q_link: float = 0.0  # one sender->receiver message lost
     q_recv: float = 0.0  # a receiver gets nothing in a round
     q_send: float = 0.0  # nobody gets a sender's message in a round
+    # a range instead of one rate: every sample draws its own q uniformly from [0, q_max] (all
+    # three modes), so one model serves any loss rate up to q_max (a fixed q tunes it to that q)
+    q_max: float = 0.0
 
     def rates(self) -> tuple[float, float, float]:
         """(link, receiver, sender), as codegen.lossmodel.LossRates takes them."""
@@ -154,7 +157,7 @@ def _range_problems(cfg: TrainConfig) -> list[tuple[str, str]]:
         ("prune.epochs_per_step", pr.epochs_per_step >= 0, "must be >= 0"),
         ("prune.finetune_epochs", pr.finetune_epochs >= 0, "must be >= 0"),
     ] + [(f"dropout.{k}", 0.0 <= getattr(dr, k) < 1.0, "must be in [0, 1)")
-         for k in ("q", "q_link", "q_recv", "q_send")]
+         for k in ("q", "q_link", "q_recv", "q_send", "q_max")]
     return [(key, why) for key, ok, why in checks if not ok]
 
 
@@ -214,6 +217,9 @@ def _validate(where: str, cfg: TrainConfig) -> None:
     if dr.q > 0 and (dr.q_link > 0 or dr.q_recv > 0 or dr.q_send > 0):
         raise UserError(f"{where}: [dropout] q = {dr.q} sets all three loss modes; set either q or q_link, q_recv "
                         "and q_send")
+    if dr.q_max > 0 and any(r > 0 for r in dr.rates()):
+        raise UserError(f"{where}: [dropout] q_max = {dr.q_max} draws the loss rate per sample; remove q, q_link, "
+                        "q_recv and q_send (or q_max)")
 
 
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> TrainConfig:

@@ -20,6 +20,8 @@ numpy sampler (and so the same patterns for a seed) as ``cisl eval``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 from torch import Tensor
@@ -27,6 +29,23 @@ from torch import Tensor
 from codegen.lossmodel import LossRates
 from codegen.lossmodel import sample_rounds as sample_rounds_numpy
 from codegen.partition import POINTS
+
+@dataclass(frozen=True)
+class LossRange:
+    """Message dropout over a range of loss rates: each sample draws q ~ U(0, q_max) once per step
+    and loses messages at q in all three modes in every round. A model trained at one rate expects
+    that rate (it is worse with fewer losses, docs/results/split_training.md); this one sees them all."""
+
+    q_max: float
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.q_max < 1.0:
+            raise ValueError(f"q_max={self.q_max} must be in [0, 1)")
+
+    @property
+    def any(self) -> bool:
+        return self.q_max > 0
+
 
 LostRounds = dict[int, Tensor]
 """{sg: bool [batch, receiver, sender]}: True where that round's message is lost."""
@@ -47,26 +66,29 @@ def rounds_of(layers: int) -> int:
     return len(POINTS) * layers + 1
 
 
-def sample_lost(batch: int, devices: int, rates: LossRates, generator: torch.Generator | None = None,
+def sample_lost(batch: int, devices: int, rates: LossRates | LossRange, generator: torch.Generator | None = None,
                 rounds: int | None = None) -> Tensor:
     """Bool [batch, devices, devices] (or [rounds, batch, devices, devices]): True = lost.
 
     The distribution of `codegen.lossmodel.sample_lost` (link | receiver | sender, diagonal
-    never lost), drawn with torch (the generator, or torch's global one).
+    never lost), drawn with torch (the generator, or torch's global one). With a `LossRange`,
+    sample b's rate q_b is drawn first and holds in every round.
     """
     lead = (batch,) if rounds is None else (rounds, batch)
     lost = torch.zeros(*lead, devices, devices, dtype=torch.bool)
-    if rates.link > 0:
-        lost |= torch.rand(*lead, devices, devices, generator=generator) < rates.link
-    if rates.receiver > 0:
-        lost |= torch.rand(*lead, devices, 1, generator=generator) < rates.receiver
-    if rates.sender > 0:
-        lost |= torch.rand(*lead, 1, devices, generator=generator) < rates.sender
+    if isinstance(rates, LossRange):
+        q = (torch.rand(batch, generator=generator) * rates.q_max).view(batch, 1, 1)
+        modes = [(q, (devices, devices)), (q, (devices, 1)), (q, (1, devices))]
+    else:  # a mode at rate 0 draws nothing (keeps the random stream of the other modes)
+        modes = [(p, shape) for p, shape in ((rates.link, (devices, devices)), (rates.receiver, (devices, 1)),
+                                            (rates.sender, (1, devices))) if p > 0]
+    for p, shape in modes:
+        lost |= torch.rand(*lead, *shape, generator=generator) < p
     eye = torch.eye(devices, dtype=torch.bool)
     return lost & ~eye
 
 
-def sample_rounds(layers: int, batch: int, devices: int, rates: LossRates,
+def sample_rounds(layers: int, batch: int, devices: int, rates: LossRates | LossRange,
                   generator: torch.Generator | None = None) -> LostRounds:
     """Independent patterns for every round of a model with ``layers`` layers, keyed by sg."""
     lost = sample_lost(batch, devices, rates, generator, rounds=rounds_of(layers))

@@ -253,7 +253,7 @@ class SplitPatchTST(nn.Module):
         self.register_buffer("patch_idx", torch.from_numpy(patch_index(cfg)), persistent=False)
         self.register_buffer("owner_model", torch.from_numpy(split.owner_of("x")), persistent=False)
         self.register_buffer("owner_hidden", torch.from_numpy(split.owner_of("z")), persistent=False)
-        self.loss_rates: LossRates | None = None
+        self.loss_rates: LossRates | msgdrop.LossRange | None = None
         self.set_masks(masks, prune_own)
 
     # ------------------------------------------------------------------ masks
@@ -286,8 +286,9 @@ class SplitPatchTST(nn.Module):
         """The installed gather matrices; message dropout derives per-sample ones from these."""
         return [{p: getattr(layer, f"gather_{p}") for p in POINTS} for layer in self.layers]
 
-    def set_message_dropout(self, rates: LossRates | None) -> None:
-        """Draw message losses at these rates in every training-mode forward (None/zero: off)."""
+    def set_message_dropout(self, rates: LossRates | msgdrop.LossRange | None) -> None:
+        """Draw message losses at these rates (or a rate per sample from this range) in every
+        training-mode forward (None/zero: off)."""
         self.loss_rates = rates if rates is not None and rates.any else None
 
     # ---------------------------------------------------------------- forward

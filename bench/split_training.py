@@ -11,6 +11,8 @@ when that file exists (so the study can be interrupted and continued):
   model is fine-tuned and scored, and the trajectory continues from there.
 * ``fig8-D{D}-s{seed}-q{q}``: a model trained with message dropout at loss rate q in all three modes
   (q = 0: the dense model of fig7), scored under sampled loss at every deployment rate.
+* ``fig8-D{D}-s{seed}-qmax{q}``: the same, trained with a loss rate per window drawn from [0, q]
+  (``[dropout] q_max``): one model for every deployed rate up to q.
 * ``deploy-D8``: a somegather-pruned (keep 0.1), dropout-hardened model exported to ONNX, scored
   in int8 through the bit-exact reference, and run on the virtual testbed.
 
@@ -47,6 +49,10 @@ PROTOCOL = {
     "prune_step": 0.1, "epochs_per_stage": 1, "finetune_epochs": 2, "dropout_epochs": 8,
     "keeps": [0.75, 0.5, 0.25, 0.1], "loss_rates": [0.0, 0.025, 0.05, 0.1, 0.2], "threads": 2,
 }
+
+# message dropout over a range of rates (a rate per window from [0, q_max]): beyond the paper's
+# Fig. 8, which trains at one rate; these rows answer "one model for any loss up to q_max?"
+LOSS_RANGES = [0.2]
 
 
 def _config(devices: int, seed: int, epochs: int, q: float = 0.0):
@@ -167,11 +173,18 @@ def fig7_method(s: Session, method: str) -> None:
                  "points": points})
 
 
-def fig8(s: Session, q: float) -> None:
-    name = f"fig8-D{s.devices}-s{s.seed}-q{q:g}"
+def fig8(s: Session, q: float, q_max: float = 0.0) -> None:
+    """Train at loss rate q (0: the dense model), or at a rate per window from [0, q_max]; score at every rate."""
+    from codegen.train.dropout import LossRange
+
+    name = f"fig8-D{s.devices}-s{s.seed}-" + (f"qmax{q_max:g}" if q_max else f"q{q:g}")
     if (RUNS / f"{name}.json").is_file():
         return
-    if q == 0.0:
+    if q_max:
+        model = s.new_model()
+        model.set_message_dropout(LossRange(q_max))
+        train = s.fit(model, PROTOCOL["dropout_epochs"], f"dropout range {q_max}")
+    elif q == 0.0:
         model = _dense(s)
         train = json.loads((RUNS / f"fig7-D{s.devices}-s{s.seed}-dense.json").read_text())["train"]
     else:
@@ -182,7 +195,8 @@ def fig8(s: Session, q: float) -> None:
     # the validation split too: on ETTh2's test split a damped forecast scores better (see
     # split_training_shrinkage.py), which flatters every model that loses messages
     val = {f"{qd:g}": s.test_mse(model, qd, loss_seed=s.seed, split="val") for qd in PROTOCOL["loss_rates"]}
-    _save(name, {"devices": s.devices, "seed": s.seed, "q_train": q, "train": train, "test_mse_at_q": deploy,
+    _save(name, {"devices": s.devices, "seed": s.seed, "q_train": q, **({"q_max_train": q_max} if q_max else {}),
+                 "train": train, "test_mse_at_q": deploy,
                  "val_mse_at_q": val})
 
 
@@ -244,7 +258,8 @@ def run(seeds: list[int], only: list[str] | None) -> None:
                 deploy_unit()
             continue
         units = ([f"fig7-D{devices}-s{seed}-{m}" for m in ("dense", "somegather", "normal")] if kind == "fig7" else
-                 [f"fig8-D{devices}-s{seed}-q{q:g}" for q in (0.1, 0.0, 0.05, 0.2, 0.025)])
+                 [f"fig8-D{devices}-s{seed}-q{q:g}" for q in (0.1, 0.0, 0.05, 0.2, 0.025)]
+                 + [f"fig8-D{devices}-s{seed}-qmax{q:g}" for q in LOSS_RANGES])
         todo = [u for u in units if not (RUNS / f"{u}.json").is_file() and (not only or u in only)]
         if not todo:
             continue
@@ -255,6 +270,8 @@ def run(seeds: list[int], only: list[str] | None) -> None:
                 _dense(s)
             elif kind == "fig7":
                 fig7_method(s, u.rsplit("-", 1)[1])
+            elif "-qmax" in u:
+                fig8(s, 0.0, q_max=float(u.rsplit("-qmax", 1)[1]))
             else:
                 fig8(s, float(u.rsplit("-q", 1)[1]))
 

@@ -55,6 +55,17 @@ def _loss_rates(loss_q: float | None, link: float, receiver: float, sender: floa
     return LossRates.uniform(loss_q) if loss_q is not None else LossRates(link, receiver, sender)
 
 
+def _sweep_values(text: str) -> list[float]:
+    """--sweep "0,0.05,0.1" -> sorted unique loss probabilities in [0, 1)."""
+    try:
+        values = sorted({float(v) for v in text.split(",") if v.strip()})
+    except ValueError:
+        raise UserError(f"--sweep {text!r}: expected comma-separated probabilities such as 0,0.05,0.1") from None
+    if not values or not all(0.0 <= v < 1.0 for v in values):
+        raise UserError(f"--sweep {text!r}: every probability must be in [0, 1), e.g. 0,0.05,0.1")
+    return values
+
+
 def _input_windows(inputs: Path | None):
     """The --inputs windows (.npy), or None when not given; one-line errors for a bad file."""
     import numpy as np
@@ -460,6 +471,9 @@ def _print_sim(r, build_dir: Path, logs: Path | None) -> None:
 @click.option("--calibration", type=click.Path(path_type=Path), default=None,
               help="Calibration windows for --int8 (default: calibration.npy next to MODEL).")
 @_loss_options
+@click.option("--sweep", default=None, metavar="Q1,Q2,...",
+              help="Score at each of these loss probabilities (each applied to all three modes), e.g. "
+                   "0,0.05,0.1,0.2: a table of MSE against loss (the paper's Fig. 8 for this model).")
 @click.option("--seeds", type=click.IntRange(min=1), default=3, show_default=True,
               help="Number of loss samplings (seeds 0..N-1); the MSE is reported per seed and as mean/std.")
 @click.option("--max-windows", type=click.IntRange(min=1), default=None,
@@ -467,8 +481,8 @@ def _print_sim(r, build_dir: Path, logs: Path | None) -> None:
 @click.option("--json", "json_out", type=click.Path(path_type=Path), default=None, help="Also write the result here.")
 @_friendly
 def eval_cmd(model: Path, data: Path | None, which: str, int8: bool, devices: int | None, calibration: Path | None,
-             loss_q: float | None, loss_link: float, loss_receiver: float, loss_sender: float, seeds: int,
-             max_windows: int | None, json_out: Path | None) -> None:
+             loss_q: float | None, loss_link: float, loss_receiver: float, loss_sender: float, sweep: str | None,
+             seeds: int, max_windows: int | None, json_out: Path | None) -> None:
     """Test MSE of MODEL (on the data's StandardScaler scale), float or int8, under sampled message loss.
 
     Losses follow the paper's three modes, drawn independently for every communication round and
@@ -479,11 +493,15 @@ def eval_cmd(model: Path, data: Path | None, which: str, int8: bool, devices: in
     import numpy as np
     from tqdm import tqdm
 
-    from .evaluate import EvalSet, evaluate_model
+    from .evaluate import EvalSet, evaluate_sweep
+    from .lossmodel import LossRates
     from .onnx_model import load_model
 
-    m = load_model(model)
     rates = _loss_rates(loss_q, loss_link, loss_receiver, loss_sender)
+    sweep_q = _sweep_values(sweep) if sweep is not None else None
+    if sweep_q is not None and rates.any:
+        raise UserError("--sweep sets the loss rates itself; drop --loss/--loss-link/--loss-receiver/--loss-sender")
+    m = load_model(model)
     if data is not None:
         from .data.dataset import load_dataset
 
@@ -502,17 +520,28 @@ def eval_cmd(model: Path, data: Path | None, which: str, int8: bool, devices: in
     if max_windows is not None and max_windows < len(es.x):
         pick = np.linspace(0, len(es.x) - 1, max_windows).round().astype(int)
         es = EvalSet(es.x[pick], es.y[pick], es.scale[pick])
-    r = evaluate_model(m, es, int8, rates, range(seeds), devices, calibration,
-                       progress=lambda it: tqdm(it, desc="eval", unit="batch", leave=False, disable=None))
-    click.echo(f"{r.mode} model, {len(es.x)} windows, loss link/receiver/sender = {rates.link}/{rates.receiver}/"
-               f"{rates.sender} (effective per-link loss {100 * rates.effective_link_loss:.1f} %)")
-    for seed, mse in zip(r.seeds, r.mse):
-        click.echo(f"  seed {seed}: MSE {mse:.5f}")
-    click.echo(f"MSE {r.mean:.5f} +- {r.std:.5f}")
+    all_rates = [LossRates.uniform(q) for q in sweep_q] if sweep_q is not None else [rates]
+    results = evaluate_sweep(m, es, int8, all_rates, range(seeds), devices, calibration,
+                             progress=lambda it: tqdm(it, desc="eval", unit="batch", leave=False, disable=None))
+    records = [{"mode": r.mode, "windows": len(es.x), "loss": vars(r.rates),
+                "effective_link_loss": r.rates.effective_link_loss, "seeds": r.seeds, "mse": r.mse, "mean": r.mean,
+                "std": r.std} for r in results]
+    if sweep_q is None:
+        r = results[0]
+        click.echo(f"{r.mode} model, {len(es.x)} windows, loss link/receiver/sender = {rates.link}/{rates.receiver}/"
+                   f"{rates.sender} (effective per-link loss {100 * rates.effective_link_loss:.1f} %)")
+        for seed, mse in zip(r.seeds, r.mse):
+            click.echo(f"  seed {seed}: MSE {mse:.5f}")
+        click.echo(f"MSE {r.mean:.5f} +- {r.std:.5f}")
+    else:
+        base = results[0].mean if sweep_q[0] == 0.0 else None
+        click.echo(f"{results[0].mode} model, {len(es.x)} windows, {seeds} seed(s); q applies to all three modes")
+        click.echo(f"{'q':>6} {'link loss':>9} {'MSE':>9} {'+-':>8}" + (f" {'vs q = 0':>9}" if base else ""))
+        for q, r in zip(sweep_q, results):
+            click.echo(f"{100 * q:5.1f}% {100 * r.rates.effective_link_loss:8.1f}% {r.mean:9.5f} {r.std:8.5f}"
+                       + (f" {100 * (r.mean - base) / base:+8.1f}%" if base else ""))
     if json_out:
-        json_out.write_text(json.dumps({"mode": r.mode, "windows": len(es.x), "loss": vars(rates),
-                                        "effective_link_loss": rates.effective_link_loss, "seeds": r.seeds,
-                                        "mse": r.mse, "mean": r.mean, "std": r.std}, indent=1) + "\n")
+        json_out.write_text(json.dumps(records[0] if sweep_q is None else {"sweep": records}, indent=1) + "\n")
 
 
 @main.group()

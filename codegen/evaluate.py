@@ -97,14 +97,14 @@ class LossEval:
         return float(np.std(self.mse))
 
 
-def evaluate_model(model: CislModel, data: EvalSet, int8: bool, rates: LossRates, seeds: Iterable[int],
+def evaluate_sweep(model: CislModel, data: EvalSet, int8: bool, rates: list[LossRates], seeds: Iterable[int],
                    devices: int | None = None, calibration: Path | None = None, batch: int = 1024,
-                   progress: Callable | None = None) -> LossEval:
-    """Test MSE of ``model`` under sampled message loss, once per seed.
+                   progress: Callable | None = None) -> list[LossEval]:
+    """Test MSE of ``model`` at each of ``rates`` (sampled message loss), once per seed.
 
-    Float: the split model in float. int8: the model compiled (in a temporary folder, with the
-    calibration set) and run through the bit-exact int8 reference. Losses are drawn per round and
-    window from the paper's three modes; seeds make every run reproducible.
+    Float: the split model in float. int8: the model compiled once (in a temporary folder, with
+    the calibration set) and run through the bit-exact int8 reference. Losses are drawn per round
+    and window from the paper's three modes; seeds make every run reproducible.
     """
     from .compile import CompileOptions, _choose_split, compile_model
     from .plan.io import load_plan
@@ -122,11 +122,13 @@ def evaluate_model(model: CislModel, data: EvalSet, int8: bool, rates: LossRates
         st = build_structure(model.config, split, masks, model.keep_ratio)
         ex = PlanExecutor([n.tensors for n in st.nodes], [n.ops for n in st.nodes], st.sgs, "float",
                           weights=model.weights)
-    mses = []
-    for seed in seeds:
-        loss = (rates, seed) if rates.any else None
-        mses.append(_mse(ex, data, plan, loss, batch, progress))
-        if not rates.any:  # without loss every seed gives the same number
-            mses = mses * len(seeds)
-            break
-    return LossEval("int8" if int8 else "float", rates, seeds, mses)
+    out = []
+    for r in rates:
+        mses = []
+        for seed in seeds:
+            mses.append(_mse(ex, data, plan, (r, seed) if r.any else None, batch, progress))
+            if not r.any:  # without loss every seed gives the same number
+                mses = mses * len(seeds)
+                break
+        out.append(LossEval("int8" if int8 else "float", r, seeds, mses))
+    return out

@@ -1,0 +1,63 @@
+"""`cisl eval`: MSE under sampled message loss, one rate or a sweep, float or int8, at the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from models import config_for_tokens, make_model_dir
+
+pytestmark = pytest.mark.unit
+
+
+def cisl(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "codegen.cli", *args], capture_output=True, text=True, cwd=cwd)
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> Path:
+    return make_model_dir(tmp_path_factory.mktemp("m"), config_for_tokens(8, 64), devices=4, keep_ratio=0.5, tests=48)
+
+
+def run_json(model: Path, tmp_path: Path, name: str, *args: str) -> tuple[str, dict]:
+    out = tmp_path / f"{name}.json"
+    p = cisl("eval", str(model), "--json", str(out), *args, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    return p.stdout, json.loads(out.read_text())
+
+
+def test_one_rate_reports_every_seed_and_the_mean(model: Path, tmp_path: Path) -> None:
+    out, rec = run_json(model, tmp_path, "one", "--loss", "0.1", "--seeds", "2")
+    assert "seed 0: MSE" in out and "seed 1: MSE" in out and "effective per-link loss 27.1 %" in out
+    assert rec["mode"] == "float" and rec["windows"] == 48 and len(rec["mse"]) == 2
+    assert rec["mse"][0] != rec["mse"][1]  # the seeds draw different losses
+    assert rec["mean"] == pytest.approx(sum(rec["mse"]) / 2)
+
+
+@pytest.mark.parametrize("mode", [[], ["--int8"]])
+def test_a_sweep_equals_the_single_runs(model: Path, tmp_path: Path, mode: list[str]) -> None:
+    out, rec = run_json(model, tmp_path, "sweep", "--sweep", "0.3,0,0.1", "--seeds", "2", *mode)
+    rows = rec["sweep"]
+    assert [r["loss"]["link"] for r in rows] == [0.0, 0.1, 0.3]  # sorted
+    assert len([ln for ln in out.splitlines() if ln.strip().endswith("%") and "vs" not in ln]) == 3
+    assert "vs q = 0" in out
+    assert rows[0]["std"] == 0.0 and rows[2]["mean"] != rows[0]["mean"]  # losing 66 % of the messages shows
+    for r in rows[:2]:  # each row is the run `--loss q` gives on its own
+        _, single = run_json(model, tmp_path, "single", "--loss", str(r["loss"]["link"]), "--seeds", "2", *mode)
+        assert single["mse"] == r["mse"] and single["mode"] == r["mode"] == ("int8" if mode else "float")
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--sweep", "0,abc"], "expected comma-separated probabilities"),
+    (["--sweep", "0,1.5"], "must be in [0, 1)"),
+    (["--sweep", "0,0.1", "--loss", "0.1"], "--sweep sets the loss rates itself"),
+])
+def test_bad_sweeps_are_one_line_errors(model: Path, tmp_path: Path, args: list[str], needle: str) -> None:
+    p = cisl("eval", str(model), *args, cwd=tmp_path)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and needle in lines[0], p.stderr

@@ -231,11 +231,14 @@ def walltime(path: Path) -> list[str]:
 
 def report(runs_dir: Path, out: Path) -> None:
     runs = _load(runs_dir)
-    proto = next(iter(runs.values()))["protocol"] if runs else {}
+    proto = {k: v for k, v in next(iter(runs.values()))["protocol"].items() if k != "threads"} if runs else {}
+    threads = sorted({r.get("threads", r["protocol"].get("threads")) for r in runs.values()} - {None})
     lines = ["# Training for the split on ETTh2 (issue 3)", "",
              "Produced by `python bench/split_training.py run` and `python bench/split_training_report.py` "
              "from the per-run records in `split_training/runs/`.", "",
-             f"Protocol: {json.dumps(proto)}", ""]
+             f"Protocol: {json.dumps(proto)}", "",
+             f"Each run used {' or '.join(map(str, threads))} torch thread(s) (field `threads` of its record); the "
+             "thread count changes only float rounding.", ""]
     lines += fig7(runs, out) + fig8(runs, out) + deploy(runs) + walltime(runs_dir.parent / "walltime.json")
     (out / "split_training.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -23,6 +23,7 @@ scale over the whole ETTh2 test split (19 495 channel windows).
 
     python bench/split_training.py run [--only fig7-D8-s0-dense ...] [--seeds 0 1 2]
     python bench/split_training.py report          # tables and plots into docs/results/
+    python bench/split_training.py run --smoke /tmp/st --seeds 0 --only fig7-D8-s0-dense ...  # plumbing check
 """
 
 from __future__ import annotations
@@ -71,6 +72,19 @@ def _config(devices: int, seed: int, epochs: int, q: float = 0.0):
     })
 
 
+class _Evenly:
+    """``count`` evenly spaced windows of a split (--smoke checks the plumbing, not the numbers)."""
+
+    def __init__(self, windows, count: int):
+        self.windows, self.pick = windows, windows.evenly_spaced(count)
+
+    def __len__(self) -> int:
+        return len(self.pick)
+
+    def take(self, idx: np.ndarray):
+        return self.windows.take(self.pick[idx])
+
+
 class Session:
     """Data, the training subset and helpers shared by every unit of one (devices, seed)."""
 
@@ -80,6 +94,9 @@ class Session:
         self.devices, self.seed = devices, seed
         self.cfg = _config(devices, seed, PROTOCOL["dense_epochs"])
         self.data, _ = build_data(self.cfg)
+        if PROTOCOL.get("eval_windows"):
+            n = PROTOCOL["eval_windows"]
+            self.data = dataclasses.replace(self.data, val=_Evenly(self.data.val, n), test=_Evenly(self.data.test, n))
         n = len(self.data.train)
         self.train_idx = np.sort(np.random.default_rng([seed, 1]).choice(n, PROTOCOL["max_train_windows"],
                                                                          replace=False))
@@ -290,7 +307,9 @@ def main() -> None:
                    help="torch threads of this run (two runs with 1 thread each beat one with 2 on 2 cores)")
     r.add_argument("--smoke", type=Path, default=None,
                    help="check the script end to end with a tiny model, writing results to this folder")
-    sub.add_parser("report")
+    rep = sub.add_parser("report")
+    rep.add_argument("--runs", type=Path, default=None, help="records to report (default: the committed ones)")
+    rep.add_argument("--out", type=Path, default=None, help="folder for the tables and plots")
     args = ap.parse_args()
     if args.cmd == "run":
         import torch
@@ -301,13 +320,13 @@ def main() -> None:
         RUNS, WORK = args.smoke / "runs", args.smoke / "work"
         PROTOCOL.update(model={**PROTOCOL["model"], "layers": 1, "d_model": 32, "mlp_hidden": 32},
                         max_train_windows=512, dense_epochs=1, dropout_epochs=1, finetune_epochs=1,
-                        keeps=[0.5, 0.25], loss_rates=[0.0, 0.1])
+                        keeps=[0.5, 0.25], loss_rates=[0.0, 0.1], eval_windows=256)
     if args.cmd == "run":
         run(args.seeds, args.only)
     else:
         from split_training_report import report  # noqa: PLC0415 (bench-local module)
 
-        report(RUNS, RESULTS)
+        report(args.runs or RUNS, args.out or RESULTS.parent)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,53 @@
+"""bench/split_training.py end to end with a tiny model (`--smoke`): units, records and the report.
+
+The study itself runs for hours; this keeps its plumbing (pruning trajectories, dropout units,
+the per-seed tables and plots) from rotting between runs.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ETTH2 = ROOT.parent / "shared" / "data" / "ett" / "ETTh2.csv"
+
+pytestmark = [pytest.mark.data, pytest.mark.train,
+              pytest.mark.skipif(not ETTH2.is_file(), reason="needs ../shared/data/ett/ETTh2.csv")]
+
+UNITS = ["fig7-D8-s0-dense", "fig7-D8-s0-somegather", "fig7-D8-s0-normal", "fig8-D8-s0-q0", "fig8-D8-s0-q0.1",
+         "fig8-D8-s0-qmax0.2"]
+
+
+def bench(*args: str) -> subprocess.CompletedProcess:
+    p = subprocess.run([sys.executable, str(ROOT / "bench" / "split_training.py"), *args], capture_output=True,
+                       text=True, cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return p
+
+
+def test_smoke_run_writes_every_unit_and_the_report(tmp_path: Path) -> None:
+    bench("run", "--smoke", str(tmp_path), "--threads", "1", "--seeds", "0", "--only", *UNITS)
+    runs = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "runs").glob("*.json")}
+    assert sorted(runs) == sorted(UNITS)
+    for method in ("somegather", "normal"):
+        pts = runs[f"fig7-D8-s0-{method}"]["points"]
+        assert [p["keep"] for p in pts] == [0.5, 0.25]
+        # D = 8 devices own 4 of the 32 columns each: keep 0.5 -> 2 of 4, keep 0.25 -> 1 of 4
+        assert [p["communication"]["ratio_to_allgather"] for p in pts] == [0.5, 0.25]
+    rng = runs["fig8-D8-s0-qmax0.2"]
+    assert rng["q_max_train"] == 0.2 and set(rng["test_mse_at_q"]) == {"0", "0.1"} and rng["threads"] == 1
+    # a second run finds every record and trains nothing
+    again = bench("run", "--smoke", str(tmp_path), "--threads", "1", "--seeds", "0", "--only", *UNITS)
+    assert "train" not in again.stderr and "== " not in again.stdout
+
+    bench("report", "--runs", str(tmp_path / "runs"), "--out", str(tmp_path))
+    md = (tmp_path / "split_training.md").read_text()
+    assert "Paired by seed" in md and "| 0.25 | " in md
+    assert "| 0–20 % per window (1 seed(s)) |" in md and "| 10 % (1 seed(s)) |" in md
+    assert (tmp_path / "fig7_pruning.png").stat().st_size > 10_000
+    assert (tmp_path / "fig8_dropout.png").stat().st_size > 10_000

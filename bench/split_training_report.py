@@ -193,7 +193,30 @@ def fig8(runs: dict[str, dict], out: Path) -> list[str]:
               "training. A model trained with dropout therefore expects about (1 − q)³ of its inputs and is best "
               "when the deployed loss matches the trained one (the paper's observation); with no loss at all it "
               "sees more input than it learned to expect.", "", "![Fig. 8](fig8_dropout.png)", ""]
-    return lines
+    return lines + _range_rows(q_dep, test_means, val_means)
+
+
+def _range_rows(q_dep: list[float], test: dict, val: dict) -> list[str]:
+    """How a model trained over a range of rates compares, at each deployed rate, with the best fixed-rate one."""
+    ranges = [qt for qt in test if qt[0]]
+    fixed = [qt for qt in test if not qt[0]]
+    if not ranges or not fixed:
+        return []
+    lines = ["**One model for every loss rate** (`[dropout] q_max`: each window draws its rate from [0, q_max]). "
+             "Its MSE relative to the best fixed-rate model (no dropout included) at each deployed rate, "
+             "validation / test:", "",
+             "| trained | " + " | ".join(f"deploy q = {100 * q:g} %" for q in q_dep) + " |",
+             "|---|" + "---|" * len(q_dep)]
+    for qt in ranges:
+        cells = []
+        for i in range(len(q_dep)):
+            rel = []
+            for means in (val, test):
+                best = min(means[f][i] for f in fixed if f in means)
+                rel.append(f"{100 * (means[qt][i] - best) / best:+.1f} %" if qt in means else "–")
+            cells.append(" / ".join(rel))
+        lines.append(f"| {_label(qt)} | " + " | ".join(cells) + " |")
+    return lines + [""]
 
 
 def deploy(runs: dict[str, dict]) -> list[str]:

@@ -125,6 +125,30 @@ def test_resume_refuses_a_changed_config_or_data(tmp_path: Path) -> None:
         run_train(cfg, csv, tmp_path / "m2", progress=False, resume=True)
 
 
+def _as_written_before_q_max(ckpt: Path) -> None:
+    """Rewrite a checkpoint's meta as cisl wrote it before [dropout] q_max existed."""
+    import json
+
+    state = torch.load(ckpt, weights_only=True)
+    meta = json.loads(state["meta"])
+    del meta["config"]["dropout"]["q_max"]
+    state["meta"] = json.dumps(meta)
+    torch.save(state, ckpt)
+
+
+def test_a_checkpoint_older_than_a_config_key_resumes_with_its_default(tmp_path: Path) -> None:
+    """A run interrupted before an upgrade that added a config key still resumes, as long as the key
+    keeps its default; another value is a change like any other."""
+    cfg = tmp_path / "tiny.toml"
+    cfg.write_text(TINY)
+    for name in ("same", "changed"):
+        run_train(cfg, None, tmp_path / name, {"train.stop_after_epochs": 1}, progress=False)
+        _as_written_before_q_max(default_work_dir(tmp_path / name) / CHECKPOINT_NAME)
+    assert run_train(cfg, None, tmp_path / "same", progress=False, resume=True)["resumed_from_epoch"] == 1
+    with pytest.raises(UserError, match=r"\[dropout\] q_max was 0.0 in the interrupted run, now 0.1"):
+        run_train(cfg, None, tmp_path / "changed", {"dropout.q_max": 0.1}, progress=False, resume=True)
+
+
 @pytest.fixture
 def one_thread():
     old = torch.get_num_threads()

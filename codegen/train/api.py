@@ -223,6 +223,10 @@ def _first_difference(saved: Any, now: Any, key: str = "") -> tuple[str, Any, An
 
 
 def _check_resumable(path: Path, saved: dict[str, Any], now: dict[str, Any]) -> None:
+    # a key added to the config after the checkpoint was written counts as its default
+    defaults = _resume_meta(TrainConfig(), {})["config"]
+    config = {sec: {**defaults.get(sec, {}), **vals} for sec, vals in saved.get("config", {}).items()}
+    saved = {**saved, "config": config}
     diff = _first_difference(saved, now)
     if diff is None:
         return

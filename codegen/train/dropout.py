@@ -30,6 +30,7 @@ from codegen.lossmodel import LossRates
 from codegen.lossmodel import sample_rounds as sample_rounds_numpy
 from codegen.partition import POINTS
 
+
 @dataclass(frozen=True)
 class LossRange:
     """Message dropout over a range of loss rates: each sample draws q ~ U(0, q_max) once per step

@@ -199,8 +199,18 @@ def train(config: Path | None, out_dir: Path, data: Path | None, resume: bool, w
         click.echo(f"stopped after epoch {s['epochs_done']} of {s['epochs']} ([train] stop_after_epochs); "
                    f"checkpoint {s['checkpoint']}; continue with the same command and --resume")
         return
+    target = out_dir / "model.onnx" if s["onnx"] else out_dir / "train.json"
     click.echo(f"trained {s['params']} parameters in {s['seconds']:.1f} s: "
-               f"val MSE {s['val_mse']:.4f}, test MSE {s['test_mse']:.4f} -> {out_dir / 'model.onnx'}")
+               f"val MSE {s['val_mse']:.4f}, test MSE {s['test_mse']:.4f} -> {target}")
+    comm, drop = s["communication"], s["dropout"]
+    if s["prune"]["method"] != "none":
+        click.echo(f"{s['prune']['method']} pruning: the nodes send {100 * comm['ratio_to_allgather']:.1f} % of an "
+                   f"allgather's columns ({comm['broadcast_columns']} of {comm['allgather_columns']} per inference)"
+                   + ("" if s["onnx"] else "; normal pruning is scored in float only, no model.onnx"))
+    if "test_mse_lossy" in s:
+        rate = (f"loss drawn per window up to q = {drop['q_max']:g} (scored at q_max)" if "q_max" in drop else
+                f"message loss {drop['q_link']:g}/{drop['q_recv']:g}/{drop['q_send']:g} (link/receiver/sender)")
+        click.echo(f"test MSE under {rate}: {s['test_mse_lossy']:.4f}")
 
 
 @main.command(name="compile")

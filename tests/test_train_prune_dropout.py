@@ -157,3 +157,24 @@ def test_resume_mid_training_gives_the_same_pruned_model(tmp_path: Path) -> None
     run_train(cfg, None, tmp_path / "b", progress=False, resume=True)
     for name in ("model.onnx", "test_windows.npy", "calibration.npy"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+
+
+@pytest.mark.train
+@pytest.mark.parametrize("method,dropout", [("somegather", "q_max = 0.2"), ("normal", "q_link = 0.1")])
+def test_cli_says_what_pruning_kept_and_the_lossy_mse(tmp_path: Path, method: str, dropout: str) -> None:
+    import subprocess
+    import sys
+
+    (tmp_path / "c.toml").write_text(TINY.replace("{method}", method).replace("q = 0.1", dropout))
+    p = subprocess.run([sys.executable, "-m", "codegen.cli", "train", "c.toml", "-o", "m", "-q"], cwd=tmp_path,
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    summary = json.loads((tmp_path / "m" / "train.json").read_text())["summary"]
+    lines = p.stdout.splitlines()
+    assert lines[0].endswith("model.onnx" if method == "somegather" else "train.json")
+    comm = summary["communication"]
+    assert f"{method} pruning: the nodes send {100 * comm['ratio_to_allgather']:.1f} % of an allgather's columns" \
+           in lines[1]
+    assert ("no model.onnx" in lines[1]) == (method == "normal")
+    rate = "up to q = 0.2" if method == "somegather" else "message loss 0.1/0/0 (link/receiver/sender)"
+    assert rate in lines[2] and lines[2].endswith(f"{summary['test_mse_lossy']:.4f}")

@@ -8,7 +8,7 @@ MSE for some a < 1. This scores the cached dense model of fig7 (bench/work/split
 several a on the whole test split and on the validation split, and writes
 docs/results/split_training_shrinkage.md.
 
-    python bench/split_training_shrinkage.py [--devices 8] [--seed 0]
+    python bench/split_training_shrinkage.py [--devices 8] [--seeds 0 1 2]
 """
 
 from __future__ import annotations
@@ -47,23 +47,31 @@ def mse_by_alpha(model, windows, revin: bool) -> dict[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--devices", type=int, default=8)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0],
+                    help="dense models to score (each must be cached by split_training.py)")
     args = ap.parse_args()
-    s = st.Session(args.devices, args.seed)
-    name = f"fig7-D{args.devices}-s{args.seed}-dense"
-    if not (st.WORK / f"{name}.pt").is_file():
-        sys.exit(f"{st.WORK / name}.pt missing: run `python bench/split_training.py run --only {name}` first")
-    model = st._dense(s)
-    test = mse_by_alpha(model, s.data.test, s.cfg.model.revin)
-    val = mse_by_alpha(model, s.data.val, s.cfg.model.revin)
+    scores = {}
+    for seed in args.seeds:
+        name = f"fig7-D{args.devices}-s{seed}-dense"
+        if not (st.WORK / f"{name}.pt").is_file():
+            sys.exit(f"{st.WORK / name}.pt missing: run `python bench/split_training.py run --seeds {seed} "
+                     f"--only {name}` first")
+        s = st.Session(args.devices, seed)
+        model = st._dense(s)
+        scores[seed] = (mse_by_alpha(model, s.data.test, s.cfg.model.revin),
+                        mse_by_alpha(model, s.data.val, s.cfg.model.revin))
+    names = ", ".join(f"`fig7-D{args.devices}-s{seed}-dense`" for seed in args.seeds)
     lines = ["# Does a damped forecast score better on ETTh2? (diagnostic for split_training.md)", "",
-             f"The dense model of `{name}` (the reduced protocol of bench/split_training.py), its forecast "
+             f"The dense model(s) {names} (the reduced protocol of bench/split_training.py), the forecast "
              "scaled towards the look-back mean m: y_a = m + a (y − m); a = 0 forecasts the mean. MSE on the "
-             "StandardScaler scale over whole splits. `python bench/split_training_shrinkage.py`.", "",
-             "| a | test MSE | vs a = 1 | validation MSE | vs a = 1 |", "|---|---|---|---|---|"]
+             "StandardScaler scale over whole splits, relative to a = 1 per seed. "
+             f"`python bench/split_training_shrinkage.py --seeds {' '.join(map(str, args.seeds))}`.", "",
+             "| a | " + " | ".join(f"seed {seed}: test / validation" for seed in args.seeds) + " |",
+             "|---|" + "---|" * len(args.seeds)]
     for a in ALPHAS:
-        lines.append(f"| {a:g} | {test[a]:.4f} | {100 * (test[a] / test[1.0] - 1):+.1f} % | {val[a]:.4f} | "
-                     f"{100 * (val[a] / val[1.0] - 1):+.1f} % |")
+        cells = [f"{test[a]:.4f} ({100 * (test[a] / test[1.0] - 1):+.1f} %) / {val[a]:.4f} "
+                 f"({100 * (val[a] / val[1.0] - 1):+.1f} %)" for test, val in scores.values()]
+        lines.append(f"| {a:g} | " + " | ".join(cells) + " |")
     out = st.ROOT / "docs" / "results" / "split_training_shrinkage.md"
     out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

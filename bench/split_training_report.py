@@ -98,26 +98,29 @@ def fig7(runs: dict[str, dict], out: Path) -> list[str]:
 
 def _paired(runs: dict[str, dict], D: int, keeps: list[float]) -> list[str]:
     """Per seed, somegather vs normal pruning at each keep ratio: seeds differ more than methods do."""
-    pts: dict[tuple[int, str], dict[float, float]] = {}
+    pts: dict[tuple[int, str], dict[float, tuple[float, float]]] = {}
     for k, r in runs.items():
         if k.startswith(f"fig7-D{D}-") and r.get("method") in ("somegather", "normal"):
-            pts[(r["seed"], r["method"])] = {pt["keep"]: pt["test_mse"] for pt in r["points"]}
+            pts[(r["seed"], r["method"])] = {pt["keep"]: (pt["test_mse"], pt["finetune"]["val_mse"])
+                                             for pt in r["points"]}
     seeds = sorted({s for s, m in pts if (s, "normal") in pts and (s, "somegather") in pts})
     if not seeds:
         return []
     lines = ["Paired by seed (same dense model, same training subset): somegather MSE relative to normal pruning "
-             "at the same communication; negative means somegather is better.", "",
+             "at the same communication, test / validation; negative means somegather is better.", "",
              "| keep ratio | " + " | ".join(f"seed {s}" for s in seeds) + " | mean | somegather better in |",
              "|---|" + "---|" * (len(seeds) + 2)]
     for keep in keeps:
         if keep == 1.0:
             continue
-        rel = [(pts[(s, "somegather")][keep] - pts[(s, "normal")][keep]) / pts[(s, "normal")][keep]
-               for s in seeds if keep in pts[(s, "somegather")] and keep in pts[(s, "normal")]]
-        if not rel:
+        both = [s for s in seeds if keep in pts[(s, "somegather")] and keep in pts[(s, "normal")]]
+        if not both:
             continue
-        lines.append(f"| {keep:g} | " + " | ".join(f"{100 * v:+.1f} %" for v in rel) +
-                     f" | {100 * np.mean(rel):+.1f} % | {sum(v < 0 for v in rel)} of {len(rel)} seeds |")
+        rel = [[pts[(s, "somegather")][keep][i] / pts[(s, "normal")][keep][i] - 1 for s in both] for i in (0, 1)]
+        cells = [f"{100 * t:+.1f} % / {100 * v:+.1f} %" for t, v in zip(*rel)]
+        wins = " / ".join(f"{sum(v < 0 for v in r)} of {len(r)}" for r in rel)
+        lines.append(f"| {keep:g} | " + " | ".join(cells) + f" | {100 * np.mean(rel[0]):+.1f} % / "
+                     f"{100 * np.mean(rel[1]):+.1f} % | {wins} seeds |")
     return lines + [""]
 
 

@@ -22,6 +22,7 @@ random subset of the training windows and few epochs (see PROTOCOL). MSE is on t
 scale over the whole ETTh2 test split (19 495 channel windows).
 
     python bench/split_training.py run [--only fig7-D8-s0-dense ...] [--seeds 0 1 2]
+    python bench/split_training.py run --workers 2 --threads 1   # two units at a time (2 cores)
     python bench/split_training.py report          # tables and plots into docs/results/
     python bench/split_training.py run --smoke /tmp/st --seeds 0 --only fig7-D8-s0-dense ...  # plumbing check
 """
@@ -267,34 +268,93 @@ def deploy_unit() -> None:
                          "bytes_sent_per_inference": sent, "allgather_bytes_per_inference": allgather}})
 
 
-def run(seeds: list[int], only: list[str] | None) -> None:
-    order = []
+def units_in_order(seeds: list[int]) -> list[tuple[str, int]]:
+    """Every unit of the study for these seeds, as (name, seed), in the order `run` takes them."""
+    out = []
     for seed in seeds:
-        order += [("fig7", 8, seed), ("fig8", 8, seed), ("fig7", 16, seed)]
-        if seed == seeds[0]:
-            order.append(("deploy", 8, seed))
-    for kind, devices, seed in order:
-        if kind == "deploy":
-            if not only or "deploy-D8" in only:
-                deploy_unit()
+        for kind, devices in (("fig7", 8), ("fig8", 8), ("fig7", 16)):
+            names = ([f"fig7-D{devices}-s{seed}-{m}" for m in ("dense", "somegather", "normal")] if kind == "fig7" else
+                     [f"fig8-D{devices}-s{seed}-q{q:g}" for q in (0.1, 0.0, 0.05, 0.2, 0.025)]
+                     + [f"fig8-D{devices}-s{seed}-qmax{q:g}" for q in LOSS_RANGES])
+            out += [(n, seed) for n in names]
+            if kind == "fig8" and seed == seeds[0]:
+                out.append(("deploy-D8", seed))
+    return out
+
+
+def _needs(unit: str) -> str | None:
+    """The unit whose model this one starts from: pruning and the q = 0 row start from the dense model."""
+    if unit.startswith("fig7-") and not unit.endswith("-dense") or unit.startswith("fig8-") and unit.endswith("-q0"):
+        d, s = unit.split("-")[1:3]
+        return f"fig7-{d}-{s}-dense"
+    return None
+
+
+def _done(unit: str) -> bool:
+    return (RUNS / f"{unit}.json").is_file()
+
+
+def run(seeds: list[int], only: list[str] | None) -> None:
+    todo = [(u, seed) for u, seed in units_in_order(seeds) if not _done(u) and (not only or u in only)]
+    sessions: dict[tuple[int, int], Session] = {}
+    for u, seed in todo:
+        if u == "deploy-D8":
+            deploy_unit()
             continue
-        units = ([f"fig7-D{devices}-s{seed}-{m}" for m in ("dense", "somegather", "normal")] if kind == "fig7" else
-                 [f"fig8-D{devices}-s{seed}-q{q:g}" for q in (0.1, 0.0, 0.05, 0.2, 0.025)]
-                 + [f"fig8-D{devices}-s{seed}-qmax{q:g}" for q in LOSS_RANGES])
-        todo = [u for u in units if not (RUNS / f"{u}.json").is_file() and (not only or u in only)]
-        if not todo:
-            continue
-        s = Session(devices, seed)
-        for u in todo:
-            print(f"== {u}", flush=True)
-            if u.endswith("-dense"):
-                _dense(s)
-            elif kind == "fig7":
-                fig7_method(s, u.rsplit("-", 1)[1])
-            elif "-qmax" in u:
-                fig8(s, 0.0, q_max=float(u.rsplit("-qmax", 1)[1]))
-            else:
-                fig8(s, float(u.rsplit("-q", 1)[1]))
+        devices = int(u.split("-")[1][1:])
+        if (devices, seed) not in sessions:
+            sessions[(devices, seed)] = Session(devices, seed)
+        s = sessions[(devices, seed)]
+        print(f"== {u}", flush=True)
+        if u.endswith("-dense"):
+            _dense(s)
+        elif u.startswith("fig7-"):
+            fig7_method(s, u.rsplit("-", 1)[1])
+        elif "-qmax" in u:
+            fig8(s, 0.0, q_max=float(u.rsplit("-qmax", 1)[1]))
+        else:
+            fig8(s, float(u.rsplit("-q", 1)[1]))
+
+
+def run_workers(seeds: list[int], only: list[str] | None, workers: int, threads: int, smoke: Path | None) -> None:
+    """Run the units in ``workers`` processes at once, each unit once its dense model exists.
+
+    Every unit runs as ``run --only UNIT`` in a child process (log: bench/work/.../logs/UNIT.log), so
+    an interrupted study loses only the units in flight and continues where it stopped.
+    """
+    import subprocess
+    import sys
+
+    todo = [(u, seed) for u, seed in units_in_order(seeds) if not _done(u) and (not only or u in only)]
+    logs = WORK / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    running: dict[str, tuple[subprocess.Popen, float]] = {}
+    failed = []
+    print(f"{len(todo)} unit(s) to run, {workers} at a time", flush=True)
+    while todo or running:
+        for u, (proc, t0) in list(running.items()):
+            if proc.poll() is not None:
+                del running[u]
+                ok = proc.returncode == 0 and _done(u)
+                print(f"{'done' if ok else 'FAILED'} {u} ({(time.time() - t0) / 60:.1f} min; log {logs / u}.log)",
+                      flush=True)
+                if not ok:
+                    failed.append(u)
+        waiting = {n for n, _ in todo} | set(running) | set(failed)
+        ready = [(u, seed) for u, seed in todo if _needs(u) is None or _done(_needs(u)) or _needs(u) not in waiting]
+        while ready and len(running) < workers:
+            u, seed = ready.pop(0)
+            todo.remove((u, seed))
+            cmd = [sys.executable, str(Path(__file__).resolve()), "run", "--threads", str(threads), "--seeds",
+                   str(seed), "--only", u] + (["--smoke", str(smoke)] if smoke else [])
+            with open(logs / f"{u}.log", "w") as log:
+                running[u] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), time.time())
+            print(f"start {u}", flush=True)
+        if not ready and not running and todo:  # only units whose dense model failed are left
+            break
+        time.sleep(2 if smoke else 10)
+    if failed or todo:
+        raise SystemExit(f"failed: {', '.join(failed)}; not run: {', '.join(u for u, _ in todo) or 'none'}")
 
 
 def main() -> None:
@@ -304,6 +364,8 @@ def main() -> None:
     r = sub.add_parser("run")
     r.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     r.add_argument("--only", nargs="*", default=None)
+    r.add_argument("--workers", type=int, default=1,
+                   help="run this many units at once, each in its own process (use --threads 1 with 2 on 2 cores)")
     r.add_argument("--threads", type=int, default=THREADS,
                    help="torch threads of this run (on 2 cores, two 1-thread runs side by side do ~9 %% more than one 2-thread run)")
     r.add_argument("--smoke", type=Path, default=None,
@@ -322,7 +384,9 @@ def main() -> None:
         PROTOCOL.update(model={**PROTOCOL["model"], "layers": 1, "d_model": 32, "mlp_hidden": 32},
                         max_train_windows=512, dense_epochs=1, dropout_epochs=1, finetune_epochs=1,
                         keeps=[0.5, 0.25], loss_rates=[0.0, 0.1], eval_windows=256)
-    if args.cmd == "run":
+    if args.cmd == "run" and args.workers > 1:
+        run_workers(args.seeds, args.only, args.workers, args.threads, args.smoke)
+    elif args.cmd == "run":
         run(args.seeds, args.only)
     else:
         from split_training_report import report  # noqa: PLC0415 (bench-local module)

@@ -31,7 +31,16 @@ def bench(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_smoke_run_writes_every_unit_and_the_report(tmp_path: Path) -> None:
-    bench("run", "--smoke", str(tmp_path), "--threads", "1", "--seeds", "0", "--only", *UNITS)
+    out = bench("run", "--smoke", str(tmp_path), "--workers", "2", "--threads", "1", "--seeds", "0", "--only", *UNITS)
+    lines = out.stdout.splitlines()
+    assert lines[0] == f"{len(UNITS)} unit(s) to run, 2 at a time"
+    started = [ln.split()[1] for ln in lines if ln.startswith("start ")]
+    finished = [ln.split()[1] for ln in lines if ln.startswith("done ")]
+    assert sorted(started) == sorted(finished) == sorted(UNITS)
+    dense_done = next(i for i, ln in enumerate(lines) if ln.startswith("done fig7-D8-s0-dense "))
+    for unit in UNITS[1:4]:  # pruning and the q = 0 row start only once the dense model is done
+        assert dense_done < lines.index(f"start {unit}")
+    assert lines.index("start fig8-D8-s0-q0.1") < dense_done  # a dropout model needs no dense model: 2 at once
     runs = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "runs").glob("*.json")}
     assert sorted(runs) == sorted(UNITS)
     for method in ("somegather", "normal"):

@@ -38,12 +38,14 @@ def fig7(runs: dict[str, dict], out: Path) -> list[str]:
         seeds = sorted({r["seed"] for k, r in runs.items() if k.startswith(f"fig7-D{D}-")})
         if not dense:
             continue
-        lines += [f"**D = {D}** ({len(dense)} seed(s): {seeds}); unpruned (allgather) test MSE {_ms(dense)}", "",
+        dense_val = [r["train"]["val_mse"] for k, r in runs.items() if k.startswith(f"fig7-D{D}-") and k.endswith("-dense")]
+        spread = (f" (seed to seed {100 * np.std(dense) / np.mean(dense):.1f} % of the mean; validation "
+                  f"{_ms(dense_val)}, {100 * np.std(dense_val) / np.mean(dense_val):.1f} %)" if len(dense) > 1 else "")
+        lines += [f"**D = {D}** ({len(dense)} seed(s): {seeds}); unpruned (allgather) test MSE {_ms(dense)}{spread}", "",
                   "| keep ratio | communication saved (realised) | somegather MSE | vs unpruned (same seed) | "
                   "normal pruning MSE | vs unpruned (same seed) | validation MSE: somegather / normal |",
                   "|---|---|---|---|---|---|---|"]
         curves, vals, rels, realised = {}, {}, {}, {1.0: 1.0}
-        dense_val = [r["train"]["val_mse"] for k, r in runs.items() if k.startswith(f"fig7-D{D}-") and k.endswith("-dense")]
         own_dense = {r["seed"]: r["test_mse"] for k, r in runs.items() if k.startswith(f"fig7-D{D}-") and k.endswith("-dense")}
         for method in ("somegather", "normal"):
             per_keep: dict[float, list[float]] = {}

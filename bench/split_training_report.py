@@ -84,9 +84,12 @@ def fig7(runs: dict[str, dict], out: Path) -> list[str]:
     fig.tight_layout()
     fig.savefig(out / "fig7_pruning.png", dpi=120)
     plt.close(fig)
+    dense_runs = [r for k, r in runs.items() if k.startswith("fig7-") and k.endswith("-dense")]
+    best_epochs = ", ".join(f"D = {r['devices']} seed {r['seed']}: epoch {r['train']['best_epoch']} of "
+                            f"{r['train']['epochs']}" for r in dense_runs)
     lines += ["![Fig. 7](fig7_pruning.png)", "",
               "Under this reduced protocol the paper's model (F = 128, 6 layers) over-fits ETTh2: the dense model's "
-              "best validation epoch is early (epochs 1-4 of 8), and narrower models score better on validation *and* "
+              f"best validation epoch is early ({best_epochs}), and narrower models score better on validation *and* "
               "test. Normal pruning, which narrows the model, therefore comes out better here, not worse, and its "
               "narrow models vary little from seed to seed; somegather keeps every column on its owner, i.e. the "
               "dense model's capacity, and moves with it. The test split is also a noisy judge: the dense models' "

@@ -72,12 +72,12 @@ def fig7(runs: dict[str, dict], out: Path) -> list[str]:
                   f"up to {round(realised.get(0.1, 0.1) * own)} of {own}.)", ""]
         lines += _paired(runs, D, keeps)
         for method, style in (("somegather", "o-"), ("normal", "s--")):
-            xs = [0.0] + [100 * (1 - kp) for kp in sorted(curves[method], reverse=True)]
+            xs = [0.0] + [100 * (1 - realised.get(kp, kp)) for kp in sorted(curves[method], reverse=True)]
             ys = [dense] + [curves[method][kp] for kp in sorted(curves[method], reverse=True)]
             ax.errorbar(xs, [np.mean(y) for y in ys], yerr=[np.std(y) for y in ys], fmt=style, capsize=3,
                         label="somegather" if method == "somegather" else "normal pruning")
         ax.set_title(f"ETTh2, D = {D}")
-        ax.set_xlabel("communication saving (%)")
+        ax.set_xlabel("communication saving (%, realised)")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("test MSE")
     axes[0].legend()

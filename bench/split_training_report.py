@@ -171,13 +171,18 @@ def fig8(runs: dict[str, dict], out: Path) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for k, r in runs.items() if k.startswith("fig8-")]
-    if not rows:
+    every = [r for k, r in runs.items() if k.startswith("fig8-")]
+    if not every:
         return []
+    # the curves compare training rates, so they average the same seeds: those trained at every rate
+    trainings = {_trained(r) for r in every}
+    complete = sorted(s for s in {r["seed"] for r in every} if {_trained(r) for r in every if r["seed"] == s} == trainings)
+    rows = [r for r in every if r["seed"] in complete] or every
     q_dep = sorted({float(q) for r in rows for q in r["test_mse_at_q"]})
     lines = ["## Fig. 8 — MSE vs message loss, trained with and without message dropout", "",
              "q applies to all three loss modes (link, receiver, sender); the effective per-link loss is "
-             "1 − (1 − q)³. Rows: loss rate during training (0 = no dropout); columns: deployed loss rate.", "",
+             "1 − (1 − q)³. Rows: loss rate during training (0 = no dropout); columns: deployed loss rate. "
+             f"Seed(s) trained at every rate: {complete or 'none (each row: its own seeds)'}.", "",
              "**Test split**", ""]
     test_lines, test_means = _loss_table(rows, "test_mse_at_q", q_dep)
     val_lines, val_means = _loss_table(rows, "val_mse_at_q", q_dep)
@@ -203,7 +208,35 @@ def fig8(runs: dict[str, dict], out: Path) -> list[str]:
               "training. A model trained with dropout therefore expects about (1 − q)³ of its inputs and is best "
               "when the deployed loss matches the trained one (the paper's observation); with no loss at all it "
               "sees more input than it learned to expect.", "", "![Fig. 8](fig8_dropout.png)", ""]
-    return lines + _range_rows(q_dep, test_means, val_means)
+    return lines + _range_rows(q_dep, test_means, val_means) + _criterion_per_seed(every)
+
+
+def _criterion_per_seed(rows: list[dict], q: str = "0.1") -> list[str]:
+    """Per seed: the rise at deployed q over the model's own loss-free MSE, no dropout vs trained at q."""
+    by = {(r["seed"], _trained(r)): r for r in rows}
+    seeds = sorted(s for s, t in by if t == (0.0, 0.0) and (s, (0.0, float(q))) in by)
+    if not seeds:
+        return []
+    lines = [f"**The q = {100 * float(q):g} % criterion, per seed**: MSE at deployed q = {100 * float(q):g} % in all "
+             "three modes relative to the same model without loss, test / validation.", "",
+             "The criterion holds when the dropout-trained model rises by at most 5 % and the no-dropout model by "
+             "at least 3 times as much (and by something at all, when the dropout model does not rise).", "",
+             "| seed | no dropout | dropout-trained at q | criterion holds (test / validation) |", "|---|---|---|---|"]
+    rises = {}
+    for s in seeds:
+        cells = []
+        for t in ((0.0, 0.0), (0.0, float(q))):
+            r = by[(s, t)]
+            rel = [r[k][q] / r[k]["0"] - 1 for k in ("test_mse_at_q", "val_mse_at_q")]
+            rises.setdefault(t, []).append(rel)
+            cells.append(f"{100 * rel[0]:+.1f} % / {100 * rel[1]:+.1f} %")
+        nd, dr = rises[(0.0, 0.0)][-1], rises[(0.0, float(q))][-1]
+        holds = " / ".join("yes" if b <= 0.05 and a > 0 and a >= 3 * b else "no" for a, b in zip(nd, dr))
+        lines.append(f"| {s} | " + " | ".join(cells) + f" | {holds} |")
+    mean = {t: np.mean(v, axis=0) for t, v in rises.items()}
+    lines.append("| mean | " + " | ".join(f"{100 * m[0]:+.1f} % / {100 * m[1]:+.1f} %"
+                                           for m in (mean[(0.0, 0.0)], mean[(0.0, float(q))])) + " | |")
+    return lines + [""]
 
 
 def _range_rows(q_dep: list[float], test: dict, val: dict) -> list[str]:

@@ -58,6 +58,9 @@ def test_smoke_run_writes_every_unit_and_the_report(tmp_path: Path) -> None:
     md = (tmp_path / "split_training.md").read_text()
     assert "Paired by seed" in md and "| 0.25 | " in md
     assert "| 0–20 % per window (1 seed(s)) |" in md and "| 10 % (1 seed(s)) |" in md
+    assert "Seed(s) trained at every rate: [0]" in md
+    criterion = md.split("**The q = 10 % criterion, per seed**", 1)[1]
+    assert "\n| 0 | " in criterion and "| mean | " in criterion
     assert "One model for every loss rate" in md
     assert (tmp_path / "fig7_pruning.png").stat().st_size > 10_000
     assert (tmp_path / "fig8_dropout.png").stat().st_size > 10_000

@@ -58,6 +58,7 @@ def test_smoke_run_writes_every_unit_and_the_report(tmp_path: Path) -> None:
     md = (tmp_path / "split_training.md").read_text()
     assert "Paired by seed" in md and "| 0.25 | " in md
     assert "| 0–20 % per window (1 seed(s)) |" in md and "| 10 % (1 seed(s)) |" in md
+    assert "* D = 8, keep 0.25, vs the unpruned model (1 seed(s)): somegather " in md
     assert "Seed(s) trained at every rate: [0]" in md
     criterion = md.split("**The q = 10 % criterion, per seed**", 1)[1]
     assert "\n| 0 | " in criterion and "| mean | " in criterion

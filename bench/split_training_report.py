@@ -45,26 +45,22 @@ def fig7(runs: dict[str, dict], out: Path) -> list[str]:
                   "| keep ratio | communication saved (realised) | somegather MSE | vs unpruned (same seed) | "
                   "normal pruning MSE | vs unpruned (same seed) | validation MSE: somegather / normal |",
                   "|---|---|---|---|---|---|---|"]
-        curves, vals, rels, realised = {}, {}, {}, {1.0: 1.0}
-        own_dense = {r["seed"]: r["test_mse"] for k, r in runs.items() if k.startswith(f"fig7-D{D}-") and k.endswith("-dense")}
+        curves, vals, realised = {}, {}, {1.0: 1.0}
         for method in ("somegather", "normal"):
             per_keep: dict[float, list[float]] = {}
             val_keep: dict[float, list[float]] = {1.0: dense_val}
-            rel_keep: dict[float, list[float]] = {1.0: [0.0] * len(dense)}  # vs the same seed's dense model
             for k, r in runs.items():
                 if k.startswith(f"fig7-D{D}-") and k.endswith(f"-{method}"):
                     for pt in r["points"]:
                         per_keep.setdefault(pt["keep"], []).append(pt["test_mse"])
                         val_keep.setdefault(pt["keep"], []).append(pt["finetune"]["val_mse"])
-                        rel_keep.setdefault(pt["keep"], []).append(pt["test_mse"] / own_dense[r["seed"]] - 1)
                         realised[pt["keep"]] = pt["communication"]["ratio_to_allgather"]
-            curves[method], vals[method], rels[method] = per_keep, val_keep, rel_keep
+            curves[method], vals[method] = per_keep, val_keep
         keeps = sorted({kp for c in curves.values() for kp in c} | {1.0}, reverse=True)
         for keep in keeps:
             sg = curves["somegather"].get(keep, dense if keep == 1.0 else [])
             nm = curves["normal"].get(keep, dense if keep == 1.0 else [])
-            rel = lambda m: f"{100 * np.mean(rels[m][keep]):+.1f} %" if rels[m].get(keep) else "–"  # noqa: E731
-            sg_rel, nm_rel = rel("somegather"), rel("normal")
+            sg_rel, nm_rel = (_test_rel_cell(runs, D, m, keep) for m in ("somegather", "normal"))
             lines.append(f"| {keep:g} | {100 * (1 - realised.get(keep, keep)):.1f} % | {_ms(sg)} | {sg_rel} | {_ms(nm)} | {nm_rel} | "
                          f"{_ms(vals['somegather'].get(keep, []))} / {_ms(vals['normal'].get(keep, []))} |")
         own = runs[next(k for k in runs if k.startswith(f"fig7-D{D}-"))]["protocol"]["model"]["d_model"] // D
@@ -211,13 +207,14 @@ def fig8(runs: dict[str, dict], out: Path) -> list[str]:
     return lines + _range_rows(q_dep, test_means, val_means) + _criterion_per_seed(every)
 
 
-def _criterion_per_seed(rows: list[dict], q: str = "0.1") -> list[str]:
+def _criterion_per_seed(rows: list[dict], q: float = 0.1) -> list[str]:
     """Per seed: the rise at deployed q over the model's own loss-free MSE, no dropout vs trained at q."""
     by = {(r["seed"], _trained(r)): r for r in rows}
-    seeds = sorted(s for s, t in by if t == (0.0, 0.0) and (s, (0.0, float(q))) in by)
+    none, at_q = (0.0, 0.0), (0.0, q)
+    seeds = sorted(s for s, t in by if t == none and (s, at_q) in by)
     if not seeds:
         return []
-    lines = [f"**The q = {100 * float(q):g} % criterion, per seed**: MSE at deployed q = {100 * float(q):g} % in all "
+    lines = [f"**The q = {100 * q:g} % criterion, per seed**: MSE at deployed q = {100 * q:g} % in all "
              "three modes relative to the same model without loss, test / validation.", "",
              "The criterion holds when the dropout-trained model rises by at most 5 % and the no-dropout model by "
              "at least 3 times as much (and by something at all, when the dropout model does not rise).", "",
@@ -225,17 +222,17 @@ def _criterion_per_seed(rows: list[dict], q: str = "0.1") -> list[str]:
     rises = {}
     for s in seeds:
         cells = []
-        for t in ((0.0, 0.0), (0.0, float(q))):
+        for t in (none, at_q):
             r = by[(s, t)]
-            rel = [r[k][q] / r[k]["0"] - 1 for k in ("test_mse_at_q", "val_mse_at_q")]
+            rel = [r[k][f"{q:g}"] / r[k]["0"] - 1 for k in ("test_mse_at_q", "val_mse_at_q")]
             rises.setdefault(t, []).append(rel)
             cells.append(f"{100 * rel[0]:+.1f} % / {100 * rel[1]:+.1f} %")
-        nd, dr = rises[(0.0, 0.0)][-1], rises[(0.0, float(q))][-1]
+        nd, dr = rises[none][-1], rises[at_q][-1]
         holds = " / ".join("yes" if b <= 0.05 and a > 0 and a >= 3 * b else "no" for a, b in zip(nd, dr))
         lines.append(f"| {s} | " + " | ".join(cells) + f" | {holds} |")
     mean = {t: np.mean(v, axis=0) for t, v in rises.items()}
     lines.append("| mean | " + " | ".join(f"{100 * m[0]:+.1f} % / {100 * m[1]:+.1f} %"
-                                           for m in (mean[(0.0, 0.0)], mean[(0.0, float(q))])) + " | |")
+                                           for m in (mean[none], mean[at_q])) + " | |")
     return lines + [""]
 
 
@@ -308,6 +305,18 @@ def _keep_rel(runs: dict[str, dict], D: int, method: str, keep: float) -> list[t
     return out
 
 
+def _test_rel_cell(runs: dict[str, dict], D: int, method: str, keep: float) -> str:
+    """Mean test MSE of a method at a keep ratio vs the same seed's dense model, as a table cell."""
+    if keep == 1.0:
+        return "+0.0 %"
+    tests = [t for t, _ in _keep_rel(runs, D, method, keep)]
+    return f"{100 * np.mean(tests):+.1f} %" if tests else "–"
+
+
+def _mean_pair(rels: list[tuple[float, float]]) -> str:
+    return f"{100 * np.mean([t for t, _ in rels]):+.1f} % / {100 * np.mean([v for _, v in rels]):+.1f} %"
+
+
 def criteria(runs: dict[str, dict]) -> list[str]:
     """Issue 3's accuracy claims, each as measured here (means over seeds, test / validation)."""
     lines = []
@@ -319,10 +328,9 @@ def criteria(runs: dict[str, dict]) -> list[str]:
         sg, nm = _keep_rel(runs, D, "somegather", keep), _keep_rel(runs, D, "normal", keep)
         if not sg or not nm:
             continue
-        m = lambda v: f"{100 * np.mean([t for t, _ in v]):+.1f} % / {100 * np.mean([x for _, x in v]):+.1f} %"  # noqa: E731
-        lines.append(f"* D = {D}, keep {keep:g}, vs the unpruned model ({len(sg)} seed(s)): somegather {m(sg)} "
+        lines.append(f"* D = {D}, keep {keep:g}, vs the unpruned model ({len(sg)} seed(s)): somegather {_mean_pair(sg)} "
                      f"(within 3 %: {sum(t <= 0.03 for t, _ in sg)} of {len(sg)} seeds on test, "
-                     f"{sum(x <= 0.03 for _, x in sg)} of {len(sg)} on validation); normal pruning {m(nm)}.")
+                     f"{sum(x <= 0.03 for _, x in sg)} of {len(sg)} on validation); normal pruning {_mean_pair(nm)}.")
     i8 = runs.get("deploy-D8", {}).get("int8")
     if i8:
         lines.append(f"* int8 deployment of the pruned, dropout-hardened model: {100 * i8['relative_increase']:+.2f} % "

@@ -343,6 +343,56 @@ def qemu_cmd(build_dir: Path, nodes: tuple[int, ...], inputs: Path | None, count
         raise CheckFailed(bad[0].first_difference or f"node {bad[0].node} failed")
 
 
+@main.command(name="estimate")
+@click.argument("build_dir", type=click.Path(path_type=Path), default=Path("build"), required=False)
+@click.option("--topology", default=None,
+              help="Radio topology for the Mixer rounds (default: what `cisl sim` picks for the node count).")
+@click.option("--policy", type=click.Choice(["done", "fixed"]), default=None,
+              help="Mixer round policy: cisl's early-terminating `done` or the published fixed 3G + 200 slots "
+                   "(default: the plan's).")
+@click.option("-n", "--inferences", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Input windows each node's image runs on the cycle model (averaged).")
+@click.option("--radio-inferences", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Inferences of Mixer rounds simulated (min/mean/max of the air time).")
+@click.option("--radio-seed", type=int, default=0, show_default=True, help="Seed of topology and channel.")
+@click.option("--period-ms", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Inference period for the idle energy (default: back to back, the latency).")
+@click.option("--json", "as_json", is_flag=True, help="Print the whole estimate as JSON instead of the table.")
+@click.option("-o", "--out", "out_file", type=click.Path(path_type=Path), default=None,
+              help="Also write the JSON to this file.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, help="Nodes modelled at once (default: CPUs).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress output.")
+@_friendly
+def estimate_cmd(build_dir: Path, topology: str | None, policy: str | None, inferences: int, radio_inferences: int,
+                 radio_seed: int, period_ms: float | None, as_json: bool, out_file: Path | None, jobs: int | None,
+                 quiet: bool) -> None:
+    """Board time and energy of one inference of BUILD_DIR (an nrf52840dk or qemu-m4 build).
+
+    Every node's real ARM image runs on the Cortex-M4 cycle model (TRM instruction timings plus the
+    nRF52840's flash wait states and instruction cache, as ranges) and is checked bit-exact with the
+    int8 reference; every Mixer round runs on the slot-level radio simulation; energy comes from
+    the board's datasheet currents (board.toml [power]). Prints per node and block: cycles, compute
+    ms, communication ms, energy; per inference: bulk-synchronous latency, the network's energy and
+    the share of communication. Figures are central [low..high].
+    """
+    import json
+
+    from tqdm import tqdm
+
+    from .fsutil import write_text_atomic
+    from .plan.io import load_plan
+    from .timing.estimate import estimate, format_table
+
+    plan = load_plan(build_dir)
+    with tqdm(total=plan.devices, desc="cycle model", unit="node", leave=False, disable=quiet or None) as bar:
+        est = estimate(build_dir, topology, policy, inferences, radio_inferences, radio_seed, jobs, period_ms,
+                       progress=bar.update)
+    doc = est.to_json()
+    if out_file is not None:
+        write_text_atomic(out_file, json.dumps(doc, indent=1) + "\n")
+    click.echo(json.dumps(doc, indent=1) if as_json else format_table(est))
+
+
 @main.command(name="fit")
 @click.option("--board", default="nrf52840dk", show_default=True, help="Board whose flash and RAM bound every node.")
 @click.option("--devices", type=click.IntRange(min=1), required=True, help="Number of nodes.")

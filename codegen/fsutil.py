@@ -60,3 +60,23 @@ def sha256_file(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write a file whole or not at all (a temporary file next to it, then a rename)."""
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{path}: is a folder; give a file name for the output")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    except OSError as e:
+        raise UserError(f"{path}: cannot write there ({e.strerror}); choose another output") from None
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

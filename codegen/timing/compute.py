@@ -1,0 +1,201 @@
+"""Compute cycles of every node of a build, per op and per block of the schedule.
+
+Runs each node's ARM image on the cycle model (:mod:`codegen.timing.node`) in parallel processes
+and folds the per-op counts into the plan's blocks (``block_begin`` .. ``block_end``). A block's
+compute is what the firmware's own block timer measures: the ops strictly between its
+``block_begin`` and ``block_end`` (the block lines' printing is outside), communication taken out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..boards import Board, load_board
+from ..errors import UserError
+from ..plan.io import Plan, load_plan
+from ..qemu import reference
+from .engine import Counts
+from .memory import MemoryModel
+from .node import RUNTIME, NodeCycles, run_node
+
+MODELLED_BOARDS = ("nrf52840dk", "qemu-m4")
+SYNC = ("somegather", "send", "reduce_recv")
+
+
+@dataclass(frozen=True)
+class BlockKey:
+    index: int   # position among the node's blocks (embed, attn0, mlp0, ..., head)
+    block: str   # embed, attn, mlp, head
+    layer: int
+
+    @property
+    def label(self) -> str:
+        return self.block if self.layer < 0 else f"{self.block}{self.layer}"
+
+
+@dataclass
+class BlockCycles:
+    key: BlockKey
+    ops: list[int]                 # op indices inside the block
+    exchanges: list[int]           # sg indices of the block's communication rounds
+    cycles: tuple[float, float, float]   # compute, per inference
+    rx_cycles: tuple[float, float, float]  # CPU work inside the rounds (receive callbacks), per inference
+    macs: int = 0
+
+
+@dataclass
+class NodeCompute:
+    device: int
+    board: str
+    clock_hz: float
+    blocks: list[BlockCycles]
+    op_cycles: dict[int, tuple[float, float, float]]
+    op_kinds: dict[int, str]
+    runtime_cycles: tuple[float, float, float]   # per inference, outside the ops (input loop, reports)
+    insns_per_inference: float
+    messages_checked: int
+    lines: list[str] = field(default_factory=list)
+
+    def compute_cycles(self) -> tuple[float, float, float]:
+        return _sum3(b.cycles for b in self.blocks)
+
+
+def _sum3(items) -> tuple[float, float, float]:
+    lo = ce = hi = 0.0
+    for a, b, c in items:
+        lo += a
+        ce += b
+        hi += c
+    return lo, ce, hi
+
+
+def board_for_estimate(plan: Plan) -> tuple[Board, Board]:
+    """(the plan's board, the board whose timing and power facts model it)."""
+    name = plan.meta["board"]
+    if name not in MODELLED_BOARDS:
+        raise UserError(f"the build is compiled for board '{name}', which runs host code; the cycle model "
+                        f"models ARM images: compile with `cisl compile --board nrf52840dk` (or qemu-m4) and "
+                        f"`cisl build`")
+    board = load_board(name)
+    models = board.facts.get("timing", {}).get("models")
+    return board, load_board(models) if models else board
+
+
+def image_of(build_dir: Path, device: int) -> Path:
+    elf = Path(build_dir) / f"node_{device:02d}" / "firmware.elf"
+    if not elf.is_file():
+        raise UserError(f"{elf}: not built; run `cisl build {build_dir}` first")
+    return elf
+
+
+def _macs(plan: Plan, device: int, op_index: int) -> int:
+    node = plan.nodes[device]
+    op = node.ops[op_index]
+    shp = {n: node.tensors[n].shape for n in op.ins + op.outs if n in node.tensors}
+    if op.kind == "fc":
+        rows, k = shp[op.ins[0]]
+        return rows * k * shp[op.outs[0]][1]
+    if op.kind == "bmm":
+        m, k = shp[op.ins[0]]
+        return m * k * shp[op.ins[1]][0]
+    if op.kind == "fc_s32":
+        return node.tensors[op.ins[0]].size * shp[op.outs[0]][0]
+    return 0
+
+
+def fold_blocks(plan: Plan, device: int, nc: NodeCycles) -> NodeCompute:
+    board, model = board_for_estimate(plan)
+    clock = float(model.facts["board"]["clock_hz"])
+    ops = plan.nodes[device].ops
+    blocks: list[BlockCycles] = []
+    cur: BlockCycles | None = None
+    zero = (0.0, 0.0, 0.0)
+    for i, op in enumerate(ops):
+        if op.kind == "block_begin":
+            cur = BlockCycles(BlockKey(len(blocks), str(op.attrs["block"]), int(op.attrs["layer"])), [], [], zero,
+                              zero)
+            blocks.append(cur)
+            continue
+        if op.kind == "block_end":
+            cur = None
+            continue
+        if cur is None:
+            continue
+        cur.ops.append(i)
+        cur.macs += _macs(plan, device, i)
+        if op.kind in SYNC:
+            cur.exchanges.append(int(op.attrs["sg"]))
+    per_inf = {i: nc.op_cycles(i) for i in range(len(ops))}
+    rx = {i: tuple(v / nc.inferences for v in c.cycles(nc.memory)) for i, c in nc.comm_ops.items()}
+    for b in blocks:
+        b.cycles = _sum3(per_inf[i] for i in b.ops)
+        b.rx_cycles = _sum3(rx.get(i, zero) for i in b.ops)
+    outside = [i for i in range(len(ops)) if not any(i in b.ops for b in blocks)]
+    runtime = _sum3([nc.op_cycles(RUNTIME)] + [per_inf[i] for i in outside])
+    return NodeCompute(device, board.name, clock, blocks, per_inf, {i: op.kind for i, op in enumerate(ops)}, runtime,
+                       nc.insns / nc.inferences, nc.messages_checked, nc.lines)
+
+
+def _run_one(args) -> NodeCompute:
+    build_dir, device, inferences, flash_wait = args
+    plan = load_plan(build_dir)
+    board, model = board_for_estimate(plan)
+    xq = inputs_for(build_dir, plan, inferences)
+    ref = reference(plan, xq)
+    memory = MemoryModel.for_board(model, flash_wait)
+    nc = run_node(build_dir, plan, device, xq, ref, image_of(build_dir, device), memory)
+    return fold_blocks(plan, device, nc)
+
+
+def inputs_for(build_dir: Path, plan: Plan, inferences: int) -> np.ndarray:
+    path = Path(build_dir) / "inputs.npy"
+    if not path.is_file():
+        raise UserError(f"{path}: missing; recompile the build with `cisl compile`")
+    x = np.load(path)
+    if len(x) == 0:
+        raise UserError(f"{path}: holds no input window")
+    reps = -(-inferences // len(x))
+    return plan.quantize_input(np.concatenate([x] * reps)[:inferences].astype(np.float64))
+
+
+def images_digest(build_dir: Path, devices: int) -> str:
+    h = hashlib.sha256()
+    for d in range(devices):
+        h.update(image_of(build_dir, d).read_bytes())
+    return h.hexdigest()[:16]
+
+
+def compute_build(build_dir: Path, inferences: int = 1, jobs: int | None = None, nodes: list[int] | None = None,
+                  flash_wait: tuple[float, float, float] | None = None, progress=None) -> list[NodeCompute]:
+    """Per-node compute of a built nrf52840dk/qemu-m4 build (each node checked bit-exact)."""
+    build_dir = Path(build_dir)
+    plan = load_plan(build_dir)
+    board_for_estimate(plan)
+    todo = list(range(plan.devices)) if nodes is None else nodes
+    for d in todo:
+        image_of(build_dir, d)
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(todo)))
+    args = [(build_dir, d, inferences, flash_wait) for d in todo]
+    if jobs == 1:
+        out = []
+        for a in args:
+            out.append(_run_one(a))
+            if progress:
+                progress(1)
+        return out
+    with ProcessPoolExecutor(jobs) as pool:
+        out = []
+        for r in pool.map(_run_one, args):
+            out.append(r)
+            if progress:
+                progress(1)
+        return out
+
+
+__all__ = ["BlockCycles", "BlockKey", "Counts", "NodeCompute", "compute_build", "fold_blocks", "images_digest"]

@@ -1,0 +1,190 @@
+"""`cisl estimate`: how long one inference takes on the boards, and what it costs in energy.
+
+Compute comes from the cycle model of every node's real image (:mod:`codegen.timing.compute`),
+communication from the slot-level Mixer simulation of every round (:mod:`codegen.timing.comm`),
+energy from the board's datasheet currents (:mod:`codegen.timing.energy`).
+
+Latency is bulk-synchronous, as the nodes run: a block ends when its last round ends, and a round
+starts when the slowest node reaches it. Per block: the slowest node's compute, then the block's
+rounds (air time, plus the receive work of the slowest receiver inside the round). Every figure has
+a central value and low/high bounds (the cycle model's ranges; the radio's min/max over the
+simulated inferences).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..plan.io import load_plan
+from . import comm as C
+from .compute import NodeCompute, board_for_estimate, compute_build, images_digest
+from .energy import Energy, load_power, node_energy, radio_use
+
+Triple = tuple[float, float, float]
+
+
+def _ms(cycles: Triple, clock: float) -> Triple:
+    return tuple(c * 1e3 / clock for c in cycles)  # type: ignore[return-value]
+
+
+@dataclass
+class BlockEstimate:
+    label: str                 # embed, attn0, mlp0, ..., head
+    block: str
+    layer: int
+    compute_ms: dict[int, Triple]   # per node
+    comm_ms: Triple                 # the block's rounds: air time (min/mean/max) + slowest receiver's work
+    exchanges: list[int]
+
+    @property
+    def slowest_compute_ms(self) -> Triple:
+        vals = list(self.compute_ms.values())
+        return (max(v[0] for v in vals), max(v[1] for v in vals), max(v[2] for v in vals))
+
+    @property
+    def latency_ms(self) -> Triple:
+        c = self.slowest_compute_ms
+        return (c[0] + self.comm_ms[0], c[1] + self.comm_ms[1], c[2] + self.comm_ms[2])
+
+
+@dataclass
+class Estimate:
+    build: str
+    board: str
+    model_board: str
+    devices: int
+    topology: str
+    policy: str
+    inferences: int
+    images: str
+    clock_hz: float
+    nodes: list[NodeCompute]
+    blocks: list[BlockEstimate]
+    exchanges: dict[int, C.ExchangeTime]
+    energy: dict[int, Energy] = field(default_factory=dict)
+
+    @property
+    def latency_ms(self) -> Triple:
+        return tuple(sum(b.latency_ms[i] for b in self.blocks) for i in range(3))  # type: ignore[return-value]
+
+    @property
+    def comm_ms(self) -> Triple:
+        return tuple(sum(b.comm_ms[i] for b in self.blocks) for i in range(3))  # type: ignore[return-value]
+
+    @property
+    def comm_share(self) -> float:
+        lat = self.latency_ms[1]
+        return self.comm_ms[1] / lat if lat > 0 else 0.0
+
+    @property
+    def network_energy_uj(self) -> Triple:
+        es = list(self.energy.values())
+        return (sum(e.total_uj.low for e in es), sum(e.total_uj.central for e in es), sum(e.total_uj.high for e in es))
+
+    @property
+    def radio_share(self) -> float:
+        """The radio's share of the network's energy per inference (central)."""
+        total = sum(e.total_uj.central for e in self.energy.values())
+        return sum(e.radio_uj.central for e in self.energy.values()) / total if total > 0 else 0.0
+
+    def to_json(self) -> dict:
+        return {
+            "build": self.build, "board": self.board, "model_board": self.model_board, "devices": self.devices,
+            "topology": self.topology, "policy": self.policy, "inferences": self.inferences, "images": self.images,
+            "clock_hz": self.clock_hz,
+            "latency_ms": _j(self.latency_ms), "comm_ms": _j(self.comm_ms), "comm_share": round(self.comm_share, 4),
+            "network_energy_uj": _j(self.network_energy_uj), "radio_energy_share": round(self.radio_share, 4),
+            "blocks": [{"block": b.label, "exchanges": b.exchanges, "comm_ms": _j(b.comm_ms),
+                        "latency_ms": _j(b.latency_ms), "slowest_compute_ms": _j(b.slowest_compute_ms),
+                        "compute_ms": {str(k): _j(v) for k, v in b.compute_ms.items()}} for b in self.blocks],
+            "nodes": [{"node": n.device, "insns_per_inference": round(n.insns_per_inference),
+                       "messages_checked": n.messages_checked,
+                       "runtime_cycles": _j(n.runtime_cycles),
+                       "blocks": [{"block": b.key.label, "ops": b.ops, "macs": b.macs, "cycles": _j(b.cycles),
+                                   "rx_cycles": _j(b.rx_cycles)} for b in n.blocks],
+                       "ops": {str(i): _j(c) for i, c in sorted(n.op_cycles.items()) if any(c)},
+                       "energy": self.energy[n.device].to_json() if n.device in self.energy else None}
+                      for n in self.nodes],
+            "exchanges": {str(k): v.to_json() for k, v in sorted(self.exchanges.items())},
+        }
+
+
+def _j(t: Triple) -> dict:
+    return {"low": round(t[0], 6), "central": round(t[1], 6), "high": round(t[2], 6)}
+
+
+def estimate(build_dir: Path, topology: str | None = None, policy: str | None = None, inferences: int = 1,
+             radio_inferences: int = 4, seed: int = 0, jobs: int | None = None, period_ms: float | None = None,
+             flash_wait: Triple | None = None, progress=None) -> Estimate:
+    build_dir = Path(build_dir)
+    plan = load_plan(build_dir)
+    board, model = board_for_estimate(plan)
+    clock = float(model.facts["board"]["clock_hz"])
+    power = load_power(model)
+    nodes = compute_build(build_dir, inferences=inferences, jobs=jobs, flash_wait=flash_wait, progress=progress)
+    topo = C.resolve_topology(plan, topology)
+    pol = policy or str(plan.meta.get("round_policy", "done"))
+    rounds = C.comm_schedule(plan, topo, pol, inferences=radio_inferences, seed=seed)
+    ex = C.exchange_times(rounds)
+    blocks: list[BlockEstimate] = []
+    for bi, b0 in enumerate(nodes[0].blocks):
+        compute = {n.device: _ms(n.blocks[bi].cycles, clock) for n in nodes}
+        air = [0.0, 0.0, 0.0]
+        for sg in b0.exchanges:
+            e = ex.get(sg)
+            if e is None:
+                continue
+            air[0] += e.air_us.min / 1e3 + e.guard_us / 1e3
+            air[1] += e.air_us.mean / 1e3 + e.guard_us / 1e3
+            air[2] += e.air_us.max / 1e3 + e.guard_us / 1e3
+        rx = [max(_ms(n.blocks[bi].rx_cycles, clock)[i] for n in nodes) for i in range(3)]
+        comm = (air[0] + rx[0], air[1] + rx[1], air[2] + rx[2])
+        blocks.append(BlockEstimate(b0.key.label, b0.key.block, b0.key.layer, compute, comm, list(b0.exchanges)))
+    est = Estimate(str(build_dir), board.name, model.name, plan.devices, topo, pol, inferences,
+                   images_digest(build_dir, plan.devices), clock, nodes, blocks, ex)
+    period_us = (period_ms if period_ms is not None else est.latency_ms[1]) * 1e3
+    phy = str(plan.meta.get("phy", "2M"))
+    for n in nodes:
+        use = radio_use(rounds, n.device)  # per-inference means
+        est.energy[n.device] = node_energy(power, _sum_cycles(n), clock, use.tx_on_us, use.rx_on_us, period_us,
+                                           comm_us=use.comm_us, phy=phy)
+    return est
+
+
+def _sum_cycles(n: NodeCompute) -> Triple:
+    c = n.compute_cycles()
+    rx = tuple(sum(b.rx_cycles[i] for b in n.blocks) for i in range(3))
+    return (c[0] + rx[0] + n.runtime_cycles[0], c[1] + rx[1] + n.runtime_cycles[1], c[2] + rx[2] + n.runtime_cycles[2])
+
+
+def _r(t: Triple, digits: int = 2) -> str:
+    return f"{t[1]:.{digits}f} [{t[0]:.{digits}f}..{t[2]:.{digits}f}]"
+
+
+def format_table(est: Estimate) -> str:
+    """The human-readable report of `cisl estimate`: per node and block, then per inference."""
+    lines = [f"cisl estimate: {est.build} ({est.devices} nodes, {est.board} images, modelled as {est.model_board} at "
+             f"{est.clock_hz / 1e6:.0f} MHz), radio: {est.topology}, round policy {est.policy}",
+             "central [low..high]; compute = the cycle model of each node's image (bit-exact checked), "
+             "communication = Mixer air time + start guard + receive work", ""]
+    lines.append(f"{'node':>4} {'block':<7} {'cycles':>30} {'compute ms':>24} {'comm ms':>24} {'energy uJ':>26}")
+    for n in est.nodes:
+        for bi, b in enumerate(n.blocks):
+            be = est.blocks[bi]
+            energy = _r((est.energy[n.device].total_uj.low, est.energy[n.device].total_uj.central,
+                         est.energy[n.device].total_uj.high), 1) if bi == 0 else ""
+            cyc = f"{b.cycles[1]:,.0f} [{b.cycles[0]:,.0f}..{b.cycles[2]:,.0f}]"
+            lines.append(f"{n.device:>4} {b.key.label:<7} {cyc:>30} {_r(_ms(b.cycles, est.clock_hz), 3):>24} "
+                         f"{_r(be.comm_ms, 3):>24} {energy:>26}")
+    lines.append("")
+    lines.append(f"{'block':<7} {'slowest compute ms':>26} {'communication ms':>26} {'latency ms':>26} {'comm share':>10}")
+    for b in est.blocks:
+        share = b.comm_ms[1] / b.latency_ms[1] if b.latency_ms[1] > 0 else 0.0
+        lines.append(f"{b.label:<7} {_r(b.slowest_compute_ms, 3):>26} {_r(b.comm_ms, 3):>26} {_r(b.latency_ms, 3):>26} "
+                     f"{share:>9.1%}")
+    e = est.network_energy_uj
+    lines += ["",
+              f"per inference: latency {_r(est.latency_ms)} ms (bulk-synchronous), communication {est.comm_share:.1%} of it; "
+              f"energy of the network {e[1]:,.1f} [{e[0]:,.1f}..{e[2]:,.1f}] uJ, radio {est.radio_share:.1%} of it"]
+    return "\n".join(lines)

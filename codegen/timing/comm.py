@@ -1,0 +1,444 @@
+"""Communication time from the radio: every Mixer round of a plan, slot by slot, on a topology.
+
+For a loaded plan (``codegen.plan.io.load_plan``) this runs every Mixer round of every exchange
+(somegather point or head reduction, in the order the nodes execute them) through the project's
+slot-level Mixer simulation (``codegen.radio.mixer_sim``: the firmware's C protocol over
+``codegen.radio.channel.Channel``) with the plan's generation size, payload, owners, linger and
+hard deadline, and reports per round:
+
+* slots until every node was done, the slot length the firmware uses (plan.json ``slot_us``,
+  margin included) and the round's air time ``air_us = slots · slot_us`` — what the virtual
+  testbed's medium reports as a round's time and what sim nodes log in their ``sg`` lines;
+* per node: TX slots, receiver-on slots, TX-on and RX-on microseconds, delivered/expected messages.
+
+Round policy: ``done`` (firmware/mixer MX_TERM_DONE: a node ends once it has full rank and knows
+that every node has, after lingering; cisl's default) or ``fixed`` (MX_TERM_DEADLINE: every node runs
+the published Mixer's hard deadline, R = 3G + 200 slots, so ``air_us = (3G + 200) · slot_us``).
+By default the plan's own policy is used, i.e. what its firmware runs.
+
+**Same numbers as the virtual testbed.** ``cisl sim`` (radio medium, codegen/sim/medium.py) builds
+``topology(name, n, seed)`` and one ``Channel(topology, seed=seed)`` for the whole run, and the
+nodes play inference after inference, exchange after exchange, Mixer round after round, each node
+seeding round (inference i, exchange sg, part p) with ``0x9E3779B9·(i + 1) ^ (sg << 8) ^ p``
+(firmware/somegather/cisl_mixer_transport.c). This module does exactly the same: the same topology
+and channel from ``seed``, the same order of rounds on one channel, the same Mixer seeds, the same
+configuration (features, initiator, linger, deadline). The channel draws its random numbers only
+from the (transmitters, listeners) of each slot, and the Mixer's decisions depend only on its seed
+and on coding vectors, never on payload bytes, so inference i of ``comm_schedule(plan, t, seed=s,
+inferences=k)`` is **identical** (slot for slot, round for round) to inference i of ``cisl sim
+--topology t --radio-seed s`` on a ``sim`` build of the same plan — not merely statistically equal
+(tests/test_timing_comm.py checks it against a real sim run). The caveats: the sim must run the
+inferences from 0 in order on a fresh medium, with the same dead radios (``dead``) and default
+``ChannelParams`` (what the medium uses); a board build of the same plan runs the same rounds, so
+comm.py predicts its slot counts for a radio environment modelled by the topology.
+
+**Radio-on time per slot** (boards/nrf52840dk/radio.c, the firmware's nRF52840 HAL; RAMP 40 µs fast
+ramp-up, RX half window h = 3·slot/1000 + 2·4 + 5 µs, ADDRESS event 29 µs (2M) / 50 µs (1M) after
+the slot start, packet air time t_air of the round's packet, codegen.radio.timing.air_time_us):
+
+* TX slot: RAMP + t_air (TXEN 40 µs before the slot, END → DISABLE);
+* RX slot with a packet decoded: RAMP + h + t_air (RXEN at slot − h − 40 µs, listen until END);
+* RX slot with a transmission on air that was not decoded: the receiver usually matched the
+  address and listened to the end of the corrupted frame (for the long Mixer packets almost all bit
+  errors fall after the address), so the central value charges it like a received packet; the low
+  bound (``rx_on_us_low``) charges it as an empty window;
+* RX slot with nothing on air: the empty window RAMP + 2h + ADDRESS offset;
+* scanning before synchronisation (a listener before its first packet): the receiver never turns
+  off: one RAMP, then a whole slot per scan slot, and the synchronising packet's slot until its end.
+
+Not included: the initiator's start guard before slot 0 (``RoundTime.guard_us``, board.toml
+``[radio] start_guard_us``; 0 for boards without a radio, e.g. ``sim``) and the time a listener
+listens while it waits for the slowest node to reach the round — both depend on compute time,
+which the caller knows (add them to RX-on if you model them). Ramp-up is charged at full TX/RX
+current, a small overestimate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from ..errors import UserError
+from ..plan.io import Plan
+from ..radio.channel import Channel, ChannelParams
+from ..radio.mixer_sim import NO_SLOT, TERM_DEADLINE, TERM_DONE, MixerNetwork
+from ..radio.timing import air_time_us
+from ..radio.topology import TOPOLOGIES, default_topology, topology as make_topology
+
+POLICIES = ("done", "fixed")
+RAMP_US = 40            # boards/nrf52840dk/radio.c RAMP_US: TXEN/RXEN -> READY, MODECNF0.RU = Fast
+JITTER_US = 4           # radio.c receive window: 2 (3 DT + 2 jitter + 5 us)
+ADDR_EVENT_US = {"2M": 29, "1M": 50}   # radio.c ADDR_EVENT_US: slot start -> ADDRESS at a receiver
+SEED_MUL = 0x9E3779B9   # firmware/somegather/cisl_mixer_transport.c, per-round Mixer seed
+
+
+def mixer_seed(inference: int, sg: int, part: int) -> int:
+    """The Mixer seed every node uses for round (inference, sg, part), as the firmware derives it."""
+    return ((SEED_MUL * (inference + 1)) ^ (sg << 8) ^ part) & 0xFFFFFFFF
+
+
+def rx_half_window_us(slot_us: int) -> int:
+    """Half the receive window the firmware opens around a slot start (radio.c rx_half)."""
+    return 3 * slot_us // 1000 + 2 * JITTER_US + 5
+
+
+def tx_slot_on_us(packet_len: int, phy: str = "2M") -> int:
+    """Radio-on time of one TX slot: ramp-up plus the packet's air time."""
+    return RAMP_US + air_time_us(packet_len, phy)
+
+
+def rx_slot_on_us(slot_us: int, packet_len: int, phy: str = "2M", packet: bool = True) -> int:
+    """Radio-on time of one synchronised RX slot: until the end of a packet, or the empty window."""
+    h = rx_half_window_us(slot_us)
+    if packet:
+        return RAMP_US + h + air_time_us(packet_len, phy)
+    return RAMP_US + 2 * h + ADDR_EVENT_US[phy]
+
+
+@dataclass(frozen=True)
+class Stat:
+    """Mean, minimum and maximum of a quantity over the simulated inferences."""
+
+    mean: float
+    min: float
+    max: float
+
+    @classmethod
+    def of(cls, values: Iterable[float]) -> "Stat":
+        v = np.asarray(list(values), dtype=float)
+        return cls(float(v.mean()), float(v.min()), float(v.max()))
+
+    def to_json(self) -> dict:
+        return {"mean": self.mean, "min": self.min, "max": self.max}
+
+
+@dataclass
+class NodeSample:
+    """One node in one round of one inference (raw integers)."""
+
+    tx_slots: int
+    rx_slots: int        # slots with the receiver on (scanning included)
+    scan_slots: int      # of which before synchronisation
+    rx_packets: int      # synchronised RX slots in which the channel delivered a packet
+    rx_busy: int         # synchronised RX slots with a transmission on air but nothing decoded
+    tx_on_us: int
+    rx_on_us: int
+    rx_on_us_low: int
+    done_slot: int       # last slot of the node's round (-1: never synchronised)
+    delivered: int
+    expected: int
+
+
+@dataclass
+class RoundSample:
+    inference: int
+    slots: int
+    nodes: list[NodeSample]
+
+
+@dataclass
+class NodeRadio:
+    """A node's radio in one Mixer round, over the inferences (see the module docstring for costs)."""
+
+    node: int
+    tx_slots: Stat
+    rx_slots: Stat
+    scan_slots: Stat
+    rx_packets: Stat
+    rx_busy: Stat
+    tx_on_us: Stat
+    rx_on_us: Stat
+    rx_on_us_low: Stat
+    done_slot: Stat
+    delivered: Stat
+    expected: int
+
+    def to_json(self) -> dict:
+        return {k: (v.to_json() if isinstance(v, Stat) else v) for k, v in self.__dict__.items()}
+
+
+@dataclass
+class RoundTime:
+    """One Mixer round of an exchange: its configuration and what the simulation measured."""
+
+    sg: int              # the plan's exchange index (plan.json somegather[].sg, serial `sg` lines)
+    part: int
+    parts: int
+    name: str            # e.g. l0.x, head
+    layer: int           # -1 for the head
+    point: str           # x, h, y, z, head
+    generation: int
+    payload: int
+    packet_len: int      # Mixer packet bytes (firmware MX_PACKET_LEN)
+    phy: str
+    slot_us: int         # the firmware's slot length (margin included)
+    deadline_slots: int  # 3G + 200
+    policy: str          # done | fixed
+    topology: str
+    seed: int
+    inferences: int
+    slots: Stat          # slots until every node was done (fixed: the deadline)
+    air_us: Stat         # slots · slot_us: the round's length on air
+    packet_air_us: int   # one packet on air
+    guard_us: int        # the initiator's head start before slot 0 on the board (not in air_us)
+    complete: float      # fraction of inferences in which every expected message arrived
+    nodes: list[NodeRadio] = field(default_factory=list)
+    samples: list[RoundSample] = field(default_factory=list)
+
+    @property
+    def fixed_us(self) -> int:
+        """The published fixed round length (3G + 200)·slot_us, for comparison."""
+        return self.deadline_slots * self.slot_us
+
+    def to_json(self, samples: bool = False) -> dict:
+        d = {k: v for k, v in self.__dict__.items() if k not in ("nodes", "samples")}
+        d = {k: (v.to_json() if isinstance(v, Stat) else v) for k, v in d.items()}
+        d["fixed_us"] = self.fixed_us
+        d["nodes"] = [n.to_json() for n in self.nodes]
+        if samples:
+            d["samples"] = [asdict(s) for s in self.samples]
+        return d
+
+
+@dataclass
+class NodeExchange:
+    node: int
+    tx_on_us: Stat
+    rx_on_us: Stat
+    rx_on_us_low: Stat
+    delivered: Stat
+    expected: int
+
+    def to_json(self) -> dict:
+        return {k: (v.to_json() if isinstance(v, Stat) else v) for k, v in self.__dict__.items()}
+
+
+@dataclass
+class ExchangeTime:
+    """One exchange (all its Mixer rounds summed per inference), keyed like plan.json's ``sg``."""
+
+    sg: int
+    name: str
+    layer: int
+    point: str
+    rounds: int
+    air_us: Stat
+    guard_us: int        # per exchange: one start guard per round
+    nodes: list[NodeExchange]
+
+    def to_json(self) -> dict:
+        return {"sg": self.sg, "name": self.name, "layer": self.layer, "point": self.point, "rounds": self.rounds,
+                "air_us": self.air_us.to_json(), "guard_us": self.guard_us,
+                "nodes": [n.to_json() for n in self.nodes]}
+
+
+class _RecordingChannel(Channel):
+    """A Channel that also notes, per slot, who listened, whether anything was on air and who decoded.
+
+    It draws exactly the same random numbers as a plain Channel (it only observes ``slot``)."""
+
+    log: list[tuple[int, bool, list[int], dict[int, int]]]
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.log = []
+
+    def slot(self, transmitters: Mapping, listeners: Iterable[int]) -> dict[int, int]:
+        listeners = list(listeners)
+        t = self.slot_in_round
+        dead = self.dead_nodes()
+        on_air = any(s not in dead for s in transmitters)
+        got = super().slot(transmitters, listeners)
+        self.log.append((t, on_air, listeners, got))
+        return got
+
+
+def exchange_order(plan: Plan) -> list[int]:
+    """The exchanges (sg) in the order the nodes run them: node 0's schedule, else plan order."""
+    order: list[int] = []
+    if plan.nodes:
+        for op in plan.nodes[0].ops:
+            sg = op.attrs.get("sg")
+            if isinstance(sg, int) and sg not in order:
+                order.append(sg)
+    rest = [s.sg for s in plan.sgs if s.sg not in order]
+    return order + rest
+
+
+def _guard_us(plan: Plan) -> int:
+    from ..boards import load_board
+
+    try:
+        board = load_board(str(plan.meta.get("board", "")))
+    except UserError:
+        return 0
+    return int(board.facts.get("radio", {}).get("start_guard_us", 0))
+
+
+def resolve_topology(plan: Plan, name: str | None) -> str:
+    """The topology name to use: ``cisl sim``'s default for the plan's node count when None."""
+    name = name or default_topology(plan.devices)
+    if name not in TOPOLOGIES:
+        raise UserError(f"topology {name!r}: unknown; choose one of {', '.join(TOPOLOGIES)}")
+    if name == "hallway16" and plan.devices != 16:
+        raise UserError(f"topology hallway16 has 16 nodes but the plan has {plan.devices}; choose a topology "
+                        f"for {plan.devices} nodes (hallway, line, grid, full_mesh, random_geometric)")
+    return name
+
+
+def comm_schedule(plan: Plan, topology: str | None = None, policy: str | None = None, inferences: int = 1,
+                  seed: int = 0, dead: Sequence[int] = (), params: ChannelParams | None = None) -> list[RoundTime]:
+    """Simulate every Mixer round of the plan for ``inferences`` inferences; one RoundTime per round.
+
+    ``topology``: a codegen/radio/topology.py name (default: what ``cisl sim`` picks for the plan's
+    node count), built for exactly the plan's D nodes as the sim medium does. ``policy``: ``done``,
+    ``fixed`` or None for the plan's own. ``seed`` seeds topology and channel (``cisl sim
+    --radio-seed``); inference i uses the firmware's Mixer seeds for inference i and continues the
+    channel of inference i − 1, exactly as a sim run. ``dead``: nodes whose radio is dead
+    (``--radio-dead``). Rounds are returned in execution order (by sg, then part). A plan for one
+    node has no rounds: [].
+    """
+    if inferences < 1:
+        raise UserError(f"inferences must be at least 1, not {inferences}")
+    mixer = plan.meta.get("mixer")
+    if mixer is None:
+        raise UserError("plan.json has no 'mixer' section; recompile with `cisl compile`")
+    kind = policy or mixer["policy"]["kind"]
+    if kind not in POLICIES:
+        raise UserError(f"round policy {kind!r}: choose 'done' or 'fixed'")
+    n = plan.devices
+    order = [sg for sg in exchange_order(plan) if mixer["exchanges"][sg]]
+    if n < 2 or not order:
+        return []
+    name = resolve_topology(plan, topology)
+    topo = make_topology(name, None if name == "hallway16" else n, seed)
+    channel = _RecordingChannel(topo, params or ChannelParams(), seed=seed)
+    for k in dead:
+        if not 0 <= int(k) < n:
+            raise UserError(f"dead node {k} is not one of the plan's nodes 0..{n - 1}")
+        channel.fail(int(k))
+    phy = mixer["policy"]["phy"]
+    linger = int(mixer["policy"]["linger"])
+    initiator = int(mixer["initiator"])
+    sink = plan.sink
+    guard = _guard_us(plan)
+    sgs = {s.sg: s for s in plan.sgs}
+    nets: dict[tuple, MixerNetwork] = {}
+    samples: dict[tuple[int, int], list[RoundSample]] = {}
+    for inf in range(inferences):
+        for sg in order:
+            for r in mixer["exchanges"][sg]:
+                key = (r["generation"], r["payload"], r["deadline_slots"], kind)
+                net = nets.get(key)
+                if net is None:
+                    net = nets[key] = MixerNetwork(channel, r["generation"], r["payload"], r["deadline_slots"],
+                                                   TERM_DONE if kind == "done" else TERM_DEADLINE, linger, initiator)
+                owners = [initiator] * r["generation"]
+                for f in r["senders"]:
+                    owners[f["first_row"]:f["first_row"] + f["rows"]] = [f["node"]] * f["rows"]
+                channel.log = []
+                res = net.run_round(owners, seed=mixer_seed(inf, sg, r["part"]), weak_rows=set(r["weak_rows"]))
+                samples.setdefault((sg, r["part"]), []).append(
+                    _sample(inf, net, res, channel.log, r, phy, initiator, sgs[sg].point == "head", sink))
+    out = []
+    for sg in order:
+        s = sgs[sg]
+        for r in mixer["exchanges"][sg]:
+            ss = samples[(sg, r["part"])]
+            plen = int(nets[(r["generation"], r["payload"], r["deadline_slots"], kind)].plen)
+            nodes = [NodeRadio(k, *(Stat.of(getattr(x.nodes[k], f) for x in ss) for f in
+                                    ("tx_slots", "rx_slots", "scan_slots", "rx_packets", "rx_busy", "tx_on_us",
+                                     "rx_on_us", "rx_on_us_low", "done_slot", "delivered")),
+                               ss[0].nodes[k].expected) for k in range(n)]
+            complete = float(np.mean([all(x.delivered == x.expected for x in smp.nodes) for smp in ss]))
+            out.append(RoundTime(sg, r["part"], r["parts"], s.name, s.layer, s.point, r["generation"], r["payload"],
+                                 plen, phy, r["slot_us"], r["deadline_slots"], kind, name, seed, inferences,
+                                 Stat.of(x.slots for x in ss), Stat.of(x.slots * r["slot_us"] for x in ss),
+                                 air_time_us(plen, phy), guard, complete, nodes, ss))
+    return out
+
+
+def _sample(inf: int, net: MixerNetwork, res, log, r: dict, phy: str, initiator: int, head: bool,
+            sink: int) -> RoundSample:
+    n, slot_us = net.n, int(r["slot_us"])
+    plen = int(net.plen)
+    air = air_time_us(plen, phy)
+    tx_on = tx_slot_on_us(plen, phy)
+    rx_pkt = rx_slot_on_us(slot_us, plen, phy, packet=True)
+    rx_empty = rx_slot_on_us(slot_us, plen, phy, packet=False)
+    packets = [0] * n
+    busy = [0] * n
+    stats = [net.lib.mx_stats(net.ptrs[i]).contents for i in range(n)]
+    sync = [None if (c.slot_synced == NO_SLOT or i == initiator) else int(c.slot_synced)
+            for i, c in enumerate(stats)]
+    for t, on_air, listeners, got in log:
+        for k in listeners:
+            if k == initiator or (sync[k] is not None and t > sync[k]):
+                if k in got:
+                    packets[k] += 1
+                elif on_air:
+                    busy[k] += 1
+    header_ok = res.decoded[:, 0]
+    nodes = []
+    for k, c in enumerate(stats):
+        tx = int(c.tx)
+        rx = int(c.radio_on_slots) - tx
+        if k == initiator:
+            scan, lead = 0, 0
+        elif sync[k] is None:   # never synchronised: scanned all its RX slots
+            scan, lead = rx, RAMP_US + rx * slot_us
+        else:
+            scan, lead = sync[k], RAMP_US + sync[k] * slot_us + air
+        synced_rx = rx - scan - (0 if k == initiator or sync[k] is None else 1)
+        idle = synced_rx - packets[k] - busy[k]
+        rx_central = lead + (packets[k] + busy[k]) * rx_pkt + idle * rx_empty
+        rx_low = lead + packets[k] * rx_pkt + (busy[k] + idle) * rx_empty
+        delivered = expected = 0
+        for f in r["senders"]:
+            j = f["node"]
+            if j == k or (head and k != sink):
+                continue
+            expected += 1
+            rows = res.decoded[k, f["first_row"]:f["first_row"] + f["rows"]]
+            delivered += bool(header_ok[k] and rows.all())
+        done = -1 if c.slot_done == NO_SLOT else int(c.slot_done)
+        nodes.append(NodeSample(tx, rx, scan, packets[k], busy[k], tx * tx_on, rx_central, rx_low, done,
+                                delivered, expected))
+    return RoundSample(inf, int(res.slots), nodes)
+
+
+def exchange_times(rounds: Sequence[RoundTime]) -> dict[int, ExchangeTime]:
+    """Per exchange (plan.json ``sg``): its rounds summed per inference, then mean/min/max."""
+    by_sg: dict[int, list[RoundTime]] = {}
+    for r in rounds:
+        by_sg.setdefault(r.sg, []).append(r)
+    out = {}
+    for sg, rs in by_sg.items():
+        m = len(rs[0].samples)
+        air = [sum(r.samples[i].slots * r.slot_us for r in rs) for i in range(m)]
+        n = len(rs[0].nodes)
+        nodes = []
+        for k in range(n):
+            def per_inf(f: str) -> Stat:
+                return Stat.of(sum(getattr(r.samples[i].nodes[k], f) for r in rs) for i in range(m))
+            nodes.append(NodeExchange(k, per_inf("tx_on_us"), per_inf("rx_on_us"), per_inf("rx_on_us_low"),
+                                      per_inf("delivered"), sum(r.nodes[k].expected for r in rs)))
+        r0 = rs[0]
+        out[sg] = ExchangeTime(sg, r0.name, r0.layer, r0.point, len(rs), Stat.of(air), r0.guard_us * len(rs), nodes)
+    return out
+
+
+def total_air_us(rounds: Sequence[RoundTime]) -> Stat:
+    """Air time of all rounds of one inference (mean/min/max over the inferences)."""
+    if not rounds:
+        return Stat(0.0, 0.0, 0.0)
+    m = len(rounds[0].samples)
+    return Stat.of(sum(r.samples[i].slots * r.slot_us for r in rounds) for i in range(m))
+
+
+__all__ = ["POLICIES", "ExchangeTime", "NodeExchange", "NodeRadio", "NodeSample", "RoundSample", "RoundTime", "Stat",
+           "comm_schedule", "exchange_order", "exchange_times", "mixer_seed", "resolve_topology", "rx_half_window_us",
+           "rx_slot_on_us", "total_air_us", "tx_slot_on_us"]
+

@@ -98,8 +98,10 @@ class Image:
             if symtab is None:
                 raise ValueError(f"{path}: no symbol table (was the image stripped?)")
             for s in symtab.iter_symbols():
-                if s.name and s["st_info"]["type"] in ("STT_FUNC", "STT_OBJECT"):
-                    symbols[s.name] = s["st_value"] & ~1
+                kind = s["st_info"]["type"]
+                if s.name and kind in ("STT_FUNC", "STT_OBJECT"):
+                    # bit 0 of a function's address is the Thumb bit; an object's is its address
+                    symbols[s.name] = s["st_value"] & ~1 if kind == "STT_FUNC" else s["st_value"]
                     sizes[s.name] = s["st_size"]
         vectors = next((data for va, data, _ in segs if va == 0 and len(data) >= 8), None)
         sp = int.from_bytes(vectors[:4], "little") if vectors else 0x2004_0000

@@ -16,8 +16,10 @@ depends on data or on the pipeline:
 * Loads: LDR is 2 cycles, but "neighbouring load and store single instructions can pipeline their
   address and data phases", so N consecutive independent loads take N + 1 (each load after the
   first costs 1). A load whose address register is written by the load right before it cannot
-  pipeline and costs 2. STR is 1 (its data phase overlaps the next instruction; 2 at the high
-  bound, for a store followed by a dependent access or a full write buffer).
+  pipeline and costs 2, and nothing pipelines after a store (a load after STR costs 2). STR is 1
+  (its data phase overlaps the next instruction; 2 at the high bound, for a store followed by a
+  dependent access or a full write buffer).
+* TBB/TBH: 2 + P. VLDM/VSTM/VPUSH/VPOP: 1 + N 32-bit transfers (a D register counts twice).
 * SDIV/UDIV: 2..12 (early termination on the operands' magnitudes); central 7.
 * IT: 1, "can be folded onto a preceding 16-bit Thumb instruction" (0 at the low bound).
 * VDIV/VSQRT 14, VMLA/VMLS/VFMA 3, other FPU data processing 1, VLDR/VSTR 2, VLDM/VSTM/VPUSH/VPOP
@@ -103,7 +105,7 @@ class Decoder:
         """Decode and cost the block of ``code`` at ``address`` (the emulator's translation block)."""
         insns: list[Insn] = []
         prev_load_dst: int | None = None
-        prev_mem = False
+        prev_mem = False  # the previous instruction was a single load (a load after it can pipeline)
         end = address
         last = None
         for ins in self.cs.disasm(code, address):
@@ -157,7 +159,8 @@ class Decoder:
             return (1 if prev_mem else 2, cost, high), "load", True, dst
         if m in _STORE_SINGLE or m in ("strd", "strexd"):
             n = 2 if m in ("strd", "strexd") else 1
-            return (n, n, n + 1), "store", True, None
+            # TRM: a store pipelines after a load, but nothing pipelines after a store
+            return (n, n, n + 1), "store", False, None
         if m in ("ldm", "ldmia", "ldmdb", "ldmea", "ldmfd", "pop"):
             n = sum(1 for o in ops if o.type == cs_arm.ARM_OP_REG) - (0 if m == "pop" else 1)
             n = max(n, 1)
@@ -169,7 +172,7 @@ class Decoder:
         if m in _DIV:
             return (2, 7, 12), "div", False, None
         if m in ("tbb", "tbh"):
-            return (3, 3, 3), "branch", False, None  # load + add; the refill is added at the branch
+            return (2, 2, 2), "branch", False, None  # TRM: 2 + P; the refill is added at the branch
         if m in ("b", "bl", "bx", "blx", "cbz", "cbnz"):
             return (1, 1, 1), "branch", False, None
         if m in _BARRIER:
@@ -198,8 +201,10 @@ class Decoder:
         if m in ("vldr", "vstr"):
             return (2, 2, 2), "fpu_mem", False, None
         if m in ("vldm", "vldmia", "vldmdb", "vstm", "vstmia", "vstmdb", "vpush", "vpop"):
-            n = sum(1 for o in ops if o.type == cs_arm.ARM_OP_REG) - (0 if m in ("vpush", "vpop") else 1)
-            return (1 + max(n, 1),) * 3, "fpu_mem", False, None
+            regs = [o.reg for o in ops if o.type == cs_arm.ARM_OP_REG][(0 if m in ("vpush", "vpop") else 1):]
+            # 1 + N 32-bit transfers: a D register is two of them
+            words = sum(2 if cs_arm.ARM_REG_D0 <= r <= cs_arm.ARM_REG_D31 else 1 for r in regs)
+            return (1 + max(words, 1),) * 3, "fpu_mem", False, None
         if m == "vmov" and sum(1 for o in ops if o.type == cs_arm.ARM_OP_REG) >= 3:
             return (2, 2, 2), "fpu", False, None
         return (1, 1, 1), "fpu", False, None

@@ -1070,13 +1070,16 @@ int32_t mx_start(mx_state *s, const mx_radio_hal *hal, void *ctx)
     while (!s->h.finished) {
         uint16_t slot = 0, len = 0;
         int act, synced = s->h.synced;
-        if (synced) {
+        if (synced)
             slot = s->h.next_slot;
-            hal->wait_slot(ctx, slot);
-        }
+        /* decide and build the packet in the gap after the last packet, before waiting for the
+         * slot: the time between the wait and the radio's start is far too short for it
+         * (docs/results/mixer_budget.md) */
         act = mx_slot(s, slot, buf, &len);
         if (act < 0)
             return act;
+        if (synced)
+            hal->wait_slot(ctx, slot);
         if (act == MX_ACT_TX) {
             if (hal->transmit(ctx, buf, len) < 0)
                 return MX_E_HAL;

@@ -1,0 +1,412 @@
+"""The Mixer's processing budget on the nRF52840: cycles of the per-packet work against the gap.
+
+Between two packets the board's CPU runs exactly this (boards/nrf52840dk/radio.c, ``mx_start`` in
+firmware/mixer/mixer.c):
+
+1. after the packet of slot s ends: ``hal_receive``'s copy out of the PDU, ``mx_receive`` (packet
+   checks, GF(2) elimination of the coding vector, the payload XORs of an innovative row),
+   ``hal_sync``, ``mx_slot_end`` — the *RX work*;
+2. ``mx_slot`` for slot s + 1 (TX decision, building the coded packet: XOR of about half the rows
+   held) — the *TX preparation*; then ``wait_slot(s + 1)`` busy-waits until ``RAMP + SETUP +
+   rx_half`` before the next slot's start, and ``hal_transmit`` copies the packet into the PDU and
+   programs the compare that starts the radio (``arm_at``): at ``start − RAMP`` for TX,
+   ``start − rx_half − RAMP`` for RX. A compare time already past makes the slot *late* (``late`` in
+   the ``mx`` line; a late TX slot sends nothing).
+
+So a slot is on time iff ``air + rx_work + tx_prep`` is at most ``T − RAMP`` (next slot TX) or
+``T − RAMP − rx_half`` (next slot RX), T the slot length: the **gap** ``T − air − RAMP`` holds the
+whole per-packet work. (Until this measurement ``mx_slot`` ran *after* ``wait_slot``, which left it
+only ``SETUP + rx_half`` ≈ 35 µs — the *TX window* still reported — and made 7 of the 16 (G, P) of
+the Fig. 6 builds late; firmware/mixer/mixer.c ``mx_start`` now prepares in the gap.)
+
+This module measures both on the cycle model (:mod:`codegen.timing.engine`): the project's
+``mixer.c`` (built with the board's flags, as ``cisl build`` builds it) and a small harness
+(firmware/mixer/bench/mx_bench.c) are linked into an nRF52840 image; one node of an n-node round
+runs in the emulator, the other n − 1 on the host (the same C, :mod:`codegen.radio.mixer_sim`'s
+library), over a full mesh where each receiver captures one of the slot's transmitters. Every
+harness call is one region, so each slot's RX work and TX preparation are counted separately
+(low / central / high cycles, the memory model's flash wait states and instruction cache included).
+The radio driver's own register accesses (a few dozen cycles) are not counted.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import re
+import shutil
+import subprocess
+from ctypes import POINTER, c_int8, c_int16, c_uint8, c_void_p
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..boards import load_board
+from ..build import SPEED_SOURCES, row_words
+from ..errors import UserError
+from ..plan.mixer_schedule import INITIATOR, RoundPolicy, packet_length
+from ..radio import mixer_sim
+from ..radio.timing import air_time_us, slot_us_for_length
+from ..resources import resource_dir
+from .engine import Emulator, Image
+from .memory import MemoryModel
+
+BOARD = "nrf52840dk"
+HARNESS = "mixer/bench/mx_bench.c"
+MIXER = "mixer/mixer.c"
+ENTRY_POINTS = ["bench_setup", "bench_slot", "bench_receive", "bench_slot_end", "bench_verify", "bench_synced",
+                "bench_next_slot", "bench_rank", "bench_byte"]
+WEAK = 0xFE
+ACT_OFF, ACT_RX, ACT_TX = 0, 1, 2
+
+
+def _driver_constants(board_path: Path) -> dict[str, int]:
+    """RAMP_US and SETUP_US from the board's radio driver (so a change there changes the budget)."""
+    src = (board_path / "radio.c").read_text()
+    out = {}
+    for name in ("RAMP_US", "SETUP_US"):
+        m = re.search(rf"#define {name} (\d+)u", src)
+        if m is None:
+            raise RuntimeError(f"{board_path / 'radio.c'}: no #define {name}")
+        out[name] = int(m.group(1))
+    return out
+
+
+def rx_half_us(slot_us: int) -> int:
+    """Half the receive window, µs (radio.c cisl_board_mixer_round: 3·DT + 2·4 µs + 5 µs, DT = slot/1000)."""
+    return 3 * slot_us // 1000 + 2 * 4 + 5
+
+
+# ---- the image ---------------------------------------------------------------------------------
+
+
+def default_maxima(generation: int, payload: int, nodes: int) -> dict[str, int]:
+    """Mixer's compile-time maxima of a build whose largest round is (G, P) (codegen.build.mixer_maxima)."""
+    return {"MX_MAX_NODES": nodes, "MX_MAX_G": generation, "MX_MAX_P": payload,
+            "MX_POOL_WORDS": generation * row_words(generation, payload)}
+
+
+def build_image(maxima: dict[str, int]) -> Path:
+    """Compile mixer.c + the harness for the nRF52840 with the board's flags; cached by content."""
+    board = load_board(BOARD)
+    b = board.build
+    cc = b["cc"]
+    if shutil.which(cc) is None:
+        raise UserError(f"compiler '{cc}' not found; the Mixer budget needs it (apt-get install gcc-arm-none-eabi "
+                        f"libnewlib-arm-none-eabi)")
+    fw = resource_dir("firmware")
+    cpu = list(b.get("cpu_flags", []))
+    mx_defs = [f"-D{k}={v}u" for k, v in sorted(maxima.items())]
+    # exactly as codegen.build: mixer.c is a speed source (kernel_cflags), other own code gets cflags
+    mixer_flags = cpu + list(b.get("kernel_cflags", b["cflags"]) if MIXER in SPEED_SOURCES else b["cflags"]) + mx_defs
+    harness_flags = cpu + list(b["cflags"]) + mx_defs
+    includes = [f"-I{fw / 'mixer'}"]
+    ldflags = [a.replace("{board}", str(board.path)) for a in b.get("ldflags", [])]
+    ldflags.append(f"-Wl,--defsym=__cisl_stack_size={int(b.get('stack_bytes', 8192))}")
+    ldflags += [f"-Wl,--undefined={s}" for s in ENTRY_POINTS]
+    srcs = [(fw / MIXER, mixer_flags), (fw / HARNESS, harness_flags)]
+    h = hashlib.sha256()
+    for part in [subprocess.run([cc, "--version"], capture_output=True, text=True).stdout.encode(),
+                 (fw / "mixer" / "mixer.h").read_bytes(), (board.path / "nrf52840.ld").read_bytes(),
+                 "\0".join(ldflags).encode()] + [p.read_bytes() + "\0".join(f).encode() for p, f in srcs]:
+        h.update(len(part).to_bytes(8, "little"))
+        h.update(part)
+    cache = Path.home() / ".cache" / "cisl" / "mixer_budget"
+    elf = cache / f"mx_bench-{h.hexdigest()[:16]}.elf"
+    if elf.is_file():
+        return elf
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = cache / f"tmp-{elf.stem}"
+    tmp.mkdir(exist_ok=True)
+    objs = []
+    for src, flags in srcs:
+        obj = tmp / (src.stem + ".o")
+        p = subprocess.run([cc, *flags, *includes, "-c", str(src), "-o", str(obj)], capture_output=True, text=True)
+        if p.returncode != 0:
+            raise RuntimeError(f"compiling {src} failed:\n{p.stdout}{p.stderr}")
+        objs.append(str(obj))
+    out = tmp / "mx_bench.elf"
+    p = subprocess.run([cc, *cpu, *objs, *ldflags, "-o", str(out)], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"linking the Mixer budget image failed:\n{p.stdout}{p.stderr}")
+    out.replace(elf)
+    shutil.rmtree(tmp, ignore_errors=True)
+    return elf
+
+
+# ---- one round -----------------------------------------------------------------------------------
+
+
+@dataclass
+class SlotWork:
+    slot: int
+    act: int            # the node's action in this slot (ACT_RX / ACT_TX)
+    rx_status: int      # mx_receive's result (127: nothing received)
+    rank: int           # the node's rank after the slot
+    prep: tuple[float, float, float]   # mx_slot (+ copy to the PDU), cycles low/central/high
+    after: tuple[float, float, float]  # RX work after the packet (copy, mx_receive, mx_slot_end)
+
+
+@dataclass
+class RoundTrace:
+    generation: int
+    payload: int
+    nodes: int
+    node: int
+    slots: list[SlotWork]
+    verify_missing: int
+    verify_wrong: int
+
+
+def run_round(elf: Path, generation: int, payload: int, nodes: int, owners: list[int] | None = None,
+              node: int = 1, seed: int = 1, termination: int = mixer_sim.TERM_DONE, linger: int | None = None,
+              deadline: int | None = None, loss: float = 0.0) -> RoundTrace:
+    """One Mixer round of n nodes; node ``node`` runs on the emulated M4 with every slot measured.
+
+    ``owners[row]`` is the writer of each row (a node id, or -1 for a weak zero); default: row 0 the
+    initiator's header, the others in contiguous blocks over the nodes (as the planner's fragments)."""
+    if owners is None:
+        owners = [INITIATOR] + [min(nodes - 1, (r * nodes) // max(generation - 1, 1)) for r in range(generation - 1)]
+    if len(owners) != generation:
+        raise ValueError("owners must name the writer of every row")
+    if not 0 <= node < nodes:
+        raise ValueError(f"node {node} out of range for {nodes} nodes")
+    board = load_board(BOARD)
+    memory = MemoryModel.for_board(board)
+    em = Emulator(Image.load(elf), memory)
+    sym = em.image.symbols
+    deadline = deadline or 3 * generation + 200
+    linger = max(4, nodes) if linger is None else linger
+    cfg = mixer_sim._Config(nodes, INITIATOR, generation, payload, deadline, mixer_sim.FEAT_ALL, termination, linger,
+                            seed & 0xFFFFFFFF)
+    em.write(sym["bench_cfg"], bytes(cfg))
+    em.write(sym["bench_owner"], bytes(WEAK if o < 0 else o for o in owners))
+
+    def call(name: str, args: list[int], key) -> tuple[int, tuple[float, float, float]]:
+        em._switch(key)
+        r = em.call(name, args)
+        r = r - (1 << 32) if r & 0x8000_0000 else r
+        return r, em.counts[key].cycles(memory)
+
+    r, _ = call("bench_setup", [node, mixer_sim.ARM_INITIATOR if node == INITIATOR else mixer_sim.ARM_LISTENER],
+                "setup")
+    if r != 0:
+        raise RuntimeError(f"bench_setup failed: mixer status {r}")
+
+    # the other nodes on the host
+    lib = mixer_sim.library()
+    plen = lib.mx_packet_len(ctypes.byref(cfg))
+    if plen == 0 or plen != packet_length(nodes, generation, payload):
+        raise ValueError(f"invalid Mixer configuration n={nodes} G={generation} P={payload}")
+    size = lib.mx_state_size()
+    host = [j for j in range(nodes) if j != node]
+    bufs = [ctypes.create_string_buffer(size) for _ in host]
+    ptrs = (c_void_p * len(host))(*[ctypes.addressof(b) for b in bufs])
+    for k, j in enumerate(host):
+        if lib.mx_init(ptrs[k], ctypes.byref(cfg), j) != 0:
+            raise RuntimeError("mx_init failed")
+    for row, o in enumerate(owners):
+        if o < 0:
+            if INITIATOR != node:
+                lib.mx_write(ptrs[host.index(INITIATOR)], row, None, 0)
+        elif o != node:
+            data = bytes((row * 131 + k * 7 + (row ^ k) + 1) & 0xFF for k in range(payload))  # bench_byte
+            lib.mx_write(ptrs[host.index(o)], row, data, payload)
+    for k, j in enumerate(host):
+        lib.mx_arm(ptrs[k], mixer_sim.ARM_INITIATOR if j == INITIATOR else mixer_sim.ARM_LISTENER)
+    host_pk = np.zeros((len(host), plen), dtype=np.uint8)
+    all_pk = np.zeros((nodes, plen), dtype=np.uint8)
+    actions = np.zeros(len(host), dtype=np.int8)
+    frm = np.full(len(host), -1, dtype=np.int16)
+    rx_status = np.zeros(len(host), dtype=np.int8)
+    rng = np.random.default_rng(seed)
+
+    trace: list[SlotWork] = []
+    me_done = False
+    for slot in range(deadline):
+        host_done = all(lib.mx_finished(ptrs[k]) for k in range(len(host)))
+        if me_done and host_done:
+            break
+        lib.mx_slot_batch(ptrs, len(host), slot, actions.ctypes.data_as(POINTER(c_int8)),
+                          host_pk.ctypes.data_as(POINTER(c_uint8)), plen)
+        act = ACT_OFF
+        prep = (0.0, 0.0, 0.0)
+        if not me_done:
+            act, prep = call("bench_slot", [], ("prep", slot))
+            if act < 0:
+                raise RuntimeError(f"slot {slot}: mx_slot failed with {act}")
+            if act == ACT_OFF:
+                me_done = True
+        tx = [host[k] for k in np.flatnonzero(actions == ACT_TX)]
+        for k, j in enumerate(host):
+            all_pk[j] = host_pk[k]
+        if act == ACT_TX:
+            n = int.from_bytes(em.read(sym["bench_tx_len"], 2), "little")
+            if n != plen:
+                raise RuntimeError(f"slot {slot}: the emulated node sent {n} B, expected {plen}")
+            all_pk[node] = np.frombuffer(em.read(sym["bench_pdu"] + 2, plen), dtype=np.uint8)
+            tx.append(node)
+
+        def sender_for(r: int) -> int:
+            cands = [t for t in tx if t != r]
+            if not cands or (loss and rng.random() < loss):
+                return -1
+            return int(cands[rng.integers(len(cands))])
+
+        frm.fill(-1)
+        for k, j in enumerate(host):
+            if actions[k] == ACT_RX:
+                frm[k] = sender_for(j)
+        lib.mx_deliver_batch(ptrs, len(host), slot, all_pk.ctypes.data_as(POINTER(c_uint8)), plen,
+                             frm.ctypes.data_as(POINTER(c_int16)), rx_status.ctypes.data_as(POINTER(c_int8)))
+        if act in (ACT_RX, ACT_TX):
+            s = sender_for(node) if act == ACT_RX else -1
+            if s >= 0:
+                em.write(sym["bench_pdu"], bytes([0, plen]) + all_pk[s].tobytes())
+                st, after = call("bench_receive", [plen], ("after", slot))
+            else:
+                st, after = call("bench_slot_end", [], ("after", slot))
+                st = 127
+            rank, _ = call("bench_rank", [], "query")
+            trace.append(SlotWork(slot, act, st, rank, prep, after))
+    v, _ = call("bench_verify", [], "verify")
+    return RoundTrace(generation, payload, nodes, node, trace, v >> 16, v & 0xFFFF)
+
+
+# ---- the budget ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Budget:
+    generation: int
+    payload: int
+    nodes: int
+    phy: str
+    slot_us: int
+    air_us: int
+    gap_us: int              # slot − air − ramp-up: all per-packet work, next slot TX
+    tx_window_us: int        # SETUP + rx_half: mx_slot's time between wait_slot and a TX compare
+    rx_window_us: int        # SETUP: mx_slot's time before an RX compare
+    worst: tuple[float, float, float]      # per gap: RX work of slot s + TX preparation of slot s+1, cycles
+    mean: tuple[float, float, float]
+    worst_prep: tuple[float, float, float]  # TX preparation alone (mx_slot of a TX slot), cycles
+    worst_rx: tuple[float, float, float]    # RX work alone (copy, mx_receive, mx_slot_end), cycles
+    worst_us: float          # central
+    worst_us_high: float
+    worst_prep_us: float     # central
+    margin_us: float         # gap_us − worst_us (central)
+    prep_margin_us: float    # tx_window_us − worst_prep_us (central)
+    late_slots: int          # slots the driver would miss (central cycles)
+    late_slots_high: int     # ... at the high bound
+    late_tx: int             # of late_slots: TX slots (the driver sends nothing)
+    late_rx: int             # of late_slots: RX slots (the receiver starts late, listens anyway)
+    slots: int               # slots the node was on in the measured rounds
+    rounds: int
+    decoded_ok: bool         # every round: all rows decoded and equal to what was written
+    fits: bool               # no late slot (central)
+    clock_hz: int = 64_000_000
+    margin_slot_us: int = 50
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _late(trace: RoundTrace, k: int, slot_us: int, air_us: int, rx_half: int, c: dict[str, int],
+          clock: float) -> tuple[bool, float]:
+    """Is slot trace.slots[k+1] late, with cycle bound k of the (low, central, high) triple?"""
+    a, b = trace.slots[k], trace.slots[k + 1]
+    rx_work = a.after[c["bound"]] / clock * 1e6
+    prep = b.prep[c["bound"]] / clock * 1e6
+    ready = air_us if a.act == ACT_TX or a.rx_status != 127 else min(air_us, c["ADDR"] + rx_half)
+    t = ready + rx_work + prep  # mx_start prepares slot s + 1 right after slot s's work, then waits
+    limit = slot_us - c["RAMP_US"] - (rx_half if b.act == ACT_RX else 0)
+    return t > limit, t
+
+
+def packet_budget(generation: int, payload: int, phy: str = "2M", nodes: int = 16, rounds: int = 2,
+                  node: int = 1, owners: list[int] | None = None, maxima: dict[str, int] | None = None,
+                  slot_us: int | None = None, margin_us: int | None = None, seed: int = 1) -> Budget:
+    """Cycles of the Mixer's per-packet work for (G, P) on the nRF52840 against the gap between packets.
+
+    ``rounds`` rounds (seeds ``seed``, ``seed + 1``, ...) are run with node ``node`` on the cycle model;
+    the worst and mean are over every gap of every round. ``slot_us`` defaults to the planner's slot
+    (codegen.plan.mixer_schedule: the firmware's packet length, RoundPolicy's margin)."""
+    board = load_board(BOARD)
+    clock = int(board.facts["board"]["clock_hz"])
+    consts = _driver_constants(board.path)
+    policy = RoundPolicy(phy=phy)
+    margin = policy.margin_us if margin_us is None else margin_us
+    length = packet_length(nodes, generation, payload)
+    slot = slot_us or slot_us_for_length(length, phy, margin)
+    air = air_time_us(length, phy)
+    half = rx_half_us(slot)
+    addr = 29 if phy == "2M" else 50   # radio.c ADDR_EVENT_US: an RX slot without a packet ends earlier
+    elf = build_image(maxima or default_maxima(generation, payload, nodes))
+    traces = [run_round(elf, generation, payload, nodes, owners, node, seed + i, linger=max(4, nodes))
+              for i in range(rounds)]
+    gaps, preps, rxs = [], [], []
+    late = [0, 0, 0]
+    late_kind = [0, 0]
+    for tr in traces:
+        for k in range(len(tr.slots) - 1):
+            a, b = tr.slots[k], tr.slots[k + 1]
+            gaps.append(tuple(x + y for x, y in zip(a.after, b.prep)))
+            rxs.append(a.after)
+            if b.act == ACT_TX:
+                preps.append(b.prep)
+            for bound in range(3):
+                if _late(tr, k, slot, air, half, {**consts, "ADDR": addr, "bound": bound}, clock)[0]:
+                    late[bound] += 1
+                    if bound == 1:
+                        late_kind[0 if b.act == ACT_TX else 1] += 1
+    if not gaps:
+        raise RuntimeError("the measured node was on for fewer than two slots")
+    arr = np.array(gaps)
+    worst = tuple(float(x) for x in arr.max(axis=0))
+    mean = tuple(float(x) for x in arr.mean(axis=0))
+    wprep = tuple(float(x) for x in np.array(preps).max(axis=0)) if preps else (0.0, 0.0, 0.0)
+    wrx = tuple(float(x) for x in np.array(rxs).max(axis=0))
+    us = 1e6 / clock
+    gap = slot - air - consts["RAMP_US"]
+    txw = consts["SETUP_US"] + half
+    ok = all(t.verify_missing == 0 and t.verify_wrong == 0 for t in traces)
+    return Budget(generation, payload, nodes, phy, slot, air, gap, txw, consts["SETUP_US"], worst, mean, wprep, wrx,
+                  worst[1] * us, worst[2] * us, wprep[1] * us, gap - worst[1] * us, txw - wprep[1] * us,
+                  late[1], late[2], late_kind[0], late_kind[1], len(gaps) + len(traces), len(traces), ok, late[1] == 0, clock, margin)
+
+
+def plan_budgets(build_dir: Path, phy: str | None = None, rounds: int = 2) -> list[dict]:
+    """packet_budget for every distinct Mixer round (G, P) of a compiled plan, with the build's maxima."""
+    from ..build import mixer_maxima
+    from ..plan.io import load_plan
+
+    plan = load_plan(build_dir)
+    mx = plan.meta["mixer"]
+    plan_phy = mx["policy"]["phy"]
+    phy = phy or plan_phy
+    maxima = mixer_maxima(plan)
+    out, seen = [], {}
+    for sg, ex in enumerate(mx["exchanges"]):
+        for r in ex:
+            key = (int(r["generation"]), int(r["payload"]), int(r["slot_us"]))
+            if key not in seen:
+                owners = [-1] * key[0]
+                owners[0] = INITIATOR
+                for f in r["senders"]:
+                    for row in range(f["first_row"], f["first_row"] + f["rows"]):
+                        owners[row] = f["node"]
+                for w in r.get("weak_rows", []):
+                    owners[w] = -1
+                seen[key] = packet_budget(key[0], key[1], phy, plan.devices, rounds,
+                                          node=1 if plan.devices > 1 else 0, owners=owners, maxima=maxima,
+                                          slot_us=key[2] if phy == plan_phy else None,
+                                          margin_us=int(mx["policy"].get("margin_us", RoundPolicy().margin_us)))
+            out.append({"exchange": sg, "part": r["part"], "budget": seen[key]})
+    return out
+
+
+__all__ = ["Budget", "RoundTrace", "SlotWork", "build_image", "packet_budget", "plan_budgets", "run_round",
+           "rx_half_us"]
+

@@ -197,10 +197,12 @@ def image_dir(build_dir: Path, device: int, board: Board, plan_board: str) -> Pa
 
 def build(build_dir: Path, board_name: str | None = None, jobs: int | None = None,
           say: Callable[[str], None] = lambda s: None, nodes: list[int] | None = None,
-          extra_cflags: list[str] | None = None) -> dict:
+          extra_cflags: list[str] | None = None, link_script: Path | None = None) -> dict:
     """Build every node in ``build_dir`` (or only ``nodes``); returns the summary also written to
     build.json (build-<board>.json when building for another board than the plan's).
-    ``extra_cflags`` (e.g. -DCISL_PROFILE_OPS for benchmarks) go to all of cisl's own code."""
+    ``extra_cflags`` (e.g. -DCISL_PROFILE_OPS for benchmarks) go to all of cisl's own code.
+    ``link_script`` (benchmarks only) replaces the board's linker script, e.g. one with a larger
+    flash to time a model that does not fit the part."""
     build_dir = Path(build_dir)
     plan = load_plan(build_dir)
     plan_board = plan.meta["board"]
@@ -313,6 +315,8 @@ def build(build_dir: Path, board_name: str | None = None, jobs: int | None = Non
 
     shared = [j.obj for j in jobs_list if j.obj.parent.name in ("kernels", "runtime", "board")]
     ldflags = [a.replace("{board}", str(board.path)) for a in board.build.get("ldflags", [])]
+    if link_script is not None:
+        ldflags = [f"-T{link_script}" if a.startswith("-T") else a for a in ldflags]
     stack = board.build.get("stack_bytes")
     if stack is not None:
         ldflags.append(f"-Wl,--defsym=__cisl_stack_size={int(stack)}")

@@ -269,9 +269,12 @@ def _print_resources(summary: dict) -> None:
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, help="Parallel compile jobs (default: CPUs).")
 @click.option("--node", "nodes", type=click.IntRange(min=0), multiple=True,
               help="Build only this node (repeatable). Default: every node.")
+@click.option("--board-time/--no-board-time", default=True, show_default=True,
+              help="sim plans: also model the plan's ARM images so the sim nodes print nRF52840 time.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
 @_friendly
-def build_cmd(build_dir: Path, board: str | None, jobs: int | None, nodes: tuple[int, ...], quiet: bool) -> None:
+def build_cmd(build_dir: Path, board: str | None, jobs: int | None, nodes: tuple[int, ...], quiet: bool,
+              board_time: bool) -> None:
     """Compile every node in BUILD_DIR into a firmware image (node_NN/firmware.elf), in parallel.
 
     Uses upstream CMSIS-NN when CMSIS_NN_ROOT points at a checkout, else the bundled nnref.
@@ -279,12 +282,20 @@ def build_cmd(build_dir: Path, board: str | None, jobs: int | None, nodes: tuple
     and RAM are read from its ELF and printed next to the planner's estimate (node_NN/size.json);
     a node that does not fit fails the build. --board qemu-m4 also builds a plan compiled for
     nrf52840dk (same code and flags); its images go to node_NN/qemu-m4/.
+
+    For a sim plan (the virtual testbed) the plan's ARM images are built too, when the ARM
+    toolchain is installed, and run on the nRF52840 cycle model: node_NN/board_time.txt then makes
+    the sim nodes print nRF52840 time (--no-board-time: host time, a faster build).
     """
     from .build import build
 
     s = build(build_dir, board, jobs, _say(quiet), list(nodes) if nodes else None)
     where = f"{build_dir}/node_NN/" + ("" if s["board"] == s["plan_board"] else f"{s['board']}/")
     click.echo(f"built {len(s['nodes'])} node images for {s['board']} with {s['kernels']} -> {where}")
+    if s["board"] == "sim" and board_time:
+        from .timing.boardtime import refresh
+
+        click.echo(refresh(build_dir, list(nodes) if nodes else None, jobs, _say(quiet)))
 
 
 @main.command(name="qemu")
@@ -901,8 +912,14 @@ def logs_cmd(testbed_file: Path, out_dir: Path, inferences: int | None, duration
 @click.option("--build", "builds", type=click.Path(path_type=Path), multiple=True,
               help="A build folder (compile.json) for the per-node memory table (repeatable, one per run).")
 @click.option("--no-plots", is_flag=True, help="Only the CSV tables.")
+@click.option("--estimate", "estimates", type=click.Path(path_type=Path), multiple=True,
+              help="The cycle model's prediction for a run (`cisl estimate BUILD -o EST.json`; repeatable, matched "
+                   "to runs by node count): predicted next to measured per block.")
+@click.option("--calibrate", is_flag=True,
+              help="Fit the flash wait states from the boards' measured block cycles (needs --estimate).")
 @_friendly
-def report_cmd(logs_dirs: tuple[Path, ...], out_dir: Path, builds: tuple[Path, ...], no_plots: bool) -> None:
+def report_cmd(logs_dirs: tuple[Path, ...], out_dir: Path, builds: tuple[Path, ...], no_plots: bool,
+               estimates: tuple[Path, ...], calibrate: bool) -> None:
     """Latency, speedup, memory, delivery and forecast tables (CSV) and figures (PNG) from LOGS_DIRS.
 
     Each LOGS_DIR is a folder of `cisl logs` (or `cisl sim --logs`). Give several to compare node
@@ -910,7 +927,18 @@ def report_cmd(logs_dirs: tuple[Path, ...], out_dir: Path, builds: tuple[Path, .
     """
     from .testbed.report import make_report
 
-    r = make_report(list(logs_dirs), out_dir, list(builds), plots=not no_plots)
+    r = make_report(list(logs_dirs), out_dir, list(builds), plots=not no_plots, estimates=list(estimates),
+                    calibrate=calibrate)
+    for b in r.block_latency:
+        pred = (f", predicted {b['predicted_latency_us'] / 1000:.3f} ms ({b['latency_error_pct']:+.2f} %)"
+                if b["predicted_latency_us"] != "" else "")
+        click.echo(f"{b['run']}: {b['block']:<6} latency {b['latency_us'] / 1000:.3f} ms = slowest compute "
+                   f"{b['slowest_compute_us'] / 1000:.3f} + communication {b['comm_us'] / 1000:.3f} "
+                   f"[{b['clock']} time]{pred}")
+    for c in r.calibration:
+        click.echo(f"{c['run']}: fitted flash wait states {c['flash_wait']} (board.toml range {c['model_range']}), "
+                   f"{c['points']} node blocks, model error mean {c['mean_error_pct']} % / max "
+                   f"{c['max_error_pct']} %; put it in board.toml [timing] flash_wait")
     for s in r.speedup:
         click.echo(f"{s['run']}: {s['nodes']} nodes, {s['infer_us'] / 1000:.1f} ms per inference at the sink "
                    f"(compute {s['compute_us'] / 1000:.1f} ms, communication {s['comm_us'] / 1000:.1f} ms)"

@@ -56,6 +56,8 @@
 
 const char *cisl_board_name(void) { return "nrf52840dk"; }
 
+const char *cisl_board_clock(void) { return "dwt"; }
+
 static void hfxo_start(void)
 {
     CLOCK(EVENTS_HFCLKSTARTED) = 0u;

@@ -34,6 +34,8 @@ static int32_t transcript = -1;
 static int32_t sent = -1;
 const char *cisl_board_name(void) { return "qemu-m4"; }
 
+const char *cisl_board_clock(void) { return "icount"; }
+
 uint32_t cisl_board_time_us(void) { return (uint32_t)(qemu_m4_ticks() / (QEMU_SYSCLK_HZ / 1000000u)); }
 
 uint32_t cisl_board_cycles(void) { return (uint32_t)(qemu_m4_ticks() * QEMU_INSNS_PER_TICK); }

@@ -64,6 +64,81 @@ static uint8_t payload[MAX_PAYLOAD]; /* receive buffer; the host has memory to s
 static int medium_mode = MODE_MESSAGE;
 static int64_t virtual_offset_us; /* radio mode: virtual air time minus host time spent in rounds */
 
+/* Board time (docs/serial-contract.md, `clock=model`): with a board_time.txt next to the image,
+ * written by `cisl build` from the cycle model of the same plan's ARM image, the node keeps a
+ * virtual nRF52840 clock: every finished op advances it by that op's cycles, every radio round by
+ * its simulated air time, every exchange by the receive work the model counted. The lines it
+ * prints then carry board time, not host time. */
+#define BT_MAX_OPS 4096u
+#define BT_MAX_SG 1024u
+static int board_time = 0;
+static uint64_t bt_cycles;          /* the virtual cycle counter */
+static uint64_t bt_clock_hz = 64000000u;
+static uint32_t bt_op[BT_MAX_OPS];
+static uint32_t bt_rx[BT_MAX_SG];
+static uint32_t bt_runtime;
+
+int cisl_sim_load_board_time(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        return 0; /* no table: host time */
+    }
+    char key[32];
+    unsigned long a, b;
+    int version = 0;
+    if (fscanf(f, "cisl-board-time %d", &version) != 1 || version != 1) {
+        fprintf(stderr, "cisl sim node %u: %s is not a board time table (version 1)\n", (unsigned)cisl_node_id, path);
+        fclose(f);
+        return -1;
+    }
+    while (fscanf(f, "%31s", key) == 1) {
+        int ok = 1;
+        if (strcmp(key, "clock_hz") == 0) {
+            ok = fscanf(f, "%lu", &a) == 1 && a > 0;
+            bt_clock_hz = ok ? a : bt_clock_hz;
+        } else if (strcmp(key, "runtime") == 0) {
+            ok = fscanf(f, "%lu", &a) == 1;
+            bt_runtime = (uint32_t)a;
+        } else if (strcmp(key, "op") == 0) {
+            ok = fscanf(f, "%lu %lu", &a, &b) == 2 && a < BT_MAX_OPS;
+            if (ok) {
+                bt_op[a] = (uint32_t)b;
+            }
+        } else if (strcmp(key, "rx") == 0) {
+            ok = fscanf(f, "%lu %lu", &a, &b) == 2 && a < BT_MAX_SG;
+            if (ok) {
+                bt_rx[a] = (uint32_t)b;
+            }
+        } else {
+            char rest[128];
+            ok = fgets(rest, sizeof rest, f) != NULL; /* other keys (plan, image): for the host tools */
+        }
+        if (!ok) {
+            fprintf(stderr, "cisl sim node %u: %s: bad entry '%s'\n", (unsigned)cisl_node_id, path, key);
+            fclose(f);
+            return -1;
+        }
+    }
+    fclose(f);
+    board_time = 1;
+    return 0;
+}
+
+static void bt_advance_us(uint64_t us)
+{
+    bt_cycles += us * bt_clock_hz / 1000000u;
+}
+
+void cisl_board_op_end(uint32_t index)
+{
+    if (board_time && index < BT_MAX_OPS) {
+        bt_cycles += bt_op[index];
+    }
+}
+
+const char *cisl_board_clock(void) { return board_time ? "model" : "host"; }
+
 static void put_u16(uint8_t *p, uint16_t v)
 {
     p[0] = (uint8_t)v;
@@ -208,9 +283,15 @@ static int64_t host_us(void)
     return (int64_t)ts.tv_sec * 1000000 + (int64_t)ts.tv_nsec / 1000;
 }
 
-uint32_t cisl_board_time_us(void) { return (uint32_t)(host_us() + virtual_offset_us); }
+uint32_t cisl_board_time_us(void)
+{
+    if (board_time) {
+        return (uint32_t)(bt_cycles * 1000000u / bt_clock_hz);
+    }
+    return (uint32_t)(host_us() + virtual_offset_us);
+}
 
-uint32_t cisl_board_cycles(void) { return 0; }
+uint32_t cisl_board_cycles(void) { return board_time ? (uint32_t)bt_cycles : 0u; }
 
 void cisl_board_write(const char *text, uint32_t n)
 {
@@ -244,6 +325,9 @@ int cisl_board_next_input(int8_t *dst, uint32_t len)
         return 0;
     }
     memcpy(dst, payload, len);
+    if (board_time) {
+        bt_cycles += bt_runtime; /* the input loop, reports and checksums between two inferences */
+    }
     return 1;
 }
 
@@ -261,6 +345,9 @@ static int message_round(uint16_t sg, uint32_t inference, const uint8_t *msg, ui
             return -1;
         }
         if (f.type == FRAME_RX_END) {
+            if (board_time && sg < BT_MAX_SG) {
+                bt_cycles += bt_rx[sg];
+            }
             return 0;
         }
         if (f.type == FRAME_RX && f.sg == sg && f.inference == inference && on_rx != NULL) {
@@ -330,6 +417,7 @@ int32_t cisl_board_mixer_round(mx_state *s, uint16_t sg, uint8_t part, uint32_t 
         if (f.type == FRAME_ROUND_END) {
             /* the node's clock shows the simulated air time, not the host time the round took */
             virtual_offset_us += (int64_t)get_u32(payload) - (host_us() - t0);
+            bt_advance_us(get_u32(payload));
             return (int32_t)slot;
         }
     }
@@ -343,6 +431,9 @@ void cisl_board_mixer_delivery(uint16_t sg, uint32_t inference, const uint8_t *g
     for (uint8_t j = 0; j < nodes; j++) {
         report[j] = got[j];
         put_u16(report + nodes + 2u * j, slot[j]);
+    }
+    if (board_time && sg < BT_MAX_SG) {
+        bt_cycles += bt_rx[sg]; /* the receive work after the exchange's rounds */
     }
     if (send_frame(FRAME_DELIVERY, 0, sg, inference, report, 3u * nodes) != 0) {
         medium_lost("reporting deliveries");

@@ -84,6 +84,10 @@ def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | 
     if plan.meta["board"] != "sim":
         raise UserError(f"{build_dir}: compiled for board '{plan.meta['board']}'; the virtual testbed runs "
                         f"board 'sim' builds (cisl compile --board sim)")
+    from ..timing.boardtime import TABLE, check_table
+
+    for img in images:  # a node counts board time only with its own table (never a stale one)
+        check_table(img.parent / TABLE, img, plan)
     if inputs is None:
         inputs = np.load(build_dir / "inputs.npy")
     if inputs.ndim != 2 or inputs.shape[1] != plan.cfg.lookback:

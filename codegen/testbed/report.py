@@ -43,6 +43,8 @@ class ReportResult:
     notes: list[str] = field(default_factory=list)
     latency: list[dict] = field(default_factory=list)
     speedup: list[dict] = field(default_factory=list)
+    block_latency: list[dict] = field(default_factory=list)
+    calibration: list[dict] = field(default_factory=list)
 
 
 def load_run(path: Path) -> Run:
@@ -196,8 +198,14 @@ FORECAST_COLS = ["run", "nodes", "inference", "sink", "n", "crc", "crc_ok", "inf
 
 
 def make_report(log_dirs: list[Path], out_dir: Path, builds: list[Path] | None = None,
-                plots: bool = True) -> ReportResult:
+                plots: bool = True, estimates: list[Path] | None = None, calibrate: bool = False) -> ReportResult:
+    from . import boardtime_report as BT
+
     runs = [load_run(p) for p in log_dirs]
+    ests = [BT.load_estimate(p) for p in estimates or []]
+    if calibrate and not ests:
+        raise UserError("--calibrate needs the cycle model's prediction: add --estimate EST.json "
+                        "(written by `cisl estimate BUILD -o EST.json`)")
     labels = [r.label for r in runs]
     for r in runs:  # the same folder name twice (a/logs, b/logs): tell them apart by node count and position
         if labels.count(r.label) > 1:
@@ -232,12 +240,27 @@ def make_report(log_dirs: list[Path], out_dir: Path, builds: list[Path] | None =
         res.notes.append("no 1-node run among the logs: speedup over central execution not computed (add the logs "
                          "of a run compiled with --devices 1)")
     res.latency, res.speedup = lat, speed
+    for r in runs:
+        est = BT.match_estimate(r, ests)
+        if ests and est is None:
+            res.notes.append(f"{r.label}: no --estimate for {r.nodes} nodes: no predicted column")
+        res.block_latency += BT.block_latency(r, est)
+        clock = BT.clock_of(r)
+        if clock == "host":
+            res.notes.append(f"{r.label}: the nodes counted host time (no board time table): build the sim plan "
+                             f"with the ARM toolchain installed for nRF52840 time")
+        if calibrate and est is not None:
+            res.calibration.append({"run": r.label, **BT.calibrate(r, est)})
     res.files += [_write_csv(out_dir / "latency.csv", lat, LATENCY_COLS),
                   _write_csv(out_dir / "blocks.csv", blk, BLOCK_COLS),
                   _write_csv(out_dir / "rounds.csv", sgs, SG_COLS),
                   _write_csv(out_dir / "delivery.csv", dlv, DELIVERY_COLS),
                   _write_csv(out_dir / "speedup.csv", speed, SPEEDUP_COLS),
+                  _write_csv(out_dir / "block_latency.csv", res.block_latency, BT.BLOCK_LATENCY_COLS),
                   _write_csv(out_dir / "forecasts.csv", fc, FORECAST_COLS)]
+    if res.calibration:
+        res.files.append(_write_csv(out_dir / "calibration.csv", res.calibration,
+                                    ["run", "flash_wait", "points", "mean_error_pct", "max_error_pct", "model_range"]))
     if mem:
         res.files.append(_write_csv(out_dir / "memory.csv", mem, MEMORY_COLS))
     else:

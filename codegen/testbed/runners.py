@@ -371,6 +371,10 @@ class SimRunner(Runner):
         shutil.copyfile(image, tmp)
         tmp.chmod(0o755)
         tmp.replace(dest)
+        from ..timing.boardtime import place_table
+
+        # the cycle model's board time travels with the image (or a stale table there goes)
+        place_table(image, dest)
         if verify:
             self.say(node, "verify")
             if _sha256(dest) != _sha256(image):

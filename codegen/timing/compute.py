@@ -24,7 +24,7 @@ from .engine import Counts
 from .memory import MemoryModel
 from .node import RUNTIME, NodeCycles, run_node
 
-MODELLED_BOARDS = ("nrf52840dk", "qemu-m4")
+MODELLED_BOARDS = ("nrf52840dk", "qemu-m4", "sim")
 SYNC = ("somegather", "send", "reduce_recv")
 
 
@@ -47,6 +47,8 @@ class BlockCycles:
     cycles: tuple[float, float, float]   # compute, per inference
     rx_cycles: tuple[float, float, float]  # CPU work inside the rounds (receive callbacks), per inference
     macs: int = 0
+    core_cycles: float = 0.0   # central cycles without the memory system's penalties, per inference
+    mem_events: float = 0.0    # flash accesses that pay wait states at the central value, per inference
 
 
 @dataclass
@@ -61,6 +63,7 @@ class NodeCompute:
     insns_per_inference: float
     messages_checked: int
     lines: list[str] = field(default_factory=list)
+    rx_op_cycles: dict[int, tuple[float, float, float]] = field(default_factory=dict)  # receive work per sync op
 
     def compute_cycles(self) -> tuple[float, float, float]:
         return _sum3(b.cycles for b in self.blocks)
@@ -78,17 +81,26 @@ def _sum3(items) -> tuple[float, float, float]:
 def board_for_estimate(plan: Plan) -> tuple[Board, Board]:
     """(the plan's board, the board whose timing and power facts model it)."""
     name = plan.meta["board"]
-    if name not in MODELLED_BOARDS:
-        raise UserError(f"the build is compiled for board '{name}', which runs host code; the cycle model "
-                        f"models ARM images: compile with `cisl compile --board nrf52840dk` (or qemu-m4) and "
-                        f"`cisl build`")
     board = load_board(name)
     models = board.facts.get("timing", {}).get("models")
+    if name not in MODELLED_BOARDS or (board.facts["board"].get("core") == "host" and not models):
+        raise UserError(f"the build is compiled for board '{name}', which the cycle model cannot model (it runs "
+                        f"ARM images of nrf52840dk, qemu-m4 and sim plans); compile with `cisl compile --board "
+                        f"nrf52840dk` and `cisl build`")
     return board, load_board(models) if models else board
 
 
-def image_of(build_dir: Path, device: int) -> Path:
-    elf = Path(build_dir) / f"node_{device:02d}" / "firmware.elf"
+def image_of(build_dir: Path, device: int, plan: Plan) -> Path:
+    """The node's ARM image: its own for ARM boards; for a sim plan the qemu-m4 image of the same
+    plan (same generated code, same flags as an nRF52840 node)."""
+    nd = Path(build_dir) / f"node_{device:02d}"
+    if plan.meta["board"] == "sim":
+        elf = nd / "qemu-m4" / "firmware.elf"
+        if not elf.is_file():
+            raise UserError(f"{elf}: not built; the cycle model runs the plan's ARM images: run `cisl build "
+                            f"{build_dir} --board qemu-m4` (or `cisl build {build_dir}`, which makes them)")
+        return elf
+    elf = nd / "firmware.elf"
     if not elf.is_file():
         raise UserError(f"{elf}: not built; run `cisl build {build_dir}` first")
     return elf
@@ -136,20 +148,24 @@ def fold_blocks(plan: Plan, device: int, nc: NodeCycles) -> NodeCompute:
     for b in blocks:
         b.cycles = _sum3(per_inf[i] for i in b.ops)
         b.rx_cycles = _sum3(rx.get(i, zero) for i in b.ops)
+        counts = [nc.ops[i] for i in b.ops if i in nc.ops]
+        b.core_cycles = sum(c.central for c in counts) / nc.inferences
+        b.mem_events = sum(c.flash_line_changes + c.icache_misses for c in counts) / nc.inferences
     outside = [i for i in range(len(ops)) if not any(i in b.ops for b in blocks)]
     runtime = _sum3([nc.op_cycles(RUNTIME)] + [per_inf[i] for i in outside])
     return NodeCompute(device, board.name, clock, blocks, per_inf, {i: op.kind for i, op in enumerate(ops)}, runtime,
-                       nc.insns / nc.inferences, nc.messages_checked, nc.lines)
+                       nc.insns / nc.inferences, nc.messages_checked, nc.lines,
+                       {i: c for i, c in rx.items() if isinstance(i, int)})
 
 
 def _run_one(args) -> NodeCompute:
-    build_dir, device, inferences, flash_wait = args
+    build_dir, device, inferences, flash_wait, flash_bytes = args
     plan = load_plan(build_dir)
     board, model = board_for_estimate(plan)
     xq = inputs_for(build_dir, plan, inferences)
     ref = reference(plan, xq)
-    memory = MemoryModel.for_board(model, flash_wait)
-    nc = run_node(build_dir, plan, device, xq, ref, image_of(build_dir, device), memory)
+    memory = MemoryModel.for_board(model, flash_wait, flash_bytes)
+    nc = run_node(build_dir, plan, device, xq, ref, image_of(build_dir, device, plan), memory)
     return fold_blocks(plan, device, nc)
 
 
@@ -164,24 +180,25 @@ def inputs_for(build_dir: Path, plan: Plan, inferences: int) -> np.ndarray:
     return plan.quantize_input(np.concatenate([x] * reps)[:inferences].astype(np.float64))
 
 
-def images_digest(build_dir: Path, devices: int) -> str:
+def images_digest(build_dir: Path, plan: Plan) -> str:
     h = hashlib.sha256()
-    for d in range(devices):
-        h.update(image_of(build_dir, d).read_bytes())
+    for d in range(plan.devices):
+        h.update(image_of(build_dir, d, plan).read_bytes())
     return h.hexdigest()[:16]
 
 
 def compute_build(build_dir: Path, inferences: int = 1, jobs: int | None = None, nodes: list[int] | None = None,
-                  flash_wait: tuple[float, float, float] | None = None, progress=None) -> list[NodeCompute]:
+                  flash_wait: tuple[float, float, float] | None = None, progress=None,
+                  flash_bytes: int | None = None) -> list[NodeCompute]:
     """Per-node compute of a built nrf52840dk/qemu-m4 build (each node checked bit-exact)."""
     build_dir = Path(build_dir)
     plan = load_plan(build_dir)
     board_for_estimate(plan)
     todo = list(range(plan.devices)) if nodes is None else nodes
     for d in todo:
-        image_of(build_dir, d)
+        image_of(build_dir, d, plan)
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(todo)))
-    args = [(build_dir, d, inferences, flash_wait) for d in todo]
+    args = [(build_dir, d, inferences, flash_wait, flash_bytes) for d in todo]
     if jobs == 1:
         out = []
         for a in args:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..plan.io import load_plan
 from . import comm as C
+from .memory import MemoryModel
 from .compute import NodeCompute, board_for_estimate, compute_build, images_digest
 from .energy import Energy, load_power, node_energy, radio_use
 
@@ -36,6 +37,7 @@ class BlockEstimate:
     compute_ms: dict[int, Triple]   # per node
     comm_ms: Triple                 # the block's rounds: air time (min/mean/max) + slowest receiver's work
     exchanges: list[int]
+    node_comm_ms: dict[int, Triple] = field(default_factory=dict)  # per node: air time + its own receive work
 
     @property
     def slowest_compute_ms(self) -> Triple:
@@ -63,6 +65,7 @@ class Estimate:
     blocks: list[BlockEstimate]
     exchanges: dict[int, C.ExchangeTime]
     energy: dict[int, Energy] = field(default_factory=dict)
+    flash_wait: Triple = (0.0, 0.0, 0.0)
 
     @property
     def latency_ms(self) -> Triple:
@@ -92,17 +95,19 @@ class Estimate:
         return {
             "build": self.build, "board": self.board, "model_board": self.model_board, "devices": self.devices,
             "topology": self.topology, "policy": self.policy, "inferences": self.inferences, "images": self.images,
-            "clock_hz": self.clock_hz,
+            "clock_hz": self.clock_hz, "flash_wait": list(self.flash_wait),
             "latency_ms": _j(self.latency_ms), "comm_ms": _j(self.comm_ms), "comm_share": round(self.comm_share, 4),
             "network_energy_uj": _j(self.network_energy_uj), "radio_energy_share": round(self.radio_share, 4),
             "blocks": [{"block": b.label, "exchanges": b.exchanges, "comm_ms": _j(b.comm_ms),
                         "latency_ms": _j(b.latency_ms), "slowest_compute_ms": _j(b.slowest_compute_ms),
-                        "compute_ms": {str(k): _j(v) for k, v in b.compute_ms.items()}} for b in self.blocks],
+                        "compute_ms": {str(k): _j(v) for k, v in b.compute_ms.items()},
+                        "node_comm_ms": {str(k): _j(v) for k, v in b.node_comm_ms.items()}} for b in self.blocks],
             "nodes": [{"node": n.device, "insns_per_inference": round(n.insns_per_inference),
                        "messages_checked": n.messages_checked,
                        "runtime_cycles": _j(n.runtime_cycles),
                        "blocks": [{"block": b.key.label, "ops": b.ops, "macs": b.macs, "cycles": _j(b.cycles),
-                                   "rx_cycles": _j(b.rx_cycles)} for b in n.blocks],
+                                   "rx_cycles": _j(b.rx_cycles), "core_cycles": round(b.core_cycles, 1),
+                                   "mem_events": round(b.mem_events, 1)} for b in n.blocks],
                        "ops": {str(i): _j(c) for i, c in sorted(n.op_cycles.items()) if any(c)},
                        "energy": self.energy[n.device].to_json() if n.device in self.energy else None}
                       for n in self.nodes],
@@ -116,13 +121,16 @@ def _j(t: Triple) -> dict:
 
 def estimate(build_dir: Path, topology: str | None = None, policy: str | None = None, inferences: int = 1,
              radio_inferences: int = 4, seed: int = 0, jobs: int | None = None, period_ms: float | None = None,
-             flash_wait: Triple | None = None, progress=None) -> Estimate:
+             flash_wait: Triple | None = None, progress=None, nodes: list[NodeCompute] | None = None) -> Estimate:
+    """The estimate of a built build; ``nodes`` reuses compute already modelled (e.g. for a second
+    round policy: the cycle model does not depend on the radio)."""
     build_dir = Path(build_dir)
     plan = load_plan(build_dir)
     board, model = board_for_estimate(plan)
     clock = float(model.facts["board"]["clock_hz"])
     power = load_power(model)
-    nodes = compute_build(build_dir, inferences=inferences, jobs=jobs, flash_wait=flash_wait, progress=progress)
+    if nodes is None:
+        nodes = compute_build(build_dir, inferences=inferences, jobs=jobs, flash_wait=flash_wait, progress=progress)
     topo = C.resolve_topology(plan, topology)
     pol = policy or str(plan.meta.get("round_policy", "done"))
     rounds = C.comm_schedule(plan, topo, pol, inferences=radio_inferences, seed=seed)
@@ -140,9 +148,12 @@ def estimate(build_dir: Path, topology: str | None = None, policy: str | None = 
             air[2] += e.air_us.max / 1e3 + e.guard_us / 1e3
         rx = [max(_ms(n.blocks[bi].rx_cycles, clock)[i] for n in nodes) for i in range(3)]
         comm = (air[0] + rx[0], air[1] + rx[1], air[2] + rx[2])
-        blocks.append(BlockEstimate(b0.key.label, b0.key.block, b0.key.layer, compute, comm, list(b0.exchanges)))
+        own = {n.device: tuple(air[i] + _ms(n.blocks[bi].rx_cycles, clock)[i] for i in range(3)) for n in nodes}
+        blocks.append(BlockEstimate(b0.key.label, b0.key.block, b0.key.layer, compute, comm, list(b0.exchanges),
+                                    own))
     est = Estimate(str(build_dir), board.name, model.name, plan.devices, topo, pol, inferences,
-                   images_digest(build_dir, plan.devices), clock, nodes, blocks, ex)
+                   images_digest(build_dir, plan), clock, nodes, blocks, ex,
+                   flash_wait=flash_wait or MemoryModel.for_board(model).flash_wait)
     period_us = (period_ms if period_ms is not None else est.latency_ms[1]) * 1e3
     phy = str(plan.meta.get("phy", "2M"))
     for n in nodes:

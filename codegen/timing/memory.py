@@ -82,14 +82,17 @@ class MemoryModel:
                 hi * (flash_reads + icache_misses))
 
     @staticmethod
-    def for_board(board: Board, flash_wait: tuple[float, float, float] | None = None) -> "MemoryModel":
+    def for_board(board: Board, flash_wait: tuple[float, float, float] | None = None,
+                  flash_bytes: int | None = None) -> "MemoryModel":
+        """The board's memory system; ``flash_bytes`` (benchmarks only) enlarges the flash to time an
+        image linked for a part with more of it (same wait states and cache)."""
         facts = board.facts
         t = facts.get("timing")
         if t is None:
             raise UserError(f"board '{board.name}' has no [timing] section in its board.toml; the cycle model "
                             f"needs the part's flash wait states and instruction cache (see boards/nrf52840dk)")
         b = facts["board"]
-        flash = (int(b.get("flash_origin", 0)), int(b.get("flash_origin", 0)) + int(b["flash_bytes"]))
+        flash = (int(b.get("flash_origin", 0)), int(b.get("flash_origin", 0)) + int(flash_bytes or b["flash_bytes"]))
         ram = (int(b.get("ram_origin", 0x2000_0000)), int(b.get("ram_origin", 0x2000_0000)) + int(b["ram_bytes"]))
         w = t["flash_wait"]
         wait = flash_wait or (float(w["low"]), float(w["central"]), float(w["high"]))

@@ -16,6 +16,12 @@ uint32_t cisl_board_time_us(void);
 /* CPU cycles since an arbitrary start, or 0 on boards without a cycle counter. */
 uint32_t cisl_board_cycles(void);
 
+/* What cisl_board_cycles and cisl_board_time_us count, printed as the boot line's `clock` key:
+ * "dwt" (the core's cycle counter), "model" (the cycle model of the node's image, virtual testbed),
+ * "host" (host wall-clock time), "icount" (QEMU instructions). Optional: boards that do not define
+ * it get a weak default that omits the key (cisl_runtime.c). */
+const char *cisl_board_clock(void);
+
 /* Write n bytes of serial output (the log lines of the serial contract). */
 void cisl_board_write(const char *text, uint32_t n);
 

@@ -31,8 +31,12 @@ void cisl_block_end(cisl_block *b, uint32_t inference, int32_t layer, const char
     cisl_log_end(&l);
 }
 
+/* Boards that do not say what their clock counts print no `clock` key. */
+__attribute__((weak)) const char *cisl_board_clock(void) { return 0; }
+
 void cisl_report_boot(const char *plan_hash, uint32_t node, uint32_t nodes)
 {
+    const char *clock = cisl_board_clock();
     cisl_line l;
     cisl_log_set_node(node);
     cisl_log_begin(&l, "boot");
@@ -41,6 +45,9 @@ void cisl_report_boot(const char *plan_hash, uint32_t node, uint32_t nodes)
     cisl_log_str(&l, "board", cisl_board_name());
     cisl_log_u32(&l, "node", node);
     cisl_log_u32(&l, "nodes", nodes);
+    if (clock != 0) {
+        cisl_log_str(&l, "clock", clock);
+    }
     cisl_log_end(&l);
 }
 

@@ -1,0 +1,130 @@
+"""The report's board-time view: per block, the bulk-synchronous latency a testbed logged, next to
+the cycle model's prediction (`cisl estimate -o EST.json`), and the fit of the memory wait states.
+
+Per block (embed, attn0, mlp0, ..., head) and run: the slowest node's compute (mean over the
+inferences of its `block` lines' ``us``), the communication (the largest ``comm_us``: all nodes
+leave a round together, the slowest receiver's own work included), and their sum — the same
+quantities `cisl estimate` predicts, so a virtual testbed with board time (boot lines
+``clock=model``) reproduces them exactly and a real one (``clock=dwt``) is compared with them.
+
+Calibration (``--calibrate``): a board's measured block cycles are modelled as
+``core + w · events`` per node and block, where ``core`` (cycles at zero wait states) and
+``events`` (flash accesses that pay the wait states at the central value) come from the estimate;
+the least-squares ``w`` is the part's flash wait states, the number board.toml carries as a range.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+from ..errors import UserError
+
+BLOCK_LATENCY_COLS = ["run", "nodes", "clock", "block", "inferences", "slowest_compute_us", "comm_us", "latency_us",
+                      "comm_share", "predicted_compute_us", "predicted_comm_us", "predicted_latency_us",
+                      "latency_error_pct"]
+
+
+def clock_of(run) -> str:
+    """What the run's times count: model, dwt, host, icount, or unknown (old firmware)."""
+    kinds = {str(r.get("clock", "unknown")) for r in run.of("boot")}
+    if not kinds:
+        return "unknown"
+    return kinds.pop() if len(kinds) == 1 else "mixed(" + ",".join(sorted(kinds)) + ")"
+
+
+def _label(r: dict) -> str:
+    layer = int(r["layer"])
+    return str(r["block"]) if layer < 0 else f"{r['block']}{layer}"
+
+
+def node_blocks(run) -> dict[tuple[int, str], dict[str, float]]:
+    """(node, block label) -> mean us, comm_us, cycles over the inferences the node finished."""
+    acc: dict[tuple[int, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    order: list[str] = []
+    for r in run.of("block"):
+        key = (int(r["node"]), _label(r))
+        if key[1] not in order:
+            order.append(key[1])
+        acc[key]["us"].append(float(r["us"]))
+        acc[key]["comm_us"].append(float(r["comm_us"]))
+        if "cycles" in r:
+            acc[key]["cycles"].append(float(r["cycles"]))
+    out = {}
+    for key, d in acc.items():
+        out[key] = {k: sum(v) / len(v) for k, v in d.items() if v}
+        out[key]["inferences"] = len(d["us"])
+    out["__order__"] = order  # type: ignore[assignment]
+    return out
+
+
+def load_estimate(path: Path) -> dict:
+    try:
+        doc = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise UserError(f"{path}: not found; write it with `cisl estimate BUILD -o {path}`") from None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise UserError(f"{path}: not a JSON file of `cisl estimate -o`") from None
+    if not isinstance(doc, dict) or "blocks" not in doc or "nodes" not in doc:
+        raise UserError(f"{path}: not a `cisl estimate -o` file (no blocks/nodes); write it with `cisl estimate`")
+    return doc
+
+
+def block_latency(run, estimate: dict | None) -> list[dict]:
+    nb = node_blocks(run)
+    order = nb.pop("__order__")  # type: ignore[arg-type]
+    pred = {b["block"]: b for b in estimate["blocks"]} if estimate else {}
+    clock = clock_of(run)
+    rows = []
+    for label in order:
+        per = [v for (n, lab), v in nb.items() if lab == label]
+        comp = max(v["us"] for v in per)
+        comm = max(v["comm_us"] for v in per)
+        row = {"run": run.label, "nodes": run.nodes, "clock": clock, "block": label,
+               "inferences": min(int(v["inferences"]) for v in per), "slowest_compute_us": round(comp, 1),
+               "comm_us": round(comm, 1), "latency_us": round(comp + comm, 1),
+               "comm_share": round(comm / (comp + comm), 4) if comp + comm > 0 else "",
+               "predicted_compute_us": "", "predicted_comm_us": "", "predicted_latency_us": "",
+               "latency_error_pct": ""}
+        p = pred.get(label)
+        if p is not None:
+            pc = p["slowest_compute_ms"]["central"] * 1e3
+            pm = p["comm_ms"]["central"] * 1e3
+            row.update(predicted_compute_us=round(pc, 1), predicted_comm_us=round(pm, 1),
+                       predicted_latency_us=round(pc + pm, 1),
+                       latency_error_pct=round(100 * (comp + comm - pc - pm) / (pc + pm), 2) if pc + pm else "")
+        rows.append(row)
+    return rows
+
+
+def match_estimate(run, estimates: list[dict]) -> dict | None:
+    """The estimate for a run: the one with the run's node count (and plan, when the boot lines say)."""
+    same = [e for e in estimates if int(e.get("devices", -1)) == run.nodes]
+    return same[0] if same else None
+
+
+def calibrate(run, estimate: dict) -> dict:
+    """Fit the flash wait states from the run's measured block cycles (least squares, w ≥ 0)."""
+    nb = node_blocks(run)
+    nb.pop("__order__")
+    num = den = 0.0
+    points = []
+    for node in estimate["nodes"]:
+        for b in node["blocks"]:
+            m = nb.get((int(node["node"]), b["block"]))
+            if not m or "cycles" not in m:
+                continue
+            core, ev = float(b["core_cycles"]), float(b["mem_events"])
+            points.append((m["cycles"], core, ev))
+            num += ev * (m["cycles"] - core)
+            den += ev * ev
+    if not points:
+        raise UserError(f"{run.path}: no block line carries `cycles`; calibration needs a board with a cycle "
+                        f"counter (nrf52840dk: DWT)")
+    if den == 0:
+        raise UserError("the estimate's blocks make no flash access that pays wait states; nothing to calibrate")
+    w = max(0.0, num / den)
+    rel = [abs(mc - (core + w * ev)) / mc for mc, core, ev in points if mc > 0]
+    return {"flash_wait": round(w, 3), "points": len(points), "max_error_pct": round(100 * max(rel), 2),
+            "mean_error_pct": round(100 * sum(rel) / len(rel), 2), "model_range": estimate.get("flash_wait")}

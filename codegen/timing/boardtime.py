@@ -1,0 +1,161 @@
+"""Board time for the virtual testbed: per-node tables of the cycle model that sim nodes count in.
+
+`cisl build` of a ``sim`` plan also builds the plan's ARM images (board qemu-m4, the same code and
+flags as an nRF52840 node) when the ARM toolchain is there, runs them on the cycle model
+(:mod:`codegen.timing.compute`, bit-exact checked) and writes ``node_NN/board_time.txt`` next to
+each sim image. A sim node that finds the table keeps a virtual nRF52840 clock (boards/sim/hal_sim.c):
+
+* ``op i c`` — finishing op i of the schedule advances the clock by c cycles. Ops inside a block
+  carry their central cycles; a ``block_begin``'s cycles are moved to its ``block_end`` (whose hook
+  runs after the block timer stopped), so a block line measures exactly the ops inside the block,
+  as the firmware's block timer does on a board and as `cisl estimate` reports;
+* ``rx sg c`` — the receive work of exchange sg (the node's receive callbacks), inside the round;
+* ``runtime c`` — per inference, everything outside the ops (input loop, reports);
+* radio rounds advance the clock by the medium's air time (slots × slot length).
+
+The table names the plan and the sim image it belongs to; tools that place it (``cisl sim``,
+``cisl flash`` onto sim nodes) check both, so a stale table is never used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+from ..errors import UserError
+from ..fsutil import write_text_atomic
+from ..plan.io import Plan, load_plan
+from .compute import NodeCompute
+
+TABLE = "board_time.txt"
+VERSION = 1
+
+
+def table_text(plan: Plan, node: NodeCompute, image_sha: str) -> str:
+    ops = plan.nodes[node.device].ops
+    cycles = {i: int(round(c[1])) for i, c in node.op_cycles.items()}
+    inside = {i for b in node.blocks for i in b.ops}
+    out = [f"cisl-board-time {VERSION}", f"plan {plan.sha256[:16]}", f"image {image_sha}",
+           f"clock_hz {int(node.clock_hz)}", f"runtime {int(round(node.runtime_cycles[1] - _outside(node, inside)))}"]
+    pending = 0
+    for i, op in enumerate(ops):
+        c = cycles.get(i, 0)
+        if op.kind == "block_begin":
+            pending += c
+            continue
+        if op.kind == "block_end":
+            c += pending
+            pending = 0
+        if c:
+            out.append(f"op {i} {c}")
+    rx: dict[int, int] = {}
+    for b in node.blocks:
+        per_sg = node_rx_by_sg(plan, node, b)
+        for sg, c in per_sg.items():
+            rx[sg] = rx.get(sg, 0) + c
+    out += [f"rx {sg} {c}" for sg, c in sorted(rx.items()) if c]
+    return "\n".join(out) + "\n"
+
+
+def _outside(node: NodeCompute, inside: set[int]) -> float:
+    """Central cycles of ops outside every block (their hooks count them; not again in runtime)."""
+    return sum(c[1] for i, c in node.op_cycles.items() if i not in inside)
+
+
+def node_rx_by_sg(plan: Plan, node: NodeCompute, block) -> dict[int, int]:
+    """The block's receive work per exchange (each sync op's callbacks belong to its own exchange)."""
+    ops = plan.nodes[node.device].ops
+    out: dict[int, int] = {}
+    for i in block.ops:
+        c = node.rx_op_cycles.get(i)
+        if c is None:
+            continue
+        sg = int(ops[i].attrs.get("sg", -1))
+        if sg >= 0:
+            out[sg] = out.get(sg, 0) + int(round(c[1]))
+    return out
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
+def write_tables(build_dir: Path, nodes: list[NodeCompute]) -> list[Path]:
+    build_dir = Path(build_dir)
+    plan = load_plan(build_dir)
+    paths = []
+    for n in nodes:
+        nd = build_dir / f"node_{n.device:02d}"
+        image = nd / "firmware.elf"
+        path = nd / TABLE
+        write_text_atomic(path, table_text(plan, n, sha256(image)))
+        paths.append(path)
+    return paths
+
+
+def remove_tables(build_dir: Path, plan: Plan) -> None:
+    for n in plan.nodes:
+        (Path(build_dir) / f"node_{n.device:02d}" / TABLE).unlink(missing_ok=True)
+
+
+def read_header(path: Path) -> dict[str, str]:
+    head = {}
+    for line in Path(path).read_text().splitlines()[:5]:
+        k, _, v = line.partition(" ")
+        head[k] = v
+    return head
+
+
+def check_table(table: Path, image: Path, plan: Plan | None = None) -> bool:
+    """True if ``table`` belongs to ``image`` (of ``plan``); False if there is none; UserError if stale."""
+    if not table.is_file():
+        return False
+    head = read_header(table)
+    if head.get("cisl-board-time") != str(VERSION):
+        raise UserError(f"{table}: not a board time table of this cisl version; run `cisl build` again")
+    if (plan is not None and head.get("plan") != plan.sha256[:16]) or head.get("image") != sha256(image):
+        raise UserError(f"{table}: belongs to another build of this folder (stale); run `cisl build "
+                        f"{table.parent.parent}` again")
+    return True
+
+
+def place_table(source_image: Path, dest_image: Path, plan: Plan | None = None) -> bool:
+    """Copy the board time table of ``source_image`` next to ``dest_image`` (or remove a stale one
+    there); True if the node will count board time."""
+    src = Path(source_image).parent / TABLE
+    dest = Path(dest_image).parent / TABLE
+    if not check_table(src, Path(source_image), plan):
+        dest.unlink(missing_ok=True)
+        return False
+    tmp = dest.with_suffix(".tmp")
+    shutil.copyfile(src, tmp)
+    tmp.replace(dest)
+    return True
+
+
+def refresh(build_dir: Path, nodes: list[int] | None = None, jobs: int | None = None,
+            say=lambda s: None) -> str:
+    """After a sim build: make the plan's ARM images and the board time tables (or explain why not).
+
+    Returns one line for the user. Tables of the rebuilt nodes are removed first, so a failure
+    here never leaves a table that belongs to an older image."""
+    from ..boards import load_board
+    from ..build import build
+    from .compute import compute_build
+
+    build_dir = Path(build_dir)
+    plan = load_plan(build_dir)
+    selected = [n.device for n in plan.nodes] if nodes is None else list(nodes)
+    for d in selected:
+        (build_dir / f"node_{d:02d}" / TABLE).unlink(missing_ok=True)
+    cc = load_board("qemu-m4").build["cc"]
+    if shutil.which(cc) is None:
+        return (f"board time: {cc} not found, so the sim nodes will print host time; install the ARM toolchain "
+                f"(Debian/Ubuntu: sudo apt-get install --no-install-recommends gcc-arm-none-eabi "
+                f"libnewlib-arm-none-eabi) and build again for nRF52840 time")
+    build(build_dir, "qemu-m4", jobs, say, selected)
+    computed = compute_build(build_dir, jobs=jobs, nodes=selected)
+    write_tables(build_dir, computed)
+    return (f"board time: {len(computed)} nodes on the nRF52840 cycle model (bit-exact), "
+            f"node_NN/{TABLE}: the sim nodes print nRF52840 time")

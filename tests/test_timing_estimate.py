@@ -1,0 +1,139 @@
+"""Board time and energy (issue 12): `cisl estimate` on real ARM images, the virtual testbed in
+nRF52840 time, and `cisl report` next to the prediction.
+
+The cycle model runs every node's image bit-exact against the int8 reference; the virtual testbed's
+sim nodes count the model's cycles and the radio's air time, so `cisl testbed sim` -> `cisl flash`
+-> `cisl logs` -> `cisl report` gives the per-block latencies `cisl estimate` predicts.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from models import config_for_tokens, make_model_dir
+
+from codegen.compile import CompileOptions, compile_model
+
+HAVE_ARM = shutil.which("arm-none-eabi-gcc") is not None
+pytestmark = [pytest.mark.arm, pytest.mark.skipif(not HAVE_ARM, reason="arm-none-eabi-gcc not installed")]
+
+
+def cisl(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "codegen.cli", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=timeout)
+
+
+def ok(p: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert p.returncode == 0, (p.returncode, p.stdout, p.stderr)
+    return p
+
+
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory):
+    """One 4-node model compiled for nrf52840dk and for sim (the sim build with its board time)."""
+    root = tmp_path_factory.mktemp("estimate")
+    model = make_model_dir(root / "m", config_for_tokens(8, 64, heads=8, layers=1), devices=4, keep_ratio=1.0,
+                           seed=5, tests=3)
+    compile_model(model, root / "hw", CompileOptions(devices=4, board="nrf52840dk"))
+    ok(cisl("build", "hw", "-q", cwd=root))
+    compile_model(model, root / "sim4", CompileOptions(devices=4))
+    p = ok(cisl("build", "sim4", "-q", cwd=root))
+    assert "board time: 4 nodes on the nRF52840 cycle model" in p.stdout
+    return root
+
+
+def test_estimate_of_an_nrf52840_build(builds):
+    p = ok(cisl("estimate", "hw", "-q", "-o", "est.json", cwd=builds))
+    for word in ("embed", "attn0", "mlp0", "head", "per inference: latency", "energy of the network"):
+        assert word in p.stdout
+    doc = json.loads((builds / "est.json").read_text())
+    assert doc["devices"] == 4 and doc["model_board"] == "nrf52840dk" and doc["policy"] == "done"
+    for node in doc["nodes"]:
+        assert node["messages_checked"] > 0  # every message the image sent was the reference's
+        for b in node["blocks"]:
+            c = b["cycles"]
+            assert 0 < c["low"] <= c["central"] <= c["high"], b
+        e = node["energy"]["total_uj"]
+        assert 0 < e["low"] <= e["central"] <= e["high"]
+    blocks = {b["block"]: b for b in doc["blocks"]}
+    assert blocks["attn0"]["comm_ms"]["central"] > 0 and blocks["embed"]["comm_ms"]["central"] == 0
+    lat = doc["latency_ms"]["central"]
+    assert lat == pytest.approx(sum(b["latency_ms"]["central"] for b in doc["blocks"]))
+    assert 0 < doc["comm_share"] < 1 and 0 < doc["radio_energy_share"] < 1
+    # the published fixed round length (3G + 200 slots) is slower than cisl's early-terminating rounds
+    fixed = json.loads(ok(cisl("estimate", "hw", "-q", "--json", "--policy", "fixed", cwd=builds)).stdout)
+    assert fixed["comm_ms"]["central"] > doc["comm_ms"]["central"]
+    assert fixed["network_energy_uj"]["central"] > doc["network_energy_uj"]["central"]
+
+
+def test_estimate_refuses_what_it_cannot_model(builds, tmp_path):
+    p = cisl("estimate", str(tmp_path), cwd=builds)
+    assert p.returncode == 2 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    bare = builds / "sim_bare"
+    compile_model(builds / "m" / "model.onnx", bare, CompileOptions(devices=4))
+    ok(cisl("build", "sim_bare", "-q", "--no-board-time", cwd=builds))
+    p = cisl("estimate", "sim_bare", cwd=builds)
+    assert p.returncode == 2 and "--board qemu-m4" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_the_virtual_testbed_speaks_board_time_equal_to_the_estimate(builds):
+    """testbed sim -> flash -> logs -> report: per-block latencies are nRF52840 time = cisl estimate's."""
+    root = builds
+    ok(cisl("testbed", "sim", "--nodes", "4", "-o", "tb.toml", cwd=root))
+    try:
+        ok(cisl("flash", "sim4", "--testbed", "tb.toml", cwd=root))
+        ok(cisl("logs", "--testbed", "tb.toml", "-o", "logs", "--inferences", "3", cwd=root))
+    finally:
+        cisl("testbed", "stop", "--testbed", "tb.toml", cwd=root)
+    boots = [json.loads(x) for x in (root / "logs" / "merged.jsonl").read_text().splitlines()]
+    assert {b["clock"] for b in boots if b["event"] == "boot"} == {"model"}
+    inferences = sum(1 for b in boots if b["event"] == "infer" and b["node"] == 0)
+    topology = json.loads((root / ".cisl-testbed" / "run.json").read_text())["topology"]
+    ok(cisl("estimate", "sim4", "-q", "--topology", topology, "--radio-inferences", str(inferences),
+            "-o", "est.json", cwd=root))
+    p = ok(cisl("report", "logs", "-o", "rep", "--estimate", "est.json", "--no-plots", cwd=root))
+    assert "[model time]" in p.stdout
+    rows = (root / "rep" / "block_latency.csv").read_text().splitlines()
+    head = rows[0].split(",")
+    seen = set()
+    for row in rows[1:]:
+        r = dict(zip(head, row.split(",")))
+        seen.add(r["block"])
+        assert r["clock"] == "model"
+        # the nodes print whole microseconds per block line: equal to the estimate within that rounding
+        assert float(r["slowest_compute_us"]) == pytest.approx(float(r["predicted_compute_us"]), abs=1.5), r
+        assert float(r["comm_us"]) == pytest.approx(float(r["predicted_comm_us"]), abs=1.5), r
+        assert float(r["latency_us"]) == pytest.approx(float(r["predicted_latency_us"]), abs=2.5), r
+    assert seen == {"embed", "attn0", "mlp0", "head"}
+
+
+def test_calibration_recovers_the_flash_wait_states(builds, tmp_path):
+    """A 'board' whose flash has 3 wait states (the model's central is 2): report --calibrate finds 3."""
+    from codegen.timing.boardtime import write_tables
+    from codegen.timing.compute import compute_build
+
+    work = tmp_path / "sim4"
+    shutil.copytree(builds / "sim4", work)
+    write_tables(work, compute_build(work, flash_wait=(3.0, 3.0, 3.0)))
+    ok(cisl("sim", str(work), cwd=tmp_path))
+    ok(cisl("estimate", str(work), "-q", "-o", "est.json", cwd=tmp_path))
+    p = ok(cisl("report", str(work / "logs"), "-o", "rep", "--estimate", "est.json", "--calibrate", "--no-plots",
+                cwd=tmp_path))
+    row = (tmp_path / "rep" / "calibration.csv").read_text().splitlines()[1].split(",")
+    assert float(row[1]) == pytest.approx(3.0, abs=0.05), p.stdout
+    assert "fitted flash wait states 3.0" in p.stdout
+
+
+def test_a_stale_board_time_table_is_never_used(builds, tmp_path):
+    work = tmp_path / "sim4"
+    shutil.copytree(builds / "sim4", work)
+    table = work / "node_01" / "board_time.txt"
+    text = table.read_text().replace("image ", "image 0", 1)
+    table.write_text(text)
+    p = cisl("sim", str(work), cwd=tmp_path)
+    assert p.returncode == 2 and "stale" in p.stderr and "Traceback" not in p.stderr

@@ -112,11 +112,10 @@ def write_md(path: Path, data: list[dict], seconds: float, rounds: int) -> None:
         ("Every (G, P) fits the gap (the total per-packet work)." if total_gap_ok else
          "Some (G, P) exceed the gap itself (see the margin column)."),
         "",
-        (f"{len(late)} of {len(real)} exchange rows do **not** fit: mostly the coded packet is built after `wait_slot` "
-         f"returns, in SETUP + half RX window ≈ 34–36 µs (≈ 2200–2300 cycles), while building it grows "
-         f"with G·P (TX preparation {min(r['2M']['worst_prep_us'] for r in real):.0f}–"
-         f"{max(r['2M']['worst_prep_us'] for r in real):.0f} µs over the table). Near full rank the RX decision (request bookkeeping in `mx_slot`) also overruns the 20 µs before an RX compare. The gap is not the "
-         f"binding limit; the order of the work in `mx_start` is." if late else "No late slot."),
+        (f"{len(late)} of {len(real)} exchange rows have late slots: the per-packet work exceeds what the slot "
+         f"leaves after the packet (see the margin column)." if late else
+         "No late slot: `cisl compile` sizes every slot for the board's per-packet work (board.toml [mixer] "
+         "per_packet_cycles, fitted from this table) and picks smaller generations where that is faster."),
         "",
     ]
     path.write_text("\n".join(lines))

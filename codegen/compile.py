@@ -192,11 +192,22 @@ def _budget_check(plan, board, summary: dict, say: Callable[[str], None]) -> Non
         summary["warnings"] = warnings
 
 
+def _per_packet_us(board_name: str) -> tuple[float, float, float, float] | None:
+    """The board CPU's worst Mixer work per packet (board.toml [mixer] per_packet_cycles), in µs."""
+    board = load_board(board_name)
+    c = board.facts.get("mixer", {}).get("per_packet_cycles")
+    if not c:
+        return None
+    k = float(c.get("safety", 1.0)) * 1e6 / float(board.facts["board"]["clock_hz"])
+    return (k * float(c["base"]), k * float(c["per_row"]), k * float(c["per_row_byte"]), k * float(c["per_byte"]))
+
+
 def _mixer_section(st, opts: CompileOptions) -> dict:
     """How every exchange runs over Mixer (codegen/plan/mixer_schedule.py), for radio transports."""
     # a node lingers at least n slots after learning that all have full rank, so that each slot
     # owner gets one chance to tell the others (firmware/mixer/mixer.h, MX_TERM_DONE)
-    policy = RoundPolicy(kind=opts.round_policy, phy=opts.phy, linger=max(4, st.split.devices))
+    policy = RoundPolicy(kind=opts.round_policy, phy=opts.phy, linger=max(4, st.split.devices),
+                         per_packet_us=_per_packet_us(opts.board))
     try:
         rounds = schedule_plan([sg.msg_bytes for sg in st.sgs], policy, opts.max_generation)
     except ValueError as e:
@@ -204,7 +215,9 @@ def _mixer_section(st, opts: CompileOptions) -> dict:
                 "use more nodes, fewer tokens or a lower keep ratio")
         raise UserError(f"{e}: {hint}") from None
     return {"initiator": SINK, "policy": {"kind": policy.kind, "linger": policy.linger, "phy": policy.phy,
-                                          "margin_us": policy.margin_us},
+                                          "margin_us": policy.margin_us,
+                                          **({"per_packet_us": list(policy.per_packet_us)}
+                                             if policy.per_packet_us else {})},
             "max_generation": opts.max_generation,
             "exchanges": [[r.to_json() for r in ex] for ex in rounds],
             "estimated_us_per_inference": int(sum(r.estimated_us for ex in rounds for r in ex))}

@@ -19,12 +19,13 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from ..radio.timing import MAX_PHY_PAYLOAD, slot_us_for_length
+from ..radio.timing import MAX_PHY_PAYLOAD, air_time_us, slot_us_for_length
 
 MAX_GENERATION = 256  # rows per Mixer round (firmware/mixer MX_MAX_G)
 MAX_PAYLOAD = 240  # bytes per row; PHY payload L = 4 + 2·⌈G/8⌉ + P ≤ 255
 HEADER_ROW = 0
 INITIATOR = 0
+RAMP_US = 40  # boards/nrf52840dk/radio.c: TXEN/RXEN to READY (fast ramp-up)
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,12 @@ class RoundPolicy:
     b: float = 8.0
     phy: str = "2M"
     margin_us: int = 50
+    # The board CPU's worst per-packet work in µs, base + per_row·G + per_row_byte·G·P + per_byte·P
+    # (board.toml [mixer] per_packet_cycles, fitted by bench/mixer_budget.py); None: no limit (sim).
+    # A slot must hold the packet's air time, the radio's ramp-up and this work, so the planner
+    # lengthens slots that would be late and, where that costs less, splits the exchange into
+    # rounds of smaller generations (less elimination work per packet).
+    per_packet_us: tuple[float, float, float, float] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ("fixed", "done"):
@@ -51,6 +58,21 @@ class RoundPolicy:
 
     def deadline(self, generation: int) -> int:
         return 3 * generation + 200
+
+    def processing_us(self, generation: int, payload: int) -> float:
+        if self.per_packet_us is None:
+            return 0.0
+        base, per_row, per_row_byte, per_byte = self.per_packet_us
+        return base + per_row * generation + per_row_byte * generation * payload + per_byte * payload
+
+    def slot_us(self, length: int, generation: int, payload: int) -> int:
+        """The radio's slot length for a packet of ``length`` bytes, lengthened (if needed) so the
+        per-packet work fits between the packet's end and the next slot's ramp-up."""
+        slot = slot_us_for_length(length, self.phy, self.margin_us)
+        if self.per_packet_us is None:
+            return slot
+        need = air_time_us(length, self.phy) + RAMP_US + self.processing_us(generation, payload)
+        return max(slot, math.ceil(need))
 
     def estimated_slots(self, generation: int) -> int:
         if self.kind == "fixed":
@@ -123,9 +145,32 @@ def _pack(msg_bytes: list[int], payload: int, max_generation: int) -> list[list[
 
 def schedule_exchange(exchange: int, msg_bytes: list[int], policy: RoundPolicy = RoundPolicy(),
                       max_generation: int = MAX_GENERATION) -> list[MixerRound]:
-    """Mixer rounds for one exchange; [] when nobody sends anything (e.g. D = 1)."""
+    """Mixer rounds for one exchange; [] when nobody sends anything (e.g. D = 1). With a CPU limit
+    (``policy.per_packet_us``) smaller generations are tried too and the fastest schedule wins."""
     if not any(msg_bytes):
         return []
+    if policy.per_packet_us is None:
+        return _schedule_exchange(exchange, msg_bytes, policy, max_generation)
+    best = None
+    error = None
+    cap = max_generation
+    while cap >= 8:
+        try:
+            rounds = _schedule_exchange(exchange, msg_bytes, policy, cap)
+        except ValueError as e:
+            error = error or e
+            break
+        total = sum(r.estimated_us for r in rounds)
+        if best is None or total < best[0]:
+            best = (total, rounds)
+        cap //= 2
+    if best is None:
+        raise error  # type: ignore[misc]
+    return best[1]
+
+
+def _schedule_exchange(exchange: int, msg_bytes: list[int], policy: RoundPolicy,
+                       max_generation: int) -> list[MixerRound]:
     best: tuple[int, list[MixerRound]] | None = None
     for payload in range(8, MAX_PAYLOAD + 1):
         groups = _pack(msg_bytes, payload, max_generation)
@@ -143,7 +188,7 @@ def schedule_exchange(exchange: int, msg_bytes: list[int], policy: RoundPolicy =
                 break
             length = packet_length(len(msg_bytes), generation, payload)
             rounds.append(MixerRound(exchange, part, len(groups), generation, payload, policy.deadline(generation),
-                                     slot_us_for_length(length, policy.phy, policy.margin_us),
+                                     policy.slot_us(length, generation, payload),
                                      policy.estimated_slots(generation), senders, []))
         else:
             total = sum(r.estimated_us for r in rounds)

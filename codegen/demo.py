@@ -34,6 +34,9 @@ def run_demo(out_dir: Path, devices: int, epochs: int | None, echo: Callable[[st
                              lambda s: echo("      " + s))
         echo("[3/4] build every node (gcc -Wall -Wextra -Werror)")
         b = build(tmp / "build", say=lambda s: echo("      " + s))
+        from .timing.boardtime import refresh
+
+        echo("      " + refresh(tmp / "build", say=lambda s: None))
         topo = default_topology(devices)
         echo(f"[4/4] run on the virtual testbed: one process per node running Mixer, a radio medium ({topo})")
         r = run_sim(tmp / "build", logs_dir=tmp / "logs", radio=topo)
@@ -41,8 +44,12 @@ def run_demo(out_dir: Path, devices: int, epochs: int | None, echo: Callable[[st
         for rec in r.records:
             if rec.event == "sg":
                 measured_tx[rec.node] = measured_tx.get(rec.node, 0) + int(rec.fields["tx"])
+        clock = next((rec.fields.get("clock", "host") for rec in r.records if rec.event == "boot"), "host")
+        lat = _block_latency(r.records)
         report = {
             "devices": devices,
+            "board_time": {"clock": clock, "latency_ms_per_inference": round(sum(lat.values()) / 1000, 2),
+                           "blocks_ms": {k: round(v / 1000, 3) for k, v in lat.items()}},
             "train": {k: tr[k] for k in ("params", "train_mse", "val_mse", "test_mse", "seconds", "epochs")},
             "nodes": [{**n, "bytes_sent_measured_per_inference": measured_tx.get(n["node"], 0) // max(r.inferences, 1)}
                       for n in comp["nodes"]],
@@ -81,6 +88,13 @@ def format_report(rep: dict, out_dir: Path) -> str:
     lines.append(f"radio ({s['topology']}, Mixer over BLE 2M): {s['delivered']} of {s['expected']} messages delivered; "
                  f"air time {s['air_ms_per_inference']} ms per inference (fixed 3G+200 deadlines: "
                  f"{s['fixed_deadline_ms_per_inference']} ms)")
+    bt = rep.get("board_time", {})
+    if bt.get("clock") == "model":
+        blocks = ", ".join(f"{k} {v:.2f}" for k, v in bt["blocks_ms"].items())
+        lines.append(f"latency per inference on nRF52840s (cycle model of the nodes' ARM images + the radio): "
+                     f"{bt['latency_ms_per_inference']:.1f} ms ({blocks} ms per block, slowest node + its rounds)")
+    else:
+        lines.append("latency: the nodes counted host time (no ARM toolchain for the nRF52840 cycle model)")
     lines.append(f"bit-exact (every node's messages and the forecast vs the numpy int8 reference, "
                  f"{s['inferences']} inferences, kernels: {rep['kernels']}): {'yes' if s['bit_exact'] else 'NO'}")
     if s["first_difference"]:
@@ -89,3 +103,20 @@ def format_report(rep: dict, out_dir: Path) -> str:
         lines.append(f"  problem: {p}")
     lines.append(f"artifacts: {out_dir}/model (model.onnx), {out_dir}/build (plan.json, node_NN/), {out_dir}/logs")
     return "\n".join(lines)
+
+
+def _block_latency(records) -> dict[str, float]:
+    """Per block (embed, attn0, ...): the slowest node's mean compute + the largest mean comm, µs."""
+    acc: dict[str, dict[int, list[tuple[int, int]]]] = {}
+    for rec in records:
+        if rec.event != "block":
+            continue
+        f = rec.fields
+        label = f["block"] if int(f["layer"]) < 0 else f"{f['block']}{f['layer']}"
+        acc.setdefault(label, {}).setdefault(rec.node, []).append((int(f["us"]), int(f["comm_us"])))
+    out = {}
+    for label, per in acc.items():
+        comp = max(sum(u for u, _ in v) / len(v) for v in per.values())
+        comm = max(sum(c for _, c in v) / len(v) for v in per.values())
+        out[label] = comp + comm
+    return out

@@ -935,6 +935,17 @@ def report_cmd(logs_dirs: tuple[Path, ...], out_dir: Path, builds: tuple[Path, .
         click.echo(f"{b['run']}: {b['block']:<6} latency {b['latency_us'] / 1000:.3f} ms = slowest compute "
                    f"{b['slowest_compute_us'] / 1000:.3f} + communication {b['comm_us'] / 1000:.3f} "
                    f"[{b['clock']} time]{pred}")
+    by_run: dict[str, list[dict]] = {}
+    for e in r.energy:
+        by_run.setdefault(e["run"], []).append(e)
+    for run, rows in by_run.items():
+        total = sum(e["total_uj"] for e in rows)
+        radio = sum(e["radio_uj"] for e in rows)
+        src = ("radio from --estimate" if all(e["radio_source"] == "estimate" for e in rows)
+               else "CPU only: add --estimate for the radio")
+        pred = [e["predicted_total_uj"] for e in rows if e["predicted_total_uj"] != ""]
+        click.echo(f"{run}: energy per inference of the network {total:,.1f} uJ ({src}; radio {radio:,.1f} uJ)"
+                   + (f", predicted {sum(pred):,.1f} uJ" if len(pred) == len(rows) else ""))
     for c in r.calibration:
         click.echo(f"{c['run']}: fitted flash wait states {c['flash_wait']} (board.toml range {c['model_range']}), "
                    f"{c['points']} node blocks, model error mean {c['mean_error_pct']} % / max "

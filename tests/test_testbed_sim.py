@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from clirun import cisl, ok
 from models import config_for_tokens, make_model_dir
 
 from codegen.build import build
@@ -24,16 +23,6 @@ from codegen.serial_contract import Record, outputs_by_inference
 from codegen.sim import protocol as P
 
 pytestmark = pytest.mark.sim
-
-
-def cisl(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "codegen.cli", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=timeout)
-
-
-def ok(p: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
-    assert p.returncode == 0, (p.returncode, p.stdout, p.stderr)
-    return p
 
 
 @pytest.fixture(scope="module")

@@ -10,27 +10,16 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from clirun import cisl, ok
 from models import config_for_tokens, make_model_dir
 
 from codegen.compile import CompileOptions, compile_model
 
 HAVE_ARM = shutil.which("arm-none-eabi-gcc") is not None
 pytestmark = [pytest.mark.arm, pytest.mark.skipif(not HAVE_ARM, reason="arm-none-eabi-gcc not installed")]
-
-
-def cisl(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "codegen.cli", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=timeout)
-
-
-def ok(p: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
-    assert p.returncode == 0, (p.returncode, p.stdout, p.stderr)
-    return p
 
 
 @pytest.fixture(scope="module")
@@ -110,6 +99,14 @@ def test_the_virtual_testbed_speaks_board_time_equal_to_the_estimate(builds):
         assert float(r["comm_us"]) == pytest.approx(float(r["predicted_comm_us"]), abs=1.5), r
         assert float(r["latency_us"]) == pytest.approx(float(r["predicted_latency_us"]), abs=2.5), r
     assert seen == {"embed", "attn0", "mlp0", "head"}
+    # energy per node from the logged board time (the radio's on-time from the estimate) = the estimate's
+    erows = (root / "rep" / "energy.csv").read_text().splitlines()
+    eh = erows[0].split(",")
+    assert len(erows) == 5
+    for row in erows[1:]:
+        e = dict(zip(eh, row.split(",")))
+        assert e["radio_source"] == "estimate" and float(e["radio_uj"]) > 0
+        assert float(e["total_uj"]) == pytest.approx(float(e["predicted_total_uj"]), rel=0.02), e
 
 
 def test_calibration_recovers_the_flash_wait_states(builds, tmp_path):

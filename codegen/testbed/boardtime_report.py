@@ -128,3 +128,47 @@ def calibrate(run, estimate: dict) -> dict:
     rel = [abs(mc - (core + w * ev)) / mc for mc, core, ev in points if mc > 0]
     return {"flash_wait": round(w, 3), "points": len(points), "max_error_pct": round(100 * max(rel), 2),
             "mean_error_pct": round(100 * sum(rel) / len(rel), 2), "model_range": estimate.get("flash_wait")}
+
+
+ENERGY_COLS = ["run", "nodes", "clock", "node", "inferences", "period_us", "compute_us", "comm_us", "cpu_uj",
+               "radio_uj", "idle_uj", "total_uj", "radio_source", "predicted_total_uj"]
+
+
+def energy(run, estimate: dict | None) -> list[dict]:
+    """Energy per inference per node from the logged board time (central currents, board.toml
+    [power] of the part the nodes are or stand for): the CPU runs through compute and through the
+    rounds (the board code polls), sleeps for the rest of the inference period. The radio's on-time
+    is not in the serial lines; with --estimate it is the cycle model's prediction for the same
+    rounds (radio_source "estimate"), otherwise the radio is left out (radio_source "none")."""
+    from ..boards import load_board
+    from ..timing.energy import load_power
+
+    clock = clock_of(run)
+    if clock not in ("model", "dwt"):
+        return []  # host time or instruction counts are no board time to price
+    boards = {str(r.get("board")) for r in run.of("boot")}
+    name = boards.pop() if len(boards) == 1 else "nrf52840dk"
+    facts = load_board(name).facts
+    model = facts.get("timing", {}).get("models", name)
+    power = load_power(model)
+    v = power.voltage_v
+    pred = {int(n["node"]): n.get("energy") for n in estimate["nodes"]} if estimate else {}
+    rows = []
+    for k in run.node_ids:
+        infer = [float(r["us"]) for r in run.of("infer", k)]
+        if not infer:
+            continue
+        n = len(infer)
+        period = sum(infer) / n
+        compute = sum(float(r["us"]) for r in run.of("block", k)) / n
+        comm = sum(float(r["comm_us"]) for r in run.of("block", k)) / n
+        cpu = v * power.cpu_active_ma.central * (compute + comm) * 1e-3
+        p = pred.get(k)
+        radio = (p["radio_uj"]["central"] if p else 0.0)
+        idle = v * power.idle_ua.central * max(0.0, period - compute - comm) * 1e-6
+        rows.append({"run": run.label, "nodes": run.nodes, "clock": clock, "node": k, "inferences": n,
+                     "period_us": round(period, 1), "compute_us": round(compute, 1), "comm_us": round(comm, 1),
+                     "cpu_uj": round(cpu, 2), "radio_uj": round(radio, 2), "idle_uj": round(idle, 3),
+                     "total_uj": round(cpu + radio + idle, 2), "radio_source": "estimate" if p else "none",
+                     "predicted_total_uj": round(p["total_uj"]["central"], 2) if p else ""})
+    return rows

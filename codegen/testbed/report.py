@@ -44,6 +44,7 @@ class ReportResult:
     latency: list[dict] = field(default_factory=list)
     speedup: list[dict] = field(default_factory=list)
     block_latency: list[dict] = field(default_factory=list)
+    energy: list[dict] = field(default_factory=list)
     calibration: list[dict] = field(default_factory=list)
 
 
@@ -245,6 +246,7 @@ def make_report(log_dirs: list[Path], out_dir: Path, builds: list[Path] | None =
         if ests and est is None:
             res.notes.append(f"{r.label}: no --estimate for {r.nodes} nodes: no predicted column")
         res.block_latency += BT.block_latency(r, est)
+        res.energy += BT.energy(r, est)
         clock = BT.clock_of(r)
         if clock == "host":
             res.notes.append(f"{r.label}: the nodes counted host time (no board time table): build the sim plan "
@@ -258,6 +260,8 @@ def make_report(log_dirs: list[Path], out_dir: Path, builds: list[Path] | None =
                   _write_csv(out_dir / "speedup.csv", speed, SPEEDUP_COLS),
                   _write_csv(out_dir / "block_latency.csv", res.block_latency, BT.BLOCK_LATENCY_COLS),
                   _write_csv(out_dir / "forecasts.csv", fc, FORECAST_COLS)]
+    if res.energy:
+        res.files.append(_write_csv(out_dir / "energy.csv", res.energy, BT.ENERGY_COLS))
     if res.calibration:
         res.files.append(_write_csv(out_dir / "calibration.csv", res.calibration,
                                     ["run", "flash_wait", "points", "mean_error_pct", "max_error_pct", "model_range"]))

@@ -106,7 +106,13 @@ def image_of(build_dir: Path, device: int, plan: Plan) -> Path:
     return elf
 
 
-def _macs(plan: Plan, device: int, op_index: int) -> int:
+WORK_UNITS = {"fc": "MAC", "bmm": "MAC", "fc_s32": "MAC", "softmax": "element", "layernorm": "element",
+              "add": "element", "add_const": "element"}
+
+
+def op_work(plan: Plan, device: int, op_index: int) -> int:
+    """Units of work of one op (WORK_UNITS: MACs of fc/bmm, output elements of softmax, LayerNorm
+    and adds), 0 for ops without a natural unit."""
     node = plan.nodes[device]
     op = node.ops[op_index]
     shp = {n: node.tensors[n].shape for n in op.ins + op.outs if n in node.tensors}
@@ -118,7 +124,13 @@ def _macs(plan: Plan, device: int, op_index: int) -> int:
         return m * k * shp[op.ins[1]][0]
     if op.kind == "fc_s32":
         return node.tensors[op.ins[0]].size * shp[op.outs[0]][0]
+    if op.kind in WORK_UNITS:
+        return node.tensors[op.outs[0]].size
     return 0
+
+
+def _macs(plan: Plan, device: int, op_index: int) -> int:
+    return op_work(plan, device, op_index) if WORK_UNITS.get(plan.nodes[device].ops[op_index].kind) == "MAC" else 0
 
 
 def fold_blocks(plan: Plan, device: int, nc: NodeCycles) -> NodeCompute:

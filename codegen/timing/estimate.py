@@ -65,6 +65,7 @@ class Estimate:
     blocks: list[BlockEstimate]
     exchanges: dict[int, C.ExchangeTime]
     energy: dict[int, Energy] = field(default_factory=dict)
+    rounds: list[C.RoundTime] = field(default_factory=list)
     flash_wait: Triple = (0.0, 0.0, 0.0)
 
     @property
@@ -132,7 +133,7 @@ def estimate(build_dir: Path, topology: str | None = None, policy: str | None = 
     if nodes is None:
         nodes = compute_build(build_dir, inferences=inferences, jobs=jobs, flash_wait=flash_wait, progress=progress)
     topo = C.resolve_topology(plan, topology)
-    pol = policy or str(plan.meta.get("round_policy", "done"))
+    pol = policy or str(plan.meta.get("mixer", {}).get("policy", {}).get("kind", "done"))  # the firmware's
     rounds = C.comm_schedule(plan, topo, pol, inferences=radio_inferences, seed=seed)
     ex = C.exchange_times(rounds)
     blocks: list[BlockEstimate] = []
@@ -153,7 +154,7 @@ def estimate(build_dir: Path, topology: str | None = None, policy: str | None = 
                                     own))
     est = Estimate(str(build_dir), board.name, model.name, plan.devices, topo, pol, inferences,
                    images_digest(build_dir, plan), clock, nodes, blocks, ex,
-                   flash_wait=flash_wait or MemoryModel.for_board(model).flash_wait)
+                   flash_wait=flash_wait or MemoryModel.for_board(model).flash_wait, rounds=rounds)
     period_us = (period_ms if period_ms is not None else est.latency_ms[1]) * 1e3
     phy = str(plan.meta.get("phy", "2M"))
     for n in nodes:

@@ -237,9 +237,10 @@ def plot(rows: list[dict], out: Path) -> None:
     for i, F in enumerate(Fs):
         for j, block in enumerate(BLOCKS):
             ax = axes[i][j]
+            Ds = sorted({r["D"] for r in rows if r["F"] == F})
             for k, keep in enumerate((1.0, 0.1)):
                 rs = sorted((r for r in rows if r["F"] == F and r["keep"] == keep), key=lambda r: r["D"])
-                xs = [x + (k - 0.5) * 0.38 for x in range(len(rs))]
+                xs = [Ds.index(r["D"]) + (k - 0.5) * 0.38 for r in rs]
                 comp = [r["policies"]["fixed"]["blocks"][block]["compute_ms"][1] for r in rs]
                 comm = [r["policies"]["fixed"]["blocks"][block]["comm_ms"][1] for r in rs]
                 done = [r["policies"]["done"]["blocks"][block]["latency_ms"][1] for r in rs]
@@ -248,10 +249,9 @@ def plot(rows: list[dict], out: Path) -> None:
                 ax.bar(xs, comm, 0.36, bottom=comp, color="#1f77b4" if keep == 1.0 else "#2ca02c", alpha=0.35,
                        hatch="//", label=f"communication (fixed 3G+200), keep {keep}")
                 ax.plot(xs, done, "k_", markersize=14, label="latency with cisl's done rounds" if k == 0 else None)
-                ax.set_xticks(range(len(rs)))
-                ax.set_xticklabels([f"D={r['D']}" for r in rs])
-            ax.set_ylabel("ms")
-            ax.set_yscale("log")
+            ax.set_xticks(range(len(Ds)))
+            ax.set_xticklabels([f"D={d}" for d in Ds])
+            ax.set_ylabel("ms (stacked: compute, then communication)")
             ax.set_title(f"F = {F}: {BLOCKS[block]} block")
             if i == 0 and j == 0:
                 ax.legend(fontsize=7)
@@ -274,6 +274,7 @@ def plot(rows: list[dict], out: Path) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--replot", action="store_true", help="Only redraw <out>.md/.png from <out>.json.")
     ap.add_argument("--features", type=int, nargs="+", default=[256, 512])
     ap.add_argument("--devices", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     ap.add_argument("--keep", type=float, nargs="+", default=[1.0, 0.1])
@@ -283,6 +284,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--work", type=Path, default=None, help="Keep the builds here (default: a temporary folder).")
     ap.add_argument("--out", type=Path, default=HERE.parent / "docs" / "results" / "latency_scaling")
     args = ap.parse_args(argv)
+    if args.replot:
+        doc = json.loads(args.out.with_suffix(".json").read_text())
+        args.tokens = doc["rows"][0]["tokens"]
+        write_md(doc["rows"], args.out, args, doc["kernels"])
+        plot(doc["rows"], args.out)
+        return
     kinds = kernel_library().kind
     rows = []
     with tempfile.TemporaryDirectory(prefix="cisl-latency-") as tmp:

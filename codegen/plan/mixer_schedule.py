@@ -151,21 +151,18 @@ def schedule_exchange(exchange: int, msg_bytes: list[int], policy: RoundPolicy =
         return []
     if policy.per_packet_us is None:
         return _schedule_exchange(exchange, msg_bytes, policy, max_generation)
-    best = None
-    error = None
-    cap = max_generation
+    best = (0, _schedule_exchange(exchange, msg_bytes, policy, max_generation))  # raises if nothing fits
+    best = (sum(r.estimated_us for r in best[1]), best[1])
+    cap = max_generation // 2
     while cap >= 8:
         try:
             rounds = _schedule_exchange(exchange, msg_bytes, policy, cap)
-        except ValueError as e:
-            error = error or e
-            break
+        except ValueError:
+            break  # a message no longer fits one round; smaller generations will not fit it either
         total = sum(r.estimated_us for r in rounds)
-        if best is None or total < best[0]:
+        if total < best[0]:
             best = (total, rounds)
         cap //= 2
-    if best is None:
-        raise error  # type: ignore[misc]
     return best[1]
 
 

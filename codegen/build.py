@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Callable
 
 from .boards import load_board
 from .errors import CheckFailed, UserError
+from .fsutil import sha256_file, write_text_atomic
 from .plan.io import load_plan
 from .resources import resource_dir
 
@@ -216,6 +217,11 @@ def build(build_dir: Path, board_name: str | None = None, jobs: int | None = Non
         if bad:
             raise UserError(f"--node {bad[0]}: the plan has nodes 0..{len(known) - 1}")
     selected = [n for n in plan.nodes if nodes is None or n.device in nodes]
+    # a build that fails must not leave the images of an earlier one looking current
+    summary_name = "build.json" if board.name == plan_board else f"build-{board.name}.json"
+    (build_dir / summary_name).unlink(missing_ok=True)
+    for node in selected:
+        (image_dir(build_dir, node.device, board, plan_board) / board.build["output"]).unlink(missing_ok=True)
     cc = board.build["cc"]
     if shutil.which(cc) is None:
         hint = ARM_APT if cc.startswith("arm-none-eabi") else "sudo apt-get install --no-install-recommends gcc"
@@ -358,13 +364,13 @@ def build(build_dir: Path, board_name: str | None = None, jobs: int | None = Non
             log = image_dir(build_dir, device, board, plan_board) / "build.log"
             raise CheckFailed(f"linking node {device} failed: {text.strip().splitlines()[-1] if text.strip() else ''} "
                               f"(full log: {log})")
-    summary = {"board": board.name, "plan_board": plan_board, "compiler": cc, "kernels": lib.kind,
-               "kernels_root": str(lib.root), "mixer_maxima": maxima,
+    summary = {"board": board.name, "plan_board": plan_board, "plan": plan.sha256[:16], "compiler": cc,
+               "kernels": lib.kind, "kernels_root": str(lib.root), "mixer_maxima": maxima,
                "nodes": [{"node": d, "image": str(p.relative_to(build_dir)), "bytes": p.stat().st_size,
+                          "sha256": sha256_file(p),
                           **({"flash": sizes[d]["elf"]["flash"], "ram": sizes[d]["elf"]["ram"]} if d in sizes else {})}
                          for d, _, _, p in links]}
-    name = "build.json" if board.name == plan_board else f"build-{board.name}.json"
-    (build_dir / name).write_text(json.dumps(summary, indent=1) + "\n")
+    write_text_atomic(build_dir / summary_name, json.dumps(summary, indent=1) + "\n")
     return summary
 
 

@@ -877,9 +877,10 @@ def logs_cmd(testbed_file: Path, out_dir: Path, inferences: int | None, duration
     """Record a run: open every node's serial port, reset the nodes, parse their log lines.
 
     The ports are opened before the reset, so boot lines are not lost. Writes OUT/node_NN.log (raw),
-    OUT/node_NN.jsonl (records with host timestamps), OUT/merged.jsonl (host-time order) and
-    OUT/summary.json. A node whose final line (`end`, or the N-th `infer`) never came has failed:
-    exit code 1.
+    OUT/node_NN.jsonl (records with host timestamps and the run's id), OUT/merged.jsonl (host-time
+    order) and OUT/summary.json. A node whose final line (`end`, or the N-th `infer`) never came has
+    failed: exit code 1, and the logs of the failed run go to OUT.failed/ (OUT keeps the previous
+    run's). OUT is replaced only if cisl wrote it and it holds nothing else.
     """
     from .testbed.config import load_testbed
     from .testbed.logs import run_logs
@@ -898,7 +899,9 @@ def logs_cmd(testbed_file: Path, out_dir: Path, inferences: int | None, duration
         click.echo(f"{k:>4} {n.bytes:>8} {n.lines:>6} {len(n.records):>7} {n.infers:>5} {mean:>9}  {status}"
                    + (f" [port reopened {n.reopens}x]" if n.reopens else ""))
     click.echo(f"stopped: {c.stop_reason}; {sum(len(n.records) for n in c.nodes.values())} records in "
-               f"{c.ended - c.started:.1f} s -> {out_dir}/merged.jsonl")
+               f"{c.ended - c.started:.1f} s -> {r.out_dir}/merged.jsonl")
+    if r.kept is not None:
+        click.echo(f"the run failed: the previous logs in {r.kept} are kept; this run's logs are in {r.out_dir}")
     failed = [(k, n) for k, n in sorted(c.nodes.items()) if n.failed]
     if failed:
         raise CheckFailed(f"{len(failed)} of {len(c.nodes)} nodes did not finish (first: node {failed[0][0]}: "

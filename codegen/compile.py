@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -28,7 +29,22 @@ from .plan.mixer_schedule import MAX_GENERATION, RoundPolicy, schedule_plan
 from .plan.quantize import calibrate, quantize
 from .plan.structure import SINK, build_structure
 
-PLAN_MARKER = "plan.json"
+OUTPUT_KIND = "build"
+_BUILD_ENTRY = re.compile(r"^(plan\.json|constants\.bin|compile\.json|inputs\.npy|build(-[a-z0-9-]+)?\.json|_obj|"
+                          r"logs|node_\d\d)$")
+
+
+def build_entry(name: str) -> bool:
+    """What cisl writes into a build folder (compile, build, sim's default logs)."""
+    return _BUILD_ENTRY.match(name) is not None
+
+
+def legacy_build(target: Path) -> bool:
+    """A build folder of a cisl version before the owner file: its plan.json is a cisl plan."""
+    try:
+        return json.loads((Path(target) / "plan.json").read_text()).get("format") == "cisl-plan"
+    except (OSError, ValueError, AttributeError):
+        return False
 MAX_CALIBRATION = 256
 SIM_INPUTS = 4
 
@@ -95,7 +111,7 @@ def _check_kernel_limits(model: CislModel, split: Split) -> None:
 def compile_model(model_path: Path, out_dir: Path, opts: CompileOptions,
                   say: Callable[[str], None] = lambda s: None) -> dict:
     """Compile ``model_path`` into ``out_dir``; return the summary written to compile.json."""
-    check_output_dir(Path(out_dir), PLAN_MARKER)
+    check_output_dir(Path(out_dir), OUTPUT_KIND, build_entry, legacy_build)
     model = load_model(Path(model_path))
     board = load_board(opts.board)
     cfg = model.config
@@ -151,7 +167,7 @@ def compile_model(model_path: Path, out_dir: Path, opts: CompileOptions,
         "mixer": _mixer_section(st, opts),
         "input_windows": int(len(sim_inputs)),  # rows of inputs.npy (boards compile them into the image)
     }
-    with atomic_output_dir(Path(out_dir), PLAN_MARKER) as tmp:
+    with atomic_output_dir(Path(out_dir), OUTPUT_KIND, build_entry, legacy_build) as tmp:
         write_plan(tmp, meta, st.sgs, nodes, q)
         plan = load_plan(tmp)  # emit from what is on disk: plan.json is the source of truth
         env = environment()

@@ -22,7 +22,7 @@ def run_demo(out_dir: Path, devices: int, epochs: int | None, echo: Callable[[st
 
     out_dir = Path(out_dir)
     t0 = time.monotonic()
-    with atomic_output_dir(out_dir, MARKER) as tmp:
+    with atomic_output_dir(out_dir, "demo", _demo_entry, _legacy_demo) as tmp:
         overrides = {"split.devices": devices}
         if epochs is not None:
             overrides["train.epochs"] = epochs
@@ -70,6 +70,19 @@ def run_demo(out_dir: Path, devices: int, epochs: int | None, echo: Callable[[st
     echo("")
     echo(text)
     return r.ok
+
+
+def _demo_entry(name: str) -> bool:
+    return name in ("model", "build", "logs", MARKER, "report.txt")
+
+
+def _legacy_demo(target: Path) -> bool:
+    """A demo folder of a cisl version before the owner file."""
+    try:
+        rep = json.loads((Path(target) / MARKER).read_text())
+        return isinstance(rep, dict) and "sim" in rep and "devices" in rep
+    except (OSError, ValueError):
+        return False
 
 
 def format_report(rep: dict, out_dir: Path) -> str:

@@ -7,38 +7,75 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from .errors import UserError
 
 
-def check_output_dir(target: Path, marker: str) -> None:
-    """Fail early (before any work) if ``target`` may not be replaced by a cisl output."""
+OWNER_FILE = ".cisl-output"  # "cisl <kind>": this folder is a cisl output of that kind
+
+
+def _owner(target: Path) -> str | None:
+    try:
+        line = (target / OWNER_FILE).read_text(encoding="ascii", errors="replace").splitlines()[0]
+    except (OSError, IndexError):
+        return None
+    return line[5:].strip() if line.startswith("cisl ") else None
+
+
+def check_output_dir(target: Path, kind: str, entries: Callable[[str], bool],
+                     legacy: Callable[[Path], bool] | None = None) -> None:
+    """Fail early (before any work) if ``target`` may not be replaced by a cisl output of ``kind``.
+
+    An existing folder is replaced only if it is empty, or cisl made it for the same kind (its
+    OWNER_FILE says so, or — folders of cisl versions before the owner file — ``legacy(target)``
+    recognises it) *and* every entry in it is one cisl writes there (``entries(name)``): a file the
+    user put next to cisl's is never deleted."""
     target = Path(target)
-    if target.exists():
-        if not target.is_dir():
-            raise UserError(f"{target}: exists and is not a directory; choose another output with -o")
-        if any(target.iterdir()) and not (target / marker).exists():
-            raise UserError(f"{target}: exists and was not written by cisl (no {marker}); "
-                            f"choose an empty or new output folder with -o")
+    if not target.exists():
+        if target.parent.exists() and not target.parent.is_dir():
+            raise UserError(f"{target}: {target.parent} is a file, not a folder; choose another output with -o")
+        return
+    if not target.is_dir():
+        raise UserError(f"{target}: exists and is not a directory; choose another output with -o")
+    try:
+        names = sorted(p.name for p in target.iterdir())
+    except OSError as e:
+        raise UserError(f"{target}: cannot read it ({e.strerror}); choose another output with -o") from None
+    if not names:
+        return
+    owner = _owner(target)
+    if owner is None and not (legacy is not None and legacy(target)):
+        raise UserError(f"{target}: exists and was not written by cisl; choose an empty or new output folder with -o")
+    if owner is not None and owner != kind:
+        raise UserError(f"{target}: is a cisl {owner} folder, not a {kind} folder; choose another output with -o")
+    foreign = [n for n in names if n != OWNER_FILE and not entries(n)]
+    if foreign:
+        raise UserError(f"{target}: holds {foreign[0]}, which cisl did not write there; move it away or choose "
+                        f"another output with -o")
 
 
 @contextlib.contextmanager
-def atomic_output_dir(target: Path, marker: str) -> Iterator[Path]:
+def atomic_output_dir(target: Path, kind: str, entries: Callable[[str], bool],
+                      legacy: Callable[[Path], bool] | None = None) -> Iterator[Path]:
     """Yield a fresh temporary directory next to ``target``; on success it replaces ``target``.
 
     On any error the temporary directory is removed and ``target`` is left as it was, so users
-    never see a half-written output. An existing ``target`` is only replaced if it is empty or was
-    written by cisl before (it contains ``marker``), so a mistyped ``-o`` cannot wipe other data.
-    """
+    never see a half-written output. An existing ``target`` is only replaced under the rules of
+    :func:`check_output_dir`, so a mistyped ``-o`` cannot wipe other data. The new folder carries
+    OWNER_FILE."""
     target = Path(target)
-    check_output_dir(target, marker)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    check_output_dir(target, kind, entries, legacy)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    except OSError as e:
+        raise UserError(f"{target}: cannot create it ({e.strerror}); choose another output with -o") from None
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the output should not be
     try:
+        (tmp / OWNER_FILE).write_text(f"cisl {kind}\n", encoding="ascii")
         yield tmp
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -15,6 +15,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import UserError
+from ..fsutil import atomic_output_dir, check_output_dir, sha256_file
 from ..executor import PlanExecutor
 from ..lossmodel import LossRates
 from ..plan.io import Plan, load_plan
@@ -84,6 +86,7 @@ def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | 
     if plan.meta["board"] != "sim":
         raise UserError(f"{build_dir}: compiled for board '{plan.meta['board']}'; the virtual testbed runs "
                         f"board 'sim' builds (cisl compile --board sim)")
+    check_images(build_dir, plan, images)
     from ..timing.boardtime import TABLE, check_table
 
     for img in images:  # a node counts board time only with its own table (never a stale one)
@@ -93,8 +96,16 @@ def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | 
     if inputs.ndim != 2 or inputs.shape[1] != plan.cfg.lookback:
         raise UserError(f"inputs have shape {inputs.shape}; expected [n, {plan.cfg.lookback}]")
     xq = plan.quantize_input(np.asarray(inputs, dtype=np.float64))
-    logs_dir = Path(logs_dir) if logs_dir else build_dir / "logs"
-    logs_dir.mkdir(parents=True, exist_ok=True)
+    final_logs = Path(logs_dir) if logs_dir else build_dir / "logs"
+    check_output_dir(final_logs, "sim-logs", _sim_logs_entry, _legacy_sim_logs)
+    run_id = uuid.uuid4().hex[:12]
+    with atomic_output_dir(final_logs, "sim-logs", _sim_logs_entry, _legacy_sim_logs) as logs_dir:
+        result = _run(plan, images, xq, logs_dir, timeout, loss, loss_seed, radio, radio_seed, radio_dead, run_id)
+    return result
+
+
+def _run(plan: Plan, images: list[Path], xq: np.ndarray, logs_dir: Path, timeout: float, loss: LossRates,
+         loss_seed: int, radio: str | None, radio_seed: int, radio_dead: list[int] | None, run_id: str) -> "SimResult":
 
     t_start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="cisl-sim-") as tmp:
@@ -142,7 +153,8 @@ def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | 
     records.sort(key=lambda r: (r.host_time or 0.0))
     with open(logs_dir / "records.jsonl", "w") as f:
         for r in records:
-            f.write(json.dumps(r.to_json()) + "\n")
+            f.write(json.dumps({**r.to_json(), "run": run_id}) + "\n")
+    wrong = sorted({r.node for r in records if r.event == "boot" and r.fields.get("plan") != plan.sha256[:16]})
 
     # -- the reference, on exactly the same int8 inputs
     lost = None
@@ -165,6 +177,9 @@ def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | 
             pos = next(j for j in range(len(want)) if got[j] != want[j])
             first = (f"inference {i}, node {plan.sink} (sink), forecast value {pos}: "
                      f"got {np.frombuffer(got, np.int8)[pos]}, reference {np.frombuffer(want, np.int8)[pos]}")
+    for k in wrong:
+        problems.append(f"node {k} runs the firmware of another plan (its boot line's plan hash is not "
+                        f"{plan.sha256[:16]}); run `cisl build` again")
     for r in records:
         if r.event == "error":
             problems.append(f"node {r.node} reported an error at {r.fields.get('where')} (code {r.fields.get('code')})")
@@ -186,8 +201,38 @@ def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | 
         with open(logs_dir / "radio_deliveries.jsonl", "w") as f:
             for rr in radio_deliveries:
                 f.write(json.dumps(rr) + "\n")
-    return SimResult(len(xq), first is None and not any("forecast" in p for p in problems), first, problems,
+    return SimResult(len(xq), first is None and not wrong and not any("forecast" in p for p in problems), first,
+                     problems,
                      sent, forecast, reference, records, wall, delivered, expected, radio_rounds)
+
+
+def check_images(build_dir: Path, plan: Plan, images: list[Path]) -> None:
+    """Every node image must be the one the last successful `cisl build` made from this plan."""
+    summary = Path(build_dir) / "build.json"
+    try:
+        doc = json.loads(summary.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{summary}: missing (the last `cisl build` failed or never ran); run `cisl build "
+                        f"{build_dir}`") from None
+    except (OSError, ValueError):
+        raise UserError(f"{summary}: unreadable; run `cisl build {build_dir}` again") from None
+    if doc.get("plan") != plan.sha256[:16]:
+        raise UserError(f"{build_dir}: the images were built from another plan.json; run `cisl build {build_dir}`")
+    shas = {int(n["node"]): n.get("sha256") for n in doc.get("nodes", [])}
+    for k, img in enumerate(images):
+        if shas.get(k) is None or shas[k] != sha256_file(img):
+            raise UserError(f"{img}: not the image `cisl build` made from this plan (stale or changed); run "
+                            f"`cisl build {build_dir}`")
+
+
+def _sim_logs_entry(name: str) -> bool:
+    return name in ("records.jsonl", "radio_rounds.jsonl", "radio_deliveries.jsonl") or \
+        (name.startswith("node_") and name.endswith(".log"))
+
+
+def _legacy_sim_logs(target: Path) -> bool:
+    """A logs folder of `cisl sim` from before the owner file."""
+    return (Path(target) / "records.jsonl").is_file()
 
 
 def _supervise(plan: Plan, procs: list[subprocess.Popen], medium: subprocess.Popen, timeout: float) -> list[str]:

@@ -6,12 +6,17 @@ host timestamps), ``merged.jsonl`` (all records in host-time order) and ``summar
 
 from __future__ import annotations
 
+import fnmatch
 import json
+import shutil
+import tempfile
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from ..errors import UserError
+from ..fsutil import OWNER_FILE, check_output_dir
 from .capture import CaptureResult, PortSpec, capture
 from .config import Testbed
 from .flash import read_flashed, resolve_serials
@@ -25,6 +30,7 @@ class LogsResult:
     out_dir: Path
     capture: CaptureResult
     problems: list[str] = field(default_factory=list)  # what the virtual testbed said about the run
+    kept: Path | None = None  # a failed run: the previous logs, left where they were
 
     @property
     def ok(self) -> bool:
@@ -63,10 +69,16 @@ def run_logs(testbed: Testbed, out_dir: Path, *, inferences: int | None = None, 
             r.check_tools()
         serials, pre_errors = resolve_serials(testbed, nodes, runners, allow_single_probe=False)
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for pattern in OUR_FILES:
-        for f in out_dir.glob(pattern):
-            f.unlink()
+    # the previous logs stay where they are until this run has succeeded: record into a sibling
+    check_output_dir(out_dir, "logs", _logs_entry, _legacy_logs)
+    final_dir = Path(out_dir)
+    try:
+        final_dir.parent.mkdir(parents=True, exist_ok=True)
+        out_dir = Path(tempfile.mkdtemp(prefix=f".{final_dir.name}.tmp-", dir=final_dir.parent))
+    except OSError as e:
+        raise UserError(f"{final_dir}: cannot write there ({e.strerror}); choose another output with -o") from None
+    run_id = uuid.uuid4().hex[:12]
+    (out_dir / OWNER_FILE).write_text("cisl logs\n")
 
     def do_reset() -> dict[int, str]:
         errors = {k: str(e) for k, e in pre_errors.items()}
@@ -96,7 +108,11 @@ def run_logs(testbed: Testbed, out_dir: Path, *, inferences: int | None = None, 
                          run_status=status if run_status and reset else None,
                          expected_plan=(flashed or {}).get("plan"), progress=say)
     except OSError as e:
+        shutil.rmtree(out_dir, ignore_errors=True)
         raise UserError(f"{e}; {_attached_ports_hint(runners)}") from None
+    except BaseException:
+        shutil.rmtree(out_dir, ignore_errors=True)
+        raise
     if problems:  # the virtual testbed knows why a node went silent: say it with the node's failure
         for k, c in result.nodes.items():
             mine = [p for p in problems if p.startswith(f"node {k} ")]
@@ -104,8 +120,39 @@ def run_logs(testbed: Testbed, out_dir: Path, *, inferences: int | None = None, 
                 c.failed += f" ({mine[0]})"
             elif c.failed:
                 c.failed += f" (the run ended: {problems[0]})"
-    _write(testbed, out_dir, result, flashed, inferences, duration, problems)
-    return LogsResult(out_dir, result, problems)
+    try:
+        _write(testbed, out_dir, result, flashed, inferences, duration, problems, run_id)
+    except BaseException:
+        shutil.rmtree(out_dir, ignore_errors=True)
+        raise
+    # a good run replaces the previous logs; a failed one goes next to them (they stay)
+    dest = final_dir if result.ok else final_dir.with_name(final_dir.name + ".failed")
+    if not result.ok and dest.exists():
+        check_output_dir(dest, "logs", _logs_entry, _legacy_logs)
+    _replace(out_dir, dest)
+    return LogsResult(dest, result, problems, kept=None if result.ok else final_dir)
+
+
+def _logs_entry(name: str) -> bool:
+    return any(fnmatch.fnmatch(name, pat) for pat in OUR_FILES)
+
+
+def _legacy_logs(target: Path) -> bool:
+    """A logs folder of a cisl version before the owner file: summary.json of `cisl logs`."""
+    try:
+        return "stop_reason" in json.loads((Path(target) / "summary.json").read_text())
+    except (OSError, ValueError, TypeError):
+        return False
+
+
+def _replace(tmp: Path, dest: Path) -> None:
+    old = None
+    if dest.exists():
+        old = dest.with_name(f".{dest.name}.old-{tmp.name.rsplit('-', 1)[-1]}")
+        dest.rename(old)
+    tmp.rename(dest)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _attached_ports_hint(runners: dict[str, Runner]) -> str:
@@ -121,17 +168,17 @@ def _attached_ports_hint(runners: dict[str, Runner]) -> str:
 
 
 def _write(testbed: Testbed, out_dir: Path, r: CaptureResult, flashed: dict | None, inferences: int | None,
-           duration: float | None, problems: list[str]) -> None:
+           duration: float | None, problems: list[str], run_id: str) -> None:
     for k, c in r.nodes.items():
         with open(out_dir / f"node_{k:02d}.jsonl", "w") as f:
             for rec in c.records:
-                f.write(json.dumps(rec.to_json()) + "\n")
+                f.write(json.dumps({**rec.to_json(), "run": run_id}) + "\n")
     merged = r.merged()
     with open(out_dir / "merged.jsonl", "w") as f:
         for rec in merged:
-            f.write(json.dumps(rec.to_json()) + "\n")
+            f.write(json.dumps({**rec.to_json(), "run": run_id}) + "\n")
     summary = {
-        "testbed": str(testbed.path.resolve()), "started": r.started, "ended": r.ended, "stop_reason": r.stop_reason,
+        "run_id": run_id, "testbed": str(testbed.path.resolve()), "started": r.started, "ended": r.ended, "stop_reason": r.stop_reason,
         "inferences": inferences, "duration": duration, "ok": r.ok, "records": len(merged),
         "flashed": flashed, "problems": problems,
         "nodes": {str(k): {"port": c.port, "bytes": c.bytes, "lines": c.lines, "records": len(c.records),

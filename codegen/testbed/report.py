@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UserError
+from ..fsutil import atomic_output_dir
 
 BLOCKS = ("embed", "attn", "mlp", "head")
 BLOCK_COLORS = {"embed": "#8c564b", "attn": "#1f77b4", "mlp": "#2ca02c", "head": "#9467bd"}
@@ -72,6 +73,12 @@ def load_run(path: Path) -> Run:
                     records.append(rec)
     if not records:
         raise UserError(f"{path}: the logs hold no records (did the nodes print anything?)")
+    runs = {str(r.get("run", "")) for r in records}
+    if len(runs) > 1:
+        named = sorted(x for x in runs if x)
+        raise UserError(f"{path}: the records come from {len(runs)} different runs"
+                        f"{' (' + ', '.join(named) + ')' if named else ''}; record one run per folder "
+                        f"(`cisl logs -o NEW_FOLDER`)")
     records.sort(key=lambda r: r.get("host_time", 0.0))
     run = Run(path.name or str(path), path, records)
     boots = [int(r["nodes"]) for r in run.of("boot") if "nodes" in r]
@@ -207,13 +214,35 @@ def make_report(log_dirs: list[Path], out_dir: Path, builds: list[Path] | None =
     if calibrate and not ests:
         raise UserError("--calibrate needs the cycle model's prediction: add --estimate EST.json "
                         "(written by `cisl estimate BUILD -o EST.json`)")
+    with atomic_output_dir(Path(out_dir), "report", _report_entry, _legacy_report) as tmp:
+        res = _write_report(runs, ests, tmp, builds, plots, calibrate)
+    res.out_dir = Path(out_dir)
+    res.files = [Path(out_dir) / f.name for f in res.files]
+    return res
+
+
+def _report_entry(name: str) -> bool:
+    return name.endswith(".csv") or name.endswith(".png")
+
+
+def _legacy_report(target: Path) -> bool:
+    """A report folder of a cisl version before the owner file: its latency.csv."""
+    try:
+        return (Path(target) / "latency.csv").read_text().startswith("run,nodes,node,")
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _write_report(runs: list[Run], ests: list[dict], out_dir: Path, builds: list[Path] | None, plots: bool,
+                  calibrate: bool) -> ReportResult:
+    from . import boardtime_report as BT
+
     labels = [r.label for r in runs]
     for r in runs:  # the same folder name twice (a/logs, b/logs): tell them apart by node count and position
         if labels.count(r.label) > 1:
             r.label = f"{r.label}#{runs.index(r)}({r.nodes} nodes)"
     runs.sort(key=lambda r: r.nodes)
     mem = [row for b in builds or [] for row in memory(b)]
-    out_dir.mkdir(parents=True, exist_ok=True)
     res = ReportResult(out_dir)
     lat, blk, sgs, dlv, fc = [], [], [], [], []
     for r in runs:

@@ -1,0 +1,155 @@
+"""Hostile input and faults (issue 13): nothing lost, nothing stale, nothing silently wrong.
+
+Every case drives the command line as a user would and asserts the contract: exit code 2 (bad
+input) with one line and no traceback, and nothing the user owns deleted or overwritten.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from clirun import cisl
+from models import config_for_tokens, make_model_dir
+
+pytestmark = pytest.mark.faults
+
+
+def one_line_error(p, *words: str) -> None:
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    lines = [ln for ln in p.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
+    for w in words:
+        assert w in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("faults")
+    return make_model_dir(root / "m", config_for_tokens(8, 32, heads=4, layers=1), devices=2, keep_ratio=1.0,
+                          seed=1, tests=2)
+
+
+def test_compile_never_deletes_a_folder_because_it_holds_a_file_named_plan_json(model, tmp_path):
+    out = tmp_path / "thesis"
+    out.mkdir()
+    (out / "plan.json").write_text('{"my": "plan for the thesis"}')
+    (out / "thesis.tex").write_text("\\\\documentclass{article}")
+    p = cisl("compile", str(model), "--devices", "2", "-o", str(out), cwd=tmp_path)
+    one_line_error(p, str(out), "not written by cisl")
+    assert (out / "thesis.tex").read_text() == "\\\\documentclass{article}"
+    assert (out / "plan.json").read_text() == '{"my": "plan for the thesis"}'
+
+
+def test_compile_keeps_a_users_file_inside_its_own_build_folder(model, tmp_path):
+    out = tmp_path / "build"
+    assert cisl("compile", str(model), "--devices", "2", "-o", str(out), cwd=tmp_path).returncode == 0
+    assert cisl("compile", str(model), "--devices", "2", "-o", str(out), cwd=tmp_path).returncode == 0  # its own
+    (out / "notes.md").write_text("my notes")
+    p = cisl("compile", str(model), "--devices", "2", "-o", str(out), cwd=tmp_path)
+    one_line_error(p, "notes.md", "cisl did not write")
+    assert (out / "notes.md").read_text() == "my notes" and (out / "plan.json").is_file()
+
+
+def test_a_build_folder_of_an_older_cisl_is_still_replaced(model, tmp_path):
+    out = tmp_path / "build"
+    assert cisl("compile", str(model), "--devices", "2", "-o", str(out), cwd=tmp_path).returncode == 0
+    (out / ".cisl-output").unlink()  # as cisl wrote folders before the owner file
+    assert cisl("compile", str(model), "--devices", "2", "-o", str(out), cwd=tmp_path).returncode == 0
+    assert (out / ".cisl-output").read_text() == "cisl build\n"
+
+
+LAB = """[[node]]
+id = 0
+board = "nrf52840dk"
+runner = "pyocd"
+probe = "0001"
+port = "{port}"
+"""
+
+
+def test_a_failed_logs_run_keeps_the_previous_logs(tmp_path):
+    """`cisl logs -o DIR` deleted the previous logs before it opened the ports."""
+    (tmp_path / "tb.toml").write_text(LAB.format(port=tmp_path / "no-such-port"))
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "summary.json").write_text('{"stop_reason": "all nodes done", "ok": true}')
+    (logs / "merged.jsonl").write_text('{"node": 0, "event": "end", "inferences": 4}\n')
+    (logs / "node_00.log").write_text("CISL 0 end inferences=4\n")
+    p = cisl("logs", "--testbed", "tb.toml", "-o", "logs", "--no-reset", "--timeout", "5", "--open-timeout", "1",
+             cwd=tmp_path)
+    assert p.returncode != 0 and "Traceback" not in p.stderr, p.stderr
+    assert (logs / "node_00.log").read_text() == "CISL 0 end inferences=4\n"
+    assert (logs / "merged.jsonl").is_file() and (logs / "summary.json").is_file()
+    assert not [x for x in tmp_path.iterdir() if x.name.startswith(".logs.tmp-")], "a temporary folder was left"
+
+
+def test_logs_refuse_a_folder_with_other_files(tmp_path):
+    (tmp_path / "tb.toml").write_text(LAB.format(port=tmp_path / "no-such-port"))
+    out = tmp_path / "results"
+    out.mkdir()
+    (out / "paper.pdf").write_bytes(b"%PDF")
+    p = cisl("logs", "--testbed", "tb.toml", "-o", "results", "--no-reset", cwd=tmp_path)
+    one_line_error(p, "results", "not written by cisl")
+    assert (out / "paper.pdf").read_bytes() == b"%PDF"
+
+
+@pytest.fixture(scope="module")
+def simbuild(model, tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("simbuild")
+    assert cisl("compile", str(model), "--devices", "2", "-o", str(root / "build"), cwd=root).returncode == 0
+    assert cisl("build", str(root / "build"), "-q", "--no-board-time", cwd=root).returncode == 0
+    return root / "build"
+
+
+def test_sim_refuses_the_images_of_a_failed_build(simbuild, tmp_path):
+    import shutil
+
+    b = tmp_path / "build"
+    shutil.copytree(simbuild, b)
+    assert cisl("sim", str(b), "-n", "1", cwd=tmp_path).returncode == 0
+    src = b / "node_01" / "cisl_node.c"
+    src.write_text(src.read_text() + "\nthis is not C;\n")  # the next build fails to compile
+    assert cisl("build", str(b), "-q", "--no-board-time", cwd=tmp_path).returncode == 1
+    p = cisl("sim", str(b), "-n", "1", cwd=tmp_path)
+    one_line_error(p, "cisl build")
+
+
+def test_sim_refuses_an_image_that_is_not_the_built_one(simbuild, tmp_path):
+    import shutil
+
+    b = tmp_path / "build"
+    shutil.copytree(simbuild, b)
+    img = b / "node_00" / "firmware.elf"
+    shutil.copyfile(b / "node_01" / "firmware.elf", img)  # a node 1 image where node 0's belongs
+    p = cisl("sim", str(b), "-n", "1", cwd=tmp_path)
+    one_line_error(p, "node_00", "firmware.elf")
+
+
+def test_report_refuses_a_logs_folder_of_two_runs(simbuild, tmp_path):
+    import shutil
+
+    b = tmp_path / "build"
+    shutil.copytree(simbuild, b)
+    assert cisl("sim", str(b), "-n", "1", "--logs", str(tmp_path / "a"), cwd=tmp_path).returncode == 0
+    assert cisl("sim", str(b), "-n", "1", "--logs", str(tmp_path / "b"), cwd=tmp_path).returncode == 0
+    mixed = tmp_path / "mixed"
+    shutil.copytree(tmp_path / "a", mixed)
+    with open(mixed / "records.jsonl", "a") as f:  # two sims stitched into one folder
+        f.write((tmp_path / "b" / "records.jsonl").read_text())
+    p = cisl("report", str(mixed), "-o", str(tmp_path / "rep"), "--no-plots", cwd=tmp_path)
+    one_line_error(p, "2 different runs")
+    assert not (tmp_path / "rep").exists(), "the report left an output folder behind"
+
+
+def test_sim_logs_never_replace_a_users_folder(simbuild, tmp_path):
+    import shutil
+
+    b = tmp_path / "build"
+    shutil.copytree(simbuild, b)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "data.csv").write_text("1,2,3")
+    p = cisl("sim", str(b), "-n", "1", "--logs", str(mine), cwd=tmp_path)
+    one_line_error(p, "mine", "not written by cisl")
+    assert (mine / "data.csv").read_text() == "1,2,3"

@@ -75,9 +75,12 @@ def _input_windows(inputs: Path | None):
     if not inputs.is_file():
         raise UserError(f"{inputs}: input file not found")
     try:
-        return np.load(inputs, allow_pickle=False)
+        x = np.load(inputs, allow_pickle=False)
     except Exception:
         raise UserError(f"{inputs}: not a .npy array of input windows") from None
+    if not np.issubdtype(x.dtype, np.number) or not np.all(np.isfinite(x)):
+        raise UserError(f"{inputs}: the input windows must be finite numbers (found NaN, infinity or non-numbers)")
+    return x
 
 
 def _say(quiet: bool):

@@ -129,6 +129,8 @@ def compile_model(model_path: Path, out_dir: Path, opts: CompileOptions,
         test_y = np.load(tt, allow_pickle=False).astype(np.float32)
         if test_y.shape != (len(test_x), cfg.horizon):
             raise UserError(f"{tt}: shape {test_y.shape}, expected ({len(test_x)}, {cfg.horizon})")
+        if not np.all(np.isfinite(test_y)):
+            raise UserError(f"{tt}: the test targets contain NaN or infinite values")
         test_scale = np.load(ts, allow_pickle=False).astype(np.float32) if ts.is_file() else None
     sim_inputs = (test_x if test_x is not None else cal)[:SIM_INPUTS]
 

@@ -48,8 +48,8 @@ class ModelConfig:
             out.append("patch_len must not exceed lookback")
         if self.d_model % self.heads:
             out.append(f"d_model ({self.d_model}) must be a multiple of heads ({self.heads})")
-        if self.ln_eps <= 0:
-            out.append("ln_eps must be > 0")
+        if not (self.ln_eps > 0 and self.ln_eps < float("inf")):
+            out.append("ln_eps must be a finite number > 0")
         return out
 
     def to_json(self) -> dict:

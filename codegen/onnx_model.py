@@ -368,6 +368,9 @@ def load_model(path: str | Path) -> CislModel:
             weights[name] = numpy_helper.to_array(t).astype(np.float32, copy=False)
         except Exception as e:  # e.g. external data that is not next to the file
             fail(f"weight {name!r} cannot be read ({type(e).__name__})")
+        bad = int(np.size(weights[name]) - np.count_nonzero(np.isfinite(weights[name])))
+        if bad:
+            fail(f"weight {name!r} holds {bad} NaN or infinite values")
 
     return CislModel(path=path, sha256=hashlib.sha256(data).hexdigest(), config=cfg, devices=devices,
                      heads_per_device=list(hpd), masks=masks, keep_ratio=keep, weights=weights, training=training)

@@ -153,3 +153,47 @@ def test_sim_logs_never_replace_a_users_folder(simbuild, tmp_path):
     p = cisl("sim", str(b), "-n", "1", "--logs", str(mine), cwd=tmp_path)
     one_line_error(p, "mine", "not written by cisl")
     assert (mine / "data.csv").read_text() == "1,2,3"
+
+
+@pytest.mark.parametrize("section,line,key", [
+    ("train", "lr = inf", "lr"),
+    ("model", "ln_eps = nan", "ln_eps"),
+    ("train", "seed = -1", "seed"),
+    ("split", "mask_seed = -5", "mask_seed"),
+])
+def test_non_finite_and_negative_settings_are_refused_by_name(tmp_path, section, line, key):
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text(f"[{section}]\n{line}\n")
+    p = cisl("train", str(cfg), "-o", str(tmp_path / "model"), cwd=tmp_path)
+    one_line_error(p, key)
+    assert not (tmp_path / "model").exists()
+
+
+def test_a_nan_weight_is_refused_by_name(model, tmp_path):
+    import shutil
+
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    m = tmp_path / "m"
+    shutil.copytree(model.parent, m)
+    proto = onnx.load(str(m / "model.onnx"))
+    init = next(t for t in proto.graph.initializer if t.name.endswith(".bias"))
+    arr = numpy_helper.to_array(init).copy()
+    arr[0] = np.nan
+    init.CopyFrom(numpy_helper.from_array(arr, init.name))
+    onnx.save(proto, str(m / "model.onnx"))
+    p = cisl("compile", str(m / "model.onnx"), "--devices", "2", "-o", str(tmp_path / "build"), cwd=tmp_path)
+    one_line_error(p, init.name, "NaN")
+    assert not (tmp_path / "build").exists()
+
+
+def test_nan_inputs_are_refused(simbuild, tmp_path):
+    import numpy as np
+
+    x = np.load(simbuild / "inputs.npy")[:2].copy()
+    x[1, 3] = np.nan
+    np.save(tmp_path / "x.npy", x)
+    p = cisl("sim", str(simbuild), "--inputs", str(tmp_path / "x.npy"), cwd=tmp_path)
+    one_line_error(p, "x.npy", "finite")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,6 +125,8 @@ def _coerce(where: str, key: str, value: Any, default: Any) -> Any:
     if not ok:
         raise UserError(f"{where} {key} must be {_TYPE_NAMES[typ]}, got {value!r}")
     if typ is float:
+        if not math.isfinite(float(value)):
+            raise UserError(f"{where} {key} must be a finite number, got {value!r}")
         return float(value)
     if typ is tuple:
         return tuple(value)
@@ -151,6 +154,9 @@ def _range_problems(cfg: TrainConfig) -> list[tuple[str, str]]:
         ("train.threads", t.threads >= 1, "must be >= 1"),
         ("train.micro_batch", 0 <= t.micro_batch <= t.batch_size, "must be in [1, batch_size] (0 = batch_size)"),
         ("train.stop_after_epochs", t.stop_after_epochs >= 0, "must be >= 0 (0 = never stop early)"),
+        ("train.seed", t.seed >= 0, "must be >= 0"),
+        ("split.mask_seed", s.mask_seed >= 0, "must be >= 0"),
+        ("data.synthetic_seed", d.synthetic_seed >= 0, "must be >= 0"),
         ("prune.method", pr.method in PRUNE_METHODS, 'must be "none", "somegather" or "normal"'),
         ("prune.target_keep", 0.0 < pr.target_keep <= 1.0, "must be in (0, 1]"),
         ("prune.step", 0.0 < pr.step <= 1.0, "must be in (0, 1]"),

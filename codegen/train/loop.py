@@ -124,8 +124,12 @@ def train_step(model: SplitPatchTST, optimizer: torch.optim.Optimizer, x: np.nda
         loss = torch.mean((predict(model, torch.from_numpy(xb), revin) - torch.from_numpy(yb)) ** 2)
         if len(xb) != n:
             loss = loss * (len(xb) / n)
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            raise UserError(f"training diverged: the loss became {value} (check train.lr, the data and the "
+                            f"model's settings; resume from the last checkpoint with a lower lr)")
         loss.backward()
-        total += float(loss.detach())
+        total += value
     optimizer.step()
     return total
 

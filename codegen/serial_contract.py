@@ -86,3 +86,53 @@ def outputs_by_inference(records: list[Record]) -> dict[int, bytes]:
         if len(data) == sizes[inf]:
             out[inf] = data
     return out
+
+
+U32_MAX = 2**32 - 1
+NON_NEGATIVE = ("inf", "us", "comm_us", "cycles", "tx", "rx", "delivered", "expected", "ignored", "n", "off",
+                "inferences", "nodes", "node")
+
+
+class SequenceChecker:
+    """The contract's sequence rules for one node's lines within one run (docs/serial-contract.md):
+    one `boot`; inferences numbered 0, 1, 2, ... in order, each `infer` once; `block`, `sg` and
+    `output` lines belong to the inference in progress; `end inferences=N` counts the `infer` lines;
+    counts and times are non-negative 32-bit values, `delivered` ≤ `expected`. A capture that starts
+    mid-run (no boot line) takes the first inference it sees as the start.
+
+    ``check`` returns the first violation as text (None while the node keeps to the rules)."""
+
+    def __init__(self) -> None:
+        self.boots = 0
+        self.next_inf: int | None = None
+        self.infers = 0
+
+    def check(self, rec: Record) -> str | None:
+        f = rec.fields
+        for k in NON_NEGATIVE:
+            v = f.get(k)
+            if isinstance(v, int) and not 0 <= v <= U32_MAX:
+                return f"{rec.event} {k}={v} is out of range"
+        if rec.event == "block" and not -1 <= int(f["layer"]) <= 1024:
+            return f"block layer={f['layer']} is out of range"
+        if rec.event == "sg" and int(f["delivered"]) > int(f["expected"]):
+            return f"sg delivered={f['delivered']} exceeds expected={f['expected']}"
+        if rec.event == "boot":
+            self.boots += 1
+            if self.boots > 1:
+                return "it booted again (a second boot line: the node reset mid-run)"
+            self.next_inf, self.infers = 0, 0
+            return None
+        inf = f.get("inf")
+        if rec.event in ("block", "sg", "output", "infer") and isinstance(inf, int):
+            if self.next_inf is None:
+                self.next_inf = inf  # the capture started mid-run
+            if inf != self.next_inf:
+                what = "repeated" if inf < self.next_inf else "skipped to"
+                return f"{rec.event} line of inference {inf} {what} (inference {self.next_inf} was in progress)"
+            if rec.event == "infer":
+                self.next_inf += 1
+                self.infers += 1
+        if rec.event == "end" and self.boots and int(f["inferences"]) != self.infers:
+            return f"end inferences={f['inferences']} but it reported {self.infers} inferences"
+        return None

@@ -197,3 +197,18 @@ def test_nan_inputs_are_refused(simbuild, tmp_path):
     np.save(tmp_path / "x.npy", x)
     p = cisl("sim", str(simbuild), "--inputs", str(tmp_path / "x.npy"), cwd=tmp_path)
     one_line_error(p, "x.npy", "finite")
+
+
+def test_report_refuses_logs_that_break_the_sequence_rules(simbuild, tmp_path):
+    import json
+    import shutil
+
+    b = tmp_path / "build"
+    shutil.copytree(simbuild, b)
+    assert cisl("sim", str(b), "-n", "2", "--logs", str(tmp_path / "logs"), cwd=tmp_path).returncode == 0
+    recs = (tmp_path / "logs" / "records.jsonl").read_text().splitlines()
+    infer = next(r for r in recs if json.loads(r)["event"] == "infer")
+    i = recs.index(infer)
+    (tmp_path / "logs" / "records.jsonl").write_text("\n".join(recs[:i + 1] + [infer] + recs[i + 1:]) + "\n")
+    p = cisl("report", str(tmp_path / "logs"), "-o", str(tmp_path / "rep"), "--no-plots", cwd=tmp_path)
+    one_line_error(p, "breaks the serial contract", "repeated")

@@ -58,6 +58,7 @@ def writer(master: int, node: int, count: int, seed: int) -> None:
                 out += b"\n"
         out += (f"CISL {node} sg inf={i} layer={i % 3} point=x us={rng.randrange(10**6)} tx=128 rx=384 "
                 f"delivered=3 expected=3\r\n").encode()
+        out += f"CISL {node} infer inf={i} us={rng.randrange(10**6)} crc=00\n".encode()  # the contract's order
     out += f"CISL {node} end inferences={count}\n".encode()
     pos = 0
     while pos < len(out):  # torn writes: pieces of random length, sometimes mid-line with a pause
@@ -98,11 +99,11 @@ def test_sixteen_ports_at_full_speed_lose_and_merge_nothing(tmp_path):
         assert [int(rec.fields["inf"]) for rec in sg] == list(range(count)), f"node {k}"
         assert all(rec.node == k and rec.fields["expected"] == 3 for rec in sg)
         assert c.records[-1].event == "end" and c.ended
-        assert len(c.records) == count + 1  # the garbage made no record (not even "CISL 99 ...")
+        assert len(c.records) == 2 * count + 1  # the garbage made no record (not even "CISL 99 ...")
         raw = (tmp_path / "logs" / f"node_{k:02d}.log").read_bytes()
-        assert raw.count(b"\n") >= count + 1 and raw.endswith(f"CISL {k} end inferences={count}\n".encode())
+        assert raw.count(b"\n") >= 2 * count + 1 and raw.endswith(f"CISL {k} end inferences={count}\n".encode())
     merged = r.merged()
-    assert len(merged) == nodes * (count + 1)
+    assert len(merged) == nodes * (2 * count + 1)
     times = [rec.host_time for rec in merged]
     assert times == sorted(times)
     assert took < 60
@@ -181,3 +182,30 @@ def test_a_port_another_reader_holds_is_refused(tmp_path):
         with pytest.raises(OSError, match="node 0.*a.tty.*lock"):
             capture([PortSpec(0, str(tmp_path / "a.tty"))], None, open_timeout=0.3)
     os.close(m0)
+
+
+@pytest.mark.parametrize("lines,why", [
+    (b"CISL 0 boot fw=0.1.0 plan=abc board=x node=0 nodes=1\nCISL 0 infer inf=0 us=5 crc=00\n"
+     b"CISL 0 boot fw=0.1.0 plan=abc board=x node=0 nodes=1\nCISL 0 infer inf=0 us=5 crc=00\n"
+     b"CISL 0 end inferences=1\n", "booted again"),
+    (b"CISL 0 boot fw=0.1.0 plan=abc board=x node=0 nodes=1\nCISL 0 infer inf=0 us=5 crc=00\n"
+     b"CISL 0 infer inf=0 us=5 crc=00\nCISL 0 end inferences=2\n", "repeated"),
+    (b"CISL 0 boot fw=0.1.0 plan=abc board=x node=0 nodes=1\nCISL 0 infer inf=0 us=-40 crc=00\n"
+     b"CISL 0 end inferences=1\n", "us=-40"),
+    (b"CISL 0 boot fw=0.1.0 plan=abc board=x node=0 nodes=1\nCISL 0 infer inf=0 us=5 crc=00\n"
+     b"CISL 0 end inferences=-3\n", "inferences=-3"),
+    (b"CISL 0 boot fw=0.1.0 plan=abc board=x node=0 nodes=1\nCISL 0 infer inf=0 us=99999999999 crc=00\n"
+     b"CISL 0 end inferences=1\n", "out of range"),
+])
+def test_a_node_that_breaks_the_sequence_rules_is_failed_with_its_line(tmp_path, lines, why):
+    """A reboot mid-run, a repeated `infer`, negative or absurd times, a negative count: never "ok"."""
+    m0, _ = make_pty(tmp_path / "a.tty")
+
+    def reset():
+        wait_for_reader(m0)
+        os.write(m0, lines)
+        return {}
+
+    r = capture([PortSpec(0, str(tmp_path / "a.tty"))], None, reset=reset, timeout=3.0)
+    os.close(m0)
+    assert not r.ok and why in r.nodes[0].failed and "line " in r.nodes[0].failed, r.nodes[0].failed

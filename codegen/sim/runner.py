@@ -27,7 +27,7 @@ from ..fsutil import atomic_output_dir, check_output_dir, sha256_file
 from ..executor import PlanExecutor
 from ..lossmodel import LossRates
 from ..plan.io import Plan, load_plan
-from ..serial_contract import Record, outputs_by_inference, parse_line
+from ..serial_contract import Record, SequenceChecker, outputs_by_inference, parse_line
 from . import protocol as P
 
 TENSOR_NAMES = {"x": "layer input X (x-somegather)", "h": "head outputs H (h-somegather)",
@@ -177,6 +177,14 @@ def _run(plan: Plan, images: list[Path], xq: np.ndarray, logs_dir: Path, timeout
             pos = next(j for j in range(len(want)) if got[j] != want[j])
             first = (f"inference {i}, node {plan.sink} (sink), forecast value {pos}: "
                      f"got {np.frombuffer(got, np.int8)[pos]}, reference {np.frombuffer(want, np.int8)[pos]}")
+    rules: dict[int, SequenceChecker] = {}
+    for r in records:  # sorted by host time; each node's lines stay in the order it printed them
+        if r.node in rules and rules[r.node] is None:
+            continue
+        broken = rules.setdefault(r.node, SequenceChecker()).check(r)
+        if broken:
+            problems.append(f"node {r.node} broke the serial contract: {broken}")
+            rules[r.node] = None  # type: ignore[assignment]
     for k in wrong:
         problems.append(f"node {k} runs the firmware of another plan (its boot line's plan hash is not "
                         f"{plan.sha256[:16]}); run `cisl build` again")

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..serial_contract import Record, parse_line
+from ..serial_contract import Record, SequenceChecker, parse_line
 
 MAX_LINE = 4096  # longer runs without a newline are noise (contract lines are at most 511 characters)
 
@@ -115,7 +115,7 @@ class PortReader(threading.Thread):
                             self.lines += 1
                             rec = parse_line(line.decode("ascii", errors="replace").rstrip("\r"), host_time=t)
                             if rec is not None:
-                                self.out.put((self.spec.node, rec))
+                                self.out.put((self.spec.node, rec, self.lines))
                 except (serial.SerialException, OSError, TypeError) as e:
                     # TypeError: pyserial on a port that vanished mid-read; the partial line is dropped
                     self.open_error = f"dropped: {e}"
@@ -167,6 +167,7 @@ def capture(ports: list[PortSpec], raw_dir: Path | None = None, *, reset: Callab
     readers = {p.node: PortReader(p, q, (raw_dir / f"node_{p.node:02d}.log") if raw_dir else None, stop)
                for p in ports}
     caps = {p.node: NodeCapture(p.node, p.port) for p in ports}
+    rules = {p.node: SequenceChecker() for p in ports}
     for r in readers.values():
         r.start()
     deadline = time.monotonic() + open_timeout
@@ -196,8 +197,8 @@ def capture(ports: list[PortSpec], raw_dir: Path | None = None, *, reset: Callab
         except queue.Empty:
             return
         while True:
-            k, rec = item
-            _account(caps[k], rec, inferences, expected_plan)
+            k, rec, line = item
+            _account(caps[k], rec, inferences, expected_plan, rules[k], line)
             if on_record:
                 on_record(k, rec)
             try:
@@ -254,9 +255,15 @@ def _brief(r: Record) -> str:
     return " ".join(f"{k}={v}" for k, v in list(r.fields.items())[:3])
 
 
-def _account(c: NodeCapture, rec: Record, inferences: int | None, expected_plan: str | None) -> None:
+def _account(c: NodeCapture, rec: Record, inferences: int | None, expected_plan: str | None,
+             rules: SequenceChecker | None = None, line: int = 0) -> None:
     c.records.append(rec)
     if c.done:
+        return
+    broken = rules.check(rec) if rules is not None else None
+    if broken:
+        c.failed = f"line {line} of its log breaks the serial contract: {broken}"
+        c.done = True
         return
     if rec.node != c.node:
         c.failed = (f"its port printed node {rec.node}'s lines; the testbed file's ports are swapped or wrong "

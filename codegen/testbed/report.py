@@ -80,12 +80,33 @@ def load_run(path: Path) -> Run:
                         f"{' (' + ', '.join(named) + ')' if named else ''}; record one run per folder "
                         f"(`cisl logs -o NEW_FOLDER`)")
     records.sort(key=lambda r: r.get("host_time", 0.0))
+    _check_sequences(path, records)
     run = Run(path.name or str(path), path, records)
     boots = [int(r["nodes"]) for r in run.of("boot") if "nodes" in r]
     run.nodes = max(boots) if boots else len(run.node_ids)
     outs = {int(r["node"]) for r in run.of("output")}
     run.sink = min(outs) if outs else 0
     return run
+
+
+def _check_sequences(path: Path, records: list[dict]) -> None:
+    """Refuse logs in which a node broke the serial contract's sequence rules (a reset mid-run, a
+    repeated inference, negative times...): their means would be wrong."""
+    from ..serial_contract import EVENTS, Record, SequenceChecker
+
+    rules: dict[int, SequenceChecker] = {}
+    seen: dict[int, int] = {}
+    for d in records:
+        node = d.get("node")
+        event = d.get("event")
+        if not isinstance(node, int) or event not in EVENTS:
+            continue
+        fields = {k: v for k, v in d.items() if k not in ("node", "event", "host_time", "run")}
+        seen[node] = seen.get(node, 0) + 1
+        broken = rules.setdefault(node, SequenceChecker()).check(Record(node, str(event), fields))
+        if broken:
+            raise UserError(f"{path}: node {node}'s record {seen[node]} breaks the serial contract: {broken}; "
+                            f"these logs cannot be reported (record the run again)")
 
 
 def _mean(xs: list[float]) -> float:

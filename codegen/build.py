@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Callable
 
 from .boards import load_board
 from .errors import CheckFailed, UserError
-from .fsutil import sha256_file, write_text_atomic
+from .fsutil import output_lock, sha256_file, write_text_atomic
 from .plan.io import load_plan
 from .resources import resource_dir
 
@@ -204,7 +204,12 @@ def build(build_dir: Path, board_name: str | None = None, jobs: int | None = Non
     ``extra_cflags`` (e.g. -DCISL_PROFILE_OPS for benchmarks) go to all of cisl's own code.
     ``link_script`` (benchmarks only) replaces the board's linker script, e.g. one with a larger
     flash to time a model that does not fit the part."""
-    build_dir = Path(build_dir)
+    with output_lock(Path(build_dir)):  # two builds of one folder at once would mix their objects
+        return _build(Path(build_dir), board_name, jobs, say, nodes, extra_cflags, link_script)
+
+
+def _build(build_dir: Path, board_name: str | None, jobs: int | None, say: Callable[[str], None],
+           nodes: list[int] | None, extra_cflags: list[str] | None, link_script: Path | None) -> dict:
     plan = load_plan(build_dir)
     plan_board = plan.meta["board"]
     board = load_board(board_name or plan_board)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import threading
 from pathlib import Path
 
 import click
@@ -27,6 +28,15 @@ def _friendly(fn):
         except UserError as e:
             click.echo(f"error: {e}", err=True)
             sys.exit(e.exit_code)
+        except OSError as e:  # the one error boundary for the file system: the path and the reason
+            where = e.filename or "a file"
+            click.echo(f"error: {where}: {e.strerror or e}; check that the path exists, is of the right kind "
+                       f"(file or folder) and is writable", err=True)
+            sys.exit(2)
+        except UnicodeDecodeError as e:
+            click.echo(f"error: a file that should be text is not ({e.reason} at byte {e.start}); check the "
+                       f"files given", err=True)
+            sys.exit(2)
         except CheckFailed as e:
             click.echo(f"FAILED: {e}", err=True)
             sys.exit(e.exit_code)
@@ -91,6 +101,13 @@ class _OneLineErrors(click.Group):
     """Usage mistakes (unknown option, bad value) as one line, like every other input error."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        import signal
+
+        def terminated(signum, frame):  # SIGTERM ends cisl like Ctrl-C: outputs and temporary files cleaned up
+            raise KeyboardInterrupt
+
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, terminated)
         try:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.exceptions.UsageError as e:

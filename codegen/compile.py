@@ -20,7 +20,7 @@ from .boards import load_board
 from .emit.cnode import buffers_of, emit_node, environment
 from .errors import UserError
 from .executor import PlanExecutor
-from .fsutil import atomic_output_dir, check_output_dir, sha256_file
+from .fsutil import atomic_output_dir, check_output_dir, output_lock, sha256_file
 from .onnx_model import CislModel, load_model
 from .partition import Split, full_masks, masks_are_full
 from .plan.io import NodeData, load_plan, write_plan
@@ -84,6 +84,11 @@ def _choose_split(model: CislModel, devices: int | None) -> tuple[Split, list]:
     if D > cfg.heads:
         raise UserError(f"--devices {D}: more devices than heads ({cfg.heads}); each device needs at least one "
                         f"head, use --devices {cfg.heads} or fewer")
+    if D > cfg.mlp_hidden or D > cfg.d_model:
+        narrow = min(cfg.mlp_hidden, cfg.d_model)
+        raise UserError(f"--devices {D}: the model's MLP hidden width ({cfg.mlp_hidden}) or feature width "
+                        f"({cfg.d_model}) is smaller than the device count, and every device needs at least one "
+                        f"hidden unit and column; use --devices {narrow} or fewer")
     trained = Split(model.devices, cfg.heads, cfg.d_model, cfg.mlp_hidden, tuple(model.heads_per_device))
     if D == model.devices:
         return trained, model.masks
@@ -112,6 +117,11 @@ def compile_model(model_path: Path, out_dir: Path, opts: CompileOptions,
                   say: Callable[[str], None] = lambda s: None) -> dict:
     """Compile ``model_path`` into ``out_dir``; return the summary written to compile.json."""
     check_output_dir(Path(out_dir), OUTPUT_KIND, build_entry, legacy_build)
+    with output_lock(Path(out_dir)):  # before any work: a second compile of this folder is refused at once
+        return _compile(model_path, out_dir, opts, say)
+
+
+def _compile(model_path: Path, out_dir: Path, opts: CompileOptions, say: Callable[[str], None]) -> dict:
     model = load_model(Path(model_path))
     board = load_board(opts.board)
     cfg = model.config

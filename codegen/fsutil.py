@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -13,6 +14,8 @@ from .errors import UserError
 
 
 OWNER_FILE = ".cisl-output"  # "cisl <kind>": this folder is a cisl output of that kind
+_HELD: set[str] = set()  # output locks this process holds
+_CISL_HIDDEN = re.compile(r"^\.[^/]+\.(lock|tmp-[^/]+|old-[^/]+)$")  # cisl's locks and (killed runs') leftovers
 
 
 def _owner(target: Path) -> str | None:
@@ -49,10 +52,46 @@ def check_output_dir(target: Path, kind: str, entries: Callable[[str], bool],
         raise UserError(f"{target}: exists and was not written by cisl; choose an empty or new output folder with -o")
     if owner is not None and owner != kind:
         raise UserError(f"{target}: is a cisl {owner} folder, not a {kind} folder; choose another output with -o")
-    foreign = [n for n in names if n != OWNER_FILE and not entries(n)]
+    foreign = [n for n in names if n != OWNER_FILE and not _CISL_HIDDEN.match(n) and not entries(n)]
     if foreign:
         raise UserError(f"{target}: holds {foreign[0]}, which cisl did not write there; move it away or choose "
                         f"another output with -o")
+
+
+@contextlib.contextmanager
+def output_lock(target: Path) -> Iterator[None]:
+    """Hold the lock of output ``target`` (``.<name>.lock`` next to it) or refuse in one line: two cisl
+    runs never write one folder at once. Under the lock, the leftovers of runs that were killed
+    before they could clean up (``.<name>.tmp-*``, ``.<name>.old-*``) are removed."""
+    import fcntl
+
+    target = Path(target)
+    lock = target.parent / f".{target.name}.lock"
+    key = str(lock.absolute())
+    if key in _HELD:  # this process holds it already (a command that locks early, then writes atomically)
+        yield
+        return
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise UserError(f"{target}: cannot write next to it ({e.strerror}); choose another output") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UserError(f"{target}: another cisl run is writing it (lock {lock}); wait for it to finish or "
+                            f"choose another output") from None
+        for left in list(target.parent.glob(f".{target.name}.tmp-*")) + \
+                list(target.parent.glob(f".{target.name}.old-*")):
+            shutil.rmtree(left, ignore_errors=True)
+        _HELD.add(key)
+        try:
+            yield
+        finally:
+            _HELD.discard(key)
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager
@@ -66,8 +105,14 @@ def atomic_output_dir(target: Path, kind: str, entries: Callable[[str], bool],
     OWNER_FILE."""
     target = Path(target)
     check_output_dir(target, kind, entries, legacy)
+    with output_lock(target):
+        yield from _atomic_output_dir(target, kind, entries, legacy)
+
+
+def _atomic_output_dir(target: Path, kind: str, entries: Callable[[str], bool],
+                       legacy: Callable[[Path], bool] | None) -> Iterator[Path]:
+    check_output_dir(target, kind, entries, legacy)  # again, under the lock
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     except OSError as e:
         raise UserError(f"{target}: cannot create it ({e.strerror}); choose another output with -o") from None

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from clirun import cisl
+from clirun import cisl, vouch_for
 from models import config_for_tokens, make_model_dir
 
 pytestmark = pytest.mark.faults
@@ -212,3 +212,90 @@ def test_report_refuses_logs_that_break_the_sequence_rules(simbuild, tmp_path):
     (tmp_path / "logs" / "records.jsonl").write_text("\n".join(recs[:i + 1] + [infer] + recs[i + 1:]) + "\n")
     p = cisl("report", str(tmp_path / "logs"), "-o", str(tmp_path / "rep"), "--no-plots", cwd=tmp_path)
     one_line_error(p, "breaks the serial contract", "repeated")
+
+
+def test_an_output_under_a_file_is_one_line(model, tmp_path):
+    (tmp_path / "afile").write_text("x")
+    for args in (["compile", str(model), "--devices", "2", "-o", str(tmp_path / "afile" / "build")],
+                 ["estimate", str(tmp_path / "afile")],
+                 ["report", str(tmp_path / "afile")]):
+        p = cisl(*args, cwd=tmp_path)
+        assert p.returncode == 2 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, \
+            (args, p.stderr)
+    assert (tmp_path / "afile").read_text() == "x"
+
+
+def test_the_mlp_narrower_than_the_device_count_is_one_line(tmp_path):
+    import dataclasses
+
+    cfg = dataclasses.replace(config_for_tokens(8, 32, heads=4, layers=1), mlp_hidden=2)
+    onnx = make_model_dir(tmp_path / "m2", cfg, devices=2, keep_ratio=1.0)
+    p = cisl("compile", str(onnx), "--devices", "4", "-o", str(tmp_path / "b"), cwd=tmp_path)
+    one_line_error(p, "hidden")
+
+
+def test_a_killed_compile_leaves_no_temporary_folder_and_the_next_run_cleans_up(model, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    big = make_model_dir(tmp_path / "big", config_for_tokens(8, 128, heads=8, layers=2), devices=2,
+                         keep_ratio=1.0, seed=2, calibration=64)
+    proc = subprocess.Popen([sys.executable, "-m", "codegen.cli", "compile", str(big), "--devices", "2", "-o",
+                             str(tmp_path / "build")], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    end = time.monotonic() + 60
+    while time.monotonic() < end and not list(tmp_path.glob(".build.tmp-*")) and proc.poll() is None:
+        time.sleep(0.01)
+    assert proc.poll() is None and list(tmp_path.glob(".build.tmp-*")), "compile finished before the signal"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0 and b"Traceback" not in err, err
+    assert not [x for x in tmp_path.glob(".build.*") if x.name != ".build.lock"], "SIGTERM left a temporary folder"
+    assert not (tmp_path / "build").exists()
+    # a SIGKILLed run cannot clean up: the next run on the same output does
+    (tmp_path / ".build.tmp-killed").mkdir()
+    (tmp_path / ".build.tmp-killed" / "plan.json").write_text("{}")
+    os.utime(tmp_path / ".build.tmp-killed", (0, 0))
+    assert cisl("compile", str(model), "--devices", "2", "-o", str(tmp_path / "build"), cwd=tmp_path).returncode == 0
+    assert not (tmp_path / ".build.tmp-killed").exists()
+
+
+def test_two_runs_on_one_output_folder_are_serialised(model, tmp_path):
+    from codegen.fsutil import output_lock
+
+    with output_lock(tmp_path / "build"):  # another cisl process is writing build/
+        p = cisl("compile", str(model), "--devices", "2", "-o", str(tmp_path / "build"), cwd=tmp_path)
+    one_line_error(p, "another cisl")
+    assert cisl("compile", str(model), "--devices", "2", "-o", str(tmp_path / "build"), cwd=tmp_path).returncode == 0
+    with output_lock(tmp_path / "build"):
+        p = cisl("build", str(tmp_path / "build"), "-q", "--no-board-time", cwd=tmp_path)
+    one_line_error(p, "another cisl")
+
+
+def test_a_node_printing_bytes_that_are_not_text_keeps_its_log(simbuild, tmp_path):
+    import shutil
+
+    b = tmp_path / "build"
+    shutil.copytree(simbuild, b)
+    img = b / "node_01" / "firmware.elf"
+    img.write_bytes(b"#!/bin/sh\nprintf 'CISL 1 boot fw=x plan=y board=sim node=1 nodes=2\\n\\377\\376 bad\\n'\nexit 3\n")
+    img.chmod(0o755)
+    vouch_for(b, 1)
+    p = cisl("sim", str(b), "-n", "1", "--timeout", "20", cwd=tmp_path)
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+    assert "node 1" in p.stdout + p.stderr
+    assert (b / "logs" / "node_01.log").read_bytes().startswith(b"CISL 1 boot")
+
+
+def test_an_image_that_is_not_an_executable_is_one_line(simbuild, tmp_path):
+    import shutil
+
+    b = tmp_path / "build"
+    shutil.copytree(simbuild, b)
+    img = b / "node_00" / "firmware.elf"
+    img.write_bytes(b"\x7fELF this is not a program")
+    vouch_for(b, 0)
+    p = cisl("sim", str(b), "-n", "1", "--timeout", "20", cwd=tmp_path)
+    one_line_error(p, "node_00")

@@ -10,6 +10,7 @@ import pytest
 from codegen.build import build
 from codegen.compile import CompileOptions, compile_model
 from codegen.sim.runner import run_sim
+from clirun import vouch_for
 from models import config_for_tokens, make_model_dir
 
 pytestmark = pytest.mark.sim
@@ -24,22 +25,6 @@ def built(tmp_path_factory):
     return root / "build"
 
 
-def _vouch_for(build_dir, node: int) -> bytes:
-    """Record node's current image in build.json, as if `cisl build` had made it (for crash tests)."""
-    import json
-
-    from codegen.fsutil import sha256_file
-
-    path = build_dir / "build.json"
-    original = path.read_bytes()
-    doc = json.loads(original)
-    for n in doc["nodes"]:
-        if n["node"] == node:
-            n["sha256"] = sha256_file(build_dir / f"node_{node:02d}" / "firmware.elf")
-    path.write_text(json.dumps(doc))
-    return original
-
-
 def test_a_crashing_node_is_named_and_the_run_fails_fast(built, tmp_path):
     elf = built / "node_02" / "firmware.elf"
     original = elf.read_bytes()
@@ -47,7 +32,7 @@ def test_a_crashing_node_is_named_and_the_run_fails_fast(built, tmp_path):
     try:
         elf.write_text("#!/bin/sh\necho 'CISL 2 boot fw=x plan=y board=sim node=2 nodes=4'\nexit 3\n")
         elf.chmod(0o755)
-        summary = _vouch_for(built, 2)
+        summary = vouch_for(built, 2)
         t0 = time.monotonic()
         r = run_sim(built, logs_dir=tmp_path / "logs", timeout=30)
         assert time.monotonic() - t0 < 25

@@ -55,11 +55,13 @@ class SimResult:
 
 
 def _pump(stream, node: int, log_path: Path, sink: list[Record], raw: list[str]) -> None:
-    with open(log_path, "w") as log:
-        for line in iter(stream.readline, ""):
+    """Copy a node's standard output (bytes: a broken node may print anything) to its log, parse lines."""
+    with open(log_path, "wb") as log:
+        for line in iter(stream.readline, b""):
             log.write(line)
-            raw.append(line)
-            rec = parse_line(line.rstrip("\n"), host_time=time.time())
+            text = line.decode("ascii", errors="replace")  # the contract is ASCII; the rest is noise
+            raw.append(text)
+            rec = parse_line(text.rstrip("\r\n"), host_time=time.time())
             if rec is not None:
                 sink.append(rec)
 
@@ -128,7 +130,13 @@ def _run(plan: Plan, images: list[Path], xq: np.ndarray, logs_dir: Path, timeout
             raise UserError(f"the medium did not start: {err[-1] if err else 'no message'}")
         procs, threads, records, raw = [], [], [], []
         for n, img in zip(plan.nodes, images):
-            p = subprocess.Popen([str(img), sock], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                p = subprocess.Popen([str(img), sock], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            except OSError as e:
+                for q in procs:
+                    q.kill()
+                medium.kill()
+                raise UserError(f"{img}: cannot be started ({e.strerror}); run `cisl build` again") from None
             t = threading.Thread(target=_pump, args=(p.stdout, n.device, logs_dir / f"node_{n.device:02d}.log",
                                                      records, raw), daemon=True)
             t.start()
@@ -256,7 +264,7 @@ def _supervise(plan: Plan, procs: list[subprocess.Popen], medium: subprocess.Pop
                 continue
             del running[k]
             if rc != 0:
-                err = p.stderr.read().strip()
+                err = p.stderr.read().decode("utf-8", errors="replace").strip()
                 problems.append(f"node {k} exited with code {rc}" + (f": {err.splitlines()[-1]}" if err else ""))
         if problems or medium.poll() not in (None, 0) or time.monotonic() > deadline:
             if time.monotonic() > deadline:

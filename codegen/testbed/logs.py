@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import UserError
-from ..fsutil import OWNER_FILE, check_output_dir
+from ..fsutil import OWNER_FILE, check_output_dir, output_lock
 from .capture import CaptureResult, PortSpec, capture
 from .config import Testbed
 from .flash import read_flashed, resolve_serials
@@ -37,7 +37,13 @@ class LogsResult:
         return self.capture.ok
 
 
-def run_logs(testbed: Testbed, out_dir: Path, *, inferences: int | None = None, duration: float | None = None,
+def run_logs(testbed: Testbed, out_dir: Path, **kwargs) -> LogsResult:
+    """Record a run into ``out_dir`` (see the module's docstring); one run at a time per folder."""
+    with output_lock(Path(out_dir)):
+        return _run_logs(testbed, out_dir, **kwargs)
+
+
+def _run_logs(testbed: Testbed, out_dir: Path, *, inferences: int | None = None, duration: float | None = None,
              timeout: float = 300.0, reset: bool = True, node_ids: list[int] | None = None,
              open_timeout: float = 10.0, say: Callable[[str], None] | None = None) -> LogsResult:
     say = say or (lambda s: None)

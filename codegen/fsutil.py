@@ -15,7 +15,7 @@ from .errors import UserError
 
 OWNER_FILE = ".cisl-output"  # "cisl <kind>": this folder is a cisl output of that kind
 _HELD: set[str] = set()  # output locks this process holds
-_CISL_HIDDEN = re.compile(r"^\.[^/]+\.(lock|tmp-[^/]+|old-[^/]+)$")  # cisl's locks and (killed runs') leftovers
+_CISL_HIDDEN = re.compile(r"^\.[^/]+\.(tmp-[^/]+|old-[^/]+)$")  # what killed cisl runs left (removed under the lock)
 
 
 def _owner(target: Path) -> str | None:
@@ -60,28 +60,31 @@ def check_output_dir(target: Path, kind: str, entries: Callable[[str], bool],
 
 @contextlib.contextmanager
 def output_lock(target: Path) -> Iterator[None]:
-    """Hold the lock of output ``target`` (``.<name>.lock`` next to it) or refuse in one line: two cisl
-    runs never write one folder at once. Under the lock, the leftovers of runs that were killed
+    """Hold the lock of output ``target`` (a file in the temporary folder's cisl-locks/) or refuse in
+    one line: two cisl runs never write one folder at once. Under the lock, the leftovers of runs that were killed
     before they could clean up (``.<name>.tmp-*``, ``.<name>.old-*``) are removed."""
     import fcntl
 
+    import hashlib
+
     target = Path(target)
-    lock = target.parent / f".{target.name}.lock"
-    key = str(lock.absolute())
+    key = str(target.absolute())
+    # the lock lives in the machine's temporary folder, not next to the user's output
+    lock = Path(tempfile.gettempdir()) / "cisl-locks" / f"{hashlib.sha1(key.encode()).hexdigest()[:20]}.lock"
     if key in _HELD:  # this process holds it already (a command that locks early, then writes atomically)
         yield
         return
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
     except OSError as e:
-        raise UserError(f"{target}: cannot write next to it ({e.strerror}); choose another output") from None
+        raise UserError(f"{lock}: cannot create the lock for {target} ({e.strerror}); check {lock.parent}") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise UserError(f"{target}: another cisl run is writing it (lock {lock}); wait for it to finish or "
-                            f"choose another output") from None
+            raise UserError(f"{target}: another cisl run is writing it; wait for it to finish or choose another "
+                            f"output") from None
         for left in list(target.parent.glob(f".{target.name}.tmp-*")) + \
                 list(target.parent.glob(f".{target.name}.old-*")):
             shutil.rmtree(left, ignore_errors=True)

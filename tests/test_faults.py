@@ -252,7 +252,7 @@ def test_a_killed_compile_leaves_no_temporary_folder_and_the_next_run_cleans_up(
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode != 0 and b"Traceback" not in err, err
-    assert not [x for x in tmp_path.glob(".build.*") if x.name != ".build.lock"], "SIGTERM left a temporary folder"
+    assert not list(tmp_path.glob(".build.*")), "SIGTERM left a temporary folder"
     assert not (tmp_path / "build").exists()
     # a SIGKILLed run cannot clean up: the next run on the same output does
     (tmp_path / ".build.tmp-killed").mkdir()
@@ -299,3 +299,19 @@ def test_an_image_that_is_not_an_executable_is_one_line(simbuild, tmp_path):
     vouch_for(b, 0)
     p = cisl("sim", str(b), "-n", "1", "--timeout", "20", cwd=tmp_path)
     one_line_error(p, "node_00")
+
+
+def test_a_dead_node_is_named_first_in_one_line_not_one_per_missing_inference(simbuild, tmp_path):
+    import shutil
+
+    b = tmp_path / "build"
+    shutil.copytree(simbuild, b)
+    img = b / "node_01" / "firmware.elf"
+    img.write_bytes(b"#!/bin/sh\necho 'CISL 1 boot fw=x plan=y board=sim node=1 nodes=2'\nexit 3\n")
+    img.chmod(0o755)
+    vouch_for(b, 1)
+    p = cisl("sim", str(b), "-n", "6", "--timeout", "20", cwd=tmp_path)
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    problems = [ln for ln in p.stdout.splitlines() if ln.strip().startswith("problem:")]
+    assert problems and "node 1 exited with code 3" in problems[0], p.stdout
+    assert len(problems) <= 5, p.stdout

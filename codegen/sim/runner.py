@@ -9,6 +9,7 @@ layer, tensor, position).
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -217,9 +218,42 @@ def _run(plan: Plan, images: list[Path], xq: np.ndarray, logs_dir: Path, timeout
         with open(logs_dir / "radio_deliveries.jsonl", "w") as f:
             for rr in radio_deliveries:
                 f.write(json.dumps(rr) + "\n")
+    problems = _summarise(problems, len(xq))
+    if first is not None and any(" exited with code " in p or "did not finish" in p for p in problems):
+        first += " (a consequence of the failure above)"
     return SimResult(len(xq), first is None and not wrong and not any("forecast" in p for p in problems), first,
                      problems,
                      sent, forecast, reference, records, wall, delivered, expected, radio_rounds)
+
+
+def _summarise(problems: list[str], inferences: int) -> list[str]:
+    """The cause first (a node that exited or crashed, a medium that failed, the timeout), then the
+    consequences, each kind once: not one line per inference a dead node did not finish."""
+    missing = [p for p in problems if p.startswith("the sink printed no complete forecast for inference ")]
+    unfinished: dict[tuple[str, bool], list[int]] = {}  # (reported, no end line) -> nodes
+    rest = []
+    no_end = {int(m.group(1)) for p in problems if (m := re.match(r"node (\d+) never printed its 'end' line$", p))}
+    for p in problems:
+        if p in missing or re.match(r"node \d+ never printed its 'end' line$", p):
+            continue
+        m = re.match(r"node (\d+) reported (\d+ of \d+) inferences$", p)
+        if m:
+            unfinished.setdefault((m.group(2), int(m.group(1)) in no_end), []).append(int(m.group(1)))
+            continue
+        rest.append(p)
+    reported = {k for nodes in unfinished.values() for k in nodes}
+    for k in sorted(no_end - reported):
+        rest.append(f"node {k} never printed its 'end' line")
+    for (count, end_missing), nodes in sorted(unfinished.items(), key=lambda kv: min(kv[1])):
+        who = f"node {nodes[0]}" if len(nodes) == 1 else f"nodes {', '.join(map(str, sorted(nodes)))}"
+        rest.append(f"{who} finished {count} inferences" + (" and printed no 'end' line" if end_missing else ""))
+    cause = [p for p in rest if " exited with code " in p or "did not finish" in p or p.startswith("the medium")]
+    out = cause + [p for p in rest if p not in cause]
+    if missing:
+        first = missing[0].rsplit(" ", 1)[-1]
+        out.append(f"the sink printed no complete forecast for {len(missing)} of {inferences} inferences "
+                   f"(from inference {first} on)" if len(missing) > 1 else missing[0])
+    return out
 
 
 def check_images(build_dir: Path, plan: Plan, images: list[Path]) -> None:

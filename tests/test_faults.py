@@ -315,3 +315,84 @@ def test_a_dead_node_is_named_first_in_one_line_not_one_per_missing_inference(si
     problems = [ln for ln in p.stdout.splitlines() if ln.strip().startswith("problem:")]
     assert problems and "node 1 exited with code 3" in problems[0], p.stdout
     assert len(problems) <= 5, p.stdout
+
+
+def test_the_sim_timeout_is_a_hard_limit_for_the_node_and_what_it_started(simbuild, tmp_path):
+    import shutil
+    import subprocess
+    import time
+
+    b = tmp_path / "build"
+    shutil.copytree(simbuild, b)
+    img = b / "node_01" / "firmware.elf"
+    img.write_bytes(b"#!/bin/sh\nsleep 7771 &\nsleep 7772\n")  # hangs, with a child of its own
+    img.chmod(0o755)
+    vouch_for(b, 1)
+    t0 = time.monotonic()
+    p = cisl("sim", str(b), "-n", "1", "--timeout", "3", cwd=tmp_path)
+    took = time.monotonic() - t0
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    assert "did not finish within 3 s" in p.stdout, p.stdout
+    assert took < 20, took
+    left = subprocess.run(["pgrep", "-f", "sleep 777[12]"], capture_output=True, text=True).stdout.split()
+    assert not left, f"processes of the timed-out node still run: {left}"
+
+
+def _fs_fault_cases():
+    """(name, argv) of every command against a file system that is not what it expects: a file where
+    a folder should be, a path under a file, a folder where a file should be, a missing input."""
+    F = "{file}"      # an existing regular file
+    D = "{dir}"       # an existing empty folder
+    U = "{file}/x"    # a path under a file
+    M = "{missing}"   # nothing there
+    return [
+        ("train -o under a file", ["train", "-o", U, "--epochs", "1"]),
+        ("train config is a folder", ["train", D, "-o", "{out}"]),
+        ("compile a folder as model", ["compile", D, "-o", "{out}"]),
+        ("compile missing model", ["compile", M, "-o", "{out}"]),
+        ("compile -o is a file", ["compile", "{model}", "-o", F]),
+        ("build a file", ["build", F]),
+        ("build missing", ["build", M]),
+        ("sim a file", ["sim", F]),
+        ("sim --logs under a file", ["sim", "{build}", "--logs", U]),
+        ("sim --inputs is a folder", ["sim", "{build}", "--inputs", D]),
+        ("estimate a file", ["estimate", F]),
+        ("estimate -o under a file", ["estimate", "{build}", "-o", U]),
+        ("report a file", ["report", F, "-o", "{out}"]),
+        ("report -o is a file", ["report", "{logs}", "-o", F]),
+        ("report --estimate is a folder", ["report", "{logs}", "-o", "{out}", "--estimate", D]),
+        ("eval a folder", ["eval", D]),
+        ("eval missing", ["eval", M]),
+        ("qemu a file", ["qemu", F]),
+        ("testbed check a folder", ["testbed", "check", D]),
+        ("testbed check missing", ["testbed", "check", M]),
+        ("flash --testbed missing", ["flash", "{build}", "--testbed", M]),
+        ("logs --testbed is a folder", ["logs", "--testbed", D, "-o", "{out}"]),
+        ("fit --json under a file", ["fit", "--devices", "2", "--no-build", "--tokens", "8", "--layers", "1",
+                                     "--json", U]),
+        ("radio loss -o under a file", ["radio", "loss", "--topology", "full_mesh", "--nodes", "2", "-o", U]),
+        ("demo -o under a file", ["demo", "-o", U, "--epochs", "1"]),
+    ]
+
+
+@pytest.mark.parametrize("name,argv", _fs_fault_cases(), ids=[c[0] for c in _fs_fault_cases()])
+def test_every_command_meets_file_system_faults_with_one_line(model, simbuild, tmp_path, name, argv):
+    (tmp_path / "afile").write_text("not what cisl expects\n")
+    (tmp_path / "adir").mkdir()
+    logs = tmp_path / "logs"
+    if "{logs}" in " ".join(argv):
+        assert cisl("sim", str(simbuild), "-n", "1", "--logs", str(logs), cwd=tmp_path).returncode == 0
+    subst = {"{file}": str(tmp_path / "afile"), "{dir}": str(tmp_path / "adir"), "{missing}": str(tmp_path / "nope"),
+             "{out}": str(tmp_path / "out"), "{build}": str(simbuild), "{logs}": str(logs),
+             "{model}": str(model)}
+    args = []
+    for a in argv:
+        for k, v in subst.items():
+            a = a.replace(k, v)
+        args.append(a)
+    p = cisl(*args, cwd=tmp_path, timeout=300)
+    assert p.returncode == 2, (name, p.returncode, p.stdout[-500:], p.stderr[-2000:])
+    assert "Traceback" not in p.stderr, (name, p.stderr[-2000:])
+    last = [ln for ln in p.stderr.strip().splitlines() if ln.strip()][-1]
+    assert last.startswith("error: "), (name, p.stderr[-2000:])
+    assert (tmp_path / "afile").read_text() == "not what cisl expects\n"

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import re
 import os
+import select
+import signal
 import subprocess
 import sys
 import tempfile
@@ -23,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import UserError
+from ..errors import CheckFailed, UserError
 from ..fsutil import atomic_output_dir, check_output_dir, sha256_file
 from ..executor import PlanExecutor
 from ..lossmodel import LossRates
@@ -123,8 +125,12 @@ def _run(plan: Plan, images: list[Path], xq: np.ndarray, logs_dir: Path, timeout
              "--loss-file", loss_file]
             + (["--radio", radio, "--radio-seed", str(radio_seed), "--radio-stats", os.path.join(tmp, "radio.jsonl"),
                 "--radio-dead", *map(str, radio_dead or [])] if radio else []),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        ready = medium.stdout.readline().strip()
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        up, _, _ = select.select([medium.stdout], [], [], min(timeout, 30.0))
+        ready = medium.stdout.readline().strip() if up else ""
+        if not up:
+            _kill_group(medium)
+            raise CheckFailed(f"the medium did not start within {min(timeout, 30.0):.0f} s")
         if ready != "ready":
             err = medium.communicate(timeout=10)[1].strip().splitlines()
             # the medium checks its options (topology, node count) before it starts: a user error
@@ -132,18 +138,25 @@ def _run(plan: Plan, images: list[Path], xq: np.ndarray, logs_dir: Path, timeout
         procs, threads, records, raw = [], [], [], []
         for n, img in zip(plan.nodes, images):
             try:
-                p = subprocess.Popen([str(img), sock], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                # its own process group: the timeout ends the node and whatever it started
+                p = subprocess.Popen([str(img), sock], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     start_new_session=True)
             except OSError as e:
                 for q in procs:
-                    q.kill()
-                medium.kill()
+                    _kill_group(q)
+                _kill_group(medium)
                 raise UserError(f"{img}: cannot be started ({e.strerror}); run `cisl build` again") from None
             t = threading.Thread(target=_pump, args=(p.stdout, n.device, logs_dir / f"node_{n.device:02d}.log",
                                                      records, raw), daemon=True)
             t.start()
             procs.append(p)
             threads.append(t)
-        problems = _supervise(plan, procs, medium, timeout)
+        try:
+            problems = _supervise(plan, procs, medium, timeout)
+        except BaseException:  # Ctrl-C, SIGTERM: no node or medium outlives the run
+            for q in (*procs, medium):
+                _kill_group(q)
+            raise
         for t in threads:
             t.join(timeout=5)
         for proc in (*procs, medium):
@@ -226,6 +239,14 @@ def _run(plan: Plan, images: list[Path], xq: np.ndarray, logs_dir: Path, timeout
                      sent, forecast, reference, records, wall, delivered, expected, radio_rounds)
 
 
+def _kill_group(p: subprocess.Popen) -> None:
+    """SIGKILL the process group a run's process leads (it and everything it started)."""
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def _summarise(problems: list[str], inferences: int) -> list[str]:
     """The cause first (a node that exited or crashed, a medium that failed, the timeout), then the
     consequences, each kind once: not one line per inference a dead node did not finish."""
@@ -305,7 +326,7 @@ def _supervise(plan: Plan, procs: list[subprocess.Popen], medium: subprocess.Pop
                 problems.append(f"the run did not finish within {timeout:.0f} s (nodes still running: "
                                 f"{sorted(running)})")
             for p in running.values():
-                p.kill()
+                _kill_group(p)
             for p in running.values():
                 p.wait()
             break
@@ -313,8 +334,10 @@ def _supervise(plan: Plan, procs: list[subprocess.Popen], medium: subprocess.Pop
     try:
         medium.wait(timeout=5 if not problems else 0.5)
     except subprocess.TimeoutExpired:
-        medium.kill()
+        _kill_group(medium)
         medium.wait()
+    for p in procs:  # what the nodes started (their process groups) ends with the run
+        _kill_group(p)
     merr = medium.stderr.read().strip()
     if medium.returncode not in (0, None) and merr:
         problems.insert(0, merr.splitlines()[-1])  # the medium says why the nodes lost it: the cause first

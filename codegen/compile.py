@@ -182,6 +182,8 @@ def _compile(model_path: Path, out_dir: Path, opts: CompileOptions, say: Callabl
     with atomic_output_dir(Path(out_dir), OUTPUT_KIND, build_entry, legacy_build) as tmp:
         write_plan(tmp, meta, st.sgs, nodes, q)
         plan = load_plan(tmp)  # emit from what is on disk: plan.json is the source of truth
+        if split.devices == model.devices:
+            _check_metadata_against_graph(model, plan, cal)
         env = environment()
         say(f"emit C: {plan.devices} nodes")
         for node in plan.nodes:
@@ -191,6 +193,7 @@ def _compile(model_path: Path, out_dir: Path, opts: CompileOptions, say: Callabl
         np.save(tmp / "inputs.npy", sim_inputs.astype(np.float32))
         summary = _summary(plan, board, model, test_x, test_y, test_scale)
         _budget_check(plan, board, summary, say)
+        _calibration_check(cal, summary)
         (tmp / "compile.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary
 
@@ -217,7 +220,26 @@ def _budget_check(plan, board, summary: dict, say: Callable[[str], None]) -> Non
                 warnings.append(f"node {n['node']} is estimated at {used} B of {region}, over the {budget} B of "
                                 f"{board.name} by {used - budget} B")
     if warnings:
-        summary["warnings"] = warnings
+        summary.setdefault("warnings", []).extend(warnings)
+
+
+def _calibration_check(cal: np.ndarray, summary: dict) -> None:
+    """A calibration set too small or without variation fixes the activations' int8 ranges poorly:
+    say so, with the int8 error it gave on the test windows when there are some."""
+    problems = []
+    if len(cal) < 8:
+        problems.append(f"only {len(cal)} calibration window{'s' if len(cal) != 1 else ''}")
+    if float(np.ptp(cal)) == 0.0 or float(np.min(np.std(cal, axis=1))) == 0.0:
+        problems.append("constant calibration windows")
+    if not problems:
+        return
+    acc = summary.get("accuracy")
+    measured = (f"; int8 vs float on {acc['windows']} test windows: {100 * acc['relative_mse_increase']:+.2f} % MSE, "
+                f"relative RMS error {acc['relative_rms_float_vs_int8']:.3f}" if acc else
+                "; no test windows next to the model to measure the int8 error on")
+    summary.setdefault("warnings", []).append(
+        f"degenerate calibration set ({', '.join(problems)}): the int8 ranges may not cover real inputs{measured}; "
+        f"calibrate with more representative windows (--calibration FILE.npy)")
 
 
 def _per_packet_us(board_name: str) -> tuple[float, float, float, float] | None:
@@ -249,6 +271,28 @@ def _mixer_section(st, opts: CompileOptions) -> dict:
             "max_generation": opts.max_generation,
             "exchanges": [[r.to_json() for r in ex] for ex in rounds],
             "estimated_us_per_inference": int(sum(r.estimated_us for ex in rounds for r in ex))}
+
+
+def _check_metadata_against_graph(model: CislModel, plan, windows: np.ndarray) -> None:
+    """The plan is built from the model's cisl metadata (split, masks) and weights; the ONNX graph is
+    what was trained and exported. They must compute the same forecast: metadata that contradicts
+    the graph (hand-edited masks, another model's metadata) is refused, not compiled into nodes that
+    would then agree with a wrong float reference."""
+    import onnxruntime as ort
+
+    x = np.ascontiguousarray(windows[:8], dtype=np.float32)
+    try:
+        ref = ort.InferenceSession(str(model.path), providers=["CPUExecutionProvider"]).run(None, {"window": x})[0]
+    except Exception as e:  # a graph ONNX Runtime cannot run is no cisl model
+        raise UserError(f"{model.path}: ONNX Runtime cannot run the model ({type(e).__name__}); re-export it "
+                        f"with `cisl train`") from None
+    got = PlanExecutor([n.tensors for n in plan.nodes], [n.ops for n in plan.nodes], plan.sgs, "float",
+                       weights=model.weights).run(x).output
+    diff = float(np.max(np.abs(got - ref)))
+    if not diff <= 1e-3 * (1.0 + float(np.max(np.abs(ref)))):
+        raise UserError(f"{model.path}: its cisl metadata (split, somegather masks) contradicts the graph: the "
+                        f"plan's forecast differs from the ONNX model's by up to {diff:.3g}; re-export the model "
+                        f"with `cisl train` instead of editing its metadata")
 
 
 def _summary(plan, board, model: CislModel, test_x, test_y, test_scale) -> dict:

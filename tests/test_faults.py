@@ -396,3 +396,35 @@ def test_every_command_meets_file_system_faults_with_one_line(model, simbuild, t
     last = [ln for ln in p.stderr.strip().splitlines() if ln.strip()][-1]
     assert last.startswith("error: "), (name, p.stderr[-2000:])
     assert (tmp_path / "afile").read_text() == "not what cisl expects\n"
+
+
+def test_metadata_masks_that_contradict_the_graph_are_refused(tmp_path):
+    import json
+
+    import onnx
+
+    onnx_path = make_model_dir(tmp_path / "m", config_for_tokens(8, 32, heads=4, layers=1), devices=2,
+                               keep_ratio=0.5, seed=3)
+    proto = onnx.load(str(onnx_path))
+    kv = next(p for p in proto.metadata_props if p.key == "cisl.masks")
+    masks = json.loads(kv.value)
+    first = masks["broadcast"][0][0]
+    own = sorted(set(range(16)) - set(first["x"]))  # device 0 owns columns 0..15: send others than trained
+    first["x"] = own[:len(first["x"])]
+    kv.value = json.dumps(masks)
+    onnx.save(proto, str(onnx_path))
+    p = cisl("compile", str(onnx_path), "-o", str(tmp_path / "b"), "-q", cwd=tmp_path)
+    one_line_error(p, "contradicts the graph")
+    assert not (tmp_path / "b").exists()
+
+
+def test_a_degenerate_calibration_set_warns_with_the_measured_error(model, tmp_path):
+    import numpy as np
+
+    cal = np.load(model.parent / "calibration.npy")[:1]
+    np.save(tmp_path / "one.npy", np.repeat(cal, 3, axis=0))  # three copies of one window
+    p = cisl("compile", str(model), "--devices", "2", "--calibration", str(tmp_path / "one.npy"), "-o",
+             str(tmp_path / "b"), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    warn = [ln for ln in p.stderr.splitlines() if ln.startswith("warning: degenerate calibration set")]
+    assert warn and "3 calibration windows" in warn[0] and "MSE" in warn[0], p.stderr

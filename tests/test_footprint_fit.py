@@ -77,8 +77,10 @@ def test_compile_warns_when_a_node_is_estimated_over_budget(tmp_path):
     cfg = model_config(384, 32, 1, 2)
     model = make_model_dir(tmp_path / "m", cfg, 1, 1.0, seed=1, calibration=2, tests=1)
     s = compile_model(model, tmp_path / "b", CompileOptions(board="nrf52840dk", max_calibration=2))
-    assert len(s["warnings"]) == 1 and s["warnings"][0].startswith("node 0 is estimated at ")
-    assert "of RAM, over the 262144 B of nrf52840dk" in s["warnings"][0]
+    budget = [w for w in s["warnings"] if w.startswith("node 0 is estimated at ")]
+    assert len(budget) == 1 and "of RAM, over the 262144 B of nrf52840dk" in budget[0]
+    # two calibration windows (kept small for speed) are also, rightly, called degenerate
+    assert any(w.startswith("degenerate calibration set (only 2 calibration windows") for w in s["warnings"])
     assert s["nodes"][0]["estimated_ram"] > 262144
 
 

@@ -899,8 +899,8 @@ def logs_cmd(testbed_file: Path, out_dir: Path, inferences: int | None, duration
     The ports are opened before the reset, so boot lines are not lost. Writes OUT/node_NN.log (raw),
     OUT/node_NN.jsonl (records with host timestamps and the run's id), OUT/merged.jsonl (host-time
     order) and OUT/summary.json. A node whose final line (`end`, or the N-th `infer`) never came has
-    failed: exit code 1, and the logs of the failed run go to OUT.failed/ (OUT keeps the previous
-    run's). OUT is replaced only if cisl wrote it and it holds nothing else.
+    failed: exit code 1, and the logs of the failed run go to OUT.failed/ when OUT holds a previous
+    run's logs (they stay). OUT is replaced only if cisl wrote it and it holds nothing else.
     """
     from .testbed.config import load_testbed
     from .testbed.logs import run_logs

@@ -428,3 +428,67 @@ def test_a_degenerate_calibration_set_warns_with_the_measured_error(model, tmp_p
     assert p.returncode == 0, p.stderr
     warn = [ln for ln in p.stderr.splitlines() if ln.startswith("warning: degenerate calibration set")]
     assert warn and "3 calibration windows" in warn[0] and "MSE" in warn[0], p.stderr
+
+
+def test_a_medium_killed_mid_run_is_named_as_the_cause(simbuild, tmp_path):
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    b = tmp_path / "build"
+    shutil.copytree(simbuild, b)
+    img = b / "node_01" / "firmware.elf"
+    img.write_bytes(b"#!/bin/sh\nsleep 30\n")  # a slow node keeps the run going
+    img.chmod(0o755)
+    vouch_for(b, 1)
+    sim = subprocess.Popen([sys.executable, "-m", "codegen.cli", "sim", str(b), "-n", "1", "--timeout", "60"],
+                           cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    medium = ""
+    end = time.monotonic() + 20
+    while not medium and time.monotonic() < end:
+        medium = subprocess.run(["pgrep", "-P", str(sim.pid), "-f", "codegen.sim.medium"], capture_output=True,
+                                text=True).stdout.split()
+        medium = medium[0] if medium else ""
+        time.sleep(0.05)
+    assert medium, "the medium never started"
+    time.sleep(0.5)
+    subprocess.run(["kill", "-9", medium])
+    out, err = sim.communicate(timeout=60)
+    assert sim.returncode == 1 and "Traceback" not in err, err
+    problems = [ln for ln in out.splitlines() if ln.strip().startswith("problem:")]
+    assert problems and problems[0].strip() == "problem: the medium died (signal 9): the nodes lost the radio", out
+
+
+def test_a_supervisor_killed_during_logs_ends_the_capture_and_is_named(simbuild, tmp_path):
+    import json
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    b = tmp_path / "build"
+    shutil.copytree(simbuild, b)
+    img = b / "node_01" / "firmware.elf"
+    img.write_bytes(b"#!/bin/sh\nsleep 30\n")
+    img.chmod(0o755)
+    vouch_for(b, 1)
+    assert cisl("testbed", "sim", "--nodes", "2", "-o", "tb.toml", cwd=tmp_path).returncode == 0
+    try:
+        assert cisl("flash", str(b), "--testbed", "tb.toml", "--no-reset", cwd=tmp_path).returncode == 0
+        logs = subprocess.Popen([sys.executable, "-m", "codegen.cli", "logs", "--testbed", "tb.toml", "-o", "logs",
+                                 "--timeout", "60"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        time.sleep(2.0)
+        pid = json.loads((tmp_path / ".cisl-testbed" / "supervisor.json").read_text())["pid"]
+        os.kill(pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        out, err = logs.communicate(timeout=60)
+        assert time.monotonic() - t0 < 20, "the capture waited for its timeout"
+        assert logs.returncode == 1 and "Traceback" not in err, err
+        assert "supervisor" in (out + err), out + err
+    finally:
+        cisl("testbed", "stop", "--testbed", "tb.toml", cwd=tmp_path)

@@ -331,16 +331,22 @@ def _supervise(plan: Plan, procs: list[subprocess.Popen], medium: subprocess.Pop
                 p.wait()
             break
         time.sleep(0.02)
+    killed_medium = False
     try:
         medium.wait(timeout=5 if not problems else 0.5)
     except subprocess.TimeoutExpired:
         _kill_group(medium)
         medium.wait()
+        killed_medium = True
     for p in procs:  # what the nodes started (their process groups) ends with the run
         _kill_group(p)
     merr = medium.stderr.read().strip()
     if medium.returncode not in (0, None) and merr:
         problems.insert(0, merr.splitlines()[-1])  # the medium says why the nodes lost it: the cause first
+    elif medium.returncode is not None and medium.returncode < 0 and not killed_medium:
+        problems.insert(0, f"the medium died (signal {-medium.returncode}): the nodes lost the radio")
+    elif medium.returncode not in (0, None):
+        problems.insert(0, f"the medium exited with code {medium.returncode}")
     return problems
 
 

@@ -131,12 +131,14 @@ def _run_logs(testbed: Testbed, out_dir: Path, *, inferences: int | None = None,
     except BaseException:
         shutil.rmtree(out_dir, ignore_errors=True)
         raise
-    # a good run replaces the previous logs; a failed one goes next to them (they stay)
-    dest = final_dir if result.ok else final_dir.with_name(final_dir.name + ".failed")
+    # a good run replaces the previous logs; a failed one goes next to them (they stay), or takes
+    # OUT itself when there were no logs to keep
+    previous = final_dir.exists() and any(final_dir.iterdir())
+    dest = final_dir if result.ok or not previous else final_dir.with_name(final_dir.name + ".failed")
     if not result.ok and dest.exists():
         check_output_dir(dest, "logs", _logs_entry, _legacy_logs)
     _replace(out_dir, dest)
-    return LogsResult(dest, result, problems, kept=None if result.ok else final_dir)
+    return LogsResult(dest, result, problems, kept=final_dir if dest != final_dir else None)
 
 
 def _logs_entry(name: str) -> bool:

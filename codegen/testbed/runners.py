@@ -398,8 +398,9 @@ class SimRunner(Runner):
 
         try:
             st = simbed.request(self.testbed, {"cmd": "status"}, timeout=5.0)
-        except UserError as e:
-            return {"finished": True, "problems": [str(e)]}
+        except UserError:  # it answered the reset, so it was running: it died during the run
+            return {"finished": True, "problems": ["the virtual testbed's supervisor died during the run (its nodes "
+                                                   "and medium are gone); start it again with `cisl flash`"]}
         return {"finished": st.get("state") in ("finished", "failed", "halted", "idle"),
                 "problems": st.get("problems", [])}
 

@@ -164,7 +164,7 @@ def main() -> None:
 @click.option("--devices", type=click.IntRange(min=1), default=None, help="Override [split] devices.")
 @click.option("--keep-ratio", type=click.FloatRange(0.0, 1.0, min_open=True), default=None,
               help="Override [split] keep_ratio (fraction of own columns each device broadcasts).")
-@click.option("--seed", type=int, default=None, help="Override [train] seed.")
+@click.option("--seed", type=click.IntRange(min=0), default=None, help="Override [train] seed.")
 @click.option("--dropout", "dropout_file", type=click.Path(path_type=Path), default=None,
               help="Take [dropout] from this TOML file, e.g. the one `cisl radio loss -o` writes.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
@@ -326,7 +326,7 @@ def build_cmd(build_dir: Path, board: str | None, jobs: int | None, nodes: tuple
               help="Input windows (.npy float [n, lookback], normalised). Default: BUILD_DIR/inputs.npy.")
 @click.option("-n", "--count", type=click.IntRange(min=1), default=None, help="Run only the first N inputs.")
 @_loss_options
-@click.option("--loss-seed", type=int, default=0, show_default=True, help="Seed of the loss pattern.")
+@click.option("--loss-seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the loss pattern.")
 @click.option("--timeout", type=click.FloatRange(min=1), default=300.0, show_default=True,
               help="Seconds before one node's emulation is aborted.")
 @click.option("--keep", "keep_dir", type=click.Path(path_type=Path), default=None,
@@ -385,7 +385,7 @@ def qemu_cmd(build_dir: Path, nodes: tuple[int, ...], inputs: Path | None, count
               help="Input windows each node's image runs on the cycle model (averaged).")
 @click.option("--radio-inferences", type=click.IntRange(min=1), default=4, show_default=True,
               help="Inferences of Mixer rounds simulated (min/mean/max of the air time).")
-@click.option("--radio-seed", type=int, default=0, show_default=True, help="Seed of topology and channel.")
+@click.option("--radio-seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of topology and channel.")
 @click.option("--period-ms", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Inference period for the idle energy (default: back to back, the latency).")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole estimate as JSON instead of the table.")
@@ -435,7 +435,7 @@ def estimate_cmd(build_dir: Path, topology: str | None, policy: str | None, infe
 @click.option("--layers", "layer_grid", type=click.IntRange(1, 64), multiple=True,
               help="Layer counts T to try (repeatable). Default: 1..12.")
 @click.option("--no-build", is_flag=True, help="Estimate only: skip the confirming compile and build of every node.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random weights and masks.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the random weights and masks.")
 @click.option("--json", "json_out", type=click.Path(path_type=Path), default=None, help="Also write the result here.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, help="Parallel compile jobs (default: CPUs).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
@@ -476,14 +476,14 @@ def fit_cmd(board: str, devices: int, heads: int, keep_ratio: float, token_grid:
 @click.option("--timeout", type=click.FloatRange(min=1), default=120.0, show_default=True,
               help="Seconds before a stuck run is aborted.")
 @_loss_options
-@click.option("--loss-seed", type=int, default=0, show_default=True, help="Seed of the loss pattern.")
+@click.option("--loss-seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the loss pattern.")
 @click.option("--medium", type=click.Choice(["radio", "message"]), default="radio", show_default=True,
               help="radio: nodes run Mixer over the slot-level radio channel; message: an ideal message-level "
                    "medium (lossless, or with --loss*).")
 @click.option("--topology", "radio_topology", default=None, metavar="TOPOLOGY",
               help="Radio topology: full_mesh, line, grid, random_geometric, hallway, hallway16 "
                    "(default: the paper's 35 m hallway, hallway16 for 16 nodes; a mesh below 4 nodes).")
-@click.option("--radio-seed", type=int, default=0, show_default=True, help="Seed of the topology and channel.")
+@click.option("--radio-seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the topology and channel.")
 @click.option("--radio-dead", type=int, multiple=True, metavar="NODE",
               help="Radio medium: this node's radio is dead (repeatable); it computes but nothing gets through.")
 @_friendly
@@ -658,7 +658,7 @@ def radio() -> None:
                    "and the loss probability in the bad state.")
 @click.option("--fail-prob", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.0, show_default=True,
               help="Probability that a node is down for a whole exchange (crash, reboot).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("-o", "--out", "out", type=click.Path(path_type=Path), default=None,
               help="Write the [dropout] section (TOML) for `cisl train` here.")
 @_friendly
@@ -776,7 +776,7 @@ def testbed_scan(out: Path | None, board: str, runner: str | None, baud: int, fo
               help="The testbed file to write.")
 @click.option("--topology", default=None, metavar="TOPOLOGY",
               help="Radio topology of the medium (default: as `cisl sim`, the hallway for the node count flashed).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the topology and channel.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the topology and channel.")
 @click.option("--state", default=".cisl-testbed", show_default=True,
               help="State folder (relative to the file): ports, images, the supervisor's files.")
 @click.option("--board", type=click.Choice(["sim", "qemu-m4"]), default="sim", show_default=True,

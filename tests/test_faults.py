@@ -325,7 +325,10 @@ def test_the_sim_timeout_is_a_hard_limit_for_the_node_and_what_it_started(simbui
     b = tmp_path / "build"
     shutil.copytree(simbuild, b)
     img = b / "node_01" / "firmware.elf"
-    img.write_bytes(b"#!/bin/sh\nsleep 7771 &\nsleep 7772\n")  # hangs, with a child of its own
+    import random
+
+    mark = random.randrange(10**6, 10**7)  # a unique duration: other runs' sleeps are not ours
+    img.write_bytes(f"#!/bin/sh\nsleep {mark}1 &\nsleep {mark}2\n".encode())  # hangs, with a child of its own
     img.chmod(0o755)
     vouch_for(b, 1)
     t0 = time.monotonic()
@@ -334,7 +337,7 @@ def test_the_sim_timeout_is_a_hard_limit_for_the_node_and_what_it_started(simbui
     assert p.returncode == 1 and "Traceback" not in p.stderr
     assert "did not finish within 3 s" in p.stdout, p.stdout
     assert took < 20, took
-    left = subprocess.run(["pgrep", "-f", "sleep 777[12]"], capture_output=True, text=True).stdout.split()
+    left = subprocess.run(["pgrep", "-f", f"sleep {mark}[12]"], capture_output=True, text=True).stdout.split()
     assert not left, f"processes of the timed-out node still run: {left}"
 
 
@@ -430,7 +433,8 @@ def test_a_degenerate_calibration_set_warns_with_the_measured_error(model, tmp_p
     assert warn and "3 calibration windows" in warn[0] and "MSE" in warn[0], p.stderr
 
 
-def test_a_medium_killed_mid_run_is_named_as_the_cause(simbuild, tmp_path):
+@pytest.mark.parametrize("delay", [0.0, 0.3, 1.2])  # before, during and after the nodes connect
+def test_a_medium_killed_mid_run_is_named_as_the_cause(simbuild, tmp_path, delay):
     import shutil
     import signal
     import subprocess
@@ -453,10 +457,13 @@ def test_a_medium_killed_mid_run_is_named_as_the_cause(simbuild, tmp_path):
         medium = medium[0] if medium else ""
         time.sleep(0.05)
     assert medium, "the medium never started"
-    time.sleep(0.5)
+    time.sleep(delay)
     subprocess.run(["kill", "-9", medium])
     out, err = sim.communicate(timeout=60)
     assert sim.returncode == 1 and "Traceback" not in err, err
+    if "died before it was ready" in err:  # killed before it could serve the nodes
+        assert err.strip().splitlines()[-1] == "FAILED: the medium died before it was ready (signal 9)", err
+        return
     problems = [ln for ln in out.splitlines() if ln.strip().startswith("problem:")]
     assert problems and problems[0].strip() == "problem: the medium died (signal 9): the nodes lost the radio", out
 
@@ -492,3 +499,38 @@ def test_a_supervisor_killed_during_logs_ends_the_capture_and_is_named(simbuild,
         assert "supervisor" in (out + err), out + err
     finally:
         cisl("testbed", "stop", "--testbed", "tb.toml", cwd=tmp_path)
+
+
+@pytest.mark.parametrize("argv", [
+    ["train", "--seed", "-1", "-o", "{out}"],
+    ["sim", "{build}", "--radio-seed", "-3"],
+    ["sim", "{build}", "--medium", "message", "--loss", "0.1", "--loss-seed", "-1"],
+    ["estimate", "{build}", "--radio-seed", "-2"],
+    ["fit", "--devices", "2", "--seed", "-1", "--no-build"],
+])
+def test_negative_seeds_are_one_line(simbuild, tmp_path, argv):
+    args = [a.replace("{out}", str(tmp_path / "o")).replace("{build}", str(simbuild)) for a in argv]
+    p = cisl(*args, cwd=tmp_path)
+    one_line_error(p, "-")
+
+
+def test_report_on_bad_jsonl_is_one_line_and_writes_nothing(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "records.jsonl").write_text('{"node": 0, "event": "boot"}\n{"node": 0, "ev\n')
+    p = cisl("report", str(logs), "-o", str(tmp_path / "rep"), cwd=tmp_path)
+    one_line_error(p, "records.jsonl:2")
+    assert not (tmp_path / "rep").exists()
+
+
+def test_a_killed_sims_temporary_folder_is_removed_by_the_next_sim(simbuild, tmp_path):
+    import subprocess
+    import tempfile
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a process id that no longer runs
+    stale = Path(tempfile.gettempdir()) / f"cisl-sim-{dead.pid}-abcdef"
+    stale.mkdir(exist_ok=True)
+    (stale / "medium.sock").write_text("")
+    assert cisl("sim", str(simbuild), "-n", "1", "--logs", str(tmp_path / "logs"), cwd=tmp_path).returncode == 0
+    assert not stale.exists()

@@ -12,6 +12,7 @@ import json
 import re
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -113,7 +114,8 @@ def _run(plan: Plan, images: list[Path], xq: np.ndarray, logs_dir: Path, timeout
          loss_seed: int, radio: str | None, radio_seed: int, radio_dead: list[int] | None, run_id: str) -> "SimResult":
 
     t_start = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="cisl-sim-") as tmp:
+    _clean_stale_runs()
+    with tempfile.TemporaryDirectory(prefix=f"cisl-sim-{os.getpid()}-") as tmp:
         sock = os.path.join(tmp, "medium.sock")
         np.save(os.path.join(tmp, "inputs.npy"), xq)
         transcript = os.path.join(tmp, "transcript.bin")
@@ -133,6 +135,8 @@ def _run(plan: Plan, images: list[Path], xq: np.ndarray, logs_dir: Path, timeout
             raise CheckFailed(f"the medium did not start within {min(timeout, 30.0):.0f} s")
         if ready != "ready":
             err = medium.communicate(timeout=10)[1].strip().splitlines()
+            if medium.returncode is not None and medium.returncode < 0:
+                raise CheckFailed(f"the medium died before it was ready (signal {-medium.returncode})")
             # the medium checks its options (topology, node count) before it starts: a user error
             raise UserError(f"the medium did not start: {err[-1] if err else 'no message'}")
         procs, threads, records, raw = [], [], [], []
@@ -239,6 +243,22 @@ def _run(plan: Plan, images: list[Path], xq: np.ndarray, logs_dir: Path, timeout
                      sent, forecast, reference, records, wall, delivered, expected, radio_rounds)
 
 
+def _clean_stale_runs() -> None:
+    """Remove the temporary folders (medium socket, transcript) of sims that were killed (SIGKILL)
+    before they could: their folder names the process, which is gone."""
+    for d in Path(tempfile.gettempdir()).glob("cisl-sim-*-*"):
+        try:
+            pid = int(d.name.split("-")[2])
+        except (IndexError, ValueError):
+            continue
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+        except PermissionError:
+            pass  # another user's run
+
+
 def _kill_group(p: subprocess.Popen) -> None:
     """SIGKILL the process group a run's process leads (it and everything it started)."""
     try:
@@ -343,7 +363,9 @@ def _supervise(plan: Plan, procs: list[subprocess.Popen], medium: subprocess.Pop
     merr = medium.stderr.read().strip()
     if medium.returncode not in (0, None) and merr:
         problems.insert(0, merr.splitlines()[-1])  # the medium says why the nodes lost it: the cause first
-    elif medium.returncode is not None and medium.returncode < 0 and not killed_medium:
+    elif killed_medium:
+        pass  # the run was over for the nodes; the medium was ended with them
+    elif medium.returncode is not None and medium.returncode < 0:
         problems.insert(0, f"the medium died (signal {-medium.returncode}): the nodes lost the radio")
     elif medium.returncode not in (0, None):
         problems.insert(0, f"the medium exited with code {medium.returncode}")

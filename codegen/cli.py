@@ -410,9 +410,11 @@ def estimate_cmd(build_dir: Path, topology: str | None, policy: str | None, infe
 
     from tqdm import tqdm
 
-    from .fsutil import write_text_atomic
+    from .fsutil import check_output_file, json_with, write_output_file
     from .plan.io import load_plan
     from .timing.estimate import estimate, format_table
+
+    check_output_file(out_file, json_with("images", "latency_ms", "nodes"))
 
     plan = load_plan(build_dir)
     with tqdm(total=plan.devices, desc="cycle model", unit="node", leave=False, disable=quiet or None) as bar:
@@ -420,7 +422,7 @@ def estimate_cmd(build_dir: Path, topology: str | None, policy: str | None, infe
                        progress=bar.update)
     doc = est.to_json()
     if out_file is not None:
-        write_text_atomic(out_file, json.dumps(doc, indent=1) + "\n")
+        write_output_file(out_file, json.dumps(doc, indent=1) + "\n", json_with("images", "latency_ms", "nodes"))
     click.echo(json.dumps(doc, indent=1) if as_json else format_table(est))
 
 
@@ -454,6 +456,9 @@ def fit_cmd(board: str, devices: int, heads: int, keep_ratio: float, token_grid:
     from .boards import load_board
     from .fit import N_GRID, T_GRID, fit, format_result
 
+    from .fsutil import check_output_file, json_with
+
+    check_output_file(json_out, json_with("frontier", "devices"))
     r = fit(board, devices, heads, keep_ratio, seed, not no_build, tuple(token_grid) or N_GRID,
             tuple(layer_grid) or T_GRID, jobs=jobs, progress=_say(quiet))
     click.echo(format_result(r, load_board(board)))
@@ -461,7 +466,9 @@ def fit_cmd(board: str, devices: int, heads: int, keep_ratio: float, token_grid:
         doc = {"board": r.board, "devices": r.devices, "heads": r.heads, "keep": r.keep,
                "frontier": [dataclasses.asdict(c) for c in r.frontier],
                "best": dataclasses.asdict(r.best) if r.best else None, "confirm": r.tried}
-        json_out.write_text(json.dumps(doc, indent=1) + "\n")
+        from .fsutil import json_with, write_output_file
+
+        write_output_file(json_out, json.dumps(doc, indent=1) + "\n", json_with("frontier", "devices"))
     if r.best is None:
         raise CheckFailed(f"no model of the grid fits {board} with {devices} node(s)")
 
@@ -632,7 +639,10 @@ def eval_cmd(model: Path, data: Path | None, which: str, int8: bool, devices: in
             click.echo(f"{100 * q:5.1f}% {100 * r.rates.effective_link_loss:8.1f}% {r.mean:9.5f} {r.std:8.5f}"
                        + (f" {100 * (r.mean - base) / base:+8.1f}%" if base else ""))
     if json_out:
-        json_out.write_text(json.dumps(records[0] if sweep_q is None else {"sweep": records}, indent=1) + "\n")
+        from .fsutil import write_output_file
+
+        write_output_file(json_out, json.dumps(records[0] if sweep_q is None else {"sweep": records}, indent=1) + "\n",
+                          lambda old: old.lstrip().startswith("{") and ('"sweep"' in old or '"mse' in old))
 
 
 @main.group()
@@ -673,7 +683,10 @@ def radio_loss(topo: str, nodes: int | None, message_bytes: int, exchanges: int,
     from tqdm import tqdm
 
     from .radio.channel import ChannelParams, GilbertElliott
+    from .fsutil import check_output_file
     from .radio.lossstats import measure
+
+    check_output_file(out, lambda old: old.startswith("# message loss measured by `cisl radio loss`"))
     from .radio.topology import TOPOLOGIES
 
     if topo not in TOPOLOGIES:
@@ -699,7 +712,9 @@ def radio_loss(topo: str, nodes: int | None, message_bytes: int, exchanges: int,
                f"{100 * s.effective_link_loss:.3f} % (the three modes below give {100 * s.model_link_loss:.3f} %)")
     click.echo(s.toml().rstrip())
     if out is not None:
-        out.write_text(s.toml())
+        from .fsutil import write_output_file
+
+        write_output_file(out, s.toml(), lambda old: old.startswith("# message loss measured by `cisl radio loss`"))
 
 
 @main.command()

@@ -165,3 +165,40 @@ def write_text_atomic(path: Path, text: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def write_output_file(path: Path, text: str, ours: Callable[[str], bool]) -> None:
+    """Write a single-file output atomically; an existing file is replaced only if ``ours(its text)``
+    says cisl wrote it (e.g. a JSON document with cisl's keys): never a user's file of that name."""
+    check_output_file(path, ours)
+    write_text_atomic(path, text)
+
+
+def check_output_file(path: Path | None, ours: Callable[[str], bool]) -> None:
+    """Before any work: refuse an output file that exists and is not cisl's (see write_output_file)."""
+    if path is None:
+        return
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{path}: is a folder; give a file name for the output")
+    if path.exists():
+        try:
+            old = path.read_text(errors="replace")
+        except OSError as e:
+            raise UserError(f"{path}: cannot read it ({e.strerror}); choose another output file") from None
+        if not ours(old):
+            raise UserError(f"{path}: exists and was not written by cisl; choose another output file or move it")
+
+
+def json_with(*keys: str) -> Callable[[str], bool]:
+    """``ours`` for write_output_file: a JSON object holding all these keys."""
+    import json
+
+    def check(text: str) -> bool:
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            return False
+        return isinstance(doc, dict) and all(k in doc for k in keys)
+
+    return check

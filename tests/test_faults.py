@@ -534,3 +534,15 @@ def test_a_killed_sims_temporary_folder_is_removed_by_the_next_sim(simbuild, tmp
     (stale / "medium.sock").write_text("")
     assert cisl("sim", str(simbuild), "-n", "1", "--logs", str(tmp_path / "logs"), cwd=tmp_path).returncode == 0
     assert not stale.exists()
+
+
+def test_single_file_outputs_never_overwrite_a_users_file(simbuild, tmp_path):
+    mine = tmp_path / "results.json"
+    mine.write_text('{"my": "results"}')
+    for args in (["estimate", str(simbuild), "-q", "-o", str(mine)],
+                 ["fit", "--devices", "2", "--no-build", "--tokens", "8", "--layers", "1", "--json", str(mine)],
+                 ["radio", "loss", "--topology", "full_mesh", "--nodes", "2", "--exchanges", "5", "-o", str(mine)]):
+        p = cisl(*args, cwd=tmp_path, timeout=300)
+        assert p.returncode == 2 and "was not written by cisl" in p.stderr and "Traceback" not in p.stderr, \
+            (args, p.returncode, p.stderr[-800:])
+        assert mine.read_text() == '{"my": "results"}'

@@ -546,3 +546,32 @@ def test_single_file_outputs_never_overwrite_a_users_file(simbuild, tmp_path):
         assert p.returncode == 2 and "was not written by cisl" in p.stderr and "Traceback" not in p.stderr, \
             (args, p.returncode, p.stderr[-800:])
         assert mine.read_text() == '{"my": "results"}'
+
+
+def test_an_interrupted_sim_leaves_the_previous_logs_whole(simbuild, tmp_path):
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    b = tmp_path / "build"
+    shutil.copytree(simbuild, b)
+    assert cisl("sim", str(b), "-n", "1", cwd=tmp_path).returncode == 0
+    before = {p.name: p.read_bytes() for p in (b / "logs").iterdir()}
+    img = b / "node_01" / "firmware.elf"
+    img.write_bytes(b"#!/bin/sh\necho 'CISL 1 boot fw=x plan=y board=sim node=1 nodes=2'\nsleep 30\n")
+    img.chmod(0o755)
+    vouch_for(b, 1)
+    sim = subprocess.Popen([sys.executable, "-m", "codegen.cli", "sim", str(b), "-n", "1", "--timeout", "60"],
+                           cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    end = time.monotonic() + 20
+    while time.monotonic() < end and not list(b.glob(".logs.tmp-*/node_01.log")):
+        time.sleep(0.05)
+    time.sleep(0.3)
+    sim.send_signal(signal.SIGTERM)
+    out, err = sim.communicate(timeout=30)
+    assert sim.returncode != 0 and "Traceback" not in err, err
+    after = {p.name: p.read_bytes() for p in (b / "logs").iterdir()}
+    assert after == before  # the first run's logs, whole: no file of the interrupted run mixed in
+    assert not list(b.glob(".logs.*")), "the interrupted run left its temporary logs"

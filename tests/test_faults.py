@@ -524,12 +524,10 @@ def test_report_on_bad_jsonl_is_one_line_and_writes_nothing(tmp_path):
 
 
 def test_a_killed_sims_temporary_folder_is_removed_by_the_next_sim(simbuild, tmp_path):
-    import subprocess
     import tempfile
 
-    dead = subprocess.Popen(["true"])
-    dead.wait()  # a process id that no longer runs
-    stale = Path(tempfile.gettempdir()) / f"cisl-sim-{dead.pid}-abcdef"
+    dead_pid = 2**22 + 12345  # above any pid_max: no process has it (a reused pid would keep the folder)
+    stale = Path(tempfile.gettempdir()) / f"cisl-sim-{dead_pid}-abcdef"
     stale.mkdir(exist_ok=True)
     (stale / "medium.sock").write_text("")
     assert cisl("sim", str(simbuild), "-n", "1", "--logs", str(tmp_path / "logs"), cwd=tmp_path).returncode == 0

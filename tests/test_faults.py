@@ -335,7 +335,8 @@ def test_the_sim_timeout_is_a_hard_limit_for_the_node_and_what_it_started(simbui
     p = cisl("sim", str(b), "-n", "1", "--timeout", "3", cwd=tmp_path)
     took = time.monotonic() - t0
     assert p.returncode == 1 and "Traceback" not in p.stderr
-    assert "did not finish within 3 s" in p.stdout, p.stdout
+    # the run's deadline or the medium's (the same 3 s: whichever fires first) ends it
+    assert "did not finish within 3 s" in p.stdout or "connected within 3 s" in p.stdout, p.stdout
     assert took < 20, took
     left = subprocess.run(["pgrep", "-f", f"sleep {mark}[12]"], capture_output=True, text=True).stdout.split()
     assert not left, f"processes of the timed-out node still run: {left}"
@@ -436,7 +437,6 @@ def test_a_degenerate_calibration_set_warns_with_the_measured_error(model, tmp_p
 @pytest.mark.parametrize("delay", [0.0, 0.3, 1.2])  # before, during and after the nodes connect
 def test_a_medium_killed_mid_run_is_named_as_the_cause(simbuild, tmp_path, delay):
     import shutil
-    import signal
     import subprocess
     import sys
     import time

@@ -102,6 +102,21 @@ def simbuild(model, tmp_path_factory) -> Path:
     return root / "build"
 
 
+def with_node_image(simbuild: Path, tmp_path: Path, node: int, image: bytes, executable: bool = True) -> Path:
+    """A copy of the sim build in which ``node`` runs ``image`` (a script: broken, hanging, crashing),
+    recorded in build.json as if `cisl build` had made it."""
+    import shutil
+
+    b = tmp_path / "build"
+    shutil.copytree(simbuild, b)
+    img = b / f"node_{node:02d}" / "firmware.elf"
+    img.write_bytes(image)
+    if executable:
+        img.chmod(0o755)
+    vouch_for(b, node)
+    return b
+
+
 def test_sim_refuses_the_images_of_a_failed_build(simbuild, tmp_path):
     import shutil
 
@@ -275,14 +290,8 @@ def test_two_runs_on_one_output_folder_are_serialised(model, tmp_path):
 
 
 def test_a_node_printing_bytes_that_are_not_text_keeps_its_log(simbuild, tmp_path):
-    import shutil
-
-    b = tmp_path / "build"
-    shutil.copytree(simbuild, b)
-    img = b / "node_01" / "firmware.elf"
-    img.write_bytes(b"#!/bin/sh\nprintf 'CISL 1 boot fw=x plan=y board=sim node=1 nodes=2\\n\\377\\376 bad\\n'\nexit 3\n")
-    img.chmod(0o755)
-    vouch_for(b, 1)
+    script = b"#!/bin/sh\nprintf 'CISL 1 boot fw=x plan=y board=sim node=1 nodes=2\\n\\377\\376 bad\\n'\nexit 3\n"
+    b = with_node_image(simbuild, tmp_path, 1, script)
     p = cisl("sim", str(b), "-n", "1", "--timeout", "20", cwd=tmp_path)
     assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
     assert "node 1" in p.stdout + p.stderr
@@ -290,26 +299,14 @@ def test_a_node_printing_bytes_that_are_not_text_keeps_its_log(simbuild, tmp_pat
 
 
 def test_an_image_that_is_not_an_executable_is_one_line(simbuild, tmp_path):
-    import shutil
-
-    b = tmp_path / "build"
-    shutil.copytree(simbuild, b)
-    img = b / "node_00" / "firmware.elf"
-    img.write_bytes(b"\x7fELF this is not a program")
-    vouch_for(b, 0)
+    b = with_node_image(simbuild, tmp_path, 0, b"\x7fELF this is not a program", executable=False)
     p = cisl("sim", str(b), "-n", "1", "--timeout", "20", cwd=tmp_path)
     one_line_error(p, "node_00")
 
 
 def test_a_dead_node_is_named_first_in_one_line_not_one_per_missing_inference(simbuild, tmp_path):
-    import shutil
-
-    b = tmp_path / "build"
-    shutil.copytree(simbuild, b)
-    img = b / "node_01" / "firmware.elf"
-    img.write_bytes(b"#!/bin/sh\necho 'CISL 1 boot fw=x plan=y board=sim node=1 nodes=2'\nexit 3\n")
-    img.chmod(0o755)
-    vouch_for(b, 1)
+    b = with_node_image(simbuild, tmp_path, 1,
+                        b"#!/bin/sh\necho 'CISL 1 boot fw=x plan=y board=sim node=1 nodes=2'\nexit 3\n")
     p = cisl("sim", str(b), "-n", "6", "--timeout", "20", cwd=tmp_path)
     assert p.returncode == 1 and "Traceback" not in p.stderr
     problems = [ln for ln in p.stdout.splitlines() if ln.strip().startswith("problem:")]
@@ -318,19 +315,13 @@ def test_a_dead_node_is_named_first_in_one_line_not_one_per_missing_inference(si
 
 
 def test_the_sim_timeout_is_a_hard_limit_for_the_node_and_what_it_started(simbuild, tmp_path):
-    import shutil
+    import random
     import subprocess
     import time
 
-    b = tmp_path / "build"
-    shutil.copytree(simbuild, b)
-    img = b / "node_01" / "firmware.elf"
-    import random
-
     mark = random.randrange(10**6, 10**7)  # a unique duration: other runs' sleeps are not ours
-    img.write_bytes(f"#!/bin/sh\nsleep {mark}1 &\nsleep {mark}2\n".encode())  # hangs, with a child of its own
-    img.chmod(0o755)
-    vouch_for(b, 1)
+    hang = f"#!/bin/sh\nsleep {mark}1 &\nsleep {mark}2\n".encode()  # hangs, with a child of its own
+    b = with_node_image(simbuild, tmp_path, 1, hang)
     t0 = time.monotonic()
     p = cisl("sim", str(b), "-n", "1", "--timeout", "3", cwd=tmp_path)
     took = time.monotonic() - t0
@@ -436,17 +427,11 @@ def test_a_degenerate_calibration_set_warns_with_the_measured_error(model, tmp_p
 
 @pytest.mark.parametrize("delay", [0.0, 0.3, 1.2])  # before, during and after the nodes connect
 def test_a_medium_killed_mid_run_is_named_as_the_cause(simbuild, tmp_path, delay):
-    import shutil
     import subprocess
     import sys
     import time
 
-    b = tmp_path / "build"
-    shutil.copytree(simbuild, b)
-    img = b / "node_01" / "firmware.elf"
-    img.write_bytes(b"#!/bin/sh\nsleep 30\n")  # a slow node keeps the run going
-    img.chmod(0o755)
-    vouch_for(b, 1)
+    b = with_node_image(simbuild, tmp_path, 1, b"#!/bin/sh\nsleep 30\n")  # a slow node keeps the run going
     sim = subprocess.Popen([sys.executable, "-m", "codegen.cli", "sim", str(b), "-n", "1", "--timeout", "60"],
                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     medium = ""
@@ -471,18 +456,12 @@ def test_a_medium_killed_mid_run_is_named_as_the_cause(simbuild, tmp_path, delay
 def test_a_supervisor_killed_during_logs_ends_the_capture_and_is_named(simbuild, tmp_path):
     import json
     import os
-    import shutil
     import signal
     import subprocess
     import sys
     import time
 
-    b = tmp_path / "build"
-    shutil.copytree(simbuild, b)
-    img = b / "node_01" / "firmware.elf"
-    img.write_bytes(b"#!/bin/sh\nsleep 30\n")
-    img.chmod(0o755)
-    vouch_for(b, 1)
+    b = with_node_image(simbuild, tmp_path, 1, b"#!/bin/sh\nsleep 30\n")
     assert cisl("testbed", "sim", "--nodes", "2", "-o", "tb.toml", cwd=tmp_path).returncode == 0
     try:
         assert cisl("flash", str(b), "--testbed", "tb.toml", "--no-reset", cwd=tmp_path).returncode == 0

@@ -22,7 +22,7 @@ generated schedule's ops, found from the DWARF line table).
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -332,8 +332,4 @@ class Emulator:
         return t
 
 
-def cycle_totals(counts: dict[object, Counts], memory: MemoryModel) -> dict[object, tuple[float, float, float]]:
-    return {k: c.cycles(memory) for k, c in counts.items()}
-
-
-__all__ = ["Counts", "Emulator", "EmulationError", "Image", "cycle_totals", "field"]
+__all__ = ["Counts", "Emulator", "EmulationError", "Image"]

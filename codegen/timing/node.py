@@ -163,14 +163,13 @@ def run_node(build_dir: Path, plan: Plan, device: int, xq: np.ndarray, ref: RunR
             return 0
         e.write(dst, xq[i].astype(np.int8).tobytes())
         state["xch"] = 0
-        if i > 0:
-            pass
         state["inf"] = i + 1
         return 1
 
     def transport_round(e: Emulator):
-        sg, inference, msg, length, _dest, on_rx, ctx = (e.arg(0) & 0xFFFF, e.arg(1), e.arg(2), e.arg(3),
-                                                         e.arg(4) & 0xFF, e.arg(5), e.arg(6))
+        # arguments: sg, inference, msg, len, dest (broadcast: unused here), on_rx, ctx
+        sg, inference, msg, length, on_rx, ctx = (e.arg(0) & 0xFFFF, e.arg(1), e.arg(2), e.arg(3), e.arg(5),
+                                                  e.arg(6))
         i = state["inf"] - 1
         k = state["xch"]
         state["xch"] = k + 1

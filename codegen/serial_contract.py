@@ -25,7 +25,7 @@ EVENTS = {
 """Required keys of every event (lines may carry more keys, e.g. ``cycles``)."""
 
 INT_KEYS = {"node", "nodes", "inf", "layer", "us", "comm_us", "cycles", "tx", "rx", "delivered", "expected",
-            "ignored", "n", "off", "code", "inferences"}
+            "ignored", "n", "off", "code", "inferences", "tx_on_us", "rx_on_us"}
 
 
 @dataclass
@@ -90,7 +90,7 @@ def outputs_by_inference(records: list[Record]) -> dict[int, bytes]:
 
 U32_MAX = 2**32 - 1
 NON_NEGATIVE = ("inf", "us", "comm_us", "cycles", "tx", "rx", "delivered", "expected", "ignored", "n", "off",
-                "inferences", "nodes", "node")
+                "inferences", "nodes", "node", "tx_on_us", "rx_on_us")
 
 
 class SequenceChecker:

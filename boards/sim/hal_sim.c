@@ -77,6 +77,8 @@ static uint64_t bt_clock_hz = 64000000u;
 static uint32_t bt_op[BT_MAX_OPS];
 static uint32_t bt_rx[BT_MAX_SG];
 static uint32_t bt_runtime;
+static uint32_t radio_tx_us, radio_rx_us; /* radio mode: the medium's count of this node's radio-on time */
+static int radio_counted = 0;
 
 int cisl_sim_load_board_time(const char *path)
 {
@@ -370,6 +372,23 @@ int cisl_transport_round(uint16_t sg, uint32_t inference, const uint8_t *msg, ui
 
 /* ---- radio mode: the Mixer round slot by slot against the medium -------------------------- */
 
+/* ROUND_END carries the round's air time, then (u32 each) this node's radio TX-on and RX-on time. */
+static void count_radio(const frame_header *f)
+{
+    if (f->len >= 12u) {
+        radio_tx_us += get_u32(payload + 4);
+        radio_rx_us += get_u32(payload + 8);
+        radio_counted = 1;
+    }
+}
+
+int cisl_board_radio_on_us(uint32_t *tx_us, uint32_t *rx_us)
+{
+    *tx_us = radio_tx_us;
+    *rx_us = radio_rx_us;
+    return radio_counted || medium_mode != MODE_MESSAGE;
+}
+
 int32_t cisl_board_mixer_round(mx_state *s, uint16_t sg, uint8_t part, uint32_t inference, uint32_t slot_us)
 {
     static uint8_t packet[MX_MAX_PACKET_LEN];
@@ -400,6 +419,8 @@ int32_t cisl_board_mixer_round(mx_state *s, uint16_t sg, uint8_t part, uint32_t 
             }
             if (f.type == FRAME_ROUND_END) { /* the medium ended the round (its deadline) */
                 virtual_offset_us += (int64_t)get_u32(payload) - (host_us() - t0);
+                bt_advance_us(get_u32(payload));
+                count_radio(&f);
                 return (int32_t)slot;
             }
             (void)mx_slot_end(s, slot);
@@ -418,6 +439,7 @@ int32_t cisl_board_mixer_round(mx_state *s, uint16_t sg, uint8_t part, uint32_t 
             /* the node's clock shows the simulated air time, not the host time the round took */
             virtual_offset_us += (int64_t)get_u32(payload) - (host_us() - t0);
             bt_advance_us(get_u32(payload));
+            count_radio(&f);
             return (int32_t)slot;
         }
     }

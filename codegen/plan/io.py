@@ -80,6 +80,11 @@ class Plan:
     def sink(self) -> int:
         return int(self.meta["sink"])
 
+    @property
+    def phy(self) -> str:
+        """The BLE PHY of the plan's Mixer rounds (its round policy); 2M for plans without rounds."""
+        return str((self.meta.get("mixer") or {}).get("policy", {}).get("phy", "2M"))
+
     def quantize_input(self, x: np.ndarray) -> np.ndarray:
         q = self.qparams["input"]
         v = np.sign(x / q.scale) * np.floor(np.abs(x / q.scale) + 0.5) + q.zero_point

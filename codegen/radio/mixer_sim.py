@@ -141,6 +141,7 @@ class MixerNetwork:
         ac = self.actions.ctypes.data_as(POINTER(c_int8))
         slot = 0
         deadline = self.cfg.round_length
+        note_slot = getattr(self.channel, "note_slot", None)  # observers that need the round's slot number
         while slot < deadline:
             if all(self.lib.mx_finished(self.ptrs[i]) for i in range(self.n)):
                 break
@@ -148,6 +149,8 @@ class MixerNetwork:
             tx = {int(i): self.plen for i in np.flatnonzero(self.actions == ACT_TX)}
             rx = [int(i) for i in np.flatnonzero(self.actions == ACT_RX)]
             self.frm.fill(-1)
+            if note_slot is not None:
+                note_slot(slot)
             if tx and rx:
                 for r, s in self.channel.slot(tx, rx).items():
                     self.frm[r] = s

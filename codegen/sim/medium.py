@@ -145,11 +145,12 @@ class RadioMedium:
     """
 
     def __init__(self, nodes: int, topology_name: str, seed: int, stats_path: str | None,
-                 dead: list[int] | None = None):
+                 dead: list[int] | None = None, phy: str = "2M"):
         from ..radio.channel import Channel
         from ..radio.topology import topology
 
         self.nodes = nodes
+        self.phy = phy
         self.channel = Channel(topology(topology_name, None if topology_name == "hallway16" else nodes, seed),
                                seed=seed)
         if self.channel.n != nodes:
@@ -174,6 +175,7 @@ class RadioMedium:
         self.channel.begin_round()
         active = set(range(self.nodes))
         finished_at: dict[int, int] = {}
+        radio = [_RadioCount() for _ in range(self.nodes)]
         slot = 0
         while active and slot < deadline:
             acts: dict[int, P.Frame] = {}
@@ -193,6 +195,11 @@ class RadioMedium:
             tx = {k: f.payload for k, f in acts.items() if f.flags == P.ACT_TX}
             rx = {k for k, f in acts.items() if f.flags == P.ACT_RX}
             got = self.channel.slot(tx, rx) if (tx and rx) else {}
+            on_air = any(k not in self.channel.dead_nodes() for k in tx)
+            for k in tx:
+                radio[k].transmit()
+            for k in rx:
+                radio[k].listen(slot, k in got, on_air)
             for k in acts:
                 data = tx[got[k]] if k in got else b""
                 conns[k].sendall(P.pack(P.Frame(P.SLOT_RESULT, got.get(k, 0xFE), k, first.sg, first.inference, data)))
@@ -204,7 +211,10 @@ class RadioMedium:
             finished_at[k] = slot
         air_us = slot * slot_us
         for k, c in conns.items():
-            c.sendall(P.pack(P.Frame(P.ROUND_END, 0xFE, k, first.sg, first.inference, struct.pack("<I", air_us))))
+            # the round's air time, then this node's radio TX-on and RX-on time (the sg lines' keys)
+            _, tx_on, rx_on, _ = radio[k].on_us(slot_us, pkt_len, self.phy)
+            c.sendall(P.pack(P.Frame(P.ROUND_END, 0xFE, k, first.sg, first.inference,
+                                     struct.pack("<III", air_us, tx_on, rx_on))))
         if self.stats is not None:
             self.stats.write(json.dumps({"inference": first.inference, "sg": first.sg, "part": first.flags,
                                          "slots": slot, "deadline": deadline, "slot_us": slot_us,
@@ -224,6 +234,37 @@ class RadioMedium:
     def close(self) -> None:
         if self.stats is not None:
             self.stats.close()
+
+
+class _RadioCount:
+    """One node's radio in one round, counted from its slot actions exactly as the cycle model's
+    slot-level simulation counts them (codegen/timing/comm.py node_radio_on_us): a node that
+    transmits before it has heard anything is the initiator; any other node scans until the packet
+    that synchronises it."""
+
+    def __init__(self) -> None:
+        self.tx = self.rx = self.packets = self.busy = 0
+        self.sync: int | None = None
+        self.initiator = False
+
+    def transmit(self) -> None:
+        if self.sync is None and not self.tx:
+            self.initiator = True
+        self.tx += 1
+
+    def listen(self, slot: int, decoded: bool, on_air: bool) -> None:
+        self.rx += 1
+        if self.initiator or (self.sync is not None and slot > self.sync):
+            self.packets += decoded
+            self.busy += (not decoded) and on_air
+        elif decoded and self.sync is None:
+            self.sync = slot
+
+    def on_us(self, slot_us: int, packet_len: int, phy: str) -> tuple[int, int, int, int]:
+        from ..timing.comm import node_radio_on_us
+
+        return node_radio_on_us(self.tx, self.rx, self.initiator, self.sync, self.packets, self.busy, slot_us,
+                                packet_len, phy)
 
 
 def _draw_losses(nodes: int, rates: LossRates, seed: int, inference: int, sg: int) -> np.ndarray:
@@ -264,12 +305,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--radio-seed", type=int, default=0)
     ap.add_argument("--radio-stats", default=None, help="radio mode: where to write per-round statistics (JSON lines)")
     ap.add_argument("--radio-dead", type=int, nargs="*", default=[], help="radio mode: nodes whose radio is dead")
+    ap.add_argument("--radio-phy", default="2M", choices=("1M", "2M"),
+                    help="radio mode: the plan's BLE PHY (the nodes' radio-on time per slot)")
     args = ap.parse_args(argv)
     inputs = np.load(args.inputs).astype(np.int8)
     radio = None
     try:
         if args.radio:
-            radio = RadioMedium(args.nodes, args.radio, args.radio_seed, args.radio_stats, args.radio_dead)
+            radio = RadioMedium(args.nodes, args.radio, args.radio_seed, args.radio_stats, args.radio_dead,
+                                args.radio_phy)
         serve(args.socket, args.nodes, inputs, args.transcript, args.timeout, LossRates(*args.loss),
               args.loss_seed, args.loss_file, radio)
     except MediumError as e:

@@ -126,7 +126,7 @@ def _run(plan: Plan, images: list[Path], xq: np.ndarray, logs_dir: Path, timeout
              "--loss", str(loss.link), str(loss.receiver), str(loss.sender), "--loss-seed", str(loss_seed),
              "--loss-file", loss_file]
             + (["--radio", radio, "--radio-seed", str(radio_seed), "--radio-stats", os.path.join(tmp, "radio.jsonl"),
-                "--radio-dead", *map(str, radio_dead or [])] if radio else []),
+                "--radio-dead", *map(str, radio_dead or []), "--radio-phy", plan.phy] if radio else []),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         up, _, _ = select.select([medium.stdout], [], [], min(timeout, 30.0))
         ready = medium.stdout.readline().strip() if up else ""

@@ -130,18 +130,19 @@ def calibrate(run, estimate: dict) -> dict:
             "mean_error_pct": round(100 * sum(rel) / len(rel), 2), "model_range": estimate.get("flash_wait")}
 
 
-ENERGY_COLS = ["run", "nodes", "clock", "node", "inferences", "period_us", "compute_us", "comm_us", "cpu_uj",
-               "radio_uj", "idle_uj", "total_uj", "radio_source", "predicted_total_uj"]
+ENERGY_COLS = ["run", "nodes", "clock", "node", "inferences", "period_us", "compute_us", "comm_us", "tx_on_us",
+               "rx_on_us", "cpu_uj", "radio_uj", "idle_uj", "total_uj", "radio_source", "predicted_total_uj"]
 
 
 def energy(run, estimate: dict | None) -> list[dict]:
     """Energy per inference per node from the logged board time (central currents, board.toml
     [power] of the part the nodes are or stand for): the CPU runs through compute and through the
     rounds (the board code polls), sleeps for the rest of the inference period. The radio's on-time
-    is not in the serial lines; with --estimate it is the cycle model's prediction for the same
-    rounds (radio_source "estimate"), otherwise the radio is left out (radio_source "none")."""
+    comes from the `sg` lines' ``tx_on_us``/``rx_on_us`` where the board counts it (radio_source
+    "log": the virtual testbed's radio medium); otherwise, with --estimate, from the cycle model's
+    prediction for the same rounds ("estimate"); otherwise the radio is left out ("none")."""
     from ..boards import load_board
-    from ..timing.energy import load_power
+    from ..timing.energy import load_power, node_energy
 
     clock = clock_of(run)
     if clock not in ("model", "dwt"):
@@ -151,7 +152,7 @@ def energy(run, estimate: dict | None) -> list[dict]:
     facts = load_board(name).facts
     model = facts.get("timing", {}).get("models", name)
     power = load_power(model)
-    v = power.voltage_v
+    phy = str((estimate or {}).get("phy", "2M"))
     pred = {int(n["node"]): n.get("energy") for n in estimate["nodes"]} if estimate else {}
     rows = []
     for k in run.node_ids:
@@ -162,13 +163,25 @@ def energy(run, estimate: dict | None) -> list[dict]:
         period = sum(infer) / n
         compute = sum(float(r["us"]) for r in run.of("block", k)) / n
         comm = sum(float(r["comm_us"]) for r in run.of("block", k)) / n
-        cpu = v * power.cpu_active_ma.central * (compute + comm) * 1e-3
+        sgs = run.of("sg", k)
         p = pred.get(k)
-        radio = (p["radio_uj"]["central"] if p else 0.0)
-        idle = v * power.idle_ua.central * max(0.0, period - compute - comm) * 1e-6
+        if sgs and all("tx_on_us" in r and "rx_on_us" in r for r in sgs):
+            source = "log"
+            tx_on = sum(float(r["tx_on_us"]) for r in sgs) / n
+            rx_on = sum(float(r["rx_on_us"]) for r in sgs) / n
+        else:
+            source = "estimate" if p else "none"
+            tx_on = rx_on = 0.0
+        # compute µs as "cycles" of a 1 MHz clock: node_energy wants cycles, the log has board time
+        e = node_energy(power, compute, 1e6, tx_on, rx_on, period, comm_us=comm, phy=phy)
+        radio = e.radio_uj.central if source == "log" else (p["radio_uj"]["central"] if p else 0.0)
+        cpu = e.cpu_uj.central + e.comm_cpu_uj.central
+        idle = e.idle_uj.central
         rows.append({"run": run.label, "nodes": run.nodes, "clock": clock, "node": k, "inferences": n,
                      "period_us": round(period, 1), "compute_us": round(compute, 1), "comm_us": round(comm, 1),
+                     "tx_on_us": round(tx_on, 1) if source == "log" else "",
+                     "rx_on_us": round(rx_on, 1) if source == "log" else "",
                      "cpu_uj": round(cpu, 2), "radio_uj": round(radio, 2), "idle_uj": round(idle, 3),
-                     "total_uj": round(cpu + radio + idle, 2), "radio_source": "estimate" if p else "none",
+                     "total_uj": round(cpu + radio + idle, 2), "radio_source": source,
                      "predicted_total_uj": round(p["total_uj"]["central"], 2) if p else ""})
     return rows

@@ -205,7 +205,7 @@ def _radio_run(testbed: Testbed, build) -> dict:
     if topo.n != n:
         raise UserError(f"{testbed.path}: [sim] topology {name} has {topo.n} nodes but the build has {n}; choose a "
                         "topology for that many nodes or remove [sim] topology")
-    return {"topology": name, "seed": testbed.sim.seed, "timeout": testbed.sim.timeout}
+    return {"topology": name, "seed": testbed.sim.seed, "timeout": testbed.sim.timeout, "phy": build.plan.phy}
 
 
 def _qemu_run(testbed: Testbed, build) -> dict:

@@ -173,7 +173,7 @@ class Supervisor:
                "--inputs", str(self.state / "inputs.npy"), "--transcript", str(outdir / "transcript.bin"),
                "--timeout", str(rc.get("timeout", 120)), "--loss-file", str(outdir / "losses.bin"),
                "--radio", rc["topology"], "--radio-seed", str(rc.get("seed", 0)),
-               "--radio-stats", str(outdir / "radio.jsonl")]
+               "--radio-stats", str(outdir / "radio.jsonl"), "--radio-phy", str(rc.get("phy", "2M"))]
         with open(outdir / "medium.stderr", "w") as err:
             run.medium = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL)
         r, _, _ = select.select([run.medium.stdout], [], [], 30.0)

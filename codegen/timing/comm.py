@@ -97,6 +97,31 @@ def rx_slot_on_us(slot_us: int, packet_len: int, phy: str = "2M", packet: bool =
     return RAMP_US + 2 * h + ADDR_EVENT_US[phy]
 
 
+def node_radio_on_us(tx_slots: int, rx_slots: int, initiator: bool, sync: int | None, packets: int, busy: int,
+                     slot_us: int, packet_len: int, phy: str = "2M") -> tuple[int, int, int, int]:
+    """One node's radio in one round: (scan slots, TX-on µs, RX-on µs central, RX-on µs low).
+
+    ``rx_slots`` counts every slot with the receiver on (scanning included); ``sync`` is the slot of
+    the packet that synchronised the node (None: never, or the initiator, which needs none);
+    ``packets``/``busy``: synchronised RX slots with a packet decoded / with a transmission on air
+    but nothing decoded. The costs are the module docstring's; the sim medium uses this same
+    function for the `sg` lines' ``tx_on_us``/``rx_on_us``, so the two cannot drift apart."""
+    air = air_time_us(packet_len, phy)
+    rx_pkt = rx_slot_on_us(slot_us, packet_len, phy, packet=True)
+    rx_empty = rx_slot_on_us(slot_us, packet_len, phy, packet=False)
+    if initiator:
+        scan, lead = 0, 0
+    elif sync is None:   # never synchronised: scanned all its RX slots
+        scan, lead = rx_slots, (RAMP_US + rx_slots * slot_us if rx_slots else 0)
+    else:
+        scan, lead = sync, RAMP_US + sync * slot_us + air
+    synced_rx = rx_slots - scan - (0 if initiator or sync is None else 1)
+    idle = synced_rx - packets - busy
+    rx_central = lead + (packets + busy) * rx_pkt + idle * rx_empty
+    rx_low = lead + packets * rx_pkt + (busy + idle) * rx_empty
+    return scan, tx_slots * tx_slot_on_us(packet_len, phy), rx_central, rx_low
+
+
 @dataclass(frozen=True)
 class Stat:
     """Mean, minimum and maximum of a quantity over the simulated inferences."""
@@ -244,10 +269,16 @@ class _RecordingChannel(Channel):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.log = []
+        self.round_slot = 0
+
+    def note_slot(self, slot: int) -> None:
+        # the round's slot number: the channel only sees slots with a transmitter and a listener,
+        # while synchronisation (mx_stats slot_synced) counts every slot of the round
+        self.round_slot = slot
 
     def slot(self, transmitters: Mapping, listeners: Iterable[int]) -> dict[int, int]:
         listeners = list(listeners)
-        t = self.slot_in_round
+        t = self.round_slot
         dead = self.dead_nodes()
         on_air = any(s not in dead for s in transmitters)
         got = super().slot(transmitters, listeners)
@@ -364,10 +395,6 @@ def _sample(inf: int, net: MixerNetwork, res, log, r: dict, phy: str, initiator:
             sink: int) -> RoundSample:
     n, slot_us = net.n, int(r["slot_us"])
     plen = int(net.plen)
-    air = air_time_us(plen, phy)
-    tx_on = tx_slot_on_us(plen, phy)
-    rx_pkt = rx_slot_on_us(slot_us, plen, phy, packet=True)
-    rx_empty = rx_slot_on_us(slot_us, plen, phy, packet=False)
     packets = [0] * n
     busy = [0] * n
     stats = [net.lib.mx_stats(net.ptrs[i]).contents for i in range(n)]
@@ -385,16 +412,8 @@ def _sample(inf: int, net: MixerNetwork, res, log, r: dict, phy: str, initiator:
     for k, c in enumerate(stats):
         tx = int(c.tx)
         rx = int(c.radio_on_slots) - tx
-        if k == initiator:
-            scan, lead = 0, 0
-        elif sync[k] is None:   # never synchronised: scanned all its RX slots
-            scan, lead = rx, RAMP_US + rx * slot_us
-        else:
-            scan, lead = sync[k], RAMP_US + sync[k] * slot_us + air
-        synced_rx = rx - scan - (0 if k == initiator or sync[k] is None else 1)
-        idle = synced_rx - packets[k] - busy[k]
-        rx_central = lead + (packets[k] + busy[k]) * rx_pkt + idle * rx_empty
-        rx_low = lead + packets[k] * rx_pkt + (busy[k] + idle) * rx_empty
+        scan, tx_us, rx_central, rx_low = node_radio_on_us(tx, rx, k == initiator, sync[k], packets[k], busy[k],
+                                                           slot_us, plen, phy)
         delivered = expected = 0
         for f in r["senders"]:
             j = f["node"]
@@ -404,7 +423,7 @@ def _sample(inf: int, net: MixerNetwork, res, log, r: dict, phy: str, initiator:
             rows = res.decoded[k, f["first_row"]:f["first_row"] + f["rows"]]
             delivered += bool(header_ok[k] and rows.all())
         done = -1 if c.slot_done == NO_SLOT else int(c.slot_done)
-        nodes.append(NodeSample(tx, rx, scan, packets[k], busy[k], tx * tx_on, rx_central, rx_low, done,
+        nodes.append(NodeSample(tx, rx, scan, packets[k], busy[k], tx_us, rx_central, rx_low, done,
                                 delivered, expected))
     return RoundSample(inf, int(res.slots), nodes)
 
@@ -440,5 +459,5 @@ def total_air_us(rounds: Sequence[RoundTime]) -> Stat:
 
 __all__ = ["POLICIES", "ExchangeTime", "NodeExchange", "NodeRadio", "NodeSample", "RoundSample", "RoundTime", "Stat",
            "comm_schedule", "exchange_order", "exchange_times", "mixer_seed", "resolve_topology", "rx_half_window_us",
-           "rx_slot_on_us", "total_air_us", "tx_slot_on_us"]
+           "node_radio_on_us", "rx_slot_on_us", "total_air_us", "tx_slot_on_us"]
 

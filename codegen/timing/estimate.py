@@ -67,6 +67,7 @@ class Estimate:
     energy: dict[int, Energy] = field(default_factory=dict)
     rounds: list[C.RoundTime] = field(default_factory=list)
     flash_wait: Triple = (0.0, 0.0, 0.0)
+    phy: str = "2M"
 
     @property
     def latency_ms(self) -> Triple:
@@ -95,7 +96,7 @@ class Estimate:
     def to_json(self) -> dict:
         return {
             "build": self.build, "board": self.board, "model_board": self.model_board, "devices": self.devices,
-            "topology": self.topology, "policy": self.policy, "inferences": self.inferences, "images": self.images,
+            "topology": self.topology, "policy": self.policy, "phy": self.phy, "inferences": self.inferences, "images": self.images,
             "clock_hz": self.clock_hz, "flash_wait": list(self.flash_wait),
             "latency_ms": _j(self.latency_ms), "comm_ms": _j(self.comm_ms), "comm_share": round(self.comm_share, 4),
             "network_energy_uj": _j(self.network_energy_uj), "radio_energy_share": round(self.radio_share, 4),
@@ -154,13 +155,13 @@ def estimate(build_dir: Path, topology: str | None = None, policy: str | None = 
                                     own))
     est = Estimate(str(build_dir), board.name, model.name, plan.devices, topo, pol, inferences,
                    images_digest(build_dir, plan), clock, nodes, blocks, ex,
-                   flash_wait=flash_wait or MemoryModel.for_board(model).flash_wait, rounds=rounds)
+                   flash_wait=flash_wait or MemoryModel.for_board(model).flash_wait, rounds=rounds,
+                   phy=plan.phy)
     period_us = (period_ms if period_ms is not None else est.latency_ms[1]) * 1e3
-    phy = str(plan.meta.get("phy", "2M"))
     for n in nodes:
         use = radio_use(rounds, n.device)  # per-inference means
         est.energy[n.device] = node_energy(power, _sum_cycles(n), clock, use.tx_on_us, use.rx_on_us, period_us,
-                                           comm_us=use.comm_us, phy=phy)
+                                           comm_us=use.comm_us, phy=est.phy)
     return est
 
 

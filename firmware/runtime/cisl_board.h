@@ -22,6 +22,11 @@ uint32_t cisl_board_cycles(void);
  * it get a weak default that omits the key (cisl_runtime.c). */
 const char *cisl_board_clock(void);
 
+/* The radio's on-time so far, TX and RX separately, in microseconds (wrapping at 2^32): the `sg`
+ * lines' tx_on_us/rx_on_us. Returns 1 if the board counts it, 0 if not (then the keys are left
+ * out). Optional: boards that do not define it get a weak default that returns 0 (cisl_runtime.c). */
+int cisl_board_radio_on_us(uint32_t *tx_us, uint32_t *rx_us);
+
 /* Write n bytes of serial output (the log lines of the serial contract). */
 void cisl_board_write(const char *text, uint32_t n);
 

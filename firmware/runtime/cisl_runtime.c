@@ -34,6 +34,13 @@ void cisl_block_end(cisl_block *b, uint32_t inference, int32_t layer, const char
 /* Boards that do not say what their clock counts print no `clock` key. */
 __attribute__((weak)) const char *cisl_board_clock(void) { return 0; }
 
+__attribute__((weak)) int cisl_board_radio_on_us(uint32_t *tx_us, uint32_t *rx_us)
+{
+    *tx_us = 0u;
+    *rx_us = 0u;
+    return 0;
+}
+
 void cisl_report_boot(const char *plan_hash, uint32_t node, uint32_t nodes)
 {
     const char *clock = cisl_board_clock();

@@ -51,7 +51,33 @@ static void sg_on_rx(void *ctx, uint8_t sender, const uint8_t *data, uint32_t le
     s->ignored++;
 }
 
-static void report_sg(uint32_t inference, int32_t layer, const char *point, uint32_t us, uint32_t tx,
+/* The time and radio use of one exchange, measured around its transport call. */
+typedef struct {
+    uint32_t t0, c0, tx0, rx0;
+    uint32_t us, tx_on_us, rx_on_us;
+    int radio; /* the board counts its radio's on-time */
+} sg_timer;
+
+static void sg_timer_start(sg_timer *t)
+{
+    t->radio = cisl_board_radio_on_us(&t->tx0, &t->rx0);
+    t->t0 = cisl_board_time_us();
+    t->c0 = cisl_board_cycles();
+}
+
+/* Stop the timer and charge the exchange to the block's communication time. */
+static void sg_timer_stop(sg_timer *t, cisl_block *blk)
+{
+    t->us = cisl_board_time_us() - t->t0;
+    blk->comm_us += t->us;
+    blk->comm_cycles += cisl_board_cycles() - t->c0;
+    uint32_t tx = 0u, rx = 0u;
+    t->radio = t->radio && cisl_board_radio_on_us(&tx, &rx);
+    t->tx_on_us = tx - t->tx0;
+    t->rx_on_us = rx - t->rx0;
+}
+
+static void report_sg(uint32_t inference, int32_t layer, const char *point, const sg_timer *t, uint32_t tx,
                       uint32_t rx, uint32_t delivered, uint32_t expected, uint32_t ignored)
 {
     cisl_line l;
@@ -59,7 +85,7 @@ static void report_sg(uint32_t inference, int32_t layer, const char *point, uint
     cisl_log_u32(&l, "inf", inference);
     cisl_log_i32(&l, "layer", layer);
     cisl_log_str(&l, "point", point);
-    cisl_log_u32(&l, "us", us);
+    cisl_log_u32(&l, "us", t->us);
     cisl_log_u32(&l, "tx", tx);
     cisl_log_u32(&l, "rx", rx);
     cisl_log_u32(&l, "delivered", delivered);
@@ -67,14 +93,18 @@ static void report_sg(uint32_t inference, int32_t layer, const char *point, uint
     if (ignored != 0u) {
         cisl_log_u32(&l, "ignored", ignored);
     }
+    if (t->radio) {
+        cisl_log_u32(&l, "tx_on_us", t->tx_on_us);
+        cisl_log_u32(&l, "rx_on_us", t->rx_on_us);
+    }
     cisl_log_end(&l);
 }
 
 int cisl_somegather(const cisl_sg_desc *d, uint32_t inference, const int8_t *own, int8_t *send, int8_t *out,
                     uint8_t *valid, cisl_block *blk)
 {
-    const uint32_t t0 = cisl_board_time_us();
-    const uint32_t c0 = cisl_board_cycles();
+    sg_timer t;
+    sg_timer_start(&t);
     sg_rx_state s;
     for (uint32_t i = 0; i < CISL_MAX_NODES; i++) {
         s.got[i] = 0;
@@ -106,23 +136,19 @@ int cisl_somegather(const cisl_sg_desc *d, uint32_t inference, const int8_t *own
         tx = (uint32_t)d->rows * d->send_cols;
     }
     const int rc = cisl_transport_round(d->sg, inference, (const uint8_t *)send, tx, CISL_BROADCAST, sg_on_rx, &s);
-    const uint32_t us = cisl_board_time_us() - t0;
-    blk->comm_us += us;
-    blk->comm_cycles += cisl_board_cycles() - c0;
-    report_sg(inference, d->layer, d->point, us, tx, s.rx_bytes, s.delivered, d->nrecv, s.ignored);
+    sg_timer_stop(&t, blk);
+    report_sg(inference, d->layer, d->point, &t, tx, s.rx_bytes, s.delivered, d->nrecv, s.ignored);
     return rc == 0 ? CISL_OK : CISL_ERR_TRANSPORT;
 }
 
 int cisl_send_partial(uint16_t sg, uint32_t inference, const int32_t *part, uint32_t n, uint8_t dest,
                       cisl_block *blk)
 {
-    const uint32_t t0 = cisl_board_time_us();
-    const uint32_t c0 = cisl_board_cycles();
+    sg_timer t;
+    sg_timer_start(&t);
     const int rc = cisl_transport_round(sg, inference, (const uint8_t *)part, 4u * n, dest, NULL, NULL);
-    const uint32_t us = cisl_board_time_us() - t0;
-    blk->comm_us += us;
-    blk->comm_cycles += cisl_board_cycles() - c0;
-    report_sg(inference, -1, "head", us, 4u * n, 0, 0, 0, 0);
+    sg_timer_stop(&t, blk);
+    report_sg(inference, -1, "head", &t, 4u * n, 0, 0, 0, 0);
     return rc == 0 ? CISL_OK : CISL_ERR_TRANSPORT;
 }
 
@@ -162,8 +188,8 @@ static void reduce_on_rx(void *ctx, uint8_t sender, const uint8_t *data, uint32_
 int cisl_reduce_partials(uint16_t sg, uint32_t inference, int32_t *acc, uint32_t n, const uint8_t *senders,
                          uint32_t nsenders, cisl_block *blk)
 {
-    const uint32_t t0 = cisl_board_time_us();
-    const uint32_t c0 = cisl_board_cycles();
+    sg_timer t;
+    sg_timer_start(&t);
     reduce_state s;
     for (uint32_t i = 0; i < CISL_MAX_NODES; i++) {
         s.got[i] = 0;
@@ -176,9 +202,7 @@ int cisl_reduce_partials(uint16_t sg, uint32_t inference, int32_t *acc, uint32_t
     s.rx_bytes = 0;
     s.ignored = 0;
     const int rc = cisl_transport_round(sg, inference, NULL, 0, CISL_BROADCAST, reduce_on_rx, &s);
-    const uint32_t us = cisl_board_time_us() - t0;
-    blk->comm_us += us;
-    blk->comm_cycles += cisl_board_cycles() - c0;
-    report_sg(inference, -1, "head", us, 0, s.rx_bytes, s.delivered, nsenders, s.ignored);
+    sg_timer_stop(&t, blk);
+    report_sg(inference, -1, "head", &t, 0, s.rx_bytes, s.delivered, nsenders, s.ignored);
     return rc == 0 ? CISL_OK : CISL_ERR_TRANSPORT;
 }

@@ -290,7 +290,8 @@ def _print_resources(summary: dict) -> None:
 @click.option("--node", "nodes", type=click.IntRange(min=0), multiple=True,
               help="Build only this node (repeatable). Default: every node.")
 @click.option("--board-time/--no-board-time", default=True, show_default=True,
-              help="sim plans: also model the plan's ARM images so the sim nodes print nRF52840 time.")
+              help="sim and qemu-m4 plans: also model the plan's ARM images so the virtual testbed's nodes "
+                   "print nRF52840 time.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
 @_friendly
 def build_cmd(build_dir: Path, board: str | None, jobs: int | None, nodes: tuple[int, ...], quiet: bool,
@@ -305,14 +306,16 @@ def build_cmd(build_dir: Path, board: str | None, jobs: int | None, nodes: tuple
 
     For a sim plan (the virtual testbed) the plan's ARM images are built too, when the ARM
     toolchain is installed, and run on the nRF52840 cycle model: node_NN/board_time.txt then makes
-    the sim nodes print nRF52840 time (--no-board-time: host time, a faster build).
+    the sim nodes print nRF52840 time (--no-board-time: host time, a faster build). A qemu-m4 plan's
+    images get the same table, so its nodes on the virtual testbed print nRF52840 time too
+    (--no-board-time: QEMU instruction counts).
     """
     from .build import build
 
     s = build(build_dir, board, jobs, _say(quiet), list(nodes) if nodes else None)
     where = f"{build_dir}/node_NN/" + ("" if s["board"] == s["plan_board"] else f"{s['board']}/")
     click.echo(f"built {len(s['nodes'])} node images for {s['board']} with {s['kernels']} -> {where}")
-    if s["board"] == "sim" and board_time:
+    if board_time and (s["board"] == "sim" or s["board"] == s["plan_board"] == "qemu-m4"):
         from .timing.boardtime import refresh
 
         click.echo(refresh(build_dir, list(nodes) if nodes else None, jobs, _say(quiet)))

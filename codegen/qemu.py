@@ -119,11 +119,15 @@ class NodeRun:
         return [r.fields for r in self.records if r.event == "block"]
 
 
-def qemu_command(elf: Path, transcript_name: str, sent_name: str, board_facts: dict, icount: bool = True) -> list[str]:
+def qemu_command(elf: Path, transcript_name: str, sent_name: str, board_facts: dict, icount: bool = True,
+                 board_time: str | None = None) -> list[str]:
+    """The QEMU command line of one node; ``board_time``: the board time table the node reads if it
+    exists (virtual testbed), so that it counts nRF52840 time instead of instructions."""
     q = board_facts.get("qemu", {})
+    args = f"arg=cisl,arg={transcript_name},arg={sent_name}" + (f",arg={board_time}" if board_time else "")
     cmd = [q.get("system", "qemu-system-arm"), "-M", q.get("machine", "mps2-an386"), "-cpu", q.get("cpu", "cortex-m4"),
            "-nographic", "-monitor", "none", "-serial", "none",
-           "-semihosting-config", f"enable=on,target=native,arg=cisl,arg={transcript_name},arg={sent_name}"]
+           "-semihosting-config", f"enable=on,target=native,{args}"]
     if icount:
         cmd += ["-icount", "shift=0"]
     return cmd + ["-kernel", str(elf)]

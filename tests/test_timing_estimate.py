@@ -148,3 +148,46 @@ def test_a_stale_board_time_table_is_never_used(builds, tmp_path):
     table.write_text(text)
     p = cisl("sim", str(work), cwd=tmp_path)
     assert p.returncode == 2 and "stale" in p.stderr and "Traceback" not in p.stderr
+
+
+@pytest.mark.qemu
+@pytest.mark.skipif(shutil.which("qemu-system-arm") is None, reason="qemu-system-arm not installed")
+def test_qemu_nodes_speak_board_time_equal_to_the_estimate(builds):
+    """qemu-m4 nodes on the virtual testbed count the cycle model's nRF52840 time of their own image
+    (op by op, read from the table `cisl build` wrote) and the radio of the testbed's topology: the
+    report's per-block latencies, radio-on times and energy equal `cisl estimate`'s."""
+    root = builds
+    compile_model(root / "m" / "model.onnx", root / "q4", CompileOptions(devices=4, board="qemu-m4"))
+    p = ok(cisl("build", "q4", "-q", cwd=root))
+    assert "board time: 4 nodes on the nRF52840 cycle model" in p.stdout
+    ok(cisl("testbed", "sim", "--nodes", "4", "--board", "qemu-m4", "-o", "tbq.toml", "--state", ".cisl-tbq",
+            cwd=root))
+    try:
+        ok(cisl("flash", "q4", "--testbed", "tbq.toml", cwd=root))
+        ok(cisl("logs", "--testbed", "tbq.toml", "-o", "qlogs", "--inferences", "3", cwd=root, timeout=300))
+    finally:
+        cisl("testbed", "stop", "--testbed", "tbq.toml", cwd=root)
+    lines = [json.loads(x) for x in (root / "qlogs" / "merged.jsonl").read_text().splitlines()]
+    assert {b["clock"] for b in lines if b["event"] == "boot"} == {"model"}
+    assert all("tx_on_us" in r for r in lines if r["event"] == "sg")
+    inferences = sum(1 for b in lines if b["event"] == "infer" and b["node"] == 0)
+    topology = json.loads((root / ".cisl-tbq" / "run.json").read_text())["topology"]
+    ok(cisl("estimate", "q4", "-q", "--topology", topology, "--radio-inferences", str(inferences),
+            "-o", "qest.json", cwd=root))
+    ok(cisl("report", "qlogs", "-o", "qrep", "--estimate", "qest.json", "--no-plots", cwd=root))
+    rows = (root / "qrep" / "block_latency.csv").read_text().splitlines()
+    head = rows[0].split(",")
+    seen = set()
+    for row in rows[1:]:
+        r = dict(zip(head, row.split(",")))
+        seen.add(r["block"])
+        assert r["clock"] == "model"
+        assert float(r["slowest_compute_us"]) == pytest.approx(float(r["predicted_compute_us"]), abs=1.5), r
+        assert float(r["comm_us"]) == pytest.approx(float(r["predicted_comm_us"]), abs=1.5), r
+    assert seen == {"embed", "attn0", "mlp0", "head"}
+    erows = (root / "qrep" / "energy.csv").read_text().splitlines()
+    eh = erows[0].split(",")
+    for row in erows[1:]:
+        e = dict(zip(eh, row.split(",")))
+        assert e["radio_source"] == "log" and float(e["radio_uj"]) > 0
+        assert float(e["total_uj"]) == pytest.approx(float(e["predicted_total_uj"]), rel=0.02), e

@@ -10,7 +10,15 @@
  *
  * Time: SysTick on the 25 MHz SYSCLK; run QEMU with -icount shift=0 so that one instruction is
  * 1 ns of virtual time: cisl_board_cycles() then counts instructions (in steps of 40) and the
- * block lines carry deterministic instruction counts. */
+ * block lines carry deterministic instruction counts (boot line clock=icount).
+ *
+ * Board time (clock=model, the virtual testbed): given a fourth argument naming a board time table
+ * that exists (codegen/timing/boardtime.py, written by `cisl flash` from the cycle model of this
+ * very image and the slot-level Mixer simulation of the testbed's radio), the node keeps a virtual
+ * nRF52840 clock instead: every finished op advances it by that op's modelled cycles, every
+ * exchange by its air time and the node's receive work, every inference by the runtime around the
+ * ops; the radio's TX/RX-on time goes into the sg lines. The table stays in the host file and is
+ * read entry by entry (semihosting seek + read), so the node's RAM is the nRF52840's budget. */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -29,16 +37,37 @@
 #define TAG_SENT 0x544E5331u     /* "1SNT": u32 inference, u32 sg, u32 len, then len bytes */
 #define TRANSCRIPT_MAGIC "CISLQT01"
 
+#define BT_MAGIC "CISLBT01"
+#define BT_VERSION 1u
+
 static int32_t console = -1;
 static int32_t transcript = -1;
 static int32_t sent = -1;
+
+/* board time: the table's handle and header, the virtual clock, the radio's on-time */
+static int32_t bt_file = -1;
+static struct {
+    uint32_t version, clock_hz, runtime, nops, nsg, ninf;
+} bt;
+static uint64_t bt_cycles;
+static uint32_t bt_radio_tx_us, bt_radio_rx_us;
+
 const char *cisl_board_name(void) { return "qemu-m4"; }
 
-const char *cisl_board_clock(void) { return "icount"; }
+const char *cisl_board_clock(void) { return bt_file >= 0 ? "model" : "icount"; }
 
-uint32_t cisl_board_time_us(void) { return (uint32_t)(qemu_m4_ticks() / (QEMU_SYSCLK_HZ / 1000000u)); }
+uint32_t cisl_board_time_us(void)
+{
+    if (bt_file >= 0) {
+        return (uint32_t)(bt_cycles * 1000000u / bt.clock_hz);
+    }
+    return (uint32_t)(qemu_m4_ticks() / (QEMU_SYSCLK_HZ / 1000000u));
+}
 
-uint32_t cisl_board_cycles(void) { return (uint32_t)(qemu_m4_ticks() * QEMU_INSNS_PER_TICK); }
+uint32_t cisl_board_cycles(void)
+{
+    return bt_file >= 0 ? (uint32_t)bt_cycles : (uint32_t)(qemu_m4_ticks() * QEMU_INSNS_PER_TICK);
+}
 
 void cisl_board_write(const char *text, uint32_t n) { (void)sh_write(console, text, n); }
 
@@ -60,6 +89,63 @@ static void read_exact(void *dst, uint32_t n)
     }
 }
 
+/* ---- board time ---------------------------------------------------------------------------- */
+
+#define BT_HEADER_BYTES (8u + 6u * 4u)
+
+static uint32_t bt_read_u32(uint32_t offset, uint32_t *out, uint32_t n)
+{
+    if (sh_seek(bt_file, offset) != 0 || sh_read(bt_file, out, 4u * n) != 0) {
+        fail("board_time_table", (int32_t)offset);
+    }
+    return out[0];
+}
+
+static void bt_open(const char *path)
+{
+    const int32_t f = sh_open(path, SH_OPEN_RB);
+    if (f < 0) {
+        return; /* no table: QEMU instructions */
+    }
+    char magic[8];
+    if (sh_read(f, magic, sizeof magic) != 0 || memcmp(magic, BT_MAGIC, sizeof magic) != 0 ||
+        sh_read(f, &bt, sizeof bt) != 0 || bt.version != BT_VERSION || bt.clock_hz == 0u) {
+        fail("board_time_table", 0);
+    }
+    bt_file = f;
+}
+
+void cisl_board_op_end(uint32_t index)
+{
+    if (bt_file >= 0 && index < bt.nops) {
+        uint32_t c;
+        bt_cycles += bt_read_u32(BT_HEADER_BYTES + 4u * index, &c, 1u);
+    }
+}
+
+/* The exchange's air time and receive work on the clock, its radio-on time on the counters. */
+static void bt_exchange(uint16_t sg, uint32_t inference)
+{
+    if (bt_file < 0 || sg >= bt.nsg || bt.ninf == 0u) {
+        return;
+    }
+    uint32_t rx;
+    bt_cycles += bt_read_u32(BT_HEADER_BYTES + 4u * (bt.nops + sg), &rx, 1u);
+    uint32_t r[3]; /* air, TX-on, RX-on µs */
+    const uint32_t i = inference % bt.ninf;
+    (void)bt_read_u32(BT_HEADER_BYTES + 4u * (bt.nops + bt.nsg + 3u * (i * bt.nsg + sg)), r, 3u);
+    bt_cycles += (uint64_t)r[0] * bt.clock_hz / 1000000u;
+    bt_radio_tx_us += r[1];
+    bt_radio_rx_us += r[2];
+}
+
+int cisl_board_radio_on_us(uint32_t *tx_us, uint32_t *rx_us)
+{
+    *tx_us = bt_radio_tx_us;
+    *rx_us = bt_radio_rx_us;
+    return bt_file >= 0;
+}
+
 int cisl_board_next_input(int8_t *dst, uint32_t len)
 {
     uint32_t h[3];
@@ -72,6 +158,7 @@ int cisl_board_next_input(int8_t *dst, uint32_t len)
         fail("transcript_input", (int32_t)h[0]);
     }
     read_exact(dst, len);
+    bt_cycles += bt.runtime; /* the input loop, reports and checksums between two inferences */
     return 1;
 }
 
@@ -99,6 +186,7 @@ int cisl_transport_round(uint16_t sg, uint32_t inference, const uint8_t *msg, ui
             on_rx(ctx, (uint8_t)m[0], cisl_mx_plan.reassembly, m[1]);
         }
     }
+    bt_exchange(sg, inference);
     return 0;
 }
 
@@ -147,10 +235,11 @@ int main(void)
     if (sh_cmdline(cmdline, sizeof cmdline) != 0) {
         fail("cmdline", -1);
     }
-    /* "<name> <transcript> <sent>": split at spaces (the host passes paths without spaces) */
-    char *arg[3] = {NULL, NULL, NULL};
+    /* "<name> <transcript> <sent> [<board time table>]": split at spaces (the host passes paths
+     * without spaces) */
+    char *arg[4] = {NULL, NULL, NULL, NULL};
     int n = 0;
-    for (char *p = cmdline; *p != '\0' && n < 3;) {
+    for (char *p = cmdline; *p != '\0' && n < 4;) {
         while (*p == ' ') {
             *p++ = '\0';
         }
@@ -177,9 +266,15 @@ int main(void)
     if (memcmp(magic, TRANSCRIPT_MAGIC, sizeof magic) != 0 || who[0] != cisl_node_id) {
         fail("transcript_node", (int32_t)who[0]);
     }
+    if (n == 4) {
+        bt_open(arg[3]);
+    }
     const int rc = cisl_node_main();
     report_stack();
     (void)sh_close(sent);
     (void)sh_close(transcript);
+    if (bt_file >= 0) {
+        (void)sh_close(bt_file);
+    }
     return rc;
 }

@@ -7,6 +7,7 @@
 #define SYS_CLOSE 0x02u
 #define SYS_WRITE 0x05u
 #define SYS_READ 0x06u
+#define SYS_SEEK 0x0Au
 #define SYS_GET_CMDLINE 0x15u
 #define SYS_EXIT_EXTENDED 0x20u
 #define ADP_STOPPED_APPLICATION_EXIT 0x20026u
@@ -44,6 +45,12 @@ int32_t sh_read(int32_t handle, void *data, uint32_t n)
 {
     const uint32_t block[3] = {(uint32_t)handle, (uint32_t)(uintptr_t)data, n};
     return semihost(SYS_READ, block);
+}
+
+int32_t sh_seek(int32_t handle, uint32_t position)
+{
+    const uint32_t block[2] = {(uint32_t)handle, position};
+    return semihost(SYS_SEEK, block);
 }
 
 int32_t sh_close(int32_t handle)

@@ -15,6 +15,8 @@ int32_t sh_open(const char *path, uint32_t mode);
 int32_t sh_write(int32_t handle, const void *data, uint32_t n);
 /* bytes NOT read: 0 if all n were read */
 int32_t sh_read(int32_t handle, void *data, uint32_t n);
+/* move to an absolute byte position; 0 on success */
+int32_t sh_seek(int32_t handle, uint32_t position);
 int32_t sh_close(int32_t handle);
 /* The command line QEMU was given (-semihosting-config ...,arg=A,arg=B: "A B"); 0 on success. */
 int32_t sh_cmdline(char *buf, uint32_t size);

@@ -188,7 +188,7 @@ def prepare(testbed: Testbed, nodes: list[NodeEntry], build) -> None:
         if k not in keep:
             image_path(testbed, k).unlink(missing_ok=True)
     if qemu:
-        _write_transcripts(testbed, plan, xq)
+        _write_transcripts(testbed, build, xq, run)
     (state / "run.json").write_text(json.dumps({"nodes": n, **run, "supervisor": info["pid"]}) + "\n")
 
 
@@ -221,19 +221,48 @@ def _qemu_run(testbed: Testbed, build) -> dict:
     if shutil.which(system) is None:
         raise UserError(f"{system} not found; the virtual testbed runs qemu-m4 nodes on it (Debian/Ubuntu: "
                         f"{QEMU_APT})")
-    cmd = qemu_command(Path("{image}"), "transcript.bin", "sent.bin", facts)
-    return {"medium": False, "node_command": cmd, "node_cwd": str(testbed.state_dir / "node_{node:02d}")}
+    from ..timing.boardtime import BIN_TABLE
+
+    cmd = qemu_command(Path("{image}"), "transcript.bin", "sent.bin", facts, board_time=BIN_TABLE)
+    radio = _radio_run(testbed, build) if build.plan.devices > 1 else {"topology": None, "seed": testbed.sim.seed}
+    return {"medium": False, "node_command": cmd, "node_cwd": str(testbed.state_dir / "node_{node:02d}"),
+            "topology": radio["topology"], "seed": radio["seed"]}
 
 
-def _write_transcripts(testbed: Testbed, plan, xq: np.ndarray) -> None:
-    from ..qemu import reference, transcript
+def _write_transcripts(testbed: Testbed, build, xq: np.ndarray, run: dict) -> None:
+    """Per qemu-m4 node: its transcript and, when the build has board time, its binary table.
 
-    ref = reference(plan, xq)
+    With board time the nodes stand for nRF52840s on the testbed's radio topology: the slot-level
+    Mixer simulation of the same rounds (codegen/timing/comm.py, as the sim medium plays them)
+    gives every exchange's air time and each node's radio-on time, and the messages it loses are
+    lost in the transcript too. Without board time (built with --no-board-time) nothing is lost and
+    the nodes count QEMU instructions."""
+    from ..qemu import image_path as build_image, reference, transcript
+    from ..timing import boardtime as bt
+
+    plan = build.plan
+    tables = {}
+    for k in range(plan.devices):
+        table = build.dir / f"node_{k:02d}" / bt.TABLE
+        if bt.check_table(table, build_image(build.dir, plan, k), plan):
+            tables[k] = bt.read_table(table)
+    lost, radio = None, {}
+    if tables and plan.devices > 1:
+        from ..timing.comm import comm_schedule
+
+        rounds = comm_schedule(plan, run["topology"], None, len(xq), int(run["seed"]))
+        lost = bt.lost_messages(plan, rounds, len(xq)) or None
+        radio = {k: bt.exchange_radio(rounds, k, len(xq)) for k in tables}
+    ref = reference(plan, xq, lost)
     for k in range(plan.devices):
         d = testbed.state_dir / f"node_{k:02d}"
         d.mkdir(parents=True, exist_ok=True)
         (d / "sent.bin").unlink(missing_ok=True)
         (d / "transcript.bin").write_bytes(transcript(plan, k, xq, ref))
+        if k in tables:
+            (d / bt.BIN_TABLE).write_bytes(bt.node_table_bin(plan, tables[k], radio.get(k, {}), len(xq)))
+        else:
+            (d / bt.BIN_TABLE).unlink(missing_ok=True)
 
 
 def sim_testbed_text(nodes: int, topology_name: str | None = None, seed: int = 0,

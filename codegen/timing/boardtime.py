@@ -136,7 +136,8 @@ def place_table(source_image: Path, dest_image: Path, plan: Plan | None = None) 
 
 def refresh(build_dir: Path, nodes: list[int] | None = None, jobs: int | None = None,
             say=lambda s: None) -> str:
-    """After a sim build: make the plan's ARM images and the board time tables (or explain why not).
+    """After a build for the virtual testbed (board sim or qemu-m4): the board time tables (or why
+    not). A sim plan's ARM images are built first (board qemu-m4, the same code and flags).
 
     Returns one line for the user. Tables of the rebuilt nodes are removed first, so a failure
     here never leaves a table that belongs to an older image."""
@@ -146,16 +147,85 @@ def refresh(build_dir: Path, nodes: list[int] | None = None, jobs: int | None = 
 
     build_dir = Path(build_dir)
     plan = load_plan(build_dir)
+    kind = "sim" if plan.meta["board"] == "sim" else "qemu-m4"
     selected = [n.device for n in plan.nodes] if nodes is None else list(nodes)
     for d in selected:
         (build_dir / f"node_{d:02d}" / TABLE).unlink(missing_ok=True)
-    cc = load_board("qemu-m4").build["cc"]
-    if shutil.which(cc) is None:
-        return (f"board time: {cc} not found, so the sim nodes will print host time; install the ARM toolchain "
-                f"(Debian/Ubuntu: sudo apt-get install --no-install-recommends gcc-arm-none-eabi "
-                f"libnewlib-arm-none-eabi) and build again for nRF52840 time")
-    build(build_dir, "qemu-m4", jobs, say, selected)
+    if kind == "sim":
+        cc = load_board("qemu-m4").build["cc"]
+        if shutil.which(cc) is None:
+            return (f"board time: {cc} not found, so the sim nodes will print host time; install the ARM toolchain "
+                    f"(Debian/Ubuntu: sudo apt-get install --no-install-recommends gcc-arm-none-eabi "
+                    f"libnewlib-arm-none-eabi) and build again for nRF52840 time")
+        build(build_dir, "qemu-m4", jobs, say, selected)
+    say(f"board time: the nRF52840 cycle model runs {len(selected)} node images")
     computed = compute_build(build_dir, jobs=jobs, nodes=selected)
     write_tables(build_dir, computed)
     return (f"board time: {len(computed)} nodes on the nRF52840 cycle model (bit-exact), "
-            f"node_NN/{TABLE}: the sim nodes print nRF52840 time")
+            f"node_NN/{TABLE}: the {kind} nodes print nRF52840 time")
+
+
+def read_table(path: Path) -> dict:
+    """The numbers of a board time table: clock_hz, runtime, op {index: cycles}, rx {sg: cycles}."""
+    out: dict = {"clock_hz": 64_000_000, "runtime": 0, "op": {}, "rx": {}}
+    for line in Path(path).read_text().splitlines()[1:]:
+        key, *vals = line.split()
+        if key in ("clock_hz", "runtime"):
+            out[key] = int(vals[0])
+        elif key in ("op", "rx"):
+            out[key][int(vals[0])] = int(vals[1])
+    return out
+
+
+# -- qemu-m4 nodes: the table in the binary form the board reads over semihosting ------------------
+
+BIN_TABLE = "board_time.bin"
+BIN_MAGIC = b"CISLBT01"
+BIN_VERSION = 1
+
+
+def exchange_radio(rounds, device: int, inferences: int) -> dict[tuple[int, int], tuple[int, int, int]]:
+    """(inference, sg) -> (air µs incl. start guards, TX-on µs, RX-on µs) of node ``device``, all the
+    exchange's rounds summed: what the radio medium would have told a sim node."""
+    out: dict[tuple[int, int], list[int]] = {}
+    for r in rounds:
+        for i in range(inferences):
+            smp = r.samples[i]
+            v = out.setdefault((i, r.sg), [0, 0, 0])
+            v[0] += smp.slots * r.slot_us + r.guard_us
+            v[1] += smp.nodes[device].tx_on_us
+            v[2] += smp.nodes[device].rx_on_us
+    return {k: (v[0], v[1], v[2]) for k, v in out.items()}
+
+
+def lost_messages(plan: Plan, rounds, inferences: int):
+    """The messages the slot-level simulation lost, as the int8 reference's ``lost`` argument:
+    {sg: bool [inference, receiver, sender]} (a message split over rounds is lost if any part is)."""
+    import numpy as np
+
+    n = plan.devices
+    lost: dict[int, np.ndarray] = {}
+    for r in rounds:
+        a = lost.setdefault(r.sg, np.zeros((inferences, n, n), dtype=bool))
+        for i in range(inferences):
+            for k, node in enumerate(r.samples[i].nodes):
+                for j in node.missing:
+                    a[i, k, j] = True
+    return {sg: a for sg, a in lost.items() if a.any()}
+
+
+def node_table_bin(plan: Plan, table: dict, radio: dict[tuple[int, int], tuple[int, int, int]], inferences: int) -> bytes:
+    """What boards/qemu-m4/board.c reads: header, cycles per op, receive cycles per sg, then per
+    inference and sg the air, TX-on and RX-on µs (all little-endian u32)."""
+    import struct
+
+    nops = max((len(nd.ops) for nd in plan.nodes), default=0)
+    nsg = max([s.sg for s in plan.sgs], default=-1) + 1
+    out = bytearray(BIN_MAGIC + struct.pack("<6I", BIN_VERSION, table["clock_hz"], table["runtime"], nops, nsg,
+                                             inferences))
+    out += struct.pack(f"<{nops}I", *(table["op"].get(i, 0) for i in range(nops)))
+    out += struct.pack(f"<{nsg}I", *(table["rx"].get(sg, 0) for sg in range(nsg)))
+    for i in range(inferences):
+        for sg in range(nsg):
+            out += struct.pack("<3I", *radio.get((i, sg), (0, 0, 0)))
+    return bytes(out)

@@ -154,6 +154,7 @@ class NodeSample:
     done_slot: int       # last slot of the node's round (-1: never synchronised)
     delivered: int
     expected: int
+    missing: tuple[int, ...] = ()   # the senders whose expected message did not arrive
 
 
 @dataclass
@@ -415,16 +416,20 @@ def _sample(inf: int, net: MixerNetwork, res, log, r: dict, phy: str, initiator:
         scan, tx_us, rx_central, rx_low = node_radio_on_us(tx, rx, k == initiator, sync[k], packets[k], busy[k],
                                                            slot_us, plen, phy)
         delivered = expected = 0
+        missing = []
         for f in r["senders"]:
             j = f["node"]
             if j == k or (head and k != sink):
                 continue
             expected += 1
             rows = res.decoded[k, f["first_row"]:f["first_row"] + f["rows"]]
-            delivered += bool(header_ok[k] and rows.all())
+            got = bool(header_ok[k] and rows.all())
+            delivered += got
+            if not got:
+                missing.append(int(j))
         done = -1 if c.slot_done == NO_SLOT else int(c.slot_done)
         nodes.append(NodeSample(tx, rx, scan, packets[k], busy[k], tx_us, rx_central, rx_low, done,
-                                delivered, expected))
+                                delivered, expected, tuple(missing)))
     return RoundSample(inf, int(res.slots), nodes)
 
 

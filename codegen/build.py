@@ -238,7 +238,8 @@ def _build(build_dir: Path, board_name: str | None, jobs: int | None, say: Calla
     maxima = mixer_maxima(plan)
     mx_defs = [f"-D{k}={v}u" for k, v in maxima.items()]
     extra = list(extra_cflags or [])
-    cflags = cpu + list(board.build["cflags"]) + mx_defs + extra
+    # board.toml [build] defines: macros the board needs in cisl's own code (e.g. the op hook)
+    cflags = cpu + list(board.build["cflags"]) + [f"-D{d}" for d in board.build.get("defines", [])] + mx_defs + extra
     board_flags = cflags + includes + [f"-I{board.path}"] + board_defines(board, plan)
     obj_dir = build_dir / "_obj" / board.name
     if obj_dir.exists():

@@ -30,32 +30,22 @@ import numpy as np
 from codegen.boards import load_board
 from codegen.build import build, kernel_library
 from codegen.compile import CompileOptions, compile_model
+from codegen.ops import kind_of
 from codegen.plan.io import load_plan
 from codegen.qemu import qemu_command, run_qemu
 from codegen.randmodel import config_for_tokens, make_model_dir
 from codegen.resources import resource_dir
 
 HERE = Path(__file__).resolve().parent
-MAC_OPS = ("fc", "bmm", "fc_s32")
-
-
 def op_macs(plan, device: int) -> list[tuple[int, str, int, tuple]]:
-    """(op index, kind, MACs, shape) for every op of a node."""
+    """(op index, kind, MACs, (m, k, n)) for every op of a node (MACs 0 and () for other ops)."""
     node = plan.nodes[device]
     out = []
     for i, op in enumerate(node.ops):
+        kind = kind_of(op)
         shp = {n: node.tensors[n].shape for n in op.ins + op.outs if n in node.tensors}
-        if op.kind == "fc":
-            rows, k = shp[op.ins[0]]
-            n = shp[op.outs[0]][1]
-            out.append((i, "fc", rows * k * n, (rows, k, n)))
-        elif op.kind == "bmm":
-            m, k = shp[op.ins[0]]
-            n = shp[op.ins[1]][0]
-            out.append((i, "bmm", m * k * n, (m, k, n)))
-        elif op.kind == "fc_s32":
-            k = node.tensors[op.ins[0]].size
-            out.append((i, "fc_s32", k * shp[op.outs[0]][0], (1, k, shp[op.outs[0]][0])))
+        if kind.work_unit == "MAC":
+            out.append((i, op.kind, kind.work(op, shp), kind.gemm_shape(op, shp)))
         else:
             out.append((i, op.kind, 0, ()))
     return out
@@ -66,7 +56,7 @@ def block_of_ops(plan, device: int) -> list[tuple[str, int]]:
     cur = ("-", -1)
     out = []
     for op in plan.nodes[device].ops:
-        if op.kind == "block_begin":
+        if kind_of(op).block_marker == "begin":
             cur = (op.attrs["block"], op.attrs["layer"])
         out.append(cur)
     return out
@@ -139,7 +129,7 @@ def run_case(devices: int, tokens: int, width: int, layers: int, keep: float, wo
             key = f"{blk}" if layer < 0 else f"{blk}{layer}"
             b = per_block[key]
             b["macs"] += macs
-            if kind not in ("somegather", "send", "reduce_recv", "block_begin", "block_end"):
+            if not (kind_of(kind).sync or kind_of(kind).block_marker):
                 b["by_kind"][kind] += op_insns.get(i, 0)
             if kind == "fc":
                 b["fc_shapes"].append([*shape, op_insns.get(i, 0)])

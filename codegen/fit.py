@@ -28,7 +28,8 @@ from typing import Callable
 
 from .boards import Board, load_board
 from .errors import CheckFailed, UserError
-from .footprint import NodeFacts, _align, count_ops, estimate, max_message, table_bytes
+from .footprint import NodeFacts, count_ops, estimate, max_message, table_bytes
+from .ops import kind_of
 from .modelspec import ModelConfig, weight_shapes
 from .partition import Split, full_masks, random_masks
 from .plan.mixer_schedule import RoundPolicy, schedule_exchange
@@ -93,41 +94,12 @@ def structure_facts(cfg: ModelConfig, devices: int, keep: float, seed: int = 0,
 def stored_weights(ops, cfg: ModelConfig) -> int:
     """Weights and biases a node stores (its slices of the model; LayerNorm parameters of the
     columns it gathers are counted on every node that holds them)."""
-    n = 0
-    for op in ops:
-        a = op.attrs
-        if op.kind == "fc":
-            n += len(a["weight"]["rows"]) * (len(a["weight"]["cols"]) + 1)
-        elif op.kind == "add_const":
-            n += len(a["const"]["rows"]) * len(a["const"]["cols"])
-        elif op.kind == "layernorm":
-            n += 2 * len(a["gamma"]["rows"])
-        elif op.kind == "fc_s32":
-            n += len(a["weight"]["rows"]) * len(a["weight"]["cols"])
-        elif op.kind == "reduce_requant":
-            n += cfg.horizon
-    return n
+    return sum(kind_of(op).stored_weights(op, cfg) for op in ops)
 
 
 def _const_bytes(ops, tensors, cfg: ModelConfig) -> int:
-    """Bytes of the constants codegen/plan/quantize.py makes for these ops (each rounded up to 4)."""
-    n = 0
-    for op in ops:
-        a = op.attrs
-        if op.kind == "gather":
-            n += _align(2 * tensors[op.outs[0]].size)
-        elif op.kind == "fc":
-            rows, cols = len(a["weight"]["rows"]), len(a["weight"]["cols"])
-            n += _align(rows * cols) + 3 * 4 * rows
-        elif op.kind == "add_const":
-            n += _align(tensors[op.outs[0]].size)
-        elif op.kind == "layernorm":
-            n += 2 * 4 * len(a["gamma"]["rows"])
-        elif op.kind == "fc_s32":
-            n += _align(len(a["weight"]["rows"]) * len(a["weight"]["cols"]))
-        elif op.kind == "reduce_requant":
-            n += 3 * 4 * cfg.horizon
-    return n
+    """Bytes of the constants the quantiser makes for these ops (each rounded up to 4)."""
+    return sum(kind_of(op).const_bytes(op, tensors, cfg) for op in ops)
 
 
 def _extrapolate(f1: NodeFacts, f2: NodeFacts, layers: int) -> NodeFacts:

@@ -21,14 +21,14 @@ import math
 from dataclasses import dataclass, field
 
 from .boards import Board
+from .errors import UserError
+from .ops import kind_of
 from .plan.io import NodeData, Plan
 
 MX_HEADER_BYTES = 148  # sizeof(mx_header), firmware/mixer/mixer.h (the build checks the formula)
 
-# sizes of the generated tables' elements (arm-none-eabi, 32-bit): see templates/ and the C structs
-COL_RUN_BYTES = 6  # cisl_col_run: 3 x uint16
-SG_RECV_BYTES = 16  # cisl_sg_recv
-SG_DESC_BYTES = 40  # cisl_sg_desc
+# sizes of the generated Mixer tables' elements (arm-none-eabi, 32-bit): see templates/mixer.c.j2;
+# the somegather descriptors are their op's (codegen/ops/somegather.py)
 MX_FRAG_BYTES = 12  # cisl_mx_frag
 MX_ROUND_BYTES = 20  # cisl_mx_round
 MX_EXCHANGE_BYTES = 8  # cisl_mx_exchange
@@ -70,14 +70,7 @@ def _align(n: int, a: int = 4) -> int:
 
 def table_bytes(exchanges: list, ops: list) -> int:
     """Generated descriptor tables: somegather column runs and the Mixer schedule."""
-    n = 0
-    for op in ops:
-        if op.kind == "somegather":
-            a = op.attrs
-            runs = len(a["pack_runs"]) + len(a["own_runs"]) + sum(len(r["runs"]) for r in a["recv"])
-            n += SG_DESC_BYTES + COL_RUN_BYTES * runs + SG_RECV_BYTES * len(a["recv"])
-        elif op.kind == "reduce_recv":
-            n += len(op.attrs["senders"])
+    n = sum(kind_of(op).table_bytes(op) for op in ops)
     for ex in exchanges:
         n += MX_EXCHANGE_BYTES
         for r in ex:
@@ -127,8 +120,12 @@ def estimate(facts: NodeFacts, board: Board, kernels: str, maxima: dict[str, int
     f = Footprint()
     f.flash_parts["constants"] = facts.const_bytes
     f.flash_parts["code_fixed"] = int(lib.get("flash_fixed", 0))
-    f.flash_parts["code_ops"] = int(sum(int(per_op.get(k, per_op.get("default", 0))) * c
-                                        for k, c in facts.ops.items()))
+    missing = sorted(k for k in facts.ops if k not in per_op)
+    if per_op and missing:  # boards without a memory budget (sim) size no code
+        raise UserError(f"board {board.name}: board.toml [footprint.ops] has no code size for op kind "
+                        f"{', '.join(missing)}; measure it with `python bench/calibrate_footprint.py --board "
+                        f"{board.name}` and add it")
+    f.flash_parts["code_ops"] = int(sum(int(per_op.get(k, 0)) * c for k, c in facts.ops.items()))
     f.flash_parts["tables"] = facts.tables
     if board.build.get("inputs"):
         windows = int(board.facts.get("inputs", {}).get("max_windows", 16))

@@ -33,7 +33,8 @@ import numpy as np
 
 from .boards import load_board
 from .errors import CheckFailed, UserError
-from .executor import SYNC_OPS, PlanExecutor, RunResult
+from .executor import PlanExecutor, RunResult
+from .ops import kind_of
 from .plan.io import Plan, load_plan
 from .serial_contract import Record, outputs_by_inference, parse_text
 
@@ -50,15 +51,9 @@ def node_exchanges(plan: Plan, device: int) -> list[tuple[int, list[int]]]:
     """(sg, senders this node takes messages from) for every exchange, in schedule order."""
     out = []
     for op in plan.nodes[device].ops:
-        if op.kind not in SYNC_OPS:
-            continue
-        if op.kind == "somegather":
-            senders = [r["from"] for r in op.attrs["recv"]]
-        elif op.kind == "reduce_recv":
-            senders = list(op.attrs["senders"])
-        else:
-            senders = []
-        out.append((int(op.attrs["sg"]), senders))
+        kind = kind_of(op)
+        if kind.sync:
+            out.append((int(op.attrs["sg"]), kind.senders(op)))
     return out
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import UserError
 from ..modelspec import ModelConfig
-from .quantize import QParams
+from ..quant.scheme import QParams
 from .structure import Op, SomegatherPoint, Tensor
 
 PLAN_FORMAT = "cisl-plan"

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..fsutil import write_text_atomic
+from ..ops import kind_of
 from ..plan.io import Plan, load_plan
 from .compute import NodeCompute
 
@@ -41,10 +42,11 @@ def table_text(plan: Plan, node: NodeCompute, image_sha: str) -> str:
     pending = 0
     for i, op in enumerate(ops):
         c = cycles.get(i, 0)
-        if op.kind == "block_begin":
+        marker = kind_of(op).block_marker
+        if marker == "begin":
             pending += c
             continue
-        if op.kind == "block_end":
+        if marker == "end":
             c += pending
             pending = 0
         if c:

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..boards import Board, load_board
 from ..errors import UserError
+from ..ops import REGISTRY, kind_of
 from ..plan.io import Plan, load_plan
 from ..qemu import reference
 from .engine import Counts
@@ -25,7 +26,6 @@ from .memory import MemoryModel
 from .node import RUNTIME, NodeCycles, run_node
 
 MODELLED_BOARDS = ("nrf52840dk", "qemu-m4", "sim")
-SYNC = ("somegather", "send", "reduce_recv")
 
 
 @dataclass(frozen=True)
@@ -106,31 +106,24 @@ def image_of(build_dir: Path, device: int, plan: Plan) -> Path:
     return elf
 
 
-WORK_UNITS = {"fc": "MAC", "bmm": "MAC", "fc_s32": "MAC", "softmax": "element", "layernorm": "element",
-              "add": "element", "add_const": "element"}
-
-
 def op_work(plan: Plan, device: int, op_index: int) -> int:
-    """Units of work of one op (WORK_UNITS: MACs of fc/bmm, output elements of softmax, LayerNorm
-    and adds), 0 for ops without a natural unit."""
+    """Units of work of one op (its kind's ``work_unit``: MACs of fc/bmm/fc_s32, output elements of
+    softmax, LayerNorm and adds), 0 for ops without a natural unit."""
     node = plan.nodes[device]
     op = node.ops[op_index]
-    shp = {n: node.tensors[n].shape for n in op.ins + op.outs if n in node.tensors}
-    if op.kind == "fc":
-        rows, k = shp[op.ins[0]]
-        return rows * k * shp[op.outs[0]][1]
-    if op.kind == "bmm":
-        m, k = shp[op.ins[0]]
-        return m * k * shp[op.ins[1]][0]
-    if op.kind == "fc_s32":
-        return node.tensors[op.ins[0]].size * shp[op.outs[0]][0]
-    if op.kind in WORK_UNITS:
-        return node.tensors[op.outs[0]].size
-    return 0
+    return kind_of(op).work(op, {n: node.tensors[n].shape for n in op.ins + op.outs if n in node.tensors})
+
+
+def work_unit(op) -> str | None:
+    return kind_of(op).work_unit
+
+
+WORK_UNITS = {name: k.work_unit for name, k in sorted(REGISTRY.items()) if k.work_unit}
+"""The op kinds the per-class tables count, with their unit of work."""
 
 
 def _macs(plan: Plan, device: int, op_index: int) -> int:
-    return op_work(plan, device, op_index) if WORK_UNITS.get(plan.nodes[device].ops[op_index].kind) == "MAC" else 0
+    return op_work(plan, device, op_index) if work_unit(plan.nodes[device].ops[op_index]) == "MAC" else 0
 
 
 def fold_blocks(plan: Plan, device: int, nc: NodeCycles) -> NodeCompute:
@@ -141,19 +134,20 @@ def fold_blocks(plan: Plan, device: int, nc: NodeCycles) -> NodeCompute:
     cur: BlockCycles | None = None
     zero = (0.0, 0.0, 0.0)
     for i, op in enumerate(ops):
-        if op.kind == "block_begin":
+        marker = kind_of(op).block_marker
+        if marker == "begin":
             cur = BlockCycles(BlockKey(len(blocks), str(op.attrs["block"]), int(op.attrs["layer"])), [], [], zero,
                               zero)
             blocks.append(cur)
             continue
-        if op.kind == "block_end":
+        if marker == "end":
             cur = None
             continue
         if cur is None:
             continue
         cur.ops.append(i)
         cur.macs += _macs(plan, device, i)
-        if op.kind in SYNC:
+        if kind_of(op).sync:
             cur.exchanges.append(int(op.attrs["sg"]))
     per_inf = {i: nc.op_cycles(i) for i in range(len(ops))}
     rx = {i: tuple(v / nc.inferences for v in c.cycles(nc.memory)) for i, c in nc.comm_ops.items()}

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..errors import UserError
 from ..modelspec import ModelConfig
+from ..ops.schema import check_plan_doc, check_plan_ops
 from ..quant.scheme import QParams
 from .structure import Op, SomegatherPoint, Tensor
 
@@ -138,12 +139,20 @@ def load_plan(build_dir: Path) -> Plan:
         doc = json.loads(raw)
     except json.JSONDecodeError as e:
         raise UserError(f"{path}: not valid JSON (line {e.lineno}); recompile with `cisl compile`") from None
-    if doc.get("format") != PLAN_FORMAT or doc.get("format_version") != PLAN_VERSION:
+    if not isinstance(doc, dict) or doc.get("format") != PLAN_FORMAT or doc.get("format_version") != PLAN_VERSION:
         raise UserError(f"{path}: not a cisl plan of format version {PLAN_VERSION}; recompile with `cisl compile`")
+    check_plan_doc(doc, path)  # the schema (docs/plan.schema.json): every key, every type, every op kind
     blob_path = Path(build_dir) / "constants.bin"
     if not blob_path.is_file():
         raise UserError(f"{blob_path}: missing; recompile with `cisl compile`")
     blob = blob_path.read_bytes()
+    for nj in doc["nodes"]:
+        for name, c in nj["constants"].items():
+            size = int(np.prod(c["shape"])) * np.dtype(c["dtype"]).itemsize
+            if c["nbytes"] != size or c["offset"] + size > len(blob):
+                raise UserError(f"{path}: node {nj['device']} constant {name}: {c['nbytes']} bytes at offset "
+                                f"{c['offset']} do not match its shape {c['shape']} {c['dtype']} or "
+                                f"{blob_path.name} ({len(blob)} bytes); recompile with `cisl compile`")
     nodes = []
     for nj in doc["nodes"]:
         tensors = {name: Tensor(name, tuple(t["shape"]), t["dtype"], t["qgroup"]) for name, t in nj["tensors"].items()}
@@ -162,4 +171,6 @@ def load_plan(build_dir: Path) -> Plan:
                            [from_ranges(c) for c in s["send_cols"]], s["msg_bytes"]) for s in doc["somegather"]]
     qparams = {g: QParams(p["scale"], p["zero_point"]) for g, p in doc["qparams"].items()}
     meta = {k: v for k, v in doc.items() if k not in ("nodes", "somegather", "qparams")}
-    return Plan(meta, ModelConfig.from_json(doc["model"]), sgs, nodes, qparams, hashlib.sha256(raw).hexdigest())
+    plan = Plan(meta, ModelConfig.from_json(doc["model"]), sgs, nodes, qparams, hashlib.sha256(raw).hexdigest())
+    check_plan_ops(plan, path)  # every op's tensors, constants and exchange fit together
+    return plan

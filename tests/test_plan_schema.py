@@ -1,0 +1,97 @@
+"""plan.json has a schema (docs/plan.schema.json, generated from the op registry) and every load
+checks it: a hand-edited plan gives one line naming the node, the op and the field, and exit 2."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import fastjsonschema
+import pytest
+from clirun import cisl
+from models import config_for_tokens, make_model_dir
+
+from codegen.compile import CompileOptions, compile_model
+from codegen.ops import REGISTRY
+from codegen.ops.schema import plan_schema
+
+pytestmark = pytest.mark.unit
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def plan_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("schema")
+    model = make_model_dir(root / "m", config_for_tokens(8, 32, heads=4, layers=1), devices=2, keep_ratio=0.5,
+                           seed=3, tests=2)
+    compile_model(model, root / "b", CompileOptions(devices=2))
+    return root / "b"
+
+
+def test_the_committed_schema_is_the_generated_one_and_accepts_a_compiled_plan(plan_dir):
+    committed = json.loads((ROOT / "docs" / "plan.schema.json").read_text())
+    assert committed == plan_schema(), "regenerate: python -m codegen.ops.schema > docs/plan.schema.json"
+    doc = json.loads((plan_dir / "plan.json").read_text())
+    fastjsonschema.compile(committed)(doc)
+    kinds = {op["op"] for node in doc["nodes"] for op in node["ops"]}
+    assert kinds == set(REGISTRY)  # the test plan exercises every op kind the registry knows
+
+
+def _first(doc: dict, kind: str, node: int = 0) -> dict:
+    return next(op for op in doc["nodes"][node]["ops"] if op["op"] == kind)
+
+
+def _wrong_type(doc):
+    _first(doc, "fc")["in_offset"] = "x"
+
+
+def _missing_key(doc):
+    del _first(doc, "bmm")["act_max"]
+
+
+def _unknown_key(doc):
+    _first(doc, "softmax")["diff_max"] = 3
+
+
+def _unknown_kind(doc):
+    _first(doc, "softmax")["op"] = "gelu"
+
+
+def _inconsistent_shape(doc):
+    fc = _first(doc, "fc")
+    doc["nodes"][0]["tensors"][fc["out"][0]]["shape"][-1] += 1
+
+
+def _missing_constant(doc):
+    _first(doc, "layernorm")["gamma_c"] = "no_such_constant"
+
+
+def _run_outside(doc):
+    sg = _first(doc, "somegather")
+    sg["recv"][0]["runs"][0][2] += 1000
+
+
+@pytest.mark.parametrize("edit, words", [
+    (_wrong_type, ["node 0 op", "(fc)", "in_offset", "integer"]),
+    (_missing_key, ["(bmm)", "act_max"]),
+    (_unknown_key, ["(softmax)", "diff_max"]),
+    (_unknown_kind, ["unknown op kind 'gelu'", "softmax"]),
+    (_inconsistent_shape, ["(fc)", "weight_c"]),
+    (_missing_constant, ["(layernorm)", "gamma_c", "no_such_constant"]),
+    (_run_outside, ["(somegather)", "recv", "outside"]),
+], ids=lambda v: getattr(v, "__name__", ""))
+def test_a_hand_edited_plan_gives_one_line_and_exit_2(plan_dir, tmp_path, edit, words):
+    b = tmp_path / "b"
+    shutil.copytree(plan_dir, b)
+    doc = json.loads((b / "plan.json").read_text())
+    edit(doc)
+    (b / "plan.json").write_text(json.dumps(doc, indent=1))
+    p = cisl("build", str(b), "-q", cwd=tmp_path)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+    assert "plan.json" in lines[0] and "cisl compile" in lines[0]
+    assert not (b / "node_00" / "firmware.elf").exists()  # nothing was built from the broken plan

@@ -18,6 +18,7 @@ from functools import lru_cache
 from typing import Any
 
 from . import REGISTRY, kind_of, UnknownOp
+from ..plan.format import PLAN_FORMAT, PLAN_VERSION
 from .base import PlanShapeError, Ranges, Runs, json_name
 
 SCHEMA_ID = "https://cisl.invalid/plan.schema.json"
@@ -81,8 +82,6 @@ _NAT = {"type": "integer", "minimum": 0}
 
 def plan_schema() -> dict:
     """The whole plan.json (format version 1); ops are checked per kind (``allOf`` of if/then)."""
-    from ..plan.io import PLAN_FORMAT, PLAN_VERSION
-
     op_any = {"type": "object", "properties": {"op": {"enum": sorted(REGISTRY)}}, "required": ["op"],
               "allOf": [{"if": {"properties": {"op": {"const": k}}}, "then": {"$ref": f"#/definitions/op_{k}"}}
                         for k in sorted(REGISTRY)]}

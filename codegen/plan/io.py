@@ -18,11 +18,10 @@ import numpy as np
 from ..errors import UserError
 from ..modelspec import ModelConfig
 from ..ops.schema import check_plan_doc, check_plan_ops
+from .format import PLAN_FORMAT, PLAN_VERSION
 from ..quant.scheme import QParams
 from .structure import Op, SomegatherPoint, Tensor
 
-PLAN_FORMAT = "cisl-plan"
-PLAN_VERSION = 1
 INDEX_KEYS = ("rows", "cols")  # index lists stored compactly as [[lo, hi), ...] ranges
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..modelspec import ModelConfig, patch_index
+from ..ops import kind_of
 from ..partition import POINTS, Masks, Split, gathered_cols
 
 SINK = 0
@@ -111,6 +112,8 @@ class _NodeBuilder:
         return name
 
     def op(self, kind: str, ins: list[str], outs: list[str], **attrs: Any) -> None:
+        # the kind's attribute dataclass says which attributes the op may and must have
+        kind_of(kind).Attrs(**{("sender" if k == "from" else k): v for k, v in attrs.items()})
         self.ops.append(Op(kind, ins, outs, attrs))
 
 

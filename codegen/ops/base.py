@@ -23,13 +23,12 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from ..modelspec import ModelConfig
-    from ..plan.structure import Op, Tensor
+# Annotations name the plan's Op and Tensor (codegen/plan/structure.py) and ModelConfig
+# (codegen/modelspec.py) as strings: the plan builds on the registry, not the other way round.
 
 
 # -- attribute field types (how plan.json stores them) ------------------------------------------

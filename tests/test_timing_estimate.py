@@ -70,24 +70,25 @@ def test_estimate_refuses_what_it_cannot_model(builds, tmp_path):
     assert p.returncode == 2 and "--board qemu-m4" in p.stderr and "Traceback" not in p.stderr
 
 
-def test_the_virtual_testbed_speaks_board_time_equal_to_the_estimate(builds):
-    """testbed sim -> flash -> logs -> report: per-block latencies are nRF52840 time = cisl estimate's."""
-    root = builds
-    ok(cisl("testbed", "sim", "--nodes", "4", "-o", "tb.toml", cwd=root))
+def run_and_compare_with_the_estimate(root: Path, build: str, board: str, tag: str) -> None:
+    """testbed sim -> flash -> logs -> report on ``build``, then the report against `cisl estimate`
+    of the same build and topology: per-block latencies (board time), radio-on times, energy."""
+    tb, state, logs, est_path, rep = f"tb{tag}.toml", f".cisl-tb{tag}", f"logs{tag}", f"est{tag}.json", f"rep{tag}"
+    ok(cisl("testbed", "sim", "--nodes", "4", "--board", board, "-o", tb, "--state", state, cwd=root))
     try:
-        ok(cisl("flash", "sim4", "--testbed", "tb.toml", cwd=root))
-        ok(cisl("logs", "--testbed", "tb.toml", "-o", "logs", "--inferences", "3", cwd=root))
+        ok(cisl("flash", build, "--testbed", tb, cwd=root))
+        ok(cisl("logs", "--testbed", tb, "-o", logs, "--inferences", "3", cwd=root, timeout=300))
     finally:
-        cisl("testbed", "stop", "--testbed", "tb.toml", cwd=root)
-    boots = [json.loads(x) for x in (root / "logs" / "merged.jsonl").read_text().splitlines()]
-    assert {b["clock"] for b in boots if b["event"] == "boot"} == {"model"}
-    inferences = sum(1 for b in boots if b["event"] == "infer" and b["node"] == 0)
-    topology = json.loads((root / ".cisl-testbed" / "run.json").read_text())["topology"]
-    ok(cisl("estimate", "sim4", "-q", "--topology", topology, "--radio-inferences", str(inferences),
-            "-o", "est.json", cwd=root))
-    p = ok(cisl("report", "logs", "-o", "rep", "--estimate", "est.json", "--no-plots", cwd=root))
+        cisl("testbed", "stop", "--testbed", tb, cwd=root)
+    lines = [json.loads(x) for x in (root / logs / "merged.jsonl").read_text().splitlines()]
+    assert {b["clock"] for b in lines if b["event"] == "boot"} == {"model"}
+    inferences = sum(1 for b in lines if b["event"] == "infer" and b["node"] == 0)
+    topology = json.loads((root / state / "run.json").read_text())["topology"]
+    ok(cisl("estimate", build, "-q", "--topology", topology, "--radio-inferences", str(inferences),
+            "-o", est_path, cwd=root))
+    p = ok(cisl("report", logs, "-o", rep, "--estimate", est_path, "--no-plots", cwd=root))
     assert "[model time]" in p.stdout
-    rows = (root / "rep" / "block_latency.csv").read_text().splitlines()
+    rows = (root / rep / "block_latency.csv").read_text().splitlines()
     head = rows[0].split(",")
     seen = set()
     for row in rows[1:]:
@@ -99,12 +100,12 @@ def test_the_virtual_testbed_speaks_board_time_equal_to_the_estimate(builds):
         assert float(r["comm_us"]) == pytest.approx(float(r["predicted_comm_us"]), abs=1.5), r
         assert float(r["latency_us"]) == pytest.approx(float(r["predicted_latency_us"]), abs=2.5), r
     assert seen == {"embed", "attn0", "mlp0", "head"}
-    # every sg line carries the node's radio TX/RX-on time, counted by the medium slot by slot: per
-    # node and exchange (mean over the inferences) exactly the estimate's slot-level simulation
-    est = json.loads((root / "est.json").read_text())
+    # every sg line carries the node's radio TX/RX-on time: per node and exchange (mean over the
+    # inferences) exactly the estimate's slot-level simulation
+    est = json.loads((root / est_path).read_text())
     by_point = {(x["layer"], x["point"]): x for x in est["exchanges"].values()}
     logged: dict[tuple, list] = {}
-    for r in boots:
+    for r in lines:
         if r["event"] == "sg":
             logged.setdefault((r["node"], r["layer"], r["point"]), []).append((r["tx_on_us"], r["rx_on_us"]))
     assert len(logged) == 4 * len(by_point)
@@ -114,13 +115,19 @@ def test_the_virtual_testbed_speaks_board_time_equal_to_the_estimate(builds):
         assert sum(r for _, r in v) / len(v) == pytest.approx(want["rx_on_us"]["mean"], abs=1e-6), (node, point)
     assert any(t > 0 for v in logged.values() for t, _ in v)
     # energy per node from the log alone (board time and the radio's on-time) = the estimate's
-    erows = (root / "rep" / "energy.csv").read_text().splitlines()
+    erows = (root / rep / "energy.csv").read_text().splitlines()
     eh = erows[0].split(",")
     assert len(erows) == 5
     for row in erows[1:]:
         e = dict(zip(eh, row.split(",")))
         assert e["radio_source"] == "log" and float(e["radio_uj"]) > 0
         assert float(e["total_uj"]) == pytest.approx(float(e["predicted_total_uj"]), rel=0.02), e
+
+
+def test_the_virtual_testbed_speaks_board_time_equal_to_the_estimate(builds):
+    """sim nodes count the cycle model's nRF52840 cycles and the radio medium's air and radio-on
+    time: the report's latencies and energy equal `cisl estimate`'s."""
+    run_and_compare_with_the_estimate(builds, "sim4", "sim", "s")
 
 
 def test_calibration_recovers_the_flash_wait_states(builds, tmp_path):
@@ -156,38 +163,7 @@ def test_qemu_nodes_speak_board_time_equal_to_the_estimate(builds):
     """qemu-m4 nodes on the virtual testbed count the cycle model's nRF52840 time of their own image
     (op by op, read from the table `cisl build` wrote) and the radio of the testbed's topology: the
     report's per-block latencies, radio-on times and energy equal `cisl estimate`'s."""
-    root = builds
-    compile_model(root / "m" / "model.onnx", root / "q4", CompileOptions(devices=4, board="qemu-m4"))
-    p = ok(cisl("build", "q4", "-q", cwd=root))
+    compile_model(builds / "m" / "model.onnx", builds / "q4", CompileOptions(devices=4, board="qemu-m4"))
+    p = ok(cisl("build", "q4", "-q", cwd=builds))
     assert "board time: 4 nodes on the nRF52840 cycle model" in p.stdout
-    ok(cisl("testbed", "sim", "--nodes", "4", "--board", "qemu-m4", "-o", "tbq.toml", "--state", ".cisl-tbq",
-            cwd=root))
-    try:
-        ok(cisl("flash", "q4", "--testbed", "tbq.toml", cwd=root))
-        ok(cisl("logs", "--testbed", "tbq.toml", "-o", "qlogs", "--inferences", "3", cwd=root, timeout=300))
-    finally:
-        cisl("testbed", "stop", "--testbed", "tbq.toml", cwd=root)
-    lines = [json.loads(x) for x in (root / "qlogs" / "merged.jsonl").read_text().splitlines()]
-    assert {b["clock"] for b in lines if b["event"] == "boot"} == {"model"}
-    assert all("tx_on_us" in r for r in lines if r["event"] == "sg")
-    inferences = sum(1 for b in lines if b["event"] == "infer" and b["node"] == 0)
-    topology = json.loads((root / ".cisl-tbq" / "run.json").read_text())["topology"]
-    ok(cisl("estimate", "q4", "-q", "--topology", topology, "--radio-inferences", str(inferences),
-            "-o", "qest.json", cwd=root))
-    ok(cisl("report", "qlogs", "-o", "qrep", "--estimate", "qest.json", "--no-plots", cwd=root))
-    rows = (root / "qrep" / "block_latency.csv").read_text().splitlines()
-    head = rows[0].split(",")
-    seen = set()
-    for row in rows[1:]:
-        r = dict(zip(head, row.split(",")))
-        seen.add(r["block"])
-        assert r["clock"] == "model"
-        assert float(r["slowest_compute_us"]) == pytest.approx(float(r["predicted_compute_us"]), abs=1.5), r
-        assert float(r["comm_us"]) == pytest.approx(float(r["predicted_comm_us"]), abs=1.5), r
-    assert seen == {"embed", "attn0", "mlp0", "head"}
-    erows = (root / "qrep" / "energy.csv").read_text().splitlines()
-    eh = erows[0].split(",")
-    for row in erows[1:]:
-        e = dict(zip(eh, row.split(",")))
-        assert e["radio_source"] == "log" and float(e["radio_uj"]) > 0
-        assert float(e["total_uj"]) == pytest.approx(float(e["predicted_total_uj"]), rel=0.02), e
+    run_and_compare_with_the_estimate(builds, "q4", "qemu-m4", "q")

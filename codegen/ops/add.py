@@ -15,7 +15,7 @@ ADD_PARAMS = ("in1_offset", "in1_mult", "in1_shift", "in2_offset", "in2_mult", "
               "out_offset", "out_mult", "out_shift", "act_min", "act_max")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AddAttrs:
     in1_offset: int = quant()
     in1_mult: int = quant()

@@ -7,28 +7,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import register
-from .add import add_context, add_quant_params, run_add
-from .base import OpKind, WeightRef, align4, const_ref, expect_const, expect_same, quant
+from .add import AddAttrs, add_context, add_quant_params, run_add
+from .base import OpKind, WeightRef, align4, const_ref, expect_const, expect_same
 from ..quant.scheme import quantize_const_s8
 
 
-@dataclass(frozen=True)
-class AddConstAttrs:
+@dataclass(frozen=True, kw_only=True)
+class AddConstAttrs(AddAttrs):
+    """The add's parameters, and the constant that is its second operand."""
+
     const: WeightRef
     const_qgroup: str
     const_c: str = const_ref()
-    in1_offset: int = quant()
-    in1_mult: int = quant()
-    in1_shift: int = quant()
-    in2_offset: int = quant()
-    in2_mult: int = quant()
-    in2_shift: int = quant()
-    left_shift: int = quant()
-    out_offset: int = quant()
-    out_mult: int = quant()
-    out_shift: int = quant()
-    act_min: int = quant()
-    act_max: int = quant()
 
 
 @register

@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 from . import register
-from .base import OpKind
-from .block_begin import BlockAttrs
+from .block_begin import BlockBegin
 
 
 @register
-class BlockEnd(OpKind):
+class BlockEnd(BlockBegin):
     name = "block_end"
-    Attrs = BlockAttrs
     block_marker = "end"
-
-    def c_context(self, e, op):
-        return {"layer": op.attrs["layer"], "block": op.attrs["block"]}

@@ -8,7 +8,7 @@ against it, and every mistake is one UserError line naming the file, the table, 
     boards/x/board.toml: [board] ram_bytes must be an integer, got '256K'
 
 The pieces — :func:`read_toml`, :func:`check_keys` (unknown keys with the closest known one),
-:func:`check_value` (a value of the wrong type) — are also what the testbed and training configs
+:func:`check_value` (a value of the wrong type), :func:`check_choice` (a name not in a list) — are also what the testbed and training configs
 use for their own keys and values; the rules only a file's own code knows (ranges, one key
 depending on another) stay there.
 """
@@ -92,6 +92,14 @@ def check_value(where: str, key: str, value: Any, kind: Kind) -> None:
         raise UserError(f"{where} {key} must be a finite number, got {value!r}")
 
 
+def check_choice(where: str, key: str, value: Any, choices: list[str] | tuple[str, ...]) -> None:
+    """``value`` is one of ``choices``, else '<where> key 'v' is unknown; did you mean/choose one of ...'."""
+    if value not in choices:
+        close = difflib.get_close_matches(str(value), list(choices), n=1)
+        raise UserError(f"{where} {key} '{value}' is unknown; "
+                        + (f"did you mean '{close[0]}'?" if close else f"choose one of {', '.join(choices)}"))
+
+
 def _fits(value: Any, shape: Any) -> bool:
     if isinstance(shape, Kind):
         return shape(value)
@@ -139,6 +147,6 @@ def read_toml(path: Path, what: str) -> dict[str, Any]:
     except FileNotFoundError:
         raise UserError(f"{path}: not found; {what} is needed here") from None
     except tomllib.TOMLDecodeError as e:
-        raise UserError(f"{path}: not valid TOML ({e}); fix {what}") from None
+        raise UserError(f"{path}: not valid TOML ({e}); fix the place it names") from None
     except UnicodeDecodeError:
-        raise UserError(f"{path}: not a text file; {what} is TOML") from None
+        raise UserError(f"{path}: not a text file; {what} is TOML text") from None

@@ -1,14 +1,64 @@
-"""Boards: boards/<name>/board.toml holds the facts (core, memory, build settings, serial)."""
+"""Boards: boards/<name>/board.toml holds the facts (core, memory, build settings, serial).
+
+Every board.toml is checked against :data:`BOARD_SCHEMA` when it is loaded (codegen/schema.py), so
+a typo or a value of the wrong type is one line naming the file, the table and the key, not a
+KeyError later inside `cisl build`.
+"""
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .errors import UserError
 from .resources import resource_dir
+from .schema import BOOL, INT, NUMBER, STR, STR_LIST, Either, Table, read_toml, validate
+
+# { central, low, high, source } in the unit its key names, or just a number (boards/nrf52840dk/board.toml)
+_FIGURE = Either((NUMBER, Table({"central": NUMBER, "low": NUMBER, "high": NUMBER, "source": STR},
+                                required=("central", "low", "high"))),
+                 "a number or { central = ..., low = ..., high = ..., source = \"...\" }")
+_FOOTPRINT_LIB = Table({"flash_fixed": INT, "ram_fixed": INT})
+
+BOARD_SCHEMA = Table({
+    "board": Table({
+        "name": STR, "description": STR, "core": STR, "mcu": STR, "hfclk": STR,
+        "clock_hz": INT,            # CPU clock; 0: host time (sim)
+        "timer_hz": INT,
+        "flash_bytes": INT, "ram_bytes": INT, "flash_origin": INT, "ram_origin": INT,
+        "builds_plans_for": STR_LIST,  # boards whose plans this one builds too (qemu-m4)
+    }, required=("clock_hz", "flash_bytes", "ram_bytes")),
+    "build": Table({
+        "cc": STR, "objcopy": STR, "output": STR,
+        "cpu_flags": STR_LIST, "cflags": STR_LIST, "kernel_cflags": STR_LIST, "upstream_cflags": STR_LIST,
+        "ldflags": STR_LIST, "sources": STR_LIST, "defines": STR_LIST,
+        "hex": BOOL, "inputs": BOOL, "size_check": BOOL,
+        "stack_bytes": INT,
+    }, required=("cc", "cflags", "sources", "output")),
+    "serial": Table({"kind": STR}),
+    "uart": Table({"peripheral": STR, "tx_pin": INT, "rx_pin": INT, "baud": INT}),
+    "probe": Table({"family": STR, "pyocd_target": STR, "interface": STR}),
+    "radio": Table({"phys": STR_LIST, "frequency_mhz": INT, "txpower_dbm": INT, "start_guard_us": INT,
+                    "scan_timeout_ms": INT}),
+    "mixer": Table({"per_packet_cycles": Table({"base": NUMBER, "per_row": NUMBER, "per_row_byte": NUMBER,
+                                                "per_byte": NUMBER, "safety": NUMBER})}),
+    "node_id": Table({"uicr_word": STR}),
+    "inputs": Table({"source": STR, "max_windows": INT, "inferences": INT}),
+    "footprint": Table({"mixer": BOOL, "nnref": _FOOTPRINT_LIB, "cmsis-nn": _FOOTPRINT_LIB,
+                        "ops": Table(values=INT)}),  # bytes per op kind of the schedule, and 'default'
+    "timing": Table({
+        "source": STR,
+        "models": STR,  # the board whose timing and power facts model this one's images
+        "flash_wait": Table({"low": NUMBER, "central": NUMBER, "high": NUMBER}, required=("low", "central", "high")),
+        "flash_line_bytes": INT,
+        "icache": Table({"enabled": BOOL, "bytes": INT, "ways": INT, "line_bytes": INT}),
+    }),
+    # [power.ldo] / [power.dcdc]: cpu_active_ma, radio_tx_<dBm>dbm_ma, radio_rx_<phy>_ma (codegen/timing/energy.py)
+    "power": Table({"voltage_v": NUMBER, "regulator": STR, "document": STR, "idle_ua": _FIGURE,
+                    "ldo": Table(values=_FIGURE), "dcdc": Table(values=_FIGURE)}),
+    "qemu": Table({"machine": STR, "cpu": STR, "system": STR, "insns_per_tick": INT}),
+}, required=("board", "build"))
 
 
 @dataclass(frozen=True)
@@ -35,12 +85,18 @@ def available_boards() -> list[str]:
     return sorted(p.name for p in root.iterdir() if (p / "board.toml").is_file())
 
 
+def read_board(folder: Path, name: str | None = None) -> Board:
+    """Read and check ``folder``/board.toml; every mistake is a one-line UserError naming file and key."""
+    folder = Path(folder)
+    path = folder / "board.toml"
+    facts = read_toml(path, "a board file (see boards/nrf52840dk/board.toml)")
+    validate(str(path), facts, BOARD_SCHEMA)
+    return Board(name or folder.name, folder, facts)
+
+
 def load_board(name: str) -> Board:
     """Load a board by name; unknown names give a one-line UserError listing the known boards."""
     known = available_boards()
     if name not in known:
         raise UserError(f"unknown board '{name}'; available boards: {', '.join(known)}")
-    folder = resource_dir("boards") / name
-    with open(folder / "board.toml", "rb") as f:
-        facts = tomllib.load(f)
-    return Board(name, folder, facts)
+    return read_board(resource_dir("boards") / name, name)

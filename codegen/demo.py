@@ -17,7 +17,13 @@ MARKER = "report.json"
 
 
 def run_demo(out_dir: Path, devices: int, epochs: int | None, echo: Callable[[str], None]) -> bool:
-    """Train, compile, build and simulate into ``out_dir``; print and save a report. True if bit-exact."""
+    """Train, compile, build and simulate into ``out_dir``; print and save a report. True if bit-exact.
+
+    Training needs torch (the 'train' extra); without it this raises a one-line UserError first.
+    """
+    from .optional import require
+
+    require("torch", feature="cisl demo", extra="train")
     from .train.api import run_train  # torch only here
 
     out_dir = Path(out_dir)

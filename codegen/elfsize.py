@@ -2,18 +2,15 @@
 
 A section counts toward flash if it is loaded (SHF_ALLOC, not NOBITS) — .data too, whose initial
 image lives in flash — and toward RAM if its address lies in the RAM region or it is NOBITS
-(.bss, the stack). Only 32-bit little-endian ELF (arm-none-eabi) is read; no external tools.
+(.bss, the stack). Only 32-bit little-endian ELF (arm-none-eabi) is read, through pyelftools.
 """
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
 SHF_ALLOC = 0x2
-SHT_NOBITS = 8
-SHT_SYMTAB = 2
 
 
 @dataclass
@@ -51,29 +48,22 @@ class ElfSize:
 
 
 def read_elf_size(path: Path, ram_origin: int = 0x20000000) -> ElfSize:
-    data = Path(path).read_bytes()
-    if data[:4] != b"\x7fELF" or data[4] != 1 or data[5] != 1:
-        raise ValueError(f"{path}: not a 32-bit little-endian ELF file")
-    shoff, = struct.unpack_from("<I", data, 0x20)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x2E)
-    heads = [struct.unpack_from("<IIIIIIIIII", data, shoff + i * shentsize) for i in range(shnum)]
-    strtab_off = heads[shstrndx][4]
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
 
-    def cstr(off: int) -> str:
-        end = data.index(b"\0", off)
-        return data[off:end].decode()
-
-    sections = []
-    symbols: dict[str, int] = {}
-    for name, typ, flags, addr, off, size, link, _info, _align, entsize in heads:
-        if typ == SHT_SYMTAB:
-            str_off = heads[link][4]
-            for k in range(size // entsize):
-                st_name, st_value = struct.unpack_from("<II", data, off + k * entsize)
-                if st_name:
-                    sym = cstr(str_off + st_name)
-                    if sym.startswith("__cisl_"):
-                        symbols[sym] = st_value
-        if flags & SHF_ALLOC:
-            sections.append(Section(cstr(strtab_off + name), addr, size, typ != SHT_NOBITS))
+    with open(path, "rb") as f:
+        head = f.read(6)
+        if head[:4] != b"\x7fELF" or head[4:5] != b"\x01" or head[5:6] != b"\x01":
+            raise ValueError(f"{path}: not a 32-bit little-endian ELF file")
+        f.seek(0)
+        elf = ELFFile(f)
+        sections = []
+        symbols: dict[str, int] = {}
+        for sec in elf.iter_sections():
+            if sec["sh_type"] == "SHT_SYMTAB" and isinstance(sec, SymbolTableSection):
+                for sym in sec.iter_symbols():
+                    if sym.name.startswith("__cisl_"):
+                        symbols[sym.name] = sym["st_value"]
+            if sec["sh_flags"] & SHF_ALLOC:
+                sections.append(Section(sec.name, sec["sh_addr"], sec["sh_size"], sec["sh_type"] != "SHT_NOBITS"))
     return ElfSize(sections, symbols, ram_origin)

@@ -24,18 +24,19 @@ Schema (every table and key other than those marked required is optional)::
     target = "nrf52840"             # pyocd target type; nrfjprog's family comes from it (NRF52)
     position = [0.0, 1.5]           # metres, [x, y] or [x, y, z]
 
-Every mistake is one line naming the file, the node, the key and the fix (a UserError, exit code 2).
+Every mistake is one line naming the file, the node, the key and the fix (a UserError, exit code 2);
+reading the file, unknown keys and plain types go through codegen/schema.py, as board.toml and the
+training config do.
 """
 
 from __future__ import annotations
 
-import difflib
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
+from ..schema import INT, STR, check_choice, check_keys, check_value, read_toml, suggest
 
 RUNNER_NAMES = ("pyocd", "nrfutil", "nrfjprog", "sim")
 DEFAULT_BAUD = 115200
@@ -94,45 +95,24 @@ class Testbed:
         return [n.id for n in self.nodes]
 
 
-def _suggest(key: str, known: tuple[str, ...]) -> str:
-    close = difflib.get_close_matches(key, known, n=1)
-    if close:
-        return f"did you mean '{close[0]}'?"
-    return f"known keys: {', '.join(known)}"
-
-
-def _check_keys(where: str, table: dict, known: tuple[str, ...]) -> None:
-    for key in table:
-        if key not in known:
-            raise UserError(f"{where}: unknown key '{key}'; {_suggest(key, known)}")
-
-
 def load_testbed(path: Path | str) -> Testbed:
     """Read and check a testbed file; every mistake is a one-line UserError."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: testbed file not found; draft one with `cisl testbed scan -o {path}` "
                         f"(boards) or `cisl testbed sim --nodes N -o {path}` (virtual testbed)")
-    try:
-        with open(path, "rb") as f:
-            doc = tomllib.load(f)
-    except tomllib.TOMLDecodeError as e:
-        raise UserError(f"{path}: not valid TOML ({e})") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not a text file; a testbed file is TOML") from None
-    return parse_testbed(doc, path)
+    return parse_testbed(read_toml(path, "a testbed file"), path)
 
 
 def parse_testbed(doc: dict[str, Any], path: Path) -> Testbed:
     f = str(path)
-    _check_keys(f, doc, TOP_KEYS)
+    check_keys(f, doc, TOP_KEYS)
     tb = doc.get("testbed", {})
     if not isinstance(tb, dict):
         raise UserError(f"{f}: 'testbed' must be a table: [testbed]")
-    _check_keys(f"{f}: [testbed]", tb, TESTBED_KEYS)
+    check_keys(f"{f}: [testbed]", tb, TESTBED_KEYS)
     name = tb.get("name", "")
-    if not isinstance(name, str):
-        raise UserError(f"{f}: [testbed] name must be a string")
+    check_value(f"{f}: [testbed]", "name", name, STR)
     state = tb.get("state", DEFAULT_STATE)
     if not isinstance(state, str) or not state:
         raise UserError(f"{f}: [testbed] state must be a folder path (a string), e.g. state = \"{DEFAULT_STATE}\"")
@@ -145,7 +125,7 @@ def parse_testbed(doc: dict[str, Any], path: Path) -> Testbed:
     for key in defaults:
         if key not in DEFAULT_KEYS:
             hint = ("it is different for every node: set it in each [[node]]" if key in NODE_KEYS
-                    else _suggest(key, DEFAULT_KEYS))
+                    else suggest(key, DEFAULT_KEYS))
             raise UserError(f"{f}: [defaults]: key '{key}' not allowed here; {hint}")
 
     sim = _parse_sim(f, doc.get("sim", {}))
@@ -187,20 +167,15 @@ def parse_testbed(doc: dict[str, Any], path: Path) -> Testbed:
 def _parse_sim(f: str, sim: Any) -> SimSettings:
     if not isinstance(sim, dict):
         raise UserError(f"{f}: 'sim' must be a table: [sim]")
-    _check_keys(f"{f}: [sim]", sim, SIM_KEYS)
+    check_keys(f"{f}: [sim]", sim, SIM_KEYS)
     out = SimSettings()
     if "topology" in sim:
         from ..radio.topology import TOPOLOGIES
 
-        t = sim["topology"]
-        if t not in TOPOLOGIES:
-            close = difflib.get_close_matches(str(t), TOPOLOGIES, n=1)
-            raise UserError(f"{f}: [sim] topology '{t}' is unknown; "
-                            + (f"did you mean '{close[0]}'?" if close else f"choose one of {', '.join(TOPOLOGIES)}"))
-        out.topology = t
+        check_choice(f"{f}: [sim]", "topology", sim["topology"], TOPOLOGIES)
+        out.topology = sim["topology"]
     if "seed" in sim:
-        if not isinstance(sim["seed"], int) or isinstance(sim["seed"], bool):
-            raise UserError(f"{f}: [sim] seed must be an integer")
+        check_value(f"{f}: [sim]", "seed", sim["seed"], INT)
         out.seed = sim["seed"]
     if "timeout" in sim:
         t = sim["timeout"]
@@ -217,16 +192,13 @@ def _parse_node(f: str, k: int, raw: dict[str, Any], base: Path, explicit: dict[
     if not isinstance(nid, int) or isinstance(nid, bool) or not 0 <= nid <= 255:
         raise UserError(f"{f}: [[node]] #{k}: id must be an integer 0..255, not {nid!r}")
     where = f"{f}: node {nid}"
-    _check_keys(where, raw, NODE_KEYS)
+    check_keys(where, raw, NODE_KEYS)
 
     runner = raw.get("runner")
     if runner is None:
         raise UserError(f"{where}: no 'runner'; set runner = \"nrfutil\" (or pyocd, nrfjprog, sim) in the node "
                         "or in [defaults]")
-    if runner not in RUNNER_NAMES:
-        close = difflib.get_close_matches(str(runner), RUNNER_NAMES, n=1)
-        raise UserError(f"{where}: runner '{runner}' is unknown; "
-                        + (f"did you mean '{close[0]}'?" if close else f"choose one of {', '.join(RUNNER_NAMES)}"))
+    check_choice(f"{where}:", "runner", runner, RUNNER_NAMES)
     board = raw.get("board")
     if board is None:
         raise UserError(f"{where}: no 'board'; set e.g. board = \"{'sim' if runner == 'sim' else 'nrf52840dk'}\" "

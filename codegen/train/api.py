@@ -30,7 +30,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
+
+from codegen.optional import require
+
+torch = require("torch", feature="cisl train", extra="train")  # one line naming the extra when torch is missing
 
 from codegen.data.dataset import load_data, source_for_path
 from codegen.data.protocol import SegmentWindows, Splits, Windows, make_splits

@@ -2,21 +2,20 @@
 
 Sections [model], [split], [data], [train], [prune] and [dropout]; every key has a small default,
 so an empty file (or no file) is a valid configuration that trains in seconds. Mistakes are one-line
-UserErrors naming the file, the key and what was expected.
+UserErrors naming the file, the key and what was expected: reading, unknown keys and types go through
+codegen/schema.py (as board.toml and testbed.toml do); the ranges and rules between keys are here.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import math
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from codegen.errors import UserError
 from codegen.modelspec import ModelConfig
+from codegen.schema import BOOL, INT, NUMBER, STR, STR_LIST, check_value, read_toml, suggest
 
 
 @dataclass(frozen=True)
@@ -105,28 +104,19 @@ DATA_SOURCES = ("synthetic", "csv", "tsf", "icd")
 SECTIONS: dict[str, type] = {"model": ModelConfig, "split": SplitConfig, "data": DataConfig, "train": TrainOptions,
                              "prune": PruneConfig, "dropout": DropoutConfig}
 
-_TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
-               tuple: "a list of strings"}
+# the schema kind of a field, from the type of its default
+_KINDS = {bool: BOOL, int: INT, float: NUMBER, str: STR, tuple: STR_LIST}
 
 
 def _suggest(name: str, choices: list[str], what: str = "keys") -> str:
-    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.5)
-    return f"did you mean '{close[0]}'?" if close else f"valid {what}: {', '.join(choices)}"
+    return suggest(name, choices, what, cutoff=0.5)
 
 
 def _coerce(where: str, key: str, value: Any, default: Any) -> Any:
     """Check the TOML value against the type of the field's default; ints are accepted as floats."""
     typ = type(default)
-    ok = (isinstance(value, bool) if typ is bool
-          else isinstance(value, int) and not isinstance(value, bool) if typ is int
-          else isinstance(value, (int, float)) and not isinstance(value, bool) if typ is float
-          else isinstance(value, str) if typ is str
-          else isinstance(value, list) and all(isinstance(v, str) for v in value))
-    if not ok:
-        raise UserError(f"{where} {key} must be {_TYPE_NAMES[typ]}, got {value!r}")
+    check_value(where, key, value, _KINDS[typ])
     if typ is float:
-        if not math.isfinite(float(value)):
-            raise UserError(f"{where} {key} must be a finite number, got {value!r}")
         return float(value)
     if typ is tuple:
         return tuple(value)
@@ -241,12 +231,7 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         if not path.is_file():
             what = "is a directory" if path.is_dir() else "does not exist"
             raise UserError(f"{path} {what}; pass a TOML training config file (an empty file means defaults)")
-        try:
-            tables = tomllib.loads(path.read_text(encoding="utf-8"))
-        except tomllib.TOMLDecodeError as e:
-            raise UserError(f"{path}: invalid TOML: {e}") from None
-        except UnicodeDecodeError:
-            raise UserError(f"{path} is not a UTF-8 text file; pass a TOML training config") from None
+        tables = read_toml(path, "a training config")
         cfg = _apply(where, tables, cfg)
         for key in ("path", "manifest"):  # relative to the config file
             value = getattr(cfg.data, key)

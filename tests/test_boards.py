@@ -1,0 +1,92 @@
+"""board.toml is checked when a board is loaded (codegen/boards.py BOARD_SCHEMA via codegen/schema.py):
+the shipped boards pass; a typo, a wrong type or a missing key is one line naming file, table and key."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from codegen.boards import available_boards, load_board, read_board
+from codegen.errors import UserError
+from codegen.resources import resource_dir
+
+pytestmark = pytest.mark.unit
+
+
+def test_every_shipped_board_is_valid():
+    assert set(available_boards()) >= {"sim", "nrf52840dk", "qemu-m4"}
+    for name in available_boards():
+        b = load_board(name)
+        assert b.name == name and b.ram_bytes > 0 and b.flash_bytes > 0 and b.build["cc"]
+
+
+def broken(tmp_path: Path, old: str, new: str, board: str = "nrf52840dk") -> Path:
+    """A copy of a shipped board's folder with one edit to its board.toml."""
+    folder = tmp_path / "boards" / "broken"
+    shutil.copytree(resource_dir("boards") / board, folder)
+    text = (folder / "board.toml").read_text()
+    assert old in text, old
+    (folder / "board.toml").write_text(text.replace(old, new, 1))
+    return folder
+
+
+CASES = {
+    "typo in [build]": ('cflags = ["-std=c99", "-Os"', 'cflag = ["-std=c99", "-Os"',
+                        ("[build]", "unknown key 'cflag'", "did you mean 'cflags'?")),
+    "unknown table": ("[serial]", "[serail]", ("unknown key 'serail'", "did you mean 'serial'?")),
+    "wrong type": ("ram_bytes = 262144", 'ram_bytes = "256K"', ("[board] ram_bytes must be an integer", "'256K'")),
+    "list of strings": ('sources = ["startup.c", "board.c", "radio.c"]', 'sources = "startup.c"',
+                        ("[build] sources must be a list of strings",)),
+    "nested inline table": ("flash_wait = { low = 0,", "flash_wait = { lo = 0,",
+                            ("[timing.flash_wait]", "unknown key 'lo'", "did you mean 'low'?")),
+    "figure": ('idle_ua = { central = 3.0', 'idle_ua = { centre = 3.0',
+               ("[power.idle_ua]", "unknown key 'centre'", "did you mean 'central'?")),
+    "open table of integers": ("softmax = 145", "softmax = 14.5", ("[footprint.ops] softmax must be an integer",)),
+    "missing required key": ('cc = "arm-none-eabi-gcc"\n', "", ("[build]", "no cc", "add cc (a string)")),
+    "not toml": ("[board]", "[board", ("not valid TOML",)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_broken_board_file_is_one_clear_line(tmp_path, case):
+    old, new, needles = CASES[case]
+    folder = broken(tmp_path, old, new)
+    with pytest.raises(UserError) as e:
+        read_board(folder)
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith(str(folder / "board.toml")), msg
+    for n in needles:
+        assert n in msg, msg
+
+
+def test_the_unedited_copy_reads(tmp_path):  # so each case above fails only by its edit
+    assert read_board(broken(tmp_path, "[board]", "[board]")).facts == load_board("nrf52840dk").facts
+
+
+# `cisl fit` with the boards folder pointed at the temporary one (the loader has no path option).
+FIT_WITH_BOARDS = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    import codegen.boards as B
+
+    real = B.resource_dir
+    B.resource_dir = lambda name: Path(sys.argv[1]) if name == "boards" else real(name)
+    from codegen.cli import main
+    main(sys.argv[2:], prog_name="cisl")
+""")
+
+
+def test_a_command_loading_a_broken_board_ends_with_one_line(tmp_path):
+    folder = broken(tmp_path, "stack_bytes = 8192", "stack_bytes = true")
+    p = subprocess.run([sys.executable, "-c", FIT_WITH_BOARDS, str(folder.parent), "fit", "--board", "broken",
+                        "--devices", "2", "--no-build", "-q"], capture_output=True, text=True, cwd=tmp_path,
+                       timeout=120)
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
+    assert str(folder / "board.toml") in lines[0] and "[build] stack_bytes must be an integer, got True" in lines[0]

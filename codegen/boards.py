@@ -1,6 +1,6 @@
 """Boards: boards/<name>/board.toml holds the facts (core, memory, build settings, serial).
 
-Every board.toml is checked against :data:`BOARD_SCHEMA` when it is loaded (codegen/schema.py), so
+Every board.toml is checked against :data:`BOARD_SCHEMA` when it is loaded (codegen/config_schema.py), so
 a typo or a value of the wrong type is one line naming the file, the table and the key, not a
 KeyError later inside `cisl build`.
 """
@@ -13,7 +13,7 @@ from typing import Any
 
 from .errors import UserError
 from .resources import resource_dir
-from .schema import BOOL, INT, NUMBER, STR, STR_LIST, Either, Table, read_toml, validate
+from .config_schema import BOOL, INT, NUMBER, STR, STR_LIST, Either, Table, read_toml, validate
 
 # { central, low, high, source } in the unit its key names, or just a number (boards/nrf52840dk/board.toml)
 _FIGURE = Either((NUMBER, Table({"central": NUMBER, "low": NUMBER, "high": NUMBER, "source": STR},

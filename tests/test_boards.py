@@ -1,4 +1,4 @@
-"""board.toml is checked when a board is loaded (codegen/boards.py BOARD_SCHEMA via codegen/schema.py):
+"""board.toml is checked when a board is loaded (codegen/boards.py BOARD_SCHEMA via codegen/config_schema.py):
 the shipped boards pass; a typo, a wrong type or a missing key is one line naming file, table and key."""
 
 from __future__ import annotations

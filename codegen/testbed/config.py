@@ -25,7 +25,7 @@ Schema (every table and key other than those marked required is optional)::
     position = [0.0, 1.5]           # metres, [x, y] or [x, y, z]
 
 Every mistake is one line naming the file, the node, the key and the fix (a UserError, exit code 2);
-reading the file, unknown keys and plain types go through codegen/schema.py, as board.toml and the
+reading the file, unknown keys and plain types go through codegen/config_schema.py, as board.toml and the
 training config do.
 """
 
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..schema import INT, STR, check_choice, check_keys, check_value, read_toml, suggest
+from ..config_schema import INT, STR, check_choice, check_keys, check_value, read_toml, suggest
 
 RUNNER_NAMES = ("pyocd", "nrfutil", "nrfjprog", "sim")
 DEFAULT_BAUD = 115200

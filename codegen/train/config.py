@@ -3,7 +3,7 @@
 Sections [model], [split], [data], [train], [prune] and [dropout]; every key has a small default,
 so an empty file (or no file) is a valid configuration that trains in seconds. Mistakes are one-line
 UserErrors naming the file, the key and what was expected: reading, unknown keys and types go through
-codegen/schema.py (as board.toml and testbed.toml do); the ranges and rules between keys are here.
+codegen/config_schema.py (as board.toml and testbed.toml do); the ranges and rules between keys are here.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 from codegen.errors import UserError
 from codegen.modelspec import ModelConfig
-from codegen.schema import BOOL, INT, NUMBER, STR, STR_LIST, check_value, read_toml, suggest
+from codegen.config_schema import BOOL, INT, NUMBER, STR, STR_LIST, check_value, read_toml, suggest
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""codegen/schema.py is the one checker of board.toml, testbed.toml and the training config: the three
+"""codegen/config_schema.py is the one checker of board.toml, testbed.toml and the training config: the three
 loaders read, name unknown keys and reject wrong types the same way, in one line."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from codegen.boards import read_board
 from codegen.errors import UserError
-from codegen.schema import INT, NUMBER, STR_LIST, Table, check_value, validate
+from codegen.config_schema import INT, NUMBER, STR_LIST, Table, check_value, validate
 from codegen.testbed.config import load_testbed
 from codegen.train.config import load_config
 

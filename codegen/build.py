@@ -30,6 +30,7 @@ from .boards import load_board
 from .errors import CheckFailed, UserError
 from .fsutil import output_lock, sha256_file, write_text_atomic
 from .plan.io import load_plan
+from .plan.mixer_layout import mixer_maxima
 from .resources import resource_dir
 
 if TYPE_CHECKING:
@@ -115,23 +116,6 @@ def _run(cmd: list[str], log: Path) -> tuple[bool, str]:
 
 
 ARM_APT = "sudo apt-get install -y --no-install-recommends gcc-arm-none-eabi libnewlib-arm-none-eabi"
-
-
-def mixer_maxima(plan: Plan) -> dict[str, int]:
-    """Mixer's compile-time maxima for this plan: its node count, largest generation and payload,
-    and a row pool that holds the largest round (G times the row stride of that round)."""
-    rounds = [r for ex in plan.meta["mixer"]["exchanges"] for r in ex]
-    if not rounds:  # one node: no exchange goes over the radio; the smallest legal state
-        return {"MX_MAX_NODES": max(plan.devices, 1), "MX_MAX_G": 1, "MX_MAX_P": 8, "MX_POOL_WORDS": 3}
-    g = max(int(r["generation"]) for r in rounds)
-    p = max(int(r["payload"]) for r in rounds)
-    pool = max(int(r["generation"]) * row_words(int(r["generation"]), int(r["payload"])) for r in rounds)
-    return {"MX_MAX_NODES": plan.devices, "MX_MAX_G": g, "MX_MAX_P": p, "MX_POOL_WORDS": pool}
-
-
-def row_words(g: int, p: int) -> int:
-    """firmware/mixer/mixer.h MX_ROW_WORDS: coding-vector words plus payload words."""
-    return (g + 31) // 32 + (p + 3) // 4
 
 
 def board_defines(board: Board, plan: Plan) -> list[str]:

@@ -63,7 +63,7 @@ def structure_facts(cfg: ModelConfig, devices: int, keep: float, seed: int = 0,
                     policy: RoundPolicy | None = None) -> tuple[list[NodeFacts], dict[str, int]]:
     """Per-node estimate inputs from the plan structure (no weights, no quantisation), and the
     Mixer maxima; what `cisl compile` would put in plan.json, up to the constants' values."""
-    from .build import row_words
+    from .plan.mixer_layout import row_words
     from .emit.cnode import buffers_of
     from .plan.io import NodeData
     from .plan.memory import plan_arena

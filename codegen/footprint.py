@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from .boards import Board
 from .plan.io import NodeData, Plan
+from .plan.mixer_layout import mixer_maxima
 
 MX_HEADER_BYTES = 148  # sizeof(mx_header), firmware/mixer/mixer.h (the build checks the formula)
 
@@ -146,15 +147,11 @@ def estimate(facts: NodeFacts, board: Board, kernels: str, maxima: dict[str, int
 def estimate_node(plan: Plan, node: NodeData, board: Board, kernels: str = "nnref",
                   maxima: dict[str, int] | None = None) -> Footprint:
     if maxima is None:
-        from .build import mixer_maxima
-
         maxima = mixer_maxima(plan)
     return estimate(node_facts(plan, node), board, kernels, maxima)
 
 
 def estimate_plan(plan: Plan, board: Board, kernels: str = "nnref") -> dict[int, Footprint]:
-    from .build import mixer_maxima
-
     maxima = mixer_maxima(plan)
     return {n.device: estimate_node(plan, n, board, kernels, maxima) for n in plan.nodes}
 

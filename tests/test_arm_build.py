@@ -15,7 +15,8 @@ import struct
 import numpy as np
 import pytest
 
-from codegen.build import build, mixer_maxima
+from codegen.build import build
+from codegen.plan.mixer_layout import mixer_maxima
 from codegen.compile import CompileOptions, compile_model
 from codegen.elfsize import read_elf_size
 from codegen.errors import CheckFailed, UserError

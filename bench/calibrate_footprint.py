@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from codegen.boards import load_board
-from codegen.build import build, kernel_library
+from codegen.build import build
+from codegen.kernel_library import kernel_library
 from codegen.plan.mixer_layout import mixer_maxima
 from codegen.compile import CompileOptions, compile_model
 from codegen.footprint import estimate_node, op_counts

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from codegen.boards import load_board
-from codegen.build import kernel_library
+from codegen.kernel_library import kernel_library
 from codegen.fit import N_GRID, T_GRID, fit, format_result
 
 WHY = [

@@ -27,7 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from codegen.build import build, kernel_library
+from codegen.build import build
+from codegen.kernel_library import kernel_library
 from codegen.compile import CompileOptions, compile_model
 from codegen.errors import CheckFailed
 from codegen.plan.io import load_plan

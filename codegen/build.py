@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Callable
 from .boards import load_board
 from .errors import CheckFailed, UserError
 from .fsutil import output_lock, sha256_file, write_text_atomic
+from .kernel_library import kernel_library
 from .plan.io import load_plan
 from .plan.mixer_layout import mixer_maxima
 from .resources import resource_dir
@@ -80,30 +81,6 @@ def _headers_digest(dirs: list[Path]) -> bytes:
             h.update(p.name.encode())
             h.update(p.read_bytes())
     return h.digest()
-
-
-@dataclass
-class KernelLib:
-    kind: str  # "nnref" or "cmsis-nn"
-    root: Path
-    include: Path
-    sources: list[Path]
-
-
-def kernel_library() -> KernelLib:
-    """Upstream CMSIS-NN if CMSIS_NN_ROOT is set (checked), else the project's nnref."""
-    root = os.environ.get("CMSIS_NN_ROOT")
-    if root:
-        r = Path(root)
-        inc = r / "Include"
-        if not (inc / "arm_nnfunctions.h").is_file():
-            raise UserError(f"CMSIS_NN_ROOT={root}: no Include/arm_nnfunctions.h there; point it at a CMSIS-NN "
-                            f"checkout or unset it to use the bundled nnref")
-        srcs = sorted(p for p in (r / "Source").rglob("*.c")
-                      if not p.name.endswith(("_f16.c", "_f32.c", "_flt.c")))
-        return KernelLib("cmsis-nn", r, inc, srcs)
-    fw = resource_dir("firmware")
-    return KernelLib("nnref", fw / "nnref", fw / "nnref" / "Include", sorted((fw / "nnref" / "Source").glob("*.c")))
 
 
 def _run(cmd: list[str], log: Path) -> tuple[bool, str]:

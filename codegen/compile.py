@@ -203,7 +203,7 @@ def _budget_check(plan, board, summary: dict, say: Callable[[str], None]) -> Non
     is estimated not to fit (`cisl build` then measures the linked images and fails on them)."""
     if not board.build.get("size_check"):
         return
-    from .build import kernel_library
+    from .kernel_library import kernel_library
     from .footprint import estimate_plan
 
     try:

@@ -270,7 +270,7 @@ def confirm(board: Board, c: Candidate, devices: int, heads: int, keep: float, s
 def fit(board_name: str, devices: int, heads: int = 16, keep: float = 1.0, seed: int = 0, confirm_build: bool = True,
         n_grid=N_GRID, t_grid=T_GRID, f_max: int = F_MAX, jobs: int | None = None, work: Path | None = None,
         progress: Callable[[str], None] = lambda s: None) -> FitResult:
-    from .build import kernel_library
+    from .kernel_library import kernel_library
 
     board = load_board(board_name)
     if not board.build.get("size_check"):

@@ -23,7 +23,7 @@ from .executor import PlanExecutor
 from .fsutil import atomic_output_dir, check_output_dir, output_lock, sha256_file
 from .onnx_model import CislModel, load_model
 from .partition import Split, full_masks, masks_are_full
-from .plan.io import NodeData, load_plan, write_plan
+from .plan.io import PLAN_FORMAT, PLAN_VERSION, NodeData, load_plan, write_plan
 from .plan.memory import check_plan, format_plan, plan_arena
 from .plan.mixer_schedule import MAX_GENERATION, RoundPolicy, schedule_plan
 from .plan.quantize import calibrate, quantize
@@ -42,7 +42,7 @@ def build_entry(name: str) -> bool:
 def legacy_build(target: Path) -> bool:
     """A build folder of a cisl version before the owner file: its plan.json is a cisl plan."""
     try:
-        return json.loads((Path(target) / "plan.json").read_text()).get("format") == "cisl-plan"
+        return json.loads((Path(target) / "plan.json").read_text()).get("format") == PLAN_FORMAT
     except (OSError, ValueError, AttributeError):
         return False
 MAX_CALIBRATION = 256
@@ -168,7 +168,7 @@ def _compile(model_path: Path, out_dir: Path, opts: CompileOptions, say: Callabl
         nodes.append(nd)
 
     meta = {
-        "format": "cisl-plan", "format_version": 1, "tool_version": __version__, "input_hash": input_hash,
+        "format": PLAN_FORMAT, "format_version": PLAN_VERSION, "tool_version": __version__, "input_hash": input_hash,
         "source": {"model": Path(model_path).name, "model_sha256": model.sha256, "calibration": cal_path.name,
                    "calibration_samples": int(len(cal))},
         "board": board.name, "model": cfg.to_json(), "devices": split.devices, "sink": SINK,

@@ -17,14 +17,14 @@ import numpy as np
 
 from . import __version__
 from .boards import load_board
-from .emit.cnode import buffers_of, emit_node, environment
+from .emit.cnode import emit_node, environment
 from .errors import UserError
 from .executor import PlanExecutor
 from .fsutil import atomic_output_dir, check_output_dir, output_lock, sha256_file
 from .onnx_model import CislModel, load_model
 from .partition import Split, full_masks, masks_are_full
 from .plan.io import PLAN_FORMAT, PLAN_VERSION, NodeData, load_plan, write_plan
-from .plan.memory import check_plan, format_plan, plan_arena
+from .plan.memory import buffers_of, check_plan, format_plan, plan_arena
 from .plan.mixer_schedule import MAX_GENERATION, RoundPolicy, schedule_plan
 from .plan.quantize import calibrate, quantize
 from .plan.structure import SINK, build_structure

@@ -64,9 +64,8 @@ def structure_facts(cfg: ModelConfig, devices: int, keep: float, seed: int = 0,
     """Per-node estimate inputs from the plan structure (no weights, no quantisation), and the
     Mixer maxima; what `cisl compile` would put in plan.json, up to the constants' values."""
     from .plan.mixer_layout import row_words
-    from .emit.cnode import buffers_of
     from .plan.io import NodeData
-    from .plan.memory import plan_arena
+    from .plan.memory import buffers_of, plan_arena
     from .plan.structure import build_structure
 
     split = Split.even(devices, cfg.heads, cfg.d_model, cfg.mlp_hidden)

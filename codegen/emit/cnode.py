@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import __version__
 from ..plan.io import NodeData, Plan
-from ..plan.memory import Buffer
+from ..plan.memory import buffers_of
 from ..plan.structure import SomegatherPoint
 from ..resources import resource_dir
 
@@ -35,19 +35,6 @@ def environment() -> jinja2.Environment:
 
 def ident(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9]", "_", name.split("@")[0])
-
-
-def buffers_of(node: NodeData) -> list[Buffer]:
-    """Live ranges (op indices) of every activation tensor of a node."""
-    first: dict[str, int] = {}
-    last: dict[str, int] = {}
-    for i, op in enumerate(node.ops):
-        for name in op.ins + op.outs:
-            first.setdefault(name, i)
-            last[name] = i
-    # the input is written by the board before op 0
-    first["input"] = 0
-    return [Buffer(name, t.nbytes, first[name], last[name]) for name, t in node.tensors.items()]
 
 
 def _format_array(arr: np.ndarray, per_line: int = 24) -> str:

@@ -28,9 +28,10 @@ from typing import Callable
 
 from .boards import Board, load_board
 from .errors import CheckFailed, UserError
-from .footprint import NodeFacts, _align, count_ops, estimate, max_message, table_bytes
+from .footprint import NodeFacts, count_ops, estimate, max_message, table_bytes
 from .modelspec import ModelConfig, weight_shapes
 from .partition import Split, full_masks, random_masks
+from .plan.memory import align as _align
 from .plan.mixer_schedule import RoundPolicy, schedule_exchange
 
 N_GRID = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 511)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from .boards import Board
 from .plan.io import NodeData, Plan
+from .plan.memory import align as _align
 from .plan.mixer_layout import mixer_maxima
 
 MX_HEADER_BYTES = 148  # sizeof(mx_header), firmware/mixer/mixer.h (the build checks the formula)
@@ -63,10 +64,6 @@ def mx_state_bytes(nodes: int, g: int, p: int, pool_words: int | None = None) ->
     pool = g * _row_words(g, p) if pool_words is None else pool_words
     return (MX_HEADER_BYTES + 4 * (5 * _cv_words(g) + nodes * _cv_words(g)) + 2 * 2 * nodes
             + 2 * ((g + 1) & ~1) + 4 * 2 * _row_words(g, p) + 4 * pool)
-
-
-def _align(n: int, a: int = 4) -> int:
-    return (n + a - 1) // a * a
 
 
 def table_bytes(exchanges: list, ops: list) -> int:

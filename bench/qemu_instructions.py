@@ -29,8 +29,8 @@ import numpy as np
 
 from codegen.boards import load_board
 from codegen.build import build
-from codegen.kernel_library import kernel_library
 from codegen.compile import CompileOptions, compile_model
+from codegen.kernel_library import kernel_library
 from codegen.plan.io import load_plan
 from codegen.qemu import qemu_command, run_qemu
 from codegen.randmodel import config_for_tokens, make_model_dir

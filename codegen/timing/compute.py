@@ -19,7 +19,7 @@ import numpy as np
 from ..boards import Board, load_board
 from ..errors import UserError
 from ..plan.io import Plan, load_plan
-from ..qemu import reference
+from ..transcript import reference
 from .engine import Counts
 from .memory import MemoryModel
 from .node import RUNTIME, NodeCycles, run_node

@@ -76,7 +76,9 @@ def _load_windows(path: Path, lookback: int, what: str) -> np.ndarray:
     return arr.astype(np.float32)
 
 
-def _choose_split(model: CislModel, devices: int | None) -> tuple[Split, list]:
+def choose_split(model: CislModel, devices: int | None) -> tuple[Split, list]:
+    """The split and somegather masks `cisl compile --devices` runs ``model`` on (None: as trained);
+    also what `cisl eval` runs the float model on."""
     cfg = model.config
     D = model.devices if devices is None else devices
     if D < 1:
@@ -125,7 +127,7 @@ def _compile(model_path: Path, out_dir: Path, opts: CompileOptions, say: Callabl
     model = load_model(Path(model_path))
     board = load_board(opts.board)
     cfg = model.config
-    split, masks = _choose_split(model, opts.devices)
+    split, masks = choose_split(model, opts.devices)
     _check_kernel_limits(model, split)
     cal_path = Path(opts.calibration) if opts.calibration else Path(model_path).parent / "calibration.npy"
     cal = _load_windows(cal_path, cfg.lookback, "calibration set")

@@ -20,8 +20,9 @@ from pathlib import Path
 
 from codegen import build as build_mod
 from codegen.boards import load_board
-from codegen.build import build, kernel_library
+from codegen.build import build
 from codegen.compile import CompileOptions, compile_model
+from codegen.kernel_library import kernel_library
 from codegen.qemu import run_qemu
 from codegen.randmodel import config_for_tokens, make_model_dir
 

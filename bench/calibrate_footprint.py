@@ -19,10 +19,12 @@ from pathlib import Path
 import numpy as np
 
 from codegen.boards import load_board
-from codegen.build import build, kernel_library, mixer_maxima
+from codegen.build import build
 from codegen.compile import CompileOptions, compile_model
 from codegen.footprint import estimate_node, op_counts
+from codegen.kernel_library import kernel_library
 from codegen.plan.io import load_plan
+from codegen.plan.mixer_layout import mixer_maxima
 from codegen.randmodel import config_for_tokens, make_model_dir
 
 CASES = [  # devices, keep, tokens, width, layers

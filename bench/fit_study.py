@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 from codegen.boards import load_board
-from codegen.build import kernel_library
 from codegen.fit import N_GRID, T_GRID, fit, format_result
+from codegen.kernel_library import kernel_library
 
 WHY = [
     "**Why not 16 M at keep 1.0.** Unpruned, the 16 nodes store every weight once (plus LayerNorm "

@@ -27,9 +27,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from codegen.build import build, kernel_library
+from codegen.build import build
 from codegen.compile import CompileOptions, compile_model
 from codegen.errors import CheckFailed
+from codegen.kernel_library import kernel_library
 from codegen.plan.io import load_plan
 from codegen.randmodel import config_for_tokens, make_model_dir
 from codegen.resources import resource_dir

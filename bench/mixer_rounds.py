@@ -22,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from codegen.radio.channel import Channel, ChannelParams
+from codegen.radio.channel import Channel
+from codegen.radio.physics import ChannelParams
 from codegen.radio.mixer_sim import MixerNetwork
 from codegen.radio.timing import slot_us_for_length
 from codegen.radio.topology import topology

@@ -28,8 +28,9 @@ from pathlib import Path
 import numpy as np
 
 from codegen.boards import load_board
-from codegen.build import build, kernel_library
+from codegen.build import build
 from codegen.compile import CompileOptions, compile_model
+from codegen.kernel_library import kernel_library
 from codegen.ops import kind_of
 from codegen.plan.io import load_plan
 from codegen.qemu import qemu_command, run_qemu

@@ -29,7 +29,9 @@ from typing import TYPE_CHECKING, Callable
 from .boards import load_board
 from .errors import CheckFailed, UserError
 from .fsutil import output_lock, sha256_file, write_text_atomic
+from .kernel_library import kernel_library
 from .plan.io import load_plan
+from .plan.mixer_layout import mixer_maxima
 from .resources import resource_dir
 
 if TYPE_CHECKING:
@@ -81,30 +83,6 @@ def _headers_digest(dirs: list[Path]) -> bytes:
     return h.digest()
 
 
-@dataclass
-class KernelLib:
-    kind: str  # "nnref" or "cmsis-nn"
-    root: Path
-    include: Path
-    sources: list[Path]
-
-
-def kernel_library() -> KernelLib:
-    """Upstream CMSIS-NN if CMSIS_NN_ROOT is set (checked), else the project's nnref."""
-    root = os.environ.get("CMSIS_NN_ROOT")
-    if root:
-        r = Path(root)
-        inc = r / "Include"
-        if not (inc / "arm_nnfunctions.h").is_file():
-            raise UserError(f"CMSIS_NN_ROOT={root}: no Include/arm_nnfunctions.h there; point it at a CMSIS-NN "
-                            f"checkout or unset it to use the bundled nnref")
-        srcs = sorted(p for p in (r / "Source").rglob("*.c")
-                      if not p.name.endswith(("_f16.c", "_f32.c", "_flt.c")))
-        return KernelLib("cmsis-nn", r, inc, srcs)
-    fw = resource_dir("firmware")
-    return KernelLib("nnref", fw / "nnref", fw / "nnref" / "Include", sorted((fw / "nnref" / "Source").glob("*.c")))
-
-
 def _run(cmd: list[str], log: Path) -> tuple[bool, str]:
     p = subprocess.run(cmd, capture_output=True, text=True)
     text = "$ " + " ".join(cmd) + "\n" + p.stdout + p.stderr
@@ -115,23 +93,6 @@ def _run(cmd: list[str], log: Path) -> tuple[bool, str]:
 
 
 ARM_APT = "sudo apt-get install -y --no-install-recommends gcc-arm-none-eabi libnewlib-arm-none-eabi"
-
-
-def mixer_maxima(plan: Plan) -> dict[str, int]:
-    """Mixer's compile-time maxima for this plan: its node count, largest generation and payload,
-    and a row pool that holds the largest round (G times the row stride of that round)."""
-    rounds = [r for ex in plan.meta["mixer"]["exchanges"] for r in ex]
-    if not rounds:  # one node: no exchange goes over the radio; the smallest legal state
-        return {"MX_MAX_NODES": max(plan.devices, 1), "MX_MAX_G": 1, "MX_MAX_P": 8, "MX_POOL_WORDS": 3}
-    g = max(int(r["generation"]) for r in rounds)
-    p = max(int(r["payload"]) for r in rounds)
-    pool = max(int(r["generation"]) * row_words(int(r["generation"]), int(r["payload"])) for r in rounds)
-    return {"MX_MAX_NODES": plan.devices, "MX_MAX_G": g, "MX_MAX_P": p, "MX_POOL_WORDS": pool}
-
-
-def row_words(g: int, p: int) -> int:
-    """firmware/mixer/mixer.h MX_ROW_WORDS: coding-vector words plus payload words."""
-    return (g + 31) // 32 + (p + 3) // 4
 
 
 def board_defines(board: Board, plan: Plan) -> list[str]:

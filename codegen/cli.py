@@ -685,7 +685,7 @@ def radio_loss(topo: str, nodes: int | None, message_bytes: int, exchanges: int,
     """
     from tqdm import tqdm
 
-    from .radio.channel import ChannelParams, GilbertElliott
+    from .radio.physics import ChannelParams, GilbertElliott
     from .fsutil import check_output_file
     from .radio.lossstats import measure
 

@@ -17,14 +17,14 @@ import numpy as np
 
 from . import __version__
 from .boards import load_board
-from .emit.cnode import buffers_of, emit_node, environment
+from .emit.cnode import emit_node, environment
 from .errors import UserError
 from .executor import PlanExecutor
 from .fsutil import atomic_output_dir, check_output_dir, output_lock, sha256_file
 from .onnx_model import CislModel, load_model
 from .partition import Split, full_masks, masks_are_full
-from .plan.io import NodeData, load_plan, write_plan
-from .plan.memory import check_plan, format_plan, plan_arena
+from .plan.io import PLAN_FORMAT, PLAN_VERSION, NodeData, load_plan, write_plan
+from .plan.memory import buffers_of, check_plan, format_plan, plan_arena
 from .plan.mixer_schedule import MAX_GENERATION, RoundPolicy, schedule_plan
 from .plan.quantize import calibrate, quantize
 from .plan.structure import SINK, build_structure
@@ -42,7 +42,7 @@ def build_entry(name: str) -> bool:
 def legacy_build(target: Path) -> bool:
     """A build folder of a cisl version before the owner file: its plan.json is a cisl plan."""
     try:
-        return json.loads((Path(target) / "plan.json").read_text()).get("format") == "cisl-plan"
+        return json.loads((Path(target) / "plan.json").read_text()).get("format") == PLAN_FORMAT
     except (OSError, ValueError, AttributeError):
         return False
 MAX_CALIBRATION = 256
@@ -76,7 +76,9 @@ def _load_windows(path: Path, lookback: int, what: str) -> np.ndarray:
     return arr.astype(np.float32)
 
 
-def _choose_split(model: CislModel, devices: int | None) -> tuple[Split, list]:
+def choose_split(model: CislModel, devices: int | None) -> tuple[Split, list]:
+    """The split and somegather masks `cisl compile --devices` runs ``model`` on (None: as trained);
+    also what `cisl eval` runs the float model on."""
     cfg = model.config
     D = model.devices if devices is None else devices
     if D < 1:
@@ -125,7 +127,7 @@ def _compile(model_path: Path, out_dir: Path, opts: CompileOptions, say: Callabl
     model = load_model(Path(model_path))
     board = load_board(opts.board)
     cfg = model.config
-    split, masks = _choose_split(model, opts.devices)
+    split, masks = choose_split(model, opts.devices)
     _check_kernel_limits(model, split)
     cal_path = Path(opts.calibration) if opts.calibration else Path(model_path).parent / "calibration.npy"
     cal = _load_windows(cal_path, cfg.lookback, "calibration set")
@@ -168,7 +170,7 @@ def _compile(model_path: Path, out_dir: Path, opts: CompileOptions, say: Callabl
         nodes.append(nd)
 
     meta = {
-        "format": "cisl-plan", "format_version": 1, "tool_version": __version__, "input_hash": input_hash,
+        "format": PLAN_FORMAT, "format_version": PLAN_VERSION, "tool_version": __version__, "input_hash": input_hash,
         "source": {"model": Path(model_path).name, "model_sha256": model.sha256, "calibration": cal_path.name,
                    "calibration_samples": int(len(cal))},
         "board": board.name, "model": cfg.to_json(), "devices": split.devices, "sink": SINK,
@@ -203,7 +205,7 @@ def _budget_check(plan, board, summary: dict, say: Callable[[str], None]) -> Non
     is estimated not to fit (`cisl build` then measures the linked images and fails on them)."""
     if not board.build.get("size_check"):
         return
-    from .build import kernel_library
+    from .kernel_library import kernel_library
     from .footprint import estimate_plan
 
     try:

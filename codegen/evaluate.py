@@ -106,7 +106,7 @@ def evaluate_sweep(model: CislModel, data: EvalSet, int8: bool, rates: list[Loss
     the calibration set) and run through the bit-exact int8 reference. Losses are drawn per round
     and window from the paper's three modes; seeds make every run reproducible.
     """
-    from .compile import CompileOptions, _choose_split, compile_model
+    from .compile import CompileOptions, choose_split, compile_model
     from .plan.io import load_plan
     from .plan.structure import build_structure
 
@@ -118,7 +118,7 @@ def evaluate_sweep(model: CislModel, data: EvalSet, int8: bool, rates: list[Loss
             plan = load_plan(Path(tmp) / "build")
         ex = _executor(plan, "int8")
     else:  # the float split model needs no quantisation: run the plan's structure directly
-        split, masks = _choose_split(model, devices)
+        split, masks = choose_split(model, devices)
         st = build_structure(model.config, split, masks, model.keep_ratio)
         ex = PlanExecutor([n.tensors for n in st.nodes], [n.ops for n in st.nodes], st.sgs, "float",
                           weights=model.weights)

@@ -32,6 +32,7 @@ from .footprint import NodeFacts, count_ops, estimate, max_message, table_bytes
 from .ops import kind_of
 from .modelspec import ModelConfig, weight_shapes
 from .partition import Split, full_masks, random_masks
+from .plan.memory import align as _align
 from .plan.mixer_schedule import RoundPolicy, schedule_exchange
 
 N_GRID = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 511)
@@ -64,10 +65,9 @@ def structure_facts(cfg: ModelConfig, devices: int, keep: float, seed: int = 0,
                     policy: RoundPolicy | None = None) -> tuple[list[NodeFacts], dict[str, int]]:
     """Per-node estimate inputs from the plan structure (no weights, no quantisation), and the
     Mixer maxima; what `cisl compile` would put in plan.json, up to the constants' values."""
-    from .build import row_words
-    from .emit.cnode import buffers_of
+    from .plan.mixer_layout import row_words
     from .plan.io import NodeData
-    from .plan.memory import plan_arena
+    from .plan.memory import buffers_of, plan_arena
     from .plan.structure import build_structure
 
     split = Split.even(devices, cfg.heads, cfg.d_model, cfg.mlp_hidden)
@@ -242,7 +242,7 @@ def confirm(board: Board, c: Candidate, devices: int, heads: int, keep: float, s
 def fit(board_name: str, devices: int, heads: int = 16, keep: float = 1.0, seed: int = 0, confirm_build: bool = True,
         n_grid=N_GRID, t_grid=T_GRID, f_max: int = F_MAX, jobs: int | None = None, work: Path | None = None,
         progress: Callable[[str], None] = lambda s: None) -> FitResult:
-    from .build import kernel_library
+    from .kernel_library import kernel_library
 
     board = load_board(board_name)
     if not board.build.get("size_check"):

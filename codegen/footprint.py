@@ -24,6 +24,8 @@ from .boards import Board
 from .errors import UserError
 from .ops import kind_of
 from .plan.io import NodeData, Plan
+from .plan.memory import align as _align
+from .plan.mixer_layout import mixer_maxima
 
 MX_HEADER_BYTES = 148  # sizeof(mx_header), firmware/mixer/mixer.h (the build checks the formula)
 
@@ -62,10 +64,6 @@ def mx_state_bytes(nodes: int, g: int, p: int, pool_words: int | None = None) ->
     pool = g * _row_words(g, p) if pool_words is None else pool_words
     return (MX_HEADER_BYTES + 4 * (5 * _cv_words(g) + nodes * _cv_words(g)) + 2 * 2 * nodes
             + 2 * ((g + 1) & ~1) + 4 * 2 * _row_words(g, p) + 4 * pool)
-
-
-def _align(n: int, a: int = 4) -> int:
-    return (n + a - 1) // a * a
 
 
 def table_bytes(exchanges: list, ops: list) -> int:
@@ -143,15 +141,11 @@ def estimate(facts: NodeFacts, board: Board, kernels: str, maxima: dict[str, int
 def estimate_node(plan: Plan, node: NodeData, board: Board, kernels: str = "nnref",
                   maxima: dict[str, int] | None = None) -> Footprint:
     if maxima is None:
-        from .build import mixer_maxima
-
         maxima = mixer_maxima(plan)
     return estimate(node_facts(plan, node), board, kernels, maxima)
 
 
 def estimate_plan(plan: Plan, board: Board, kernels: str = "nnref") -> dict[int, Footprint]:
-    from .build import mixer_maxima
-
     maxima = mixer_maxima(plan)
     return {n.device: estimate_node(plan, n, board, kernels, maxima) for n in plan.nodes}
 

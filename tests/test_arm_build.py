@@ -15,12 +15,14 @@ import struct
 import numpy as np
 import pytest
 
-from codegen.build import build, mixer_maxima
+from codegen.build import build
 from codegen.compile import CompileOptions, compile_model
 from codegen.elfsize import read_elf_size
 from codegen.errors import CheckFailed, UserError
 from codegen.plan.io import load_plan
-from codegen.qemu import parse_sent, reference, run_qemu, transcript
+from codegen.plan.mixer_layout import mixer_maxima
+from codegen.qemu import run_qemu
+from codegen.transcript import parse_sent, reference, transcript
 from models import config_for_tokens, make_model_dir
 
 HAVE_ARM = shutil.which("arm-none-eabi-gcc") is not None

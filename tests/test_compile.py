@@ -12,11 +12,10 @@ import onnxruntime as ort
 import pytest
 
 from codegen.compile import CompileOptions, compile_model
-from codegen.emit.cnode import buffers_of
 from codegen.executor import PlanExecutor
 from codegen.onnx_model import load_model
 from codegen.plan.io import load_plan
-from codegen.plan.memory import check_plan
+from codegen.plan.memory import buffers_of, check_plan
 from models import config_for_tokens, make_model_dir
 
 

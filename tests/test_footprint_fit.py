@@ -45,7 +45,7 @@ def test_structure_facts_equal_the_compiled_plan(tmp_path, devices, keep):
     compile_model(model, tmp_path / "b", CompileOptions(board="nrf52840dk", max_calibration=4))
     plan = load_plan(tmp_path / "b")
     facts, maxima = structure_facts(cfg, devices, keep, seed=4)
-    from codegen.build import mixer_maxima
+    from codegen.plan.mixer_layout import mixer_maxima
 
     assert maxima == mixer_maxima(plan)
     for f, node in zip(facts, plan.nodes):

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from codegen.radio.channel import (Channel, ChannelParams, GilbertElliott, ber, link_prr_matrix,
-                                   path_loss_db, prr)
+from codegen.radio.channel import Channel
+from codegen.radio.physics import ChannelParams, GilbertElliott, ber, link_prr_matrix, path_loss_db, prr
 
 pytestmark = pytest.mark.unit
 

@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from codegen.radio.channel import Channel, ChannelParams
+from codegen.radio.channel import Channel
+from codegen.radio.physics import ChannelParams
 from codegen.radio.topology import (LINK_THRESHOLD, REF_LENGTH, hop_diameter, hop_distances,
                                     is_connected, link_graph, topology)
 

@@ -2,7 +2,7 @@
 
 PatchTST defaults (revin=1, affine=0, subtract_last=0): mean over the window and
 std = sqrt(var(unbiased=False) + eps), eps = 1e-5, as in PatchTST's layers/RevIN.py. The torch
-training loop uses the same formula (codegen/train/loop.py).
+training code uses the same formula (codegen/train/revin.py).
 """
 
 from __future__ import annotations

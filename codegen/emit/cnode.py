@@ -16,7 +16,7 @@ from .. import __version__
 from ..ops import kind_of
 from ..ops.base import EmitContext, c_ident
 from ..plan.io import NodeData, Plan
-from ..plan.memory import Buffer
+from ..plan.memory import buffers_of
 from ..resources import resource_dir
 
 CTYPE = {"int8": "int8_t", "uint8": "uint8_t", "int32": "int32_t", "uint16": "uint16_t"}
@@ -33,17 +33,8 @@ def environment() -> jinja2.Environment:
     )
 
 
-def buffers_of(node: NodeData) -> list[Buffer]:
-    """Live ranges (op indices) of every activation tensor of a node."""
-    first: dict[str, int] = {}
-    last: dict[str, int] = {}
-    for i, op in enumerate(node.ops):
-        for name in op.ins + op.outs:
-            first.setdefault(name, i)
-            last[name] = i
-    # the input is written by the board before op 0
-    first["input"] = 0
-    return [Buffer(name, t.nbytes, first[name], last[name]) for name, t in node.tensors.items()]
+def ident(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]", "_", name.split("@")[0])
 
 
 def _format_array(arr: np.ndarray, per_line: int = 24) -> str:

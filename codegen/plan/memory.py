@@ -1,6 +1,7 @@
 """Static memory planning: every activation buffer of a node gets an offset in one arena.
 
-In: buffers with a size, an alignment and a lifetime (the first and last op that touch them).
+In: buffers with a size, an alignment and a lifetime (the first and last op that touch them);
+``buffers_of`` reads them off a node's tensors and ops.
 Out: an offset per buffer and the arena size. Greedy by size, like TFLite Micro's
 GreedyMemoryPlanner: place the largest buffer first, then each next one at the lowest offset,
 aligned for it, where it overlaps no already-placed buffer that is live at the same time. A pure
@@ -11,6 +12,10 @@ live buffers, alignment, bounds) and ``format_plan`` dumps it (node_NN/memory.tx
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .io import NodeData
 
 ALIGN = 4  # bytes; enough for int32 buffers and word loads on Cortex-M4
 
@@ -29,6 +34,19 @@ class Buffer:
 
 def align(n: int, a: int = ALIGN) -> int:
     return (n + a - 1) // a * a
+
+
+def buffers_of(node: NodeData) -> list[Buffer]:
+    """Live ranges (op indices) of every activation tensor of a node."""
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for i, op in enumerate(node.ops):
+        for name in op.ins + op.outs:
+            first.setdefault(name, i)
+            last[name] = i
+    # the input is written by the board before op 0
+    first["input"] = 0
+    return [Buffer(name, t.nbytes, first[name], last[name]) for name, t in node.tensors.items()]
 
 
 def plan_arena(buffers: list[Buffer]) -> tuple[dict[str, int], int]:

@@ -11,7 +11,8 @@ import time
 
 import numpy as np
 
-from .channel import Channel, ChannelParams, GilbertElliott
+from .channel import Channel
+from .physics import ChannelParams, GilbertElliott
 from .topology import topology
 
 CASES = {

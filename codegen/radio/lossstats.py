@@ -22,8 +22,9 @@ import numpy as np
 
 from ..lossmodel import LossRates
 from ..plan.mixer_schedule import RoundPolicy, schedule_exchange
-from .channel import Channel, ChannelParams
+from .channel import Channel
 from .mixer_sim import TERM_DEADLINE, TERM_DONE, MixerNetwork
+from .physics import ChannelParams
 from .topology import topology
 
 

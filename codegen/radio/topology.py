@@ -1,9 +1,9 @@
 """Node placements (metres) for the virtual testbed, reproducible by seed, and link-graph helpers.
 
-A topology is geometry only; the radio (path loss, shadowing, PRR) lives in channel.py. The link
-graph here uses the *median* channel (no shadowing): an edge s→r where the single-transmitter PRR of
-a ``REF_LENGTH``-byte packet is at least ``LINK_THRESHOLD``. A Channel's own graph, with its seeded
-shadowing, comes from ``link_graph(channel.link_prr(L) ...)``.
+A topology is geometry only; the radio's physics (path loss, PRR) lives in physics.py, its seeded
+shadowing in channel.py. The link graph here uses the *median* channel (no shadowing): an edge s→r
+where the single-transmitter PRR of a ``REF_LENGTH``-byte packet is at least ``LINK_THRESHOLD``. A
+Channel's own graph, with its seeded shadowing, comes from ``link_graph(channel.link_prr(L) ...)``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .channel import ChannelParams, link_prr_matrix, mean_rx_power_dbm
+from .physics import ChannelParams, link_prr_matrix, mean_rx_power_dbm
 
 REF_LENGTH = 162         # CATS' shipped Mixer packet: P = 150, G = 25 → L = 162 B
 LINK_THRESHOLD = 0.9     # PRR for a link to count as an edge of the connectivity graph

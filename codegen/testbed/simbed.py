@@ -210,7 +210,7 @@ def _radio_run(testbed: Testbed, build) -> dict:
 
 def _qemu_run(testbed: Testbed, build) -> dict:
     """Board qemu-m4: every node on its own QEMU mps2-an386, its peers replaced by the transcript
-    the int8 reference records (codegen/qemu.py); its UART (semihosting) is the port."""
+    the int8 reference records (codegen/transcript.py); its UART (semihosting) is the port."""
     import shutil
 
     from ..boards import load_board
@@ -237,7 +237,8 @@ def _write_transcripts(testbed: Testbed, build, xq: np.ndarray, run: dict) -> No
     gives every exchange's air time and each node's radio-on time, and the messages it loses are
     lost in the transcript too. Without board time (built with --no-board-time) nothing is lost and
     the nodes count QEMU instructions."""
-    from ..qemu import image_path as build_image, reference, transcript
+    from ..qemu import image_path as build_image
+    from ..transcript import reference, transcript
     from ..timing import boardtime as bt
 
     plan = build.plan

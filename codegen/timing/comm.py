@@ -62,7 +62,8 @@ import numpy as np
 
 from ..errors import UserError
 from ..plan.io import Plan
-from ..radio.channel import Channel, ChannelParams
+from ..radio.channel import Channel
+from ..radio.physics import ChannelParams
 from ..radio.mixer_sim import NO_SLOT, TERM_DEADLINE, TERM_DONE, MixerNetwork
 from ..radio.timing import air_time_us
 from ..radio.topology import TOPOLOGIES, default_topology, topology as make_topology

@@ -20,7 +20,7 @@ from ..boards import Board, load_board
 from ..errors import UserError
 from ..ops import REGISTRY, kind_of
 from ..plan.io import Plan, load_plan
-from ..qemu import reference
+from ..transcript import reference
 from .engine import Counts
 from .memory import MemoryModel
 from .node import RUNTIME, NodeCycles, run_node

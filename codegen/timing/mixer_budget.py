@@ -43,8 +43,9 @@ from pathlib import Path
 import numpy as np
 
 from ..boards import load_board
-from ..build import SPEED_SOURCES, row_words
+from ..build import SPEED_SOURCES
 from ..errors import UserError
+from ..plan.mixer_layout import row_words
 from ..plan.mixer_schedule import INITIATOR, RoundPolicy, packet_length
 from ..radio import mixer_sim
 from ..radio.timing import air_time_us, slot_us_for_length
@@ -82,7 +83,7 @@ def rx_half_us(slot_us: int) -> int:
 
 
 def default_maxima(generation: int, payload: int, nodes: int) -> dict[str, int]:
-    """Mixer's compile-time maxima of a build whose largest round is (G, P) (codegen.build.mixer_maxima)."""
+    """Mixer's compile-time maxima of a build whose largest round is (G, P) (codegen.plan.mixer_layout.mixer_maxima)."""
     return {"MX_MAX_NODES": nodes, "MX_MAX_G": generation, "MX_MAX_P": payload,
             "MX_POOL_WORDS": generation * row_words(generation, payload)}
 
@@ -379,7 +380,7 @@ def packet_budget(generation: int, payload: int, phy: str = "2M", nodes: int = 1
 
 def plan_budgets(build_dir: Path, phy: str | None = None, rounds: int = 2) -> list[dict]:
     """packet_budget for every distinct Mixer round (G, P) of a compiled plan, with the build's maxima."""
-    from ..build import mixer_maxima
+    from ..plan.mixer_layout import mixer_maxima
     from ..plan.io import load_plan
 
     plan = load_plan(build_dir)

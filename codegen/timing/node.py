@@ -29,7 +29,7 @@ from ..boards import load_board
 from ..errors import CheckFailed, UserError
 from ..executor import RunResult
 from ..plan.io import Plan
-from ..qemu import node_exchanges
+from ..transcript import node_exchanges
 from ..serial_contract import outputs_by_inference, parse_text
 from .engine import SCRATCH, SCRATCH_SIZE, Counts, Emulator, Image
 from .memory import MemoryModel

@@ -29,6 +29,7 @@ from torch import Tensor
 from codegen.lossmodel import LossRates
 from codegen.lossmodel import sample_rounds as sample_rounds_numpy
 from codegen.partition import POINTS
+from codegen.train.revin import revin_torch
 
 
 @dataclass(frozen=True)
@@ -125,8 +126,6 @@ def evaluate_with_loss(model, windows, revin: bool, rates: LossRates, seed: int,
     Patterns come from ``codegen.lossmodel.sample_rounds`` with ``numpy.random.default_rng(seed)``,
     one call per batch of ``batch`` windows, as ``cisl eval`` draws them for the float plan.
     """
-    from codegen.train.loop import revin_torch  # loop imports the model, which imports this module
-
     idx = np.arange(len(windows)) if idx is None else idx
     rng = np.random.default_rng(seed)
     was_training = model.training

@@ -15,19 +15,12 @@ from torch import Tensor
 from tqdm import tqdm
 
 from codegen.data.protocol import SegmentWindows, Windows
-from codegen.data.revin import EPS
 from codegen.errors import UserError
 from codegen.train.config import TrainOptions
 from codegen.train.model import SplitPatchTST
+from codegen.train.revin import revin_torch
 
 EVAL_BATCH = 1024
-
-
-def revin_torch(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """The torch twin of codegen.data.revin.revin_normalize (statistics carry no gradient)."""
-    mean = x.mean(dim=-1, keepdim=True)
-    std = torch.sqrt(x.var(dim=-1, keepdim=True, unbiased=False) + EPS)
-    return (x - mean) / std, mean, std
 
 
 def predict(model: SplitPatchTST, x: Tensor, revin: bool) -> Tensor:

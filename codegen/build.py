@@ -31,6 +31,7 @@ from .errors import CheckFailed, UserError
 from .fsutil import output_lock, sha256_file, write_text_atomic
 from .plan.io import load_plan
 from .resources import resource_dir
+from .toolrun import log_command
 
 if TYPE_CHECKING:
     from .boards import Board
@@ -106,6 +107,7 @@ def kernel_library() -> KernelLib:
 
 
 def _run(cmd: list[str], log: Path) -> tuple[bool, str]:
+    log_command(cmd)
     p = subprocess.run(cmd, capture_output=True, text=True)
     text = "$ " + " ".join(cmd) + "\n" + p.stdout + p.stderr
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -295,6 +297,8 @@ def _build(build_dir: Path, board_name: str | None, jobs: int | None, say: Calla
     workers = jobs or os.cpu_count() or 2
 
     cache = cache_dir()
+    if cache:
+        log_command([cc, "--version"])
     cc_id = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout if cache else ""
     headers = _headers_digest([lib.include, lib.include.parent / "Include" / "Internal", fw / "runtime",
                                fw / "somegather", fw / "mixer", board.path, fw / "nnref" / "Source",

@@ -1,9 +1,9 @@
 """Every external command cisl runs, as a line the user can rerun: `cisl -v` shows them.
 
 Call :func:`log_command` next to each ``subprocess`` call (compiler, linker, objcopy, QEMU, flash
-tools, the virtual testbed's processes). At INFO level it logs ``$ CMD`` (``shlex.join``), or
-``$ (cd DIR && CMD)`` when the command runs in another folder, so the line can be pasted into a
-shell as it is. Nothing is printed unless :func:`enable` (the ``-v`` option) turned it on; child
+tools, the virtual testbed's processes). At INFO level it logs ``$ (cd DIR && CMD)`` with
+``shlex.join``: DIR is the folder the command runs in (the current one unless it is given), so the
+part after ``$ `` can be pasted into a shell as it is, from any folder. Nothing is printed unless :func:`enable` (the ``-v`` option) turned it on; child
 processes of cisl (the virtual testbed's supervisor) turn it on from the environment with
 :func:`enable_from_env`.
 """
@@ -31,7 +31,7 @@ def command_line(cmd: Sequence[str | os.PathLike], cwd: str | os.PathLike | None
 def log_command(cmd: Sequence[str | os.PathLike], cwd: str | os.PathLike | None = None) -> None:
     """Log ``cmd`` (about to run in ``cwd``, default: the current folder) at INFO."""
     if log.isEnabledFor(logging.INFO):
-        log.info("$ %s", command_line(cmd, cwd))
+        log.info("$ %s", command_line(cmd, os.getcwd() if cwd is None else cwd))
 
 
 class _StderrHandler(logging.Handler):

@@ -45,29 +45,30 @@ def test_verbose_build_prints_compiler_lines_that_rerun(compiled):
     env = {"CISL_CACHE_DIR": ""}  # no object cache: every source is compiled, so every line shows
     quiet = cisl("build", "-d", "b", "--no-board-time", "-q", cwd=compiled, env=env)
     assert quiet.returncode == 0, quiet.stderr
-    assert not [ln for ln in quiet.stderr.splitlines() if ln.startswith("$ ")], quiet.stderr
+    assert "$ " not in quiet.stderr, quiet.stderr
 
     p = cisl("-v", "build", "b", "--no-board-time", "-q", cwd=compiled, env=env)
     assert p.returncode == 0, p.stderr
-    cmds = [ln[2:] for ln in p.stderr.splitlines() if ln.startswith("$ ")]
-    compiles = [c for c in cmds if shlex.split(c)[0] == "gcc" and " -c " in f" {c} "]
-    links = [c for c in cmds if shlex.split(c)[0] == "gcc" and "firmware.elf" in c and " -c " not in f" {c} "]
-    assert any("cisl_node.c" in c for c in compiles), p.stderr
+    lines = [ln[2:] for ln in p.stderr.splitlines() if ln.startswith("$ ")]
+    assert lines and all(ln.startswith(f"(cd {shlex.quote(str(compiled))} && ") and ln.endswith(")")
+                         for ln in lines), p.stderr  # where it ran: the folder cisl was started in
+    cmds = [shlex.split(ln[ln.index("&& ") + 3:-1]) for ln in lines]
+    compiles = [c for c in cmds if c[0] == "gcc" and "-c" in c]
+    links = [c for c in cmds if c[0] == "gcc" and "-c" not in c and any(a.endswith("firmware.elf") for a in c)]
+    assert any(a.endswith("cisl_node.c") for c in compiles for a in c), p.stderr
     assert len(links) == 2, p.stderr  # one link per node
 
-    # the logged line is the command: rerun by hand, it makes the same object again
-    line = next(c for c in compiles if "node_00" in c and "cisl_node.c" in c)
-    obj = Path(shlex.split(line)[shlex.split(line).index("-o") + 1])
-    if not obj.is_absolute():
-        obj = compiled / obj
+    # the logged line is the command: rerun by hand from another folder, it makes the same object again
+    k = next(i for i, c in enumerate(cmds) if c in compiles and any(a.endswith("node_00/cisl_node.c") for a in c))
+    obj = compiled / cmds[k][cmds[k].index("-o") + 1]
     obj.unlink()
-    r = subprocess.run(["bash", "-c", line], cwd=compiled, capture_output=True, text=True)
+    r = subprocess.run(["bash", "-c", lines[k]], cwd="/", capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert obj.is_file()
 
     # -v after the command name works too
     p = cisl("build", "b", "--no-board-time", "-q", "--verbose", cwd=compiled, env=env)
-    assert p.returncode == 0 and any(ln.startswith("$ gcc ") for ln in p.stderr.splitlines()), p.stderr
+    assert p.returncode == 0 and any(" && gcc " in ln for ln in p.stderr.splitlines()), p.stderr
 
 
 @pytest.mark.unit

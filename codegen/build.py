@@ -33,6 +33,7 @@ from .kernel_library import kernel_library
 from .plan.io import load_plan
 from .plan.mixer_layout import mixer_maxima
 from .resources import resource_dir
+from .toolrun import log_command
 
 if TYPE_CHECKING:
     from .boards import Board
@@ -84,6 +85,7 @@ def _headers_digest(dirs: list[Path]) -> bytes:
 
 
 def _run(cmd: list[str], log: Path) -> tuple[bool, str]:
+    log_command(cmd)
     p = subprocess.run(cmd, capture_output=True, text=True)
     text = "$ " + " ".join(cmd) + "\n" + p.stdout + p.stderr
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -256,6 +258,8 @@ def _build(build_dir: Path, board_name: str | None, jobs: int | None, say: Calla
     workers = jobs or os.cpu_count() or 2
 
     cache = cache_dir()
+    if cache:
+        log_command([cc, "--version"])
     cc_id = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout if cache else ""
     headers = _headers_digest([lib.include, lib.include.parent / "Include" / "Internal", fw / "runtime",
                                fw / "somegather", fw / "mixer", board.path, fw / "nnref" / "Source",

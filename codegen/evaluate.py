@@ -132,3 +132,75 @@ def evaluate_sweep(model: CislModel, data: EvalSet, int8: bool, rates: list[Loss
                 break
         out.append(LossEval("int8" if int8 else "float", r, seeds, mses))
     return out
+
+
+def load_eval_set(model: CislModel, model_path: Path, data: Path | None = None, which: str = "test",
+                  max_windows: int | None = None) -> EvalSet:
+    """The windows `cisl eval` scores: split ``which`` of ``data`` (loaded as in training), or the test
+    windows `cisl train` saved next to the model; at most ``max_windows`` of them, evenly spaced."""
+    from .errors import UserError
+
+    if data is not None:
+        from .data.dataset import load_dataset
+
+        splits = load_dataset(data, model.config, model.training.get("config", {}).get("data", {}).get("columns")
+                              or None)
+        windows = splits.test if which == "test" else splits.val
+        x, y = windows.take(np.arange(len(windows)))
+        es = EvalSet.from_raw(x, y, model.config.revin)
+    else:
+        here = Path(model_path).parent
+        try:
+            es = EvalSet(np.load(here / "test_windows.npy"), np.load(here / "test_targets.npy"),
+                         np.load(here / "test_scale.npy") if (here / "test_scale.npy").is_file()
+                         else np.ones(len(np.load(here / "test_windows.npy")), np.float32))
+        except FileNotFoundError as e:
+            raise UserError(f"{e.filename}: not found; pass --data with the data set to score") from None
+    if max_windows is not None and max_windows < len(es.x):
+        pick = np.linspace(0, len(es.x) - 1, max_windows).round().astype(int)
+        es = EvalSet(es.x[pick], es.y[pick], es.scale[pick])
+    return es
+
+
+@dataclass
+class EvalRun:
+    """What `cisl eval` scored: one rate (``sweep`` None) or one result per rate of the sweep."""
+
+    windows: int
+    rates: LossRates
+    sweep: list[float] | None
+    results: list[LossEval]
+
+    def records(self) -> list[dict]:
+        return [{"mode": r.mode, "windows": self.windows, "loss": vars(r.rates),
+                 "effective_link_loss": r.rates.effective_link_loss, "seeds": r.seeds, "mse": r.mse, "mean": r.mean,
+                 "std": r.std} for r in self.results]
+
+    def save(self, path: Path) -> None:
+        """Write the result as JSON (one record, or {"sweep": [...]}); only over a file `cisl eval` wrote."""
+        import json
+
+        from .fsutil import write_output_file
+
+        records = self.records()
+        write_output_file(path, json.dumps(records[0] if self.sweep is None else {"sweep": records}, indent=1) + "\n",
+                          lambda old: old.lstrip().startswith("{") and ('"sweep"' in old or '"mse' in old))
+
+
+def run_eval(model_path: Path, data: Path | None = None, which: str = "test", int8: bool = False,
+             devices: int | None = None, calibration: Path | None = None, rates: LossRates | None = None,
+             sweep: list[float] | None = None, seeds: int = 3, max_windows: int | None = None,
+             progress: Callable | None = None) -> EvalRun:
+    """`cisl eval`: test MSE of the model at ``model_path`` under ``rates`` (seeds 0..seeds-1), or at
+    each loss probability of ``sweep`` applied to all three modes."""
+    from .errors import UserError
+    from .onnx_model import load_model
+
+    rates = rates or LossRates()
+    if sweep is not None and rates.any:
+        raise UserError("--sweep sets the loss rates itself; drop --loss/--loss-link/--loss-receiver/--loss-sender")
+    m = load_model(model_path)
+    es = load_eval_set(m, model_path, data, which, max_windows)
+    all_rates = [LossRates.uniform(q) for q in sweep] if sweep is not None else [rates]
+    results = evaluate_sweep(m, es, int8, all_rates, range(seeds), devices, calibration, progress=progress)
+    return EvalRun(len(es.x), rates, sweep, results)

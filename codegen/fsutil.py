@@ -202,3 +202,12 @@ def json_with(*keys: str) -> Callable[[str], bool]:
         return isinstance(doc, dict) and all(k in doc for k in keys)
 
     return check
+
+
+def write_new_file(out: Path, text: str, force: bool = False) -> None:
+    """Write ``text`` to ``out`` (parents made); refuses an existing ``out`` unless ``force``."""
+    out = Path(out)
+    if out.exists() and not force:
+        raise UserError(f"{out}: exists; pass --force to overwrite it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)

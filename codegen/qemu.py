@@ -33,6 +33,7 @@ from .errors import CheckFailed, UserError
 from .executor import RunResult
 from .plan.io import Plan, load_plan
 from .serial_contract import Record, outputs_by_inference, parse_text
+from .toolrun import log_command
 from .transcript import node_exchanges, parse_sent, reference, transcript
 
 QEMU_APT = "sudo apt-get install -y --no-install-recommends qemu-system-arm"
@@ -91,9 +92,10 @@ def run_node(build_dir: Path, plan: Plan, device: int, xq: np.ndarray, ref: RunR
     with tempfile.TemporaryDirectory(prefix="cisl-qemu-") as tmp:
         (Path(tmp) / "transcript.bin").write_bytes(transcript(plan, device, xq, ref))
         t0 = time.monotonic()
+        cmd = qemu_command(elf.resolve(), "transcript.bin", "sent.bin", board.facts)
+        log_command(cmd, cwd=tmp)
         try:
-            p = subprocess.run(qemu_command(elf.resolve(), "transcript.bin", "sent.bin", board.facts), cwd=tmp,
-                               capture_output=True, timeout=timeout)
+            p = subprocess.run(cmd, cwd=tmp, capture_output=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             raise CheckFailed(f"node {device} on QEMU did not finish within {timeout:.0f} s") from None
         wall = time.monotonic() - t0
@@ -173,3 +175,31 @@ def run_qemu(build_dir: Path, nodes: list[int] | None = None, inputs: np.ndarray
         raise UserError(f"--node {bad[0]}: the plan has nodes 0..{plan.devices - 1}")
     with ThreadPoolExecutor(jobs or os.cpu_count() or 2) as pool:
         return list(pool.map(lambda k: run_node(build_dir, plan, k, xq, ref, timeout, keep), todo))
+
+
+@dataclass
+class QemuCheck:
+    """What `cisl qemu` ran: every node's result over ``inferences`` input windows."""
+
+    results: list[NodeRun]
+    inferences: int
+
+
+def check_on_qemu(build_dir: Path, nodes: list[int] | None = None, inputs_file: Path | None = None,
+                  count: int | None = None, rates=None, loss_seed: int = 0, timeout: float = 300.0,
+                  jobs: int | None = None, keep: Path | None = None) -> QemuCheck:
+    """`cisl qemu`: the input windows (``inputs_file``, default the build's inputs.npy; the first
+    ``count``), the loss pattern sampled from ``rates`` with ``loss_seed``, then :func:`run_qemu`."""
+    from .inputs import load_input_windows
+    from .lossmodel import sample_rounds
+
+    plan = load_plan(build_dir)
+    x = load_input_windows(inputs_file)
+    if x is None:
+        x = np.load(Path(build_dir) / "inputs.npy")
+    if count is not None:
+        x = x[:count]
+    lost = None
+    if rates is not None and rates.any:
+        lost = sample_rounds(np.random.default_rng(loss_seed), len(plan.sgs), len(x), plan.devices, rates)
+    return QemuCheck(run_qemu(build_dir, nodes, x, lost, timeout, jobs, keep), len(x))

@@ -24,7 +24,7 @@ from ..lossmodel import LossRates
 from ..plan.mixer_schedule import RoundPolicy, schedule_exchange
 from .channel import Channel
 from .mixer_sim import TERM_DEADLINE, TERM_DONE, MixerNetwork
-from .physics import ChannelParams
+from .physics import ChannelParams, GilbertElliott
 from .topology import topology
 
 
@@ -114,3 +114,43 @@ def measure(topology_name: str, nodes: int | None, message_bytes: int, exchanges
     return LossStats(topology_name, n, exchanges, message_bytes, policy, q_link, q_recv, q_send, loss, model,
                      float(np.mean(slots)), float(np.quantile(slots, 0.999)), deadline or rounds[0].deadline_slots,
                      complete / exchanges)
+
+
+_DROPOUT_HEADER = "# message loss measured by `cisl radio loss`"
+
+
+def measure_loss(topology_name: str, nodes: int | None, message_bytes: int, exchanges: int = 200, seed: int = 0,
+                 policy: str = "done", deadline: int | None = None, exponent: float | None = None,
+                 shadowing: float | None = None, burst: tuple[float, float, float] | None = None,
+                 fail_prob: float = 0.0, out: Path | None = None, progress=None) -> LossStats:
+    """`cisl radio loss`: :func:`measure` with the channel's knobs (path-loss ``exponent``,
+    ``shadowing`` sigma in dB, Gilbert-Elliott ``burst`` = (p_gb, p_bg, loss_bad)); refuses before
+    measuring to overwrite an ``out`` that it did not write."""
+    from ..errors import UserError
+    from ..fsutil import check_output_file
+    from .topology import TOPOLOGIES
+
+    check_output_file(out, lambda old: old.startswith(_DROPOUT_HEADER))
+    if topology_name not in TOPOLOGIES:
+        raise UserError(f"--topology {topology_name}: unknown; choose one of {', '.join(TOPOLOGIES)}")
+    if topology_name != "hallway16" and nodes is None:
+        raise UserError(f"--topology {topology_name} needs --nodes")
+    params = ChannelParams()
+    if exponent is not None:
+        params = params.replace(pl_exponent=exponent)
+    if shadowing is not None:
+        params = params.replace(shadowing_sigma_db=shadowing)
+    if burst is not None:
+        params = params.replace(burst=GilbertElliott(burst[0], burst[1], 0.0, burst[2]))
+    try:
+        return measure(topology_name, nodes, message_bytes, exchanges, seed, policy, params, deadline, fail_prob,
+                       progress=progress)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+
+
+def save_dropout(stats: LossStats, out: Path) -> None:
+    """Write the [dropout] section for `cisl train --dropout` (only over a file this wrote)."""
+    from ..fsutil import write_output_file
+
+    write_output_file(out, stats.toml(), lambda old: old.startswith(_DROPOUT_HEADER))

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..errors import UserError
 from ..resources import resource_dir
+from ..toolrun import log_command
 from .channel import Channel
 
 FEAT_ALL = 7
@@ -62,8 +63,9 @@ def library() -> ctypes.CDLL:
             raise UserError("gcc not found; it is needed to run the Mixer simulation (apt-get install gcc)")
         cache.mkdir(parents=True, exist_ok=True)
         tmp = so.with_suffix(".tmp.so")
-        subprocess.run(["gcc", "-std=c99", "-O2", "-fPIC", "-shared", f"-I{src_dir}", *map(str, sources),
-                        "-o", str(tmp)], check=True, capture_output=True)
+        cmd = ["gcc", "-std=c99", "-O2", "-fPIC", "-shared", f"-I{src_dir}", *map(str, sources), "-o", str(tmp)]
+        log_command(cmd)
+        subprocess.run(cmd, check=True, capture_output=True)
         tmp.replace(so)
     lib = ctypes.CDLL(str(so))
     st = c_void_p

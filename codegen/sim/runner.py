@@ -32,6 +32,7 @@ from ..executor import PlanExecutor
 from ..lossmodel import LossRates
 from ..plan.io import Plan, load_plan
 from ..serial_contract import Record, SequenceChecker, outputs_by_inference, parse_line
+from ..toolrun import log_command
 from . import protocol as P
 
 TENSOR_NAMES = {"x": "layer input X (x-somegather)", "h": "head outputs H (h-somegather)",
@@ -120,14 +121,16 @@ def _run(plan: Plan, images: list[Path], xq: np.ndarray, logs_dir: Path, timeout
         np.save(os.path.join(tmp, "inputs.npy"), xq)
         transcript = os.path.join(tmp, "transcript.bin")
         loss_file = os.path.join(tmp, "losses.bin")
-        medium = subprocess.Popen(
+        medium_cmd = (
             [sys.executable, "-m", "codegen.sim.medium", "--socket", sock, "--nodes", str(plan.devices),
              "--inputs", os.path.join(tmp, "inputs.npy"), "--transcript", transcript, "--timeout", str(timeout),
              "--loss", str(loss.link), str(loss.receiver), str(loss.sender), "--loss-seed", str(loss_seed),
              "--loss-file", loss_file]
             + (["--radio", radio, "--radio-seed", str(radio_seed), "--radio-stats", os.path.join(tmp, "radio.jsonl"),
-                "--radio-dead", *map(str, radio_dead or []), "--radio-phy", plan.phy] if radio else []),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                "--radio-dead", *map(str, radio_dead or []), "--radio-phy", plan.phy] if radio else []))
+        log_command(medium_cmd)
+        medium = subprocess.Popen(
+            medium_cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         up, _, _ = select.select([medium.stdout], [], [], min(timeout, 30.0))
         ready = medium.stdout.readline().strip() if up else ""
         if not up:
@@ -143,6 +146,7 @@ def _run(plan: Plan, images: list[Path], xq: np.ndarray, logs_dir: Path, timeout
         for n, img in zip(plan.nodes, images):
             try:
                 # its own process group: the timeout ends the node and whatever it started
+                log_command([str(img), sock])
                 p = subprocess.Popen([str(img), sock], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      start_new_session=True)
             except OSError as e:
@@ -404,3 +408,37 @@ def _position(plan: Plan, sg, sender: int, b: int) -> str:
 
 def crc32_of(values: np.ndarray) -> int:
     return zlib.crc32(np.ascontiguousarray(values).tobytes())
+
+
+def simulate(build_dir: Path, inputs_file: Path | None = None, count: int | None = None,
+             logs_dir: Path | None = None, timeout: float = 120.0, loss: LossRates | None = None, loss_seed: int = 0,
+             medium: str = "radio", topology: str | None = None, radio_seed: int = 0,
+             radio_dead: list[int] | None = None) -> SimResult:
+    """`cisl sim`: check the options of the chosen medium, pick the radio topology (default: the
+    paper's hallway for the plan's node count) and the input windows, then :func:`run_sim`.
+
+    ``medium`` "radio": Mixer over the slot-level channel (``topology``, ``radio_dead``); "message":
+    an ideal message-level medium, lossless or with ``loss``.
+    """
+    from ..inputs import load_input_windows
+    from ..radio.topology import TOPOLOGIES, default_topology
+
+    loss = loss or LossRates()
+    x = load_input_windows(inputs_file)
+    if count is not None:
+        if x is None:
+            x = np.load(Path(build_dir) / "inputs.npy") if (Path(build_dir) / "inputs.npy").is_file() else None
+        if x is not None:
+            x = x[:count]
+    if medium == "message":
+        if topology is not None or radio_dead:
+            raise UserError("--topology/--radio-dead are options of the radio medium; drop --medium message")
+    else:
+        if loss.any:
+            raise UserError("--loss* drops messages on the message-level medium; add --medium message "
+                            "(on the radio, loss comes from the channel: --topology, --radio-dead)")
+        if topology is not None and topology not in TOPOLOGIES:
+            raise UserError(f"--topology {topology}: unknown; choose one of {', '.join(TOPOLOGIES)}")
+        topology = topology or default_topology(load_plan(build_dir).devices)
+    return run_sim(build_dir, x, logs_dir, timeout, loss, loss_seed, topology if medium == "radio" else None,
+                   radio_seed, list(radio_dead or []))

@@ -291,3 +291,21 @@ def _toml_value(v: Any) -> str:
         return "[" + ", ".join(_toml_value(x) for x in v) + "]"
     s = str(v).replace("\\", "\\\\").replace('"', '\\"')
     return f'"{s}"'
+
+
+def with_runner(testbed: Testbed, runner: str | None) -> Testbed:
+    """``testbed`` with every node flashed by ``runner`` (`cisl flash -r`), or unchanged for None.
+
+    Only between the boards' runners (pyocd, nrfutil, nrfjprog): a virtual node stays on runner sim.
+    """
+    import dataclasses
+
+    if runner is None:
+        return testbed
+    if runner not in RUNNER_NAMES or runner == "sim":
+        raise UserError(f"--runner {runner}: choose one of {', '.join(r for r in RUNNER_NAMES if r != 'sim')}")
+    virtual = [n for n in testbed.nodes if n.runner == "sim"]
+    if virtual:
+        raise UserError(f"--runner {runner}: node {virtual[0].id} of {testbed.path} is on the virtual testbed "
+                        "(runner sim); drop --runner")
+    return dataclasses.replace(testbed, nodes=[dataclasses.replace(n, runner=runner) for n in testbed.nodes])

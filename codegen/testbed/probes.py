@@ -10,6 +10,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..toolrun import log_command
 from .config import normalize_serial
 
 SEGGER_VID = 0x1366
@@ -65,6 +66,7 @@ def pyocd_probes() -> list[Probe]:
 def nrfutil_probes(timeout: float = 30.0) -> list[Probe]:
     """J-Link probes from ``nrfutil device list --json`` (newline-delimited JSON; the devices are in the
     ``task_end`` record), with the serial ports nrfutil associates with each."""
+    log_command(["nrfutil", "device", "list", "--json"])
     p = subprocess.run(["nrfutil", "device", "list", "--json"], capture_output=True, text=True, timeout=timeout)
     if p.returncode != 0:
         raise RuntimeError(_last_line(p.stderr or p.stdout) or f"exit code {p.returncode}")
@@ -91,6 +93,7 @@ def nrfutil_probes(timeout: float = 30.0) -> list[Probe]:
 
 def nrfjprog_probes(timeout: float = 30.0) -> list[Probe]:
     """J-Link probes from ``nrfjprog --ids`` (one serial number per line)."""
+    log_command(["nrfjprog", "--ids"])
     p = subprocess.run(["nrfjprog", "--ids"], capture_output=True, text=True, timeout=timeout)
     if p.returncode != 0:
         raise RuntimeError(_last_line(p.stderr or p.stdout) or f"exit code {p.returncode}")

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable, ClassVar
 
 from ..errors import UserError
+from ..toolrun import log_command
 from .config import NodeEntry, Testbed
 from .probes import Probe
 
@@ -118,6 +119,7 @@ class Runner:
     # -- helpers for command-line tools
     def _run(self, node: NodeEntry, step: str, cmd: list[str]) -> subprocess.CompletedProcess:
         self.say(node, step)
+        log_command(cmd)
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout)
         except FileNotFoundError:

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import UserError
+from ..toolrun import log_command
 from .config import NodeEntry, Testbed
 from .supervisor import read_line
 
@@ -125,9 +126,11 @@ def ensure_supervisor(testbed: Testbed) -> dict:
            "config_hash": chash}
     (state / "supervisor-config.json").write_text(json.dumps(cfg, indent=1) + "\n")
     (state / "supervisor.error").unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", MODULE, "--state", str(state), "--config", str(state / "supervisor-config.json"),
+           "--daemon"]
+    log_command(cmd)
     with open(state / "supervisor.log", "a") as log:
-        p = subprocess.run([sys.executable, "-m", MODULE, "--state", str(state), "--config",
-                            str(state / "supervisor-config.json"), "--daemon"],
+        p = subprocess.run(cmd,
                            stdin=subprocess.DEVNULL, stdout=log, stderr=log, timeout=30)
     if p.returncode != 0:
         raise UserError(f"the virtual testbed's supervisor did not start; see {state / 'supervisor.log'}")
@@ -291,3 +294,14 @@ def sim_testbed_text(nodes: int, topology_name: str | None = None, seed: int = 0
     if topology_name:
         sim = {"topology": topology_name, **sim}
     return render_testbed(rows, header, {"name": f"sim{nodes}", "state": state}, sim)
+
+
+def write_sim_testbed(out: Path, nodes: int, topology_name: str | None = None, seed: int = 0,
+                      state: str = ".cisl-testbed", board: str = "sim", force: bool = False) -> None:
+    """`cisl testbed sim`: write :func:`sim_testbed_text` to ``out`` (an existing file only with ``force``)."""
+    from ..fsutil import write_new_file
+    from ..radio.topology import TOPOLOGIES
+
+    if topology_name is not None and topology_name not in TOPOLOGIES:
+        raise UserError(f"--topology {topology_name}: unknown; choose one of {', '.join(TOPOLOGIES)}")
+    write_new_file(out, sim_testbed_text(nodes, topology_name, seed, state, board), force)

@@ -36,6 +36,8 @@ import time
 import tty
 from pathlib import Path
 
+from ..toolrun import enable_from_env, log_command
+
 
 class Pty:
     """One node's serial port: we write the node's output into the master, readers open the slave."""
@@ -153,6 +155,7 @@ class Supervisor:
         for k, img in enumerate(images):
             fmt = {"image": img, "socket": sock, "node": k, "state": self.state}
             argv = [a.format(**fmt) for a in template]
+            log_command(argv, cwd=cwd.format(**fmt) if cwd else None)
             with open(self.state / f"node_{k:02d}.stderr", "w") as err:
                 p = subprocess.Popen(argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, stderr=err,
                                      cwd=cwd.format(**fmt) if cwd else None)
@@ -174,6 +177,7 @@ class Supervisor:
                "--timeout", str(rc.get("timeout", 120)), "--loss-file", str(outdir / "losses.bin"),
                "--radio", rc["topology"], "--radio-seed", str(rc.get("seed", 0)),
                "--radio-stats", str(outdir / "radio.jsonl"), "--radio-phy", str(rc.get("phy", "2M"))]
+        log_command(cmd)
         with open(outdir / "medium.stderr", "w") as err:
             run.medium = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL)
         r, _, _ = select.select([run.medium.stdout], [], [], 30.0)
@@ -376,6 +380,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(log.fileno(), 2)
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
+    enable_from_env()  # `cisl -v` started it: the node and medium command lines go to supervisor.log
     sock_path = config["socket"]
     info = state / "supervisor.json"
     sup = None

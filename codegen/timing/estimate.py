@@ -201,3 +201,24 @@ def format_table(est: Estimate) -> str:
               f"per inference: latency {_r(est.latency_ms)} ms (bulk-synchronous), communication {est.comm_share:.1%} of it; "
               f"energy of the network {e[1]:,.1f} [{e[0]:,.1f}..{e[2]:,.1f}] uJ, radio {est.radio_share:.1%} of it"]
     return "\n".join(lines)
+
+
+def run_estimate(build_dir: Path, topology: str | None = None, policy: str | None = None, inferences: int = 1,
+                 radio_inferences: int = 4, seed: int = 0, jobs: int | None = None, period_ms: float | None = None,
+                 out_file: Path | None = None, progress_bar=None) -> Estimate:
+    """`cisl estimate`: :func:`estimate`, with its JSON written to ``out_file`` (only over a file an
+    estimate wrote). ``progress_bar(total)`` gives a context manager with ``update(n)`` (a tqdm bar)."""
+    import contextlib
+    import json
+
+    from ..fsutil import check_output_file, json_with, write_output_file
+
+    ours = json_with("images", "latency_ms", "nodes")
+    check_output_file(out_file, ours)
+    plan = load_plan(build_dir)
+    with (progress_bar(plan.devices) if progress_bar else contextlib.nullcontext()) as bar:
+        est = estimate(build_dir, topology, policy, inferences, radio_inferences, seed, jobs, period_ms,
+                       progress=bar.update if bar is not None else None)
+    if out_file is not None:
+        write_output_file(out_file, json.dumps(est.to_json(), indent=1) + "\n", ours)
+    return est

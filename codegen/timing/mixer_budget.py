@@ -50,6 +50,7 @@ from ..plan.mixer_schedule import INITIATOR, RoundPolicy, packet_length
 from ..radio import mixer_sim
 from ..radio.timing import air_time_us, slot_us_for_length
 from ..resources import resource_dir
+from ..toolrun import log_command
 from .engine import Emulator, Image
 from .memory import MemoryModel
 
@@ -108,6 +109,7 @@ def build_image(maxima: dict[str, int]) -> Path:
     ldflags += [f"-Wl,--undefined={s}" for s in ENTRY_POINTS]
     srcs = [(fw / MIXER, mixer_flags), (fw / HARNESS, harness_flags)]
     h = hashlib.sha256()
+    log_command([cc, "--version"])
     for part in [subprocess.run([cc, "--version"], capture_output=True, text=True).stdout.encode(),
                  (fw / "mixer" / "mixer.h").read_bytes(), (board.path / "nrf52840.ld").read_bytes(),
                  "\0".join(ldflags).encode()] + [p.read_bytes() + "\0".join(f).encode() for p, f in srcs]:
@@ -123,12 +125,16 @@ def build_image(maxima: dict[str, int]) -> Path:
     objs = []
     for src, flags in srcs:
         obj = tmp / (src.stem + ".o")
-        p = subprocess.run([cc, *flags, *includes, "-c", str(src), "-o", str(obj)], capture_output=True, text=True)
+        cmd = [cc, *flags, *includes, "-c", str(src), "-o", str(obj)]
+        log_command(cmd)
+        p = subprocess.run(cmd, capture_output=True, text=True)
         if p.returncode != 0:
             raise RuntimeError(f"compiling {src} failed:\n{p.stdout}{p.stderr}")
         objs.append(str(obj))
     out = tmp / "mx_bench.elf"
-    p = subprocess.run([cc, *cpu, *objs, *ldflags, "-o", str(out)], capture_output=True, text=True)
+    cmd = [cc, *cpu, *objs, *ldflags, "-o", str(out)]
+    log_command(cmd)
+    p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         raise RuntimeError(f"linking the Mixer budget image failed:\n{p.stdout}{p.stderr}")
     out.replace(elf)

@@ -1,0 +1,5 @@
+"""`python -m codegen.cli` = `cisl`."""
+
+from . import main
+
+main()

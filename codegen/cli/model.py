@@ -1,0 +1,202 @@
+"""Model commands: train, eval, compile, fit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .app import main
+from .options import loss_options, loss_rates, say, sweep_values
+
+
+@main.command()
+@click.argument("config", required=False, type=click.Path(path_type=Path))
+@click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), default=Path("model"), show_default=True,
+              help="Output folder for model.onnx, calibration.npy, test windows and train.json.")
+@click.option("--data", type=click.Path(path_type=Path), default=None,
+              help="Train on this data instead of the config's: an ETT-format .csv (a date column and numeric "
+                   "columns), a Monash .tsf file, or a folder of ICD recordings (MM-DDTHHMMSS_NNN_modeK.csv).")
+@click.option("--resume", is_flag=True,
+              help="Continue the interrupted run from its checkpoint (same config and data; same bytes as an "
+                   "uninterrupted run).")
+@click.option("--work", "work_dir", type=click.Path(path_type=Path), default=None,
+              help="Folder for the per-epoch checkpoint. Default: .OUT.cisl-train next to the output folder.")
+@click.option("--epochs", type=click.IntRange(min=0), default=None, help="Override [train] epochs.")
+@click.option("--devices", type=click.IntRange(min=1), default=None, help="Override [split] devices.")
+@click.option("--keep-ratio", type=click.FloatRange(0.0, 1.0, min_open=True), default=None,
+              help="Override [split] keep_ratio (fraction of own columns each device broadcasts).")
+@click.option("--seed", type=click.IntRange(min=0), default=None, help="Override [train] seed.")
+@click.option("--dropout", "dropout_file", type=click.Path(path_type=Path), default=None,
+              help="Take [dropout] from this TOML file, e.g. the one `cisl radio loss -o` writes.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress output.")
+def train(config: Path | None, out_dir: Path, data: Path | None, resume: bool, work_dir: Path | None,
+          epochs: int | None, devices: int | None, keep_ratio: float | None, seed: int | None,
+          dropout_file: Path | None, quiet: bool) -> None:
+    """Train the split model described by CONFIG (TOML; omit it for the defaults).
+
+    Writes OUT/model.onnx (float, cisl metadata in metadata_props), OUT/calibration.npy,
+    OUT/test_windows.npy, OUT/test_targets.npy and OUT/train.json. Without --data and without a
+    [data] section it trains on built-in synthetic multivariate series. A checkpoint is saved after
+    every epoch (see --work); after an interruption, the same command with --resume continues.
+    """
+    from ..train.launch import train_from_options
+
+    s = train_from_options(config, data, out_dir, resume=resume, work_dir=work_dir, epochs=epochs, devices=devices,
+                           keep_ratio=keep_ratio, seed=seed, dropout_file=dropout_file, progress=not quiet,
+                           note=say(quiet))
+    if s.get("stopped"):
+        click.echo(f"stopped after epoch {s['epochs_done']} of {s['epochs']} ([train] stop_after_epochs); "
+                   f"checkpoint {s['checkpoint']}; continue with the same command and --resume")
+        return
+    target = out_dir / "model.onnx" if s["onnx"] else out_dir / "train.json"
+    click.echo(f"trained {s['params']} parameters in {s['seconds']:.1f} s: "
+               f"val MSE {s['val_mse']:.4f}, test MSE {s['test_mse']:.4f} -> {target}")
+    comm, drop = s["communication"], s["dropout"]
+    if s["prune"]["method"] != "none":
+        click.echo(f"{s['prune']['method']} pruning: the nodes send {100 * comm['ratio_to_allgather']:.1f} % of an "
+                   f"allgather's columns ({comm['broadcast_columns']} of {comm['allgather_columns']} per inference)"
+                   + ("" if s["onnx"] else "; normal pruning is scored in float only, no model.onnx"))
+    if "test_mse_lossy" in s:
+        rate = (f"loss drawn per window up to q = {drop['q_max']:g} (scored at q_max)" if "q_max" in drop else
+                f"message loss {drop['q_link']:g}/{drop['q_recv']:g}/{drop['q_send']:g} (link/receiver/sender)")
+        click.echo(f"test MSE under {rate}: {s['test_mse_lossy']:.4f}")
+
+
+@main.command(name="compile")
+@click.argument("model", type=click.Path(path_type=Path))
+@click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), default=Path("build"), show_default=True,
+              help="Output folder: plan.json, constants.bin and node_NN/ with the generated C.")
+@click.option("--devices", type=click.IntRange(min=1), default=None,
+              help="Number of nodes. Default: as the model was trained. A dense model (keep ratio 1) can be "
+                   "split any number of ways up to its head count.")
+@click.option("-b", "--board", default="sim", show_default=True, help="Target board (a folder under boards/).")
+@click.option("--calibration", type=click.Path(path_type=Path), default=None,
+              help="Calibration windows (.npy float32 [n, lookback]). Default: calibration.npy next to MODEL.")
+@click.option("--max-calibration", type=click.IntRange(min=1), default=256, show_default=True,
+              help="Use at most this many calibration windows (evenly spaced).")
+@click.option("--round-policy", type=click.Choice(["done", "fixed"]), default="done", show_default=True,
+              help="Mixer round length: end once every node has full rank, or the published fixed 3G+200 slots.")
+@click.option("--phy", type=click.Choice(["2M", "1M"]), default="2M", show_default=True,
+              help="BLE PHY the Mixer slots are timed for.")
+@click.option("--max-generation", type=click.IntRange(2, 256), default=256, show_default=True,
+              help="Rows per Mixer round (bounds Mixer's RAM); larger exchanges run as several rounds.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress output.")
+def compile_cmd(model: Path, out_dir: Path, devices: int | None, board: str, calibration: Path | None,
+                max_calibration: int, round_policy: str, phy: str, max_generation: int, quiet: bool) -> None:
+    """Quantise MODEL (ONNX from `cisl train`) to int8, partition it and emit C for every node.
+
+    Writes OUT/plan.json (the partition plan: who holds and sends what, every quantisation
+    parameter and every node's schedule), OUT/constants.bin, OUT/node_NN/*.c|h and OUT/compile.json.
+    """
+    from ..compile import CompileOptions, compile_model
+
+    s = compile_model(model, out_dir, CompileOptions(devices, board, calibration, max_calibration, round_policy, phy,
+                                                     max_generation), say(quiet))
+    _print_resources(s)
+    for w in s.get("warnings", []):
+        click.echo(f"warning: {w}", err=True)
+    click.echo(f"compiled {s['devices']} nodes for board {s['board']} -> {out_dir / 'plan.json'}")
+
+
+def _print_resources(summary: dict) -> None:
+    est = "estimated_flash" in summary["nodes"][0]
+    click.echo(f"{'node':>4} {'params (B)':>11} {'arena (B)':>10} {'sent/inf (B)':>13}"
+               + (f" {'est. flash (B)':>15} {'est. RAM (B)':>13}" if est else ""))
+    for n in summary["nodes"]:
+        click.echo(f"{n['node']:>4} {n['param_bytes']:>11} {n['arena_bytes']:>10} {n['bytes_sent_per_inference']:>13}"
+                   + (f" {n['estimated_flash']:>15} {n['estimated_ram']:>13}" if est else ""))
+    acc = summary.get("accuracy")
+    if acc:
+        click.echo(f"int8 vs float on {acc['windows']} test windows: MSE {acc['mse_int8']:.4f} vs "
+                   f"{acc['mse_float']:.4f} ({100 * acc['relative_mse_increase']:+.2f} %)")
+
+
+@main.command(name="eval")
+@click.argument("model", type=click.Path(path_type=Path))
+@click.option("--data", type=click.Path(path_type=Path), default=None,
+              help="Score the test split of this data set (same loader and split as `cisl train --data`). "
+                   "Default: the test windows `cisl train` saved next to MODEL.")
+@click.option("--split", "which", type=click.Choice(["test", "val"]), default="test", show_default=True,
+              help="Which split of --data to score.")
+@click.option("--int8", is_flag=True, help="Score the int8 deployment (bit-exact reference) instead of float.")
+@click.option("--devices", type=click.IntRange(min=1), default=None,
+              help="Node count to split for (default: as trained).")
+@click.option("--calibration", type=click.Path(path_type=Path), default=None,
+              help="Calibration windows for --int8 (default: calibration.npy next to MODEL).")
+@loss_options
+@click.option("--sweep", default=None, metavar="Q1,Q2,...",
+              help="Score at each of these loss probabilities (each applied to all three modes), e.g. "
+                   "0,0.05,0.1,0.2: a table of MSE against loss (the paper's Fig. 8 for this model).")
+@click.option("--seeds", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Number of loss samplings (seeds 0..N-1); the MSE is reported per seed and as mean/std.")
+@click.option("--max-windows", type=click.IntRange(min=1), default=None,
+              help="Score at most this many windows (evenly spaced).")
+@click.option("--json", "json_out", type=click.Path(path_type=Path), default=None, help="Also write the result here.")
+def eval_cmd(model: Path, data: Path | None, which: str, int8: bool, devices: int | None, calibration: Path | None,
+             loss_q: float | None, loss_link: float, loss_receiver: float, loss_sender: float, sweep: str | None,
+             seeds: int, max_windows: int | None, json_out: Path | None) -> None:
+    """Test MSE of MODEL (on the data's StandardScaler scale), float or int8, under sampled message loss.
+
+    Losses follow the paper's three modes, drawn independently for every communication round and
+    window; a lost message's columns contribute nothing, exactly as on the nodes.
+    """
+    from tqdm import tqdm
+
+    from ..evaluate import run_eval
+
+    rates = loss_rates(loss_q, loss_link, loss_receiver, loss_sender)
+    sweep_q = sweep_values(sweep) if sweep is not None else None
+    run = run_eval(model, data, which, int8, devices, calibration, rates, sweep_q, seeds, max_windows,
+                   progress=lambda it: tqdm(it, desc="eval", unit="batch", leave=False, disable=None))
+    results = run.results
+    if sweep_q is None:
+        r = results[0]
+        click.echo(f"{r.mode} model, {run.windows} windows, loss link/receiver/sender = {rates.link}/{rates.receiver}/"
+                   f"{rates.sender} (effective per-link loss {100 * rates.effective_link_loss:.1f} %)")
+        for seed, mse in zip(r.seeds, r.mse):
+            click.echo(f"  seed {seed}: MSE {mse:.5f}")
+        click.echo(f"MSE {r.mean:.5f} +- {r.std:.5f}")
+    else:
+        base = results[0].mean if sweep_q[0] == 0.0 else None
+        click.echo(f"{results[0].mode} model, {run.windows} windows, {seeds} seed(s); q applies to all three modes")
+        click.echo(f"{'q':>6} {'link loss':>9} {'MSE':>9} {'+-':>8}" + (f" {'vs q = 0':>9}" if base else ""))
+        for q, r in zip(sweep_q, results):
+            click.echo(f"{100 * q:5.1f}% {100 * r.rates.effective_link_loss:8.1f}% {r.mean:9.5f} {r.std:8.5f}"
+                       + (f" {100 * (r.mean - base) / base:+8.1f}%" if base else ""))
+    if json_out:
+        run.save(json_out)
+
+
+@main.command(name="fit")
+@click.option("-b", "--board", default="nrf52840dk", show_default=True,
+              help="Board whose flash and RAM bound every node.")
+@click.option("--devices", type=click.IntRange(min=1), required=True, help="Number of nodes.")
+@click.option("--heads", type=click.IntRange(min=1), default=16, show_default=True, help="Attention heads H.")
+@click.option("--keep", "keep_ratio", type=click.FloatRange(0.0, 1.0, min_open=True), default=1.0, show_default=True,
+              help="somegather keep ratio (fraction of its columns a node broadcasts).")
+@click.option("--tokens", "token_grid", type=click.IntRange(1, 511), multiple=True,
+              help="Token counts N to try (repeatable). Default: 16 24 32 48 64 96 128 192 256 384 511.")
+@click.option("--layers", "layer_grid", type=click.IntRange(1, 64), multiple=True,
+              help="Layer counts T to try (repeatable). Default: 1..12.")
+@click.option("--no-build", is_flag=True, help="Estimate only: skip the confirming compile and build of every node.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the random weights and masks.")
+@click.option("--json", "json_out", type=click.Path(path_type=Path), default=None, help="Also write the result here.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, help="Parallel compile jobs (default: CPUs).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress output.")
+def fit_cmd(board: str, devices: int, heads: int, keep_ratio: float, token_grid: tuple[int, ...],
+            layer_grid: tuple[int, ...], no_build: bool, seed: int, json_out: Path | None, jobs: int | None, quiet: bool) -> None:
+    """The largest model (dense-equivalent parameters) whose every node image fits the board.
+
+    Searches F (multiples of H), N and T with the planner's estimate, then confirms the winner by
+    compiling a random-weight model of that size for DEVICES nodes and building every node image
+    (the paper's Fig. 5 in numbers; compare --devices 1).
+    """
+    from ..fitrun import run_fit
+
+    run = run_fit(board, devices, heads, keep_ratio, seed, not no_build, token_grid, layer_grid, json_out, jobs,
+                  say(quiet))
+    click.echo(run.text)
+    if json_out:
+        run.save(json_out)
+    run.check()

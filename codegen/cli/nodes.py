@@ -1,0 +1,191 @@
+"""Node image commands: build, qemu, estimate, sim."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..errors import CheckFailed
+from .app import main
+from .options import build_dir_argument, loss_options, loss_rates, say
+
+
+@main.command(name="build")
+@build_dir_argument
+@click.option("-b", "--board", default=None, help="Board to build for (default: the board the plan was compiled for).")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, help="Parallel compile jobs (default: CPUs).")
+@click.option("--node", "nodes", type=click.IntRange(min=0), multiple=True,
+              help="Build only this node (repeatable). Default: every node.")
+@click.option("--board-time/--no-board-time", default=True, show_default=True,
+              help="sim and qemu-m4 plans: also model the plan's ARM images so the virtual testbed's nodes "
+                   "print nRF52840 time.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress output.")
+def build_cmd(build_dir: Path, board: str | None, jobs: int | None, nodes: tuple[int, ...], quiet: bool,
+              board_time: bool) -> None:
+    """Compile every node in BUILD_DIR into a firmware image (node_NN/firmware.elf), in parallel.
+
+    Uses upstream CMSIS-NN when CMSIS_NN_ROOT points at a checkout, else the bundled nnref.
+    Warnings are errors. For boards with a memory budget (nrf52840dk, qemu-m4) every node's flash
+    and RAM are read from its ELF and printed next to the planner's estimate (node_NN/size.json);
+    a node that does not fit fails the build. --board qemu-m4 also builds a plan compiled for
+    nrf52840dk (same code and flags); its images go to node_NN/qemu-m4/.
+
+    For a sim plan (the virtual testbed) the plan's ARM images are built too, when the ARM
+    toolchain is installed, and run on the nRF52840 cycle model: node_NN/board_time.txt then makes
+    the sim nodes print nRF52840 time (--no-board-time: host time, a faster build). A qemu-m4 plan's
+    images get the same table, so its nodes on the virtual testbed print nRF52840 time too
+    (--no-board-time: QEMU instruction counts).
+    """
+    from ..timing.boardtime import build_with_board_time
+
+    s, board_time_line = build_with_board_time(build_dir, board, jobs, say(quiet), list(nodes) if nodes else None,
+                                               board_time)
+    where = f"{build_dir}/node_NN/" + ("" if s["board"] == s["plan_board"] else f"{s['board']}/")
+    click.echo(f"built {len(s['nodes'])} node images for {s['board']} with {s['kernels']} -> {where}")
+    if board_time_line is not None:
+        click.echo(board_time_line)
+
+
+@main.command(name="qemu")
+@build_dir_argument
+@click.option("--node", "nodes", type=click.IntRange(min=0), multiple=True,
+              help="Run this node (repeatable). Default: every node.")
+@click.option("--inputs", type=click.Path(path_type=Path), default=None,
+              help="Input windows (.npy float [n, lookback], normalised). Default: BUILD_DIR/inputs.npy.")
+@click.option("-n", "--count", type=click.IntRange(min=1), default=None, help="Run only the first N inputs.")
+@loss_options
+@click.option("--loss-seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the loss pattern.")
+@click.option("--timeout", type=click.FloatRange(min=1), default=300.0, show_default=True,
+              help="Seconds before one node's emulation is aborted.")
+@click.option("--keep", "keep_dir", type=click.Path(path_type=Path), default=None,
+              help="Keep every node's transcript, sent messages and serial log in this folder.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, help="Nodes emulated at once (default: CPUs).")
+def qemu_cmd(build_dir: Path, nodes: tuple[int, ...], inputs: Path | None, count: int | None, loss_q: float | None,
+             loss_link: float, loss_receiver: float, loss_sender: float, loss_seed: int, timeout: float,
+             keep_dir: Path | None, jobs: int | None) -> None:
+    """Run nodes' whole schedules on an emulated Cortex-M4 (QEMU mps2-an386), bit-exact checked.
+
+    Each node runs alone: its peers are replaced by a transcript of the messages it receives, which
+    the numpy int8 reference records (with --loss*, exactly those that survive the sampled loss
+    pattern). Every message the node sends and, for the sink, the forecast are compared byte for
+    byte with the reference. Needs `cisl build BUILD_DIR --board qemu-m4`. Instruction counts per
+    inference come from SysTick under -icount shift=0 (1 tick = 40 instructions).
+    """
+    from ..qemu import check_on_qemu
+
+    run = check_on_qemu(build_dir, list(nodes) if nodes else None, inputs, count,
+                        loss_rates(loss_q, loss_link, loss_receiver, loss_sender), loss_seed, timeout, jobs, keep_dir)
+    results = run.results
+    click.echo(f"{'node':>4} {'exit':>4} {'messages':>8} {'insns/inference':>16} {'stack (B)':>9}  result")
+    for r in results:
+        insns = sum(int(b.get("cycles", 0)) for b in r.blocks()) // max(run.inferences, 1)
+        click.echo(f"{r.node:>4} {r.exit_code:>4} {r.messages_checked:>8} {insns:>16} {r.stack_used or 0:>9}  "
+                   f"{'bit-exact' if r.ok else 'FAILED'}")
+    bad = [r for r in results if not r.ok]
+    click.echo(f"QEMU mps2-an386: {len(results) - len(bad)} of {len(results)} nodes bit-exact with the int8 reference "
+               f"over {run.inferences} inferences")
+    if bad:
+        raise CheckFailed(bad[0].first_difference or f"node {bad[0].node} failed")
+
+
+@main.command(name="estimate")
+@build_dir_argument
+@click.option("--topology", default=None,
+              help="Radio topology for the Mixer rounds (default: what `cisl sim` picks for the node count).")
+@click.option("--policy", type=click.Choice(["done", "fixed"]), default=None,
+              help="Mixer round policy: cisl's early-terminating `done` or the published fixed 3G + 200 slots "
+                   "(default: the plan's).")
+@click.option("-n", "--inferences", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Input windows each node's image runs on the cycle model (averaged).")
+@click.option("--radio-inferences", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Inferences of Mixer rounds simulated (min/mean/max of the air time).")
+@click.option("--radio-seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of topology and channel.")
+@click.option("--period-ms", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Inference period for the idle energy (default: back to back, the latency).")
+@click.option("--json", "as_json", is_flag=True, help="Print the whole estimate as JSON instead of the table.")
+@click.option("-o", "--out", "out_file", type=click.Path(path_type=Path), default=None,
+              help="Also write the JSON to this file.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, help="Nodes modelled at once (default: CPUs).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress output.")
+def estimate_cmd(build_dir: Path, topology: str | None, policy: str | None, inferences: int, radio_inferences: int,
+                 radio_seed: int, period_ms: float | None, as_json: bool, out_file: Path | None, jobs: int | None,
+                 quiet: bool) -> None:
+    """Board time and energy of one inference of BUILD_DIR (an nrf52840dk or qemu-m4 build).
+
+    Every node's real ARM image runs on the Cortex-M4 cycle model (TRM instruction timings plus the
+    nRF52840's flash wait states and instruction cache, as ranges) and is checked bit-exact with the
+    int8 reference; every Mixer round runs on the slot-level radio simulation; energy comes from
+    the board's datasheet currents (board.toml [power]). Prints per node and block: cycles, compute
+    ms, communication ms, energy; per inference: bulk-synchronous latency, the network's energy and
+    the share of communication. Figures are central [low..high].
+    """
+    import json
+
+    from tqdm import tqdm
+
+    from ..timing.estimate import format_table, run_estimate
+
+    est = run_estimate(build_dir, topology, policy, inferences, radio_inferences, radio_seed, jobs, period_ms,
+                       out_file, progress_bar=lambda total: tqdm(total=total, desc="cycle model", unit="node",
+                                                                 leave=False, disable=quiet or None))
+    click.echo(json.dumps(est.to_json(), indent=1) if as_json else format_table(est))
+
+
+@main.command()
+@build_dir_argument
+@click.option("--inputs", type=click.Path(path_type=Path), default=None,
+              help="Input windows (.npy float [n, lookback], normalised). Default: BUILD_DIR/inputs.npy.")
+@click.option("-n", "--count", type=click.IntRange(min=1), default=None, help="Run only the first N inputs.")
+@click.option("--logs", type=click.Path(path_type=Path), default=None,
+              help="Folder for the nodes' serial logs. Default: BUILD_DIR/logs.")
+@click.option("--timeout", type=click.FloatRange(min=1), default=120.0, show_default=True,
+              help="Seconds before a stuck run is aborted.")
+@loss_options
+@click.option("--loss-seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the loss pattern.")
+@click.option("--medium", type=click.Choice(["radio", "message"]), default="radio", show_default=True,
+              help="radio: nodes run Mixer over the slot-level radio channel; message: an ideal message-level "
+                   "medium (lossless, or with --loss*).")
+@click.option("--topology", "radio_topology", default=None, metavar="TOPOLOGY",
+              help="Radio topology: full_mesh, line, grid, random_geometric, hallway, hallway16 "
+                   "(default: the paper's 35 m hallway, hallway16 for 16 nodes; a mesh below 4 nodes).")
+@click.option("--radio-seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the topology and channel.")
+@click.option("--radio-dead", type=int, multiple=True, metavar="NODE",
+              help="Radio medium: this node's radio is dead (repeatable); it computes but nothing gets through.")
+def sim(build_dir: Path, inputs: Path | None, count: int | None, logs: Path | None, timeout: float,
+        loss_q: float | None, loss_link: float, loss_receiver: float, loss_sender: float, loss_seed: int,
+        medium: str, radio_topology: str | None, radio_seed: int, radio_dead: tuple[int, ...]) -> None:
+    """Run every node of BUILD_DIR as its own process on the virtual testbed.
+
+    A medium process carries the somegather messages; each node prints the serial log contract.
+    Every message and the sink's forecast are compared with the numpy int8 reference; the first
+    difference is named (inference, node, layer, tensor). With --loss*, the medium drops messages
+    and the reference is run with exactly the same lost messages. Exit code 1 if not bit-exact.
+    """
+    from ..sim.runner import simulate
+
+    r = simulate(build_dir, inputs, count, logs, timeout, loss_rates(loss_q, loss_link, loss_receiver, loss_sender),
+                 loss_seed, medium, radio_topology, radio_seed, list(radio_dead))
+    _print_sim(r, build_dir, logs)
+    if not r.ok:
+        raise CheckFailed(r.first_difference or r.problems[0])
+
+
+def _print_sim(r, build_dir: Path, logs: Path | None) -> None:
+    click.echo(f"virtual testbed: {len(r.bytes_sent)} nodes, {r.inferences} inferences in {r.wall_seconds:.1f} s "
+               f"(logs in {logs or Path(build_dir) / 'logs'})")
+    for p in r.problems:
+        click.echo(f"  problem: {p}")
+    if r.radio_rounds:
+        import numpy as np
+
+        slots = [rr["slots"] for rr in r.radio_rounds]
+        air = sum(rr["slots"] * rr["slot_us"] for rr in r.radio_rounds) / max(r.inferences, 1)
+        fixed = sum(rr["deadline"] * rr["slot_us"] for rr in r.radio_rounds) / max(r.inferences, 1)
+        click.echo(f"radio: {len(slots)} Mixer rounds, {np.mean(slots):.0f} slots on average (max {max(slots)}); "
+                   f"air time {air / 1000:.1f} ms per inference vs {fixed / 1000:.1f} ms with fixed 3G+200 deadlines")
+    if r.delivered != r.expected:
+        click.echo(f"messages delivered: {r.delivered} of {r.expected} (reference run with the same losses)")
+    click.echo(f"bit-exact with the int8 reference: {'yes' if r.bit_exact else 'NO'}")
+    if r.first_difference:
+        click.echo(f"  first difference: {r.first_difference}")

@@ -1,0 +1,61 @@
+"""Options several commands share, and the small conversions from options to library arguments."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import click
+
+from ..errors import UserError
+
+
+def say(quiet: bool):
+    """The progress callback of a command: lines on stderr, or nothing with -q."""
+    return (lambda s: None) if quiet else (lambda s: click.echo(s, err=True))
+
+
+def build_dir_argument(fn):
+    """The build folder: positional BUILD_DIR (default build/) or, west-style, -d/--build-dir."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, build_dir_arg: Path | None, build_dir_opt: Path | None, **kwargs):
+        if build_dir_arg is not None and build_dir_opt is not None and build_dir_arg != build_dir_opt:
+            raise click.UsageError(f"the build folder is given twice ({build_dir_arg} and -d {build_dir_opt}); "
+                                   "give it once", ctx=click.get_current_context())
+        return fn(*args, build_dir=build_dir_opt or build_dir_arg or Path("build"), **kwargs)
+
+    wrapper = click.option("-d", "--build-dir", "build_dir_opt", type=click.Path(path_type=Path), default=None,
+                           metavar="BUILD_DIR",
+                           help="The build folder (instead of the BUILD_DIR argument; default: build).")(wrapper)
+    return click.argument("build_dir_arg", metavar="[BUILD_DIR]", required=False,
+                          type=click.Path(path_type=Path))(wrapper)
+
+
+def loss_options(fn):
+    """The three message-loss modes as options (codegen/lossmodel.py), shared by sim, qemu and eval."""
+    fn = click.option("--loss-sender", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.0, show_default=True,
+                      help="Probability that nobody gets a sender's message in a round.")(fn)
+    fn = click.option("--loss-receiver", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.0,
+                      show_default=True, help="Probability that a receiver gets nothing in a round.")(fn)
+    fn = click.option("--loss-link", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.0, show_default=True,
+                      help="Probability that one sender->receiver message of a round is lost.")(fn)
+    return click.option("--loss", "loss_q", type=click.FloatRange(0.0, 1.0, max_open=True), default=None,
+                        help="Message loss probability for each of the three modes (link, receiver, sender).")(fn)
+
+
+def loss_rates(loss_q: float | None, link: float, receiver: float, sender: float):
+    from ..lossmodel import LossRates
+
+    return LossRates.uniform(loss_q) if loss_q is not None else LossRates(link, receiver, sender)
+
+
+def sweep_values(text: str) -> list[float]:
+    """--sweep "0,0.05,0.1" -> sorted unique loss probabilities in [0, 1)."""
+    try:
+        values = sorted({float(v) for v in text.split(",") if v.strip()})
+    except ValueError:
+        raise UserError(f"--sweep {text!r}: expected comma-separated probabilities such as 0,0.05,0.1") from None
+    if not values or not all(0.0 <= v < 1.0 for v in values):
+        raise UserError(f"--sweep {text!r}: every probability must be in [0, 1), e.g. 0,0.05,0.1")
+    return values

@@ -1,0 +1,256 @@
+"""Testbed host tools: the testbed file, flash the boards (or the virtual testbed), pull their serial
+logs, report on them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..errors import CheckFailed, UserError
+from .app import main
+from .options import build_dir_argument, say
+
+
+@main.group(name="testbed")
+def testbed_group() -> None:
+    """The testbed file (testbed.toml): which node is which board, probe and serial port.
+
+    \b
+      cisl testbed scan -o testbed.toml       draft one from the attached probes and ports
+      cisl testbed sim --nodes 4 -o tb.toml   a virtual testbed (runner sim, pseudo-terminals)
+      cisl testbed check testbed.toml         check a file, list its nodes
+      cisl testbed stop --testbed tb.toml     end the virtual testbed's background supervisor
+    """
+
+
+@testbed_group.command(name="scan")
+@click.option("-o", "--out", type=click.Path(path_type=Path), default=None,
+              help="Write the draft here (default: print it).")
+@click.option("-b", "--board", default="nrf52840dk", show_default=True, help="Board name for every node found.")
+@click.option("-r", "--runner", type=click.Choice(["pyocd", "nrfutil", "nrfjprog"]), default=None,
+              help="Flash runner for every node (default: nrfutil, else nrfjprog for J-Link probes; pyocd otherwise).")
+@click.option("--baud", type=click.IntRange(min=1), default=115200, show_default=True, help="UART baud rate.")
+@click.option("--force", is_flag=True, help="Overwrite OUT if it exists.")
+def testbed_scan(out: Path | None, board: str, runner: str | None, baud: int, force: bool) -> None:
+    """Draft a testbed file from the attached debug probes and serial ports.
+
+    Probes come from pyocd (and `nrfutil device list --json` / `nrfjprog --ids` when installed),
+    ports from pyserial; a probe and a port are paired only when they are the same USB device.
+    What could not be matched is written as comments, never guessed.
+    """
+    from ..fsutil import write_new_file
+    from ..testbed.scan import scan
+
+    s = scan(board, runner, baud)
+    if out is None:
+        click.echo(s.text, nl=False)
+    else:
+        write_new_file(out, s.text, force)
+    click.echo(f"{s.matched} probe(s) paired with a port, {s.unmatched_probes} probe(s) without a port, "
+               f"{s.unmatched_ports} port(s) without a probe" + (f" -> {out}" if out else ""), err=True)
+
+
+@testbed_group.command(name="sim")
+@click.option("--nodes", type=click.IntRange(1, 255), required=True, help="Number of virtual nodes.")
+@click.option("-o", "--out", type=click.Path(path_type=Path), default=Path("testbed.toml"), show_default=True,
+              help="The testbed file to write.")
+@click.option("--topology", default=None, metavar="TOPOLOGY",
+              help="Radio topology of the medium (default: as `cisl sim`, the hallway for the node count flashed).")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the topology and channel.")
+@click.option("--state", default=".cisl-testbed", show_default=True,
+              help="State folder (relative to the file): ports, images, the supervisor's files.")
+@click.option("-b", "--board", type=click.Choice(["sim", "qemu-m4"]), default="sim", show_default=True,
+              help="sim: native node processes over the simulated radio; qemu-m4: every node on QEMU "
+                   "mps2-an386 against the reference's transcript of what it receives.")
+@click.option("--force", is_flag=True, help="Overwrite OUT if it exists.")
+def testbed_sim(nodes: int, out: Path, topology: str | None, seed: int, state: str, board: str, force: bool) -> None:
+    """Write a testbed file for the virtual testbed: runner sim, one pseudo-terminal port per node.
+
+    `cisl flash BUILD --testbed OUT` then starts a background supervisor that gives every node
+    process a pseudo-terminal as its UART; `cisl logs` reads them like boards. With --board qemu-m4
+    the build must be compiled with --board qemu-m4; each node then runs on its own QEMU.
+    """
+    from ..testbed.simbed import write_sim_testbed
+
+    write_sim_testbed(out, nodes, topology, seed, state, board, force)
+    click.echo(f"virtual testbed of {nodes} nodes -> {out} (ports under {out.parent / state})")
+
+
+@testbed_group.command(name="check")
+@click.argument("testbed_file", type=click.Path(path_type=Path), default=Path("testbed.toml"), required=False)
+def testbed_check(testbed_file: Path) -> None:
+    """Check TESTBED_FILE and list its nodes (and whether its virtual testbed is running)."""
+    from ..testbed.config import load_testbed
+
+    tb = load_testbed(testbed_file)
+    click.echo(f"{'node':>4}  {'board':<12} {'runner':<9} {'probe':<14} {'baud':>7}  port")
+    for n in tb.nodes:
+        click.echo(f"{n.id:>4}  {n.board:<12} {n.runner:<9} {n.probe or '-':<14} {n.baud:>7}  {n.port}")
+    for note in tb.notes:
+        click.echo(f"note: {note}", err=True)
+    if any(n.runner == "sim" for n in tb.nodes):
+        from ..testbed.simbed import running
+
+        info = running(tb)
+        click.echo(f"virtual testbed: {'running (supervisor pid ' + str(info['pid']) + ')' if info else 'not running'}")
+
+
+@testbed_group.command(name="stop")
+@click.option("--testbed", "testbed_file", type=click.Path(path_type=Path), default=Path("testbed.toml"),
+              show_default=True, help="The virtual testbed's file.")
+def testbed_stop(testbed_file: Path) -> None:
+    """End the virtual testbed's supervisor (its nodes, medium and pseudo-terminals with it)."""
+    from ..testbed.config import load_testbed
+    from ..testbed.simbed import stop
+
+    pid = stop(load_testbed(testbed_file))
+    click.echo(f"virtual testbed stopped (supervisor pid {pid})" if pid else "the virtual testbed was not running")
+
+
+@main.command(name="flash")
+@build_dir_argument
+@click.option("--testbed", "testbed_file", type=click.Path(path_type=Path), default=Path("testbed.toml"),
+              show_default=True, help="Testbed file: which board (probe serial number) runs which node.")
+@click.option("-r", "--runner", type=click.Choice(["pyocd", "nrfutil", "nrfjprog"]), default=None,
+              help="Flash every board with this runner instead of the testbed file's (not for the virtual testbed).")
+@click.option("--verify/--no-verify", default=True, show_default=True, help="Read every image back after programming.")
+@click.option("--reset/--no-reset", default=True, show_default=True,
+              help="Reset the nodes after flashing (virtual testbed: --no-reset keeps them halted until `cisl logs`).")
+@click.option("--recover", is_flag=True,
+              help="Unlock protected (APPROTECT) devices first: erases the whole chip, then programs it.")
+@click.option("--allow-single-probe", is_flag=True,
+              help="A node without a probe serial number may use the only attached probe.")
+@click.option("--timeout", type=click.FloatRange(min=1), default=180.0, show_default=True,
+              help="Seconds each tool call may take (per node and step).")
+@click.option("-q", "--quiet", is_flag=True, help="No per-node progress.")
+def flash_cmd(build_dir: Path, testbed_file: Path, runner: str | None, verify: bool, reset: bool, recover: bool,
+              allow_single_probe: bool, timeout: float, quiet: bool) -> None:
+    """Flash every node of BUILD_DIR onto its board of the testbed, in parallel; verify and reset.
+
+    Boards are chosen by their probe's serial number, never guessed. Runners: pyocd, nrfutil,
+    nrfjprog, and sim (the virtual testbed: starts its background supervisor). A node that fails is
+    reported as a flash error with the next step, the others still finish; exit code 1 if any failed.
+    """
+    from ..testbed.config import load_testbed, with_runner
+    from ..testbed.flash import flash_testbed
+
+    tb = with_runner(load_testbed(testbed_file), runner)
+    for note in tb.notes:
+        click.echo(f"note: {note}", err=True)
+    rep = flash_testbed(build_dir, tb, verify=verify, reset=reset, recover=recover,
+                        allow_single_probe=allow_single_probe, timeout=timeout, say=say(quiet))
+    for r in rep.results:
+        status = "ok" if r.ok else f"{r.stage.upper()} ERROR: {r.error}"
+        click.echo(f"node {r.node:02d}  {r.runner:<8} {r.probe or '-':<14} {r.seconds:6.1f} s  {status}")
+    failed = [r for r in rep.results if not r.ok]
+    if failed:
+        raise CheckFailed(f"{len(failed)} of {len(rep.results)} nodes failed to flash (first: node {failed[0].node}: "
+                          f"{failed[0].error})")
+    click.echo(f"flashed {len(rep.results)} nodes from {build_dir}" + (" and reset them" if reset else ""))
+
+
+@main.command(name="logs")
+@click.option("--testbed", "testbed_file", type=click.Path(path_type=Path), default=Path("testbed.toml"),
+              show_default=True, help="Testbed file: the nodes' serial ports and how to reset them.")
+@click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), default=Path("logs"), show_default=True,
+              help="Folder for node_NN.log/.jsonl, merged.jsonl and summary.json.")
+@click.option("-n", "--inferences", type=click.IntRange(min=1), default=None,
+              help="Stop once every node printed this many `infer` lines (default: until every node prints `end`).")
+@click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Stop after this many seconds (or once every node printed `end`).")
+@click.option("--timeout", type=click.FloatRange(min=1), default=300.0, show_default=True,
+              help="Give up on nodes whose final line has not come after this many seconds.")
+@click.option("--no-reset", is_flag=True, help="Only listen; do not reset the nodes after opening the ports.")
+@click.option("--node", "node_ids", type=int, multiple=True, metavar="ID",
+              help="Record only this node (repeatable; default: the nodes `cisl flash` programmed).")
+@click.option("--open-timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
+              help="Seconds to wait for every port to open.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress output.")
+def logs_cmd(testbed_file: Path, out_dir: Path, inferences: int | None, duration: float | None, timeout: float,
+             no_reset: bool, node_ids: tuple[int, ...], open_timeout: float, quiet: bool) -> None:
+    """Record a run: open every node's serial port, reset the nodes, parse their log lines.
+
+    The ports are opened before the reset, so boot lines are not lost. Writes OUT/node_NN.log (raw),
+    OUT/node_NN.jsonl (records with host timestamps and the run's id), OUT/merged.jsonl (host-time
+    order) and OUT/summary.json. A node whose final line (`end`, or the N-th `infer`) never came has
+    failed: exit code 1, and the logs of the failed run go to OUT.failed/ when OUT holds a previous
+    run's logs (they stay). OUT is replaced only if cisl wrote it and it holds nothing else.
+    """
+    from ..testbed.config import load_testbed
+    from ..testbed.logs import run_logs
+
+    if inferences is not None and duration is not None:
+        raise UserError("--inferences and --duration: choose one way to stop")
+    tb = load_testbed(testbed_file)
+    r = run_logs(tb, out_dir, inferences=inferences, duration=duration, timeout=timeout, reset=not no_reset,
+                 node_ids=list(node_ids) or None, open_timeout=open_timeout, say=say(quiet))
+    c = r.capture
+    click.echo(f"{'node':>4} {'bytes':>8} {'lines':>6} {'records':>7} {'infer':>5} {'mean us':>9}  status")
+    for k, n in sorted(c.nodes.items()):
+        us = [int(x.fields["us"]) for x in n.records if x.event == "infer"]
+        mean = f"{sum(us) / len(us):.0f}" if us else "-"
+        status = "ok" + (" (end)" if n.ended else "") if n.failed is None else f"FAILED: {n.failed}"
+        click.echo(f"{k:>4} {n.bytes:>8} {n.lines:>6} {len(n.records):>7} {n.infers:>5} {mean:>9}  {status}"
+                   + (f" [port reopened {n.reopens}x]" if n.reopens else ""))
+    click.echo(f"stopped: {c.stop_reason}; {sum(len(n.records) for n in c.nodes.values())} records in "
+               f"{c.ended - c.started:.1f} s -> {r.out_dir}/merged.jsonl")
+    if r.kept is not None:
+        click.echo(f"the run failed: the previous logs in {r.kept} are kept; this run's logs are in {r.out_dir}")
+    failed = [(k, n) for k, n in sorted(c.nodes.items()) if n.failed]
+    if failed:
+        raise CheckFailed(f"{len(failed)} of {len(c.nodes)} nodes did not finish (first: node {failed[0][0]}: "
+                          f"{failed[0][1].failed})")
+
+
+@main.command(name="report")
+@click.argument("logs_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), default=Path("report"), show_default=True,
+              help="Folder for the CSV tables and PNG figures.")
+@click.option("--build", "builds", type=click.Path(path_type=Path), multiple=True,
+              help="A build folder (compile.json) for the per-node memory table (repeatable, one per run).")
+@click.option("--no-plots", is_flag=True, help="Only the CSV tables.")
+@click.option("--estimate", "estimates", type=click.Path(path_type=Path), multiple=True,
+              help="The cycle model's prediction for a run (`cisl estimate BUILD -o EST.json`; repeatable, matched "
+                   "to runs by node count): predicted next to measured per block.")
+@click.option("--calibrate", is_flag=True,
+              help="Fit the flash wait states from the boards' measured block cycles (needs --estimate).")
+def report_cmd(logs_dirs: tuple[Path, ...], out_dir: Path, builds: tuple[Path, ...], no_plots: bool,
+               estimates: tuple[Path, ...], calibrate: bool) -> None:
+    """Latency, speedup, memory, delivery and forecast tables (CSV) and figures (PNG) from LOGS_DIRS.
+
+    Each LOGS_DIR is a folder of `cisl logs` (or `cisl sim --logs`). Give several to compare node
+    counts (e.g. logs-1/ logs-4/ logs-16/); with a 1-node run, speedup over central execution.
+    """
+    from ..testbed.report import make_report
+
+    r = make_report(list(logs_dirs), out_dir, list(builds), plots=not no_plots, estimates=list(estimates),
+                    calibrate=calibrate)
+    for b in r.block_latency:
+        pred = (f", predicted {b['predicted_latency_us'] / 1000:.3f} ms ({b['latency_error_pct']:+.2f} %)"
+                if b["predicted_latency_us"] != "" else "")
+        click.echo(f"{b['run']}: {b['block']:<6} latency {b['latency_us'] / 1000:.3f} ms = slowest compute "
+                   f"{b['slowest_compute_us'] / 1000:.3f} + communication {b['comm_us'] / 1000:.3f} "
+                   f"[{b['clock']} time]{pred}")
+    by_run: dict[str, list[dict]] = {}
+    for e in r.energy:
+        by_run.setdefault(e["run"], []).append(e)
+    for run, rows in by_run.items():
+        total = sum(e["total_uj"] for e in rows)
+        radio = sum(e["radio_uj"] for e in rows)
+        src = ("radio from --estimate" if all(e["radio_source"] == "estimate" for e in rows)
+               else "CPU only: add --estimate for the radio")
+        pred = [e["predicted_total_uj"] for e in rows if e["predicted_total_uj"] != ""]
+        click.echo(f"{run}: energy per inference of the network {total:,.1f} uJ ({src}; radio {radio:,.1f} uJ)"
+                   + (f", predicted {sum(pred):,.1f} uJ" if len(pred) == len(rows) else ""))
+    for c in r.calibration:
+        click.echo(f"{c['run']}: fitted flash wait states {c['flash_wait']} (board.toml range {c['model_range']}), "
+                   f"{c['points']} node blocks, model error mean {c['mean_error_pct']} % / max "
+                   f"{c['max_error_pct']} %; put it in board.toml [timing] flash_wait")
+    for s in r.speedup:
+        click.echo(f"{s['run']}: {s['nodes']} nodes, {s['infer_us'] / 1000:.1f} ms per inference at the sink "
+                   f"(compute {s['compute_us'] / 1000:.1f} ms, communication {s['comm_us'] / 1000:.1f} ms)"
+                   + (f", speedup {s['speedup']}x" if s["speedup"] != "" else ""))
+    for note in r.notes:
+        click.echo(f"note: {note}", err=True)
+    click.echo(f"{len(r.files)} files -> {out_dir}: " + ", ".join(f.name for f in r.files))

@@ -1,0 +1,66 @@
+"""`cisl train` from its options: inputs checked and overrides built without torch, then run_train."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Callable
+
+from ..errors import UserError
+
+
+def check_train_inputs(config: Path | None, data: Path | None) -> None:
+    """One-line errors for a missing config or data path (before torch is imported)."""
+    if config is not None and not config.is_file():
+        raise UserError(f"{config}: config file not found; give a TOML file or omit it for the defaults")
+    if data is not None and not data.exists():
+        raise UserError(f"{data}: not found; give an ETT-format .csv, a Monash .tsf file or a folder of ICD "
+                        "recordings")
+
+
+def dropout_overrides(dropout_file: Path) -> dict:
+    """The [dropout] section of ``dropout_file`` (e.g. from `cisl radio loss -o`) as config overrides."""
+    try:
+        with open(dropout_file, "rb") as f:
+            section = tomllib.load(f).get("dropout")
+    except FileNotFoundError:
+        raise UserError(f"{dropout_file}: not found; write it with `cisl radio loss -o FILE`") from None
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"{dropout_file}: not valid TOML ({e})") from None
+    if not isinstance(section, dict):
+        raise UserError(f"{dropout_file}: no [dropout] section; write it with `cisl radio loss -o FILE`")
+    return {f"dropout.{key}": value for key, value in section.items()}
+
+
+def train_overrides(epochs: int | None = None, devices: int | None = None, keep_ratio: float | None = None,
+                    seed: int | None = None, dropout_file: Path | None = None) -> dict:
+    """The command line's overrides of the config, by dotted key."""
+    overrides: dict = {}
+    if epochs is not None:
+        overrides["train.epochs"] = epochs
+    if devices is not None:
+        overrides["split.devices"] = devices
+    if keep_ratio is not None:
+        overrides["split.keep_ratio"] = keep_ratio
+    if seed is not None:
+        overrides["train.seed"] = seed
+    if dropout_file is not None:
+        overrides.update(dropout_overrides(dropout_file))
+    return overrides
+
+
+def train_from_options(config: Path | None, data: Path | None, out_dir: Path, *, resume: bool = False,
+                       work_dir: Path | None = None, epochs: int | None = None, devices: int | None = None,
+                       keep_ratio: float | None = None, seed: int | None = None, dropout_file: Path | None = None,
+                       progress: bool = True, note: Callable[[str], None] = lambda s: None) -> dict:
+    """`cisl train`: check the inputs, tell ``note`` when a fresh run overwrites an earlier run's
+    checkpoint, apply the overrides and train (torch is imported only here). Returns run_train's summary."""
+    check_train_inputs(config, data)
+    from .api import CHECKPOINT_NAME, default_work_dir, run_train  # torch is imported only here
+
+    checkpoint = (work_dir or default_work_dir(out_dir)) / CHECKPOINT_NAME
+    if not resume and checkpoint.is_file():
+        note(f"note: starting from scratch; the checkpoint of an earlier run in {checkpoint.parent} will be "
+             "overwritten (pass --resume to continue that run instead)")
+    overrides = train_overrides(epochs, devices, keep_ratio, seed, dropout_file)
+    return run_train(config, data, out_dir, overrides or None, progress=progress, resume=resume, work_dir=work_dir)

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from codegen.boards import load_board  # noqa: E402
 from codegen.timing.engine import Emulator, Image  # noqa: E402
-from codegen.timing.memory import MemoryModel  # noqa: E402
+from codegen.timing.memsystem import MemoryModel  # noqa: E402
 from unicorn import UC_HOOK_BLOCK  # noqa: E402
 
 LINKER = """MEMORY { FLASH (rx) : ORIGIN = 0x00000000, LENGTH = 1024K

@@ -1,6 +1,6 @@
 """Benchmark (issue 4): Mixer rounds on simulated topologies — slots to completion, delivery, round time.
 
-Runs the firmware's Mixer C (through codegen/radio/mixer_sim.py) on the slot-level channel for every
+Runs the firmware's Mixer C (through codegen/radio/mixer_network.py) on the slot-level channel for every
 topology and generation size G, with the "done" round policy (a node ends once it knows every node
 has full rank, after a short linger) and reports, per cell:
 
@@ -24,8 +24,8 @@ import numpy as np
 
 from codegen.radio.channel import Channel
 from codegen.radio.physics import ChannelParams
-from codegen.radio.mixer_sim import MixerNetwork
-from codegen.radio.timing import slot_us_for_length
+from codegen.radio.mixer_network import MixerNetwork
+from codegen.radio.airtime import slot_us_for_length
 from codegen.radio.topology import topology
 
 ROOT = Path(__file__).resolve().parents[1]

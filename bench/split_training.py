@@ -231,7 +231,7 @@ def deploy_unit() -> None:
     from codegen.evaluate import forecast_mse
     from codegen.onnx_model import load_model
     from codegen.plan.io import load_plan
-    from codegen.sim.runner import run_sim
+    from codegen.vtestbed.run import run_sim
     from codegen.train.api import build_data, run_train
 
     name = "deploy-D8"

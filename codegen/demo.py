@@ -11,7 +11,7 @@ from .build import build
 from .compile import CompileOptions, compile_model
 from .fsutil import atomic_output_dir
 from .radio.topology import default_topology
-from .sim.runner import run_sim
+from .vtestbed.run import run_sim
 
 MARKER = "report.json"
 

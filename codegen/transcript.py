@@ -5,7 +5,7 @@ A node cannot run alone: it waits for its peers' messages at every exchange. A q
 every inference the input window and, for every exchange, exactly the messages the node received
 (all of them, or those that survive a given loss pattern). It writes every message it sends to a
 second file, the *sent file*, which the host compares with the reference's. `cisl qemu` (codegen/qemu.py) and the
-virtual testbed's qemu-m4 nodes (codegen/testbed/simbed.py) both run nodes against transcripts.
+virtual testbed's qemu-m4 nodes (codegen/vtestbed/bed.py) both run nodes against transcripts.
 
 Transcript (little-endian u32 words): ``CISLQT01``, node, version; per inference ``1INP``
 inference, len, window bytes; per exchange ``1XCH`` inference, sg, count, then per message

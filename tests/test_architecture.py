@@ -172,9 +172,9 @@ def test_the_graph_sees_lazy_relative_and_package_imports():
     graph = import_graph(ROOT, "codegen")
     assert len(graph) > 50
     assert "codegen.compile" in graph["codegen.cli.model"]  # `from ..compile import ...` inside a function
-    assert "codegen.testbed.simbed" in graph["codegen.testbed.runners"]    # `from . import simbed`
+    assert "codegen.vtestbed.bed" in graph["codegen.testbed.runners"]    # `from ..vtestbed import bed`
     assert "codegen.radio.channel" in graph["codegen.radio"]               # a package __init__ re-export
-    assert "codegen.radio" in graph["codegen.sim.medium"]                  # ..radio.channel runs radio/__init__
+    assert "codegen.radio" in graph["codegen.vtestbed.medium"]                  # ..radio.channel runs radio/__init__
 
 
 def _write(root: Path, files: dict[str, str]) -> None:

@@ -437,7 +437,7 @@ def test_a_medium_killed_mid_run_is_named_as_the_cause(simbuild, tmp_path, delay
     medium = ""
     end = time.monotonic() + 20
     while not medium and time.monotonic() < end:
-        medium = subprocess.run(["pgrep", "-P", str(sim.pid), "-f", "codegen.sim.medium"], capture_output=True,
+        medium = subprocess.run(["pgrep", "-P", str(sim.pid), "-f", "codegen.vtestbed.medium"], capture_output=True,
                                 text=True).stdout.split()
         medium = medium[0] if medium else ""
         time.sleep(0.05)

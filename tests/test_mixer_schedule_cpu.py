@@ -8,7 +8,7 @@ import pytest
 
 from codegen.compile import _per_packet_us
 from codegen.plan.mixer_schedule import RAMP_US, RoundPolicy, packet_length, schedule_exchange
-from codegen.radio.timing import air_time_us, slot_us_for_length
+from codegen.radio.airtime import air_time_us, slot_us_for_length
 
 pytestmark = pytest.mark.unit
 

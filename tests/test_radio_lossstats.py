@@ -8,7 +8,7 @@ import pytest
 from codegen.lossmodel import LossRates, sample_lost
 from codegen.radio.channel import Channel
 from codegen.radio.lossstats import measure, split_modes
-from codegen.radio.mixer_sim import MixerNetwork
+from codegen.radio.mixer_network import MixerNetwork
 from codegen.radio.topology import topology
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from codegen.radio.timing import (air_time_us, packet_length, round_slots, round_us, slot_us,
+from codegen.radio.airtime import (air_time_us, packet_length, round_slots, round_us, slot_us,
                                   slot_us_approx)
 
 pytestmark = pytest.mark.unit

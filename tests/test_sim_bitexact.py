@@ -18,7 +18,7 @@ from codegen.build import build
 from codegen.compile import CompileOptions, compile_model
 from codegen.partition import kept_count
 from codegen.plan.io import load_plan
-from codegen.sim.runner import run_sim
+from codegen.vtestbed.run import run_sim
 from models import config_for_tokens, make_model_dir
 
 pytestmark = pytest.mark.sim

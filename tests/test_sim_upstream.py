@@ -10,7 +10,7 @@ import pytest
 
 from codegen.build import build
 from codegen.compile import CompileOptions, compile_model
-from codegen.sim.runner import run_sim
+from codegen.vtestbed.run import run_sim
 from models import config_for_tokens, make_model_dir
 
 pytestmark = [pytest.mark.upstream, pytest.mark.sim,

@@ -20,7 +20,7 @@ from codegen.compile import CompileOptions, compile_model
 from codegen.executor import PlanExecutor
 from codegen.plan.io import load_plan
 from codegen.serial_contract import Record, outputs_by_inference
-from codegen.sim import protocol as P
+from codegen.vtestbed import frames as P
 
 pytestmark = pytest.mark.sim
 

@@ -13,7 +13,7 @@ from clib import have_compiler
 from codegen.compile import CompileOptions, compile_model
 from codegen.errors import UserError
 from codegen.plan.io import load_plan
-from codegen.radio.timing import air_time_us
+from codegen.radio.airtime import air_time_us
 from codegen.timing.comm import RAMP_US, comm_schedule, exchange_times, mixer_seed, total_air_us
 from codegen.timing.energy import load_power, node_energy, radio_use
 from models import config_for_tokens, make_model_dir
@@ -142,7 +142,7 @@ def test_a_dead_radio_loses_its_messages(plan4):
 def test_identical_to_the_virtual_testbed_radio_medium(tmp_path):
     """The sim medium and comm.py play the same channel with the same Mixer seeds: same slots."""
     from codegen.build import build
-    from codegen.sim.runner import run_sim
+    from codegen.vtestbed.run import run_sim
 
     root = _plan(tmp_path, 4, board="sim")
     build(root / "b")

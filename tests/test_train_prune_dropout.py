@@ -112,7 +112,7 @@ def test_somegather_run_exports_pruned_masks_and_compiles(runs, tmp_path: Path) 
 @pytest.mark.sim
 def test_pruned_dropout_model_runs_bit_exact_on_the_testbed_and_sends_what_it_keeps(runs, tmp_path: Path) -> None:
     from codegen.build import build
-    from codegen.sim.runner import run_sim
+    from codegen.vtestbed.run import run_sim
 
     out, _ = runs["somegather"]
     compile_model(out / "model.onnx", tmp_path / "build", CompileOptions())

@@ -10,7 +10,7 @@
  *     node logs are those of the simulated radio.
  *
  * Frames (little-endian): u8 type, u8 src, u8 dest, u8 flags, u16 sg, u16 reserved, u32 inference,
- * u32 len, then len payload bytes. The protocol is described in codegen/sim/protocol.py. */
+ * u32 len, then len payload bytes. The protocol is described in codegen/vtestbed/frames.py. */
 #include "hal_sim.h"
 
 #include <errno.h>
@@ -49,7 +49,7 @@ enum {
 enum { MODE_MESSAGE = 0, MODE_RADIO = 1 };
 
 #define HEADER_BYTES 16u
-#define PROTOCOL_VERSION 2u /* codegen/sim/protocol.py PROTOCOL_VERSION */
+#define PROTOCOL_VERSION 2u /* codegen/vtestbed/frames.py PROTOCOL_VERSION */
 #define MAX_PAYLOAD (1u << 20)
 
 typedef struct {

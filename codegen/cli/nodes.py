@@ -162,7 +162,7 @@ def sim(build_dir: Path, inputs: Path | None, count: int | None, logs: Path | No
     difference is named (inference, node, layer, tensor). With --loss*, the medium drops messages
     and the reference is run with exactly the same lost messages. Exit code 1 if not bit-exact.
     """
-    from ..sim.runner import simulate
+    from ..vtestbed.run import simulate
 
     r = simulate(build_dir, inputs, count, logs, timeout, loss_rates(loss_q, loss_link, loss_receiver, loss_sender),
                  loss_seed, medium, radio_topology, radio_seed, list(radio_dead))

@@ -71,7 +71,7 @@ def testbed_sim(nodes: int, out: Path, topology: str | None, seed: int, state: s
     process a pseudo-terminal as its UART; `cisl logs` reads them like boards. With --board qemu-m4
     the build must be compiled with --board qemu-m4; each node then runs on its own QEMU.
     """
-    from ..testbed.simbed import write_sim_testbed
+    from ..vtestbed.bed import write_sim_testbed
 
     write_sim_testbed(out, nodes, topology, seed, state, board, force)
     click.echo(f"virtual testbed of {nodes} nodes -> {out} (ports under {out.parent / state})")
@@ -90,7 +90,7 @@ def testbed_check(testbed_file: Path) -> None:
     for note in tb.notes:
         click.echo(f"note: {note}", err=True)
     if any(n.runner == "sim" for n in tb.nodes):
-        from ..testbed.simbed import running
+        from ..vtestbed.bed import running
 
         info = running(tb)
         click.echo(f"virtual testbed: {'running (supervisor pid ' + str(info['pid']) + ')' if info else 'not running'}")
@@ -102,7 +102,7 @@ def testbed_check(testbed_file: Path) -> None:
 def testbed_stop(testbed_file: Path) -> None:
     """End the virtual testbed's supervisor (its nodes, medium and pseudo-terminals with it)."""
     from ..testbed.config import load_testbed
-    from ..testbed.simbed import stop
+    from ..vtestbed.bed import stop
 
     pid = stop(load_testbed(testbed_file))
     click.echo(f"virtual testbed stopped (supervisor pid {pid})" if pid else "the virtual testbed was not running")

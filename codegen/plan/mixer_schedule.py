@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from ..radio.timing import MAX_PHY_PAYLOAD, air_time_us, slot_us_for_length
+from ..radio.airtime import MAX_PHY_PAYLOAD, air_time_us, slot_us_for_length
 
 MAX_GENERATION = 256  # rows per Mixer round (firmware/mixer MX_MAX_G)
 MAX_PAYLOAD = 240  # bytes per row; PHY payload L = 4 + 2·⌈G/8⌉ + P ≤ 255

@@ -1,6 +1,6 @@
 """Message loss of somegather over Mixer on a topology, split into the three training loss modes.
 
-Runs many exchanges through the in-process Mixer network (codegen/radio/mixer_sim.py) with the
+Runs many exchanges through the in-process Mixer network (codegen/radio/mixer_network.py) with the
 plan's fragmentation (codegen/plan/mixer_schedule.py) and records, per exchange, which receiver got
 which sender's complete message. The losses are then attributed to the three modes of message
 dropout (codegen/lossmodel.py):
@@ -23,7 +23,7 @@ import numpy as np
 from ..lossmodel import LossRates
 from ..plan.mixer_schedule import RoundPolicy, schedule_exchange
 from .channel import Channel
-from .mixer_sim import TERM_DEADLINE, TERM_DONE, MixerNetwork
+from .mixer_network import TERM_DEADLINE, TERM_DONE, MixerNetwork
 from .physics import ChannelParams, GilbertElliott
 from .topology import topology
 

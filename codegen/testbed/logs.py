@@ -65,9 +65,9 @@ def _run_logs(testbed: Testbed, out_dir: Path, *, inferences: int | None = None,
         if n.runner not in runners:
             runners[n.runner] = RUNNERS[n.runner](testbed, lambda node, msg: say(f"{node.label}: {msg}"), timeout=60.0)
     if "sim" in runners:
-        from . import simbed
+        from ..vtestbed import bed
 
-        simbed.request(testbed, {"cmd": "ping"})  # a clear error when the virtual testbed is not running
+        bed.request(testbed, {"cmd": "ping"})  # a clear error when the virtual testbed is not running
     serials: dict[int, str | None] = {}
     pre_errors = {}
     if reset:

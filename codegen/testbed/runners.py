@@ -359,15 +359,15 @@ class SimRunner(Runner):
         return RunnerCaps(probe=False, batch_reset=True, boards=frozenset({"sim", "qemu-m4"}), image="elf")
 
     def prepare(self, nodes, build) -> None:
-        from . import simbed
+        from ..vtestbed import bed
 
-        simbed.prepare(self.testbed, nodes, build)
+        bed.prepare(self.testbed, nodes, build)
 
     def flash(self, node, image, serial, verify, recover):
-        from . import simbed
+        from ..vtestbed import bed
 
         self.say(node, "copy image")
-        dest = simbed.image_path(self.testbed, node.id)
+        dest = bed.image_path(self.testbed, node.id)
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = dest.with_suffix(".tmp")
         shutil.copyfile(image, tmp)
@@ -383,10 +383,10 @@ class SimRunner(Runner):
                 raise FlashError(f"verify failed: {dest} differs from {image}", "verify")
 
     def reset(self, nodes, serials):
-        from . import simbed
+        from ..vtestbed import bed
 
         try:
-            simbed.request(self.testbed, {"cmd": "reset"})
+            bed.request(self.testbed, {"cmd": "reset"})
         except UserError as e:
             err = FlashError(f"reset failed: {e}")
             return {n.id: err for n in nodes}
@@ -396,10 +396,10 @@ class SimRunner(Runner):
         raise FlashError("sim nodes reset together; reset the testbed", "failed")
 
     def run_status(self) -> dict | None:
-        from . import simbed
+        from ..vtestbed import bed
 
         try:
-            st = simbed.request(self.testbed, {"cmd": "status"}, timeout=5.0)
+            st = bed.request(self.testbed, {"cmd": "status"}, timeout=5.0)
         except UserError:  # it answered the reset, so it was running: it died during the run
             return {"finished": True, "problems": ["the virtual testbed's supervisor died during the run (its nodes "
                                                    "and medium are gone); start it again with `cisl flash`"]}

@@ -2,7 +2,7 @@
 
 For a loaded plan (``codegen.plan.io.load_plan``) this runs every Mixer round of every exchange
 (somegather point or head reduction, in the order the nodes execute them) through the project's
-slot-level Mixer simulation (``codegen.radio.mixer_sim``: the firmware's C protocol over
+slot-level Mixer simulation (``codegen.radio.mixer_network``: the firmware's C protocol over
 ``codegen.radio.channel.Channel``) with the plan's generation size, payload, owners, linger and
 hard deadline, and reports per round:
 
@@ -16,7 +16,7 @@ that every node has, after lingering; cisl's default) or ``fixed`` (MX_TERM_DEAD
 the published Mixer's hard deadline, R = 3G + 200 slots, so ``air_us = (3G + 200) · slot_us``).
 By default the plan's own policy is used, i.e. what its firmware runs.
 
-**Same numbers as the virtual testbed.** ``cisl sim`` (radio medium, codegen/sim/medium.py) builds
+**Same numbers as the virtual testbed.** ``cisl sim`` (radio medium, codegen/vtestbed/medium.py) builds
 ``topology(name, n, seed)`` and one ``Channel(topology, seed=seed)`` for the whole run, and the
 nodes play inference after inference, exchange after exchange, Mixer round after round, each node
 seeding round (inference i, exchange sg, part p) with ``0x9E3779B9·(i + 1) ^ (sg << 8) ^ p``
@@ -34,7 +34,7 @@ comm.py predicts its slot counts for a radio environment modelled by the topolog
 
 **Radio-on time per slot** (boards/nrf52840dk/radio.c, the firmware's nRF52840 HAL; RAMP 40 µs fast
 ramp-up, RX half window h = 3·slot/1000 + 2·4 + 5 µs, ADDRESS event 29 µs (2M) / 50 µs (1M) after
-the slot start, packet air time t_air of the round's packet, codegen.radio.timing.air_time_us):
+the slot start, packet air time t_air of the round's packet, codegen.radio.airtime.air_time_us):
 
 * TX slot: RAMP + t_air (TXEN 40 µs before the slot, END → DISABLE);
 * RX slot with a packet decoded: RAMP + h + t_air (RXEN at slot − h − 40 µs, listen until END);
@@ -64,8 +64,8 @@ from ..errors import UserError
 from ..plan.io import Plan
 from ..radio.channel import Channel
 from ..radio.physics import ChannelParams
-from ..radio.mixer_sim import NO_SLOT, TERM_DEADLINE, TERM_DONE, MixerNetwork
-from ..radio.timing import air_time_us
+from ..radio.mixer_network import NO_SLOT, TERM_DEADLINE, TERM_DONE, MixerNetwork
+from ..radio.airtime import air_time_us
 from ..radio.topology import TOPOLOGIES, default_topology, topology as make_topology
 
 POLICIES = ("done", "fixed")

@@ -22,7 +22,7 @@ from ..ops import REGISTRY, kind_of
 from ..plan.io import Plan, load_plan
 from ..transcript import reference
 from .engine import Counts
-from .memory import MemoryModel
+from .memsystem import MemoryModel
 from .node import RUNTIME, NodeCycles, run_node
 
 MODELLED_BOARDS = ("nrf52840dk", "qemu-m4", "sim")

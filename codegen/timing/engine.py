@@ -5,7 +5,7 @@ segments are loaded at their run addresses (.data already initialised, .bss zero
 its functions is called with a fresh stack. Execution is unicorn's (QEMU's ARM front end, M
 profile); the cycles are cisl's: every translation block the emulator runs is decoded once with
 capstone and costed from the Cortex-M4 TRM (:mod:`codegen.timing.m4cost`); taken branches add
-their refill; the memory model (:mod:`codegen.timing.memory`) adds flash wait states for data
+their refill; the memory model (:mod:`codegen.timing.memsystem`) adds flash wait states for data
 reads from flash and for instruction-cache misses.
 
 The board's interface functions (``cisl_board_*``, ``cisl_transport_round``) are not executed:
@@ -31,7 +31,7 @@ from unicorn import UC_ARCH_ARM, UC_HOOK_BLOCK, UC_HOOK_MEM_READ, UC_MODE_MCLASS
 from unicorn import arm_const as A
 
 from .m4cost import BR_ALWAYS, BR_COND, Block, Decoder
-from .memory import MemoryModel
+from .memsystem import MemoryModel
 
 # a small region for the return address of emulated calls (never inside an image)
 TRAMPOLINE = 0x3FFF_F000

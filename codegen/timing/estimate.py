@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..plan.io import load_plan
 from . import comm as C
-from .memory import MemoryModel
+from .memsystem import MemoryModel
 from .compute import NodeCompute, board_for_estimate, compute_build, images_digest
 from .energy import Energy, load_power, node_energy, radio_use
 

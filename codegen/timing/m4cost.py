@@ -3,7 +3,7 @@
 Source: ARM Cortex-M4 Technical Reference Manual (r0p1), Table 3-1 "Cortex-M4 instruction set
 summary", and its FPU chapter (FPv4-SP instruction timing), on a system with zero wait states.
 The part's memory system (flash wait states, instruction cache) is added on top by
-:mod:`codegen.timing.memory`, from the addresses the image really touches.
+:mod:`codegen.timing.memsystem`, from the addresses the image really touches.
 
 Every cost is a (low, central, high) triple, because the TRM gives ranges where the timing
 depends on data or on the pipeline:

@@ -22,7 +22,7 @@ the Fig. 6 builds late; firmware/mixer/mixer.c ``mx_start`` now prepares in the 
 This module measures both on the cycle model (:mod:`codegen.timing.engine`): the project's
 ``mixer.c`` (built with the board's flags, as ``cisl build`` builds it) and a small harness
 (firmware/mixer/bench/mx_bench.c) are linked into an nRF52840 image; one node of an n-node round
-runs in the emulator, the other n − 1 on the host (the same C, :mod:`codegen.radio.mixer_sim`'s
+runs in the emulator, the other n − 1 on the host (the same C, :mod:`codegen.radio.mixer_network`'s
 library), over a full mesh where each receiver captures one of the slot's transmitters. Every
 harness call is one region, so each slot's RX work and TX preparation are counted separately
 (low / central / high cycles, the memory model's flash wait states and instruction cache included).
@@ -47,12 +47,12 @@ from ..build import SPEED_SOURCES
 from ..errors import UserError
 from ..plan.mixer_layout import row_words
 from ..plan.mixer_schedule import INITIATOR, RoundPolicy, packet_length
-from ..radio import mixer_sim
-from ..radio.timing import air_time_us, slot_us_for_length
+from ..radio import mixer_network
+from ..radio.airtime import air_time_us, slot_us_for_length
 from ..resources import resource_dir
 from ..toolrun import log_command
 from .engine import Emulator, Image
-from .memory import MemoryModel
+from .memsystem import MemoryModel
 
 BOARD = "nrf52840dk"
 HARNESS = "mixer/bench/mx_bench.c"
@@ -167,7 +167,7 @@ class RoundTrace:
 
 
 def run_round(elf: Path, generation: int, payload: int, nodes: int, owners: list[int] | None = None,
-              node: int = 1, seed: int = 1, termination: int = mixer_sim.TERM_DONE, linger: int | None = None,
+              node: int = 1, seed: int = 1, termination: int = mixer_network.TERM_DONE, linger: int | None = None,
               deadline: int | None = None, loss: float = 0.0) -> RoundTrace:
     """One Mixer round of n nodes; node ``node`` runs on the emulated M4 with every slot measured.
 
@@ -185,7 +185,7 @@ def run_round(elf: Path, generation: int, payload: int, nodes: int, owners: list
     sym = em.image.symbols
     deadline = deadline or 3 * generation + 200
     linger = max(4, nodes) if linger is None else linger
-    cfg = mixer_sim._Config(nodes, INITIATOR, generation, payload, deadline, mixer_sim.FEAT_ALL, termination, linger,
+    cfg = mixer_network._Config(nodes, INITIATOR, generation, payload, deadline, mixer_network.FEAT_ALL, termination, linger,
                             seed & 0xFFFFFFFF)
     em.write(sym["bench_cfg"], bytes(cfg))
     em.write(sym["bench_owner"], bytes(WEAK if o < 0 else o for o in owners))
@@ -196,13 +196,13 @@ def run_round(elf: Path, generation: int, payload: int, nodes: int, owners: list
         r = r - (1 << 32) if r & 0x8000_0000 else r
         return r, em.counts[key].cycles(memory)
 
-    r, _ = call("bench_setup", [node, mixer_sim.ARM_INITIATOR if node == INITIATOR else mixer_sim.ARM_LISTENER],
+    r, _ = call("bench_setup", [node, mixer_network.ARM_INITIATOR if node == INITIATOR else mixer_network.ARM_LISTENER],
                 "setup")
     if r != 0:
         raise RuntimeError(f"bench_setup failed: mixer status {r}")
 
     # the other nodes on the host
-    lib = mixer_sim.library()
+    lib = mixer_network.library()
     plen = lib.mx_packet_len(ctypes.byref(cfg))
     if plen == 0 or plen != packet_length(nodes, generation, payload):
         raise ValueError(f"invalid Mixer configuration n={nodes} G={generation} P={payload}")
@@ -221,7 +221,7 @@ def run_round(elf: Path, generation: int, payload: int, nodes: int, owners: list
             data = bytes((row * 131 + k * 7 + (row ^ k) + 1) & 0xFF for k in range(payload))  # bench_byte
             lib.mx_write(ptrs[host.index(o)], row, data, payload)
     for k, j in enumerate(host):
-        lib.mx_arm(ptrs[k], mixer_sim.ARM_INITIATOR if j == INITIATOR else mixer_sim.ARM_LISTENER)
+        lib.mx_arm(ptrs[k], mixer_network.ARM_INITIATOR if j == INITIATOR else mixer_network.ARM_LISTENER)
     host_pk = np.zeros((len(host), plen), dtype=np.uint8)
     all_pk = np.zeros((nodes, plen), dtype=np.uint8)
     actions = np.zeros(len(host), dtype=np.int8)

@@ -32,7 +32,7 @@ from ..plan.io import Plan
 from ..transcript import node_exchanges
 from ..serial_contract import outputs_by_inference, parse_text
 from .engine import SCRATCH, SCRATCH_SIZE, Counts, Emulator, Image
-from .memory import MemoryModel
+from .memsystem import MemoryModel
 
 OP_MARK = re.compile(r"^\s*/\* \[(\d+)\] ")
 RUNTIME = "runtime"  # code outside the schedule's ops: the input loop, boot and infer reports

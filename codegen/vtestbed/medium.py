@@ -8,7 +8,7 @@ whatever the order in which nodes arrive. Every message sent is appended to a tr
 round's loss pattern to a loss file, so the runner can compare the nodes with the reference run
 under exactly the same losses. A slot-level radio can replace this medium at the same place.
 
-Run as ``python -m codegen.sim.medium --socket S --nodes D --inputs X.npy --transcript T``.
+Run as ``python -m codegen.vtestbed.medium --socket S --nodes D --inputs X.npy --transcript T``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from ..lossmodel import LossRates, sample_lost
-from . import protocol as P
+from . import frames as P
 
 
 class MediumError(Exception):

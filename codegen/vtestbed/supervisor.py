@@ -2,7 +2,7 @@
 
 It creates one pseudo-terminal per node and a symlink to it at the node's port path, so pyserial
 opens a virtual node exactly like a board's /dev/serial/by-id/ port. On "reset" it starts the medium
-(``python -m codegen.sim.medium``, radio mode) and every node program (``node_NN/firmware.elf
+(``python -m codegen.vtestbed.medium``, radio mode) and every node program (``node_NN/firmware.elf
 MEDIUM_SOCKET``), and relays each node's standard output (its UART) to its pseudo-terminal. Like a
 UART nobody listens to, output is dropped while no program has the port open (that is why
 ``cisl logs`` opens the ports before it resets the nodes); once a reader is there, nothing is lost.
@@ -10,13 +10,13 @@ UART nobody listens to, output is dropped while no program has the port open (th
 A node program is started from run.json's ``node_command`` (default ``["{image}", "{socket}"]``) in
 ``node_cwd`` (default: inherited), so other virtual boards use the same supervisor with their own
 command line: qemu-m4 nodes run on QEMU against their reference transcripts, with
-``"medium": false`` (codegen/testbed/simbed.py).
+``"medium": false`` (codegen/vtestbed/bed.py).
 
 Control: one JSON request per connection on a UNIX socket (``ping``, ``reset``, ``halt``,
 ``status``, ``stop``); state in the testbed's state folder (supervisor.json with pid and socket,
 supervisor.log, the medium's files under run/, each node's stderr in node_NN.stderr).
 
-Run as ``python -m codegen.testbed.supervisor --state DIR --config DIR/supervisor-config.json --daemon``.
+Run as ``python -m codegen.vtestbed.supervisor --state DIR --config DIR/supervisor-config.json --daemon``.
 """
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ class Supervisor:
 
     def start_medium(self, run: Run, rc: dict, n: int, sock: str, outdir: Path) -> str | None:
         """Start the medium process of a run; an error message if it did not come up."""
-        cmd = [sys.executable, "-m", "codegen.sim.medium", "--socket", sock, "--nodes", str(n),
+        cmd = [sys.executable, "-m", "codegen.vtestbed.medium", "--socket", sock, "--nodes", str(n),
                "--inputs", str(self.state / "inputs.npy"), "--transcript", str(outdir / "transcript.bin"),
                "--timeout", str(rc.get("timeout", 120)), "--loss-file", str(outdir / "losses.bin"),
                "--radio", rc["topology"], "--radio-seed", str(rc.get("seed", 0)),

@@ -31,10 +31,10 @@ import numpy as np
 
 from ..errors import UserError
 from ..toolrun import log_command
-from .config import NodeEntry, Testbed
+from ..testbed.config import NodeEntry, Testbed
 from .supervisor import read_line
 
-MODULE = "codegen.testbed.supervisor"
+MODULE = "codegen.vtestbed.supervisor"
 
 
 def image_path(testbed: Testbed, node_id: int) -> Path:
@@ -274,7 +274,7 @@ def sim_testbed_text(nodes: int, topology_name: str | None = None, seed: int = 0
     """A testbed file for the virtual testbed: runner "sim", ports at stable paths in the state folder
     (symlinks to the pseudo-terminals the supervisor creates), positions of the radio topology."""
     from ..radio.topology import default_topology, topology
-    from .config import render_testbed
+    from ..testbed.config import render_testbed
 
     name = topology_name or default_topology(nodes)
     try:

@@ -33,7 +33,7 @@ from ..lossmodel import LossRates
 from ..plan.io import Plan, load_plan
 from ..serial_contract import Record, SequenceChecker, outputs_by_inference, parse_line
 from ..toolrun import log_command
-from . import protocol as P
+from . import frames as P
 
 TENSOR_NAMES = {"x": "layer input X (x-somegather)", "h": "head outputs H (h-somegather)",
                 "y": "block output Y (y-somegather)", "z": "hidden activation Z (z-somegather)"}
@@ -122,7 +122,7 @@ def _run(plan: Plan, images: list[Path], xq: np.ndarray, logs_dir: Path, timeout
         transcript = os.path.join(tmp, "transcript.bin")
         loss_file = os.path.join(tmp, "losses.bin")
         medium_cmd = (
-            [sys.executable, "-m", "codegen.sim.medium", "--socket", sock, "--nodes", str(plan.devices),
+            [sys.executable, "-m", "codegen.vtestbed.medium", "--socket", sock, "--nodes", str(plan.devices),
              "--inputs", os.path.join(tmp, "inputs.npy"), "--transcript", transcript, "--timeout", str(timeout),
              "--loss", str(loss.link), str(loss.receiver), str(loss.sender), "--loss-seed", str(loss_seed),
              "--loss-file", loss_file]

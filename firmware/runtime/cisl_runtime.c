@@ -4,7 +4,6 @@
 #include "cisl_board.h"
 #include "cisl_kernels.h"
 #include "cisl_log.h"
-#include "cisl_node_api.h"
 
 void cisl_block_begin(cisl_block *b)
 {
@@ -104,27 +103,6 @@ void cisl_report_end(uint32_t inferences)
     cisl_log_begin(&l, "end");
     cisl_log_u32(&l, "inferences", inferences);
     cisl_log_end(&l);
-}
-
-int cisl_run(void)
-{
-    int8_t *const input = cisl_node_input_buffer();
-    uint32_t inference = 0u;
-    int failed = 0;
-    (void)cisl_node_init();
-    cisl_report_boot(cisl_node.plan_hash, cisl_node.node, cisl_node.nodes);
-    while (cisl_board_next_input(input, cisl_node.input_len)) {
-        uint32_t crc = 0u;
-        const uint32_t t0 = cisl_board_time_us();
-        if (cisl_node_infer(input, 0, &crc) != CISL_OK) {
-            failed = 1;
-            break;
-        }
-        cisl_report_infer(inference, cisl_board_time_us() - t0, crc);
-        inference++;
-    }
-    cisl_report_end(inference);
-    return failed;
 }
 
 #ifdef CISL_PROFILE_OPS

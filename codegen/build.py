@@ -525,7 +525,8 @@ def write_standalone(out_dir: Path, nd: Path, jobs: list[CompileJob], cc: str, c
     for j in jobs:
         lines += [f"{obj_of(j)}: {src_of(j)}", "\t@mkdir -p $(@D)",
                   f"\tcd $(IMAGE_DIR) && $(CC) $({groups[tuple(sub(f, j.cwd) for f in j.flags)]}) -c $< -o $@", ""]
-    lines += ["clean:", "\trm -rf $(OBJ)", ""]
+    lines += ["# the node's objects follow its generated headers", "$(NODE_OBJS): $(wildcard $(NODE_DIR)/*.h)", "",
+              "clean:", "\trm -rf $(OBJ)", ""]
     write_text_atomic(out_dir / "Makefile", "\n".join(lines))
 
     def expand(arg: str) -> str:

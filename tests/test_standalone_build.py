@@ -82,7 +82,9 @@ def test_make_builds_the_sim_images_byte_for_byte(tmp_path):
     files = {Path(c["file"]).name for c in cmds}
     assert {"cisl_node.c", "cisl_weights.c", "cisl_mixer.c", "cisl_runtime.c", "main.c"} <= files
     for c in cmds:
-        assert Path(c["file"]).is_file() and "-Werror" in c["arguments"] and c["arguments"][0] == "gcc"
+        assert Path(c["file"]).is_file() and c["arguments"][0] == "gcc"
+        if "/kernels/" not in c["output"]:  # cisl's own code; upstream CMSIS-NN builds with its own flags
+            assert "-Werror" in c["arguments"], c["file"]
     # a second make has nothing to do; `make clean` removes only the objects
     assert "Nothing to be done" in _make(b / "node_00").stdout or "is up to date" in _make(b / "node_00").stdout
     _make(b / "node_00", "clean")
@@ -159,6 +161,8 @@ def test_cmsis_nn_commit_in_build_json_and_boot_line(tmp_path):
     boots = [rec for rec in r.records if rec.event == "boot"]
     assert len(boots) == 2 and all(rec.fields["cmsis_nn"] == want[:12] for rec in boots)
     _make_gives_same_image(b, summary, ("firmware.elf",))
+    for n in summary["nodes"]:
+        _no_paths(b / n["image"], Path(root).absolute(), tmp_path)
 
 
 USER_MAIN = r"""
@@ -207,14 +211,21 @@ def test_the_node_is_a_library_other_firmware_calls(tmp_path):
     _build(b, "--no-board-time")
     nd = b / "node_00"
     cmds = json.loads((nd / "compile_commands.json").read_text())
-    node_cmd = next(c for c in cmds if Path(c["file"]).name == "cisl_node.c")["arguments"]
-    # the node's flags, less the sim board's own macro (its op hook into the testbed's clock)
-    flags = [a for a in node_cmd[1:node_cmd.index("-c")] if a != "-DCISL_BOARD_OP_HOOK"]
     (tmp_path / "user.c").write_text(USER_MAIN)
-    # the node and the runtime library, not the cisl board (boards/sim) and not its loop (cisl_run.c)
-    libs = [Path(c["file"]) for c in cmds if "/boards/" not in c["file"] and not c["file"].endswith("cisl_run.c")
-            and not c["file"].endswith(("cisl_mixer_transport.c", "mixer.c"))]
-    p = subprocess.run(["gcc", *flags, str(tmp_path / "user.c"), *map(str, libs), "-o", str(tmp_path / "user")],
+    # the node and the runtime library with their own commands, less the sim board's macro (its op
+    # hook into the testbed's clock); not the cisl board (boards/sim) and not its loop (cisl_run.c)
+    objs = []
+    for i, c in enumerate(cmds):
+        if "/boards/" in c["file"] or c["file"].endswith(("cisl_run.c", "cisl_mixer_transport.c", "/mixer.c")):
+            continue
+        args = [a for a in c["arguments"] if a != "-DCISL_BOARD_OP_HOOK"]
+        args[args.index("-o") + 1] = str(tmp_path / f"{i}.o")
+        p = subprocess.run(args, capture_output=True, text=True, cwd=c["directory"])
+        assert p.returncode == 0, p.stderr
+        objs.append(str(tmp_path / f"{i}.o"))
+    node_cmd = next(c for c in cmds if Path(c["file"]).name == "cisl_node.c")["arguments"]
+    flags = [a for a in node_cmd[1:node_cmd.index("-c")] if a != "-DCISL_BOARD_OP_HOOK"]
+    p = subprocess.run(["gcc", *flags, str(tmp_path / "user.c"), *objs, "-o", str(tmp_path / "user")],
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     plan = load_plan(b)

@@ -11,6 +11,12 @@ from the plan (its largest generation, payload and node count), so Mixer's RAM i
 needs. For boards with a size check, every node's flash and RAM are read from its ELF and written
 next to the planner's estimate (node_NN/size.json); a node that does not fit fails the build with
 one line naming the node, the region and the overflow.
+
+Every image folder also gets a Makefile and compile_commands.json with the very commands used here
+(`make -C build/node_00` links the same bytes), and images do not depend on where they are built:
+-ffile-prefix-map names the build folder, cisl's firmware and board folders and CMSIS_NN_ROOT by
+fixed names in debug info and __FILE__ (docs/design/standalone-build.md). Builds against CMSIS-NN
+record its commit in build.json (kernels_commit) and in the boot line (cmsis_nn).
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from typing import TYPE_CHECKING, Callable
 from .boards import load_board
 from .errors import CheckFailed, UserError
 from .fsutil import output_lock, sha256_file, write_text_atomic
-from .kernel_library import kernel_library
+from .kernel_library import KernelLib, kernel_library
 from .plan.io import load_plan
 from .plan.mixer_layout import mixer_maxima
 from .resources import resource_dir
@@ -39,20 +45,23 @@ if TYPE_CHECKING:
     from .boards import Board
     from .plan.io import Plan
 
-RUNTIME_SOURCES = ["runtime/cisl_kernels.c", "runtime/cisl_log.c", "runtime/cisl_runtime.c",
+RUNTIME_SOURCES = ["runtime/cisl_kernels.c", "runtime/cisl_log.c", "runtime/cisl_runtime.c", "runtime/cisl_run.c",
                    "somegather/cisl_somegather.c", "somegather/cisl_mixer_transport.c", "mixer/mixer.c"]
 # speed-critical runtime sources: built with the board's kernel_cflags (e.g. -O2 where the rest is -Os)
 SPEED_SOURCES = {"runtime/cisl_kernels.c", "mixer/mixer.c"}
 NODE_CACHE_LIMIT = 256 * 1024  # generated sources up to this size are cached across builds
 NODE_SOURCES = ["cisl_node.c", "cisl_weights.c", "cisl_mixer.c"]
+INPUTS_SOURCE = "cisl_board_inputs.c"  # boards that compile the input windows in: generated per build
 
 
 @dataclass
 class CompileJob:
     source: Path
     obj: Path
-    flags: list[str]
+    flags: list[str]  # ends with the prefix map of cwd (see prefix_maps)
     log: Path
+    cwd: Path  # the compiler runs here; its path is mapped to "." (DW_AT_comp_dir)
+    kind: str = "node"  # kernels, runtime, board, inputs or node: the Makefile's flag groups
     cacheable: bool = False  # shared sources (kernels, runtime, board) are cached across builds
     key_extra: bytes = b""  # more content the object depends on (a node's generated headers)
 
@@ -67,8 +76,11 @@ def cache_dir() -> Path | None:
 
 
 def _cache_key(cc_id: str, job: CompileJob, headers: bytes) -> str:
+    # the working directory is mapped to "." and nothing else lives there: the object does not
+    # depend on where it is, so builds in other folders share cached kernels and runtime
+    flags = [f.replace(f"={job.cwd}=", "=<cwd>=") for f in job.flags]
     h = hashlib.sha256()
-    for part in (cc_id.encode(), "\0".join(job.flags).encode(), job.source.read_bytes(), headers, job.key_extra):
+    for part in (cc_id.encode(), "\0".join(flags).encode(), job.source.read_bytes(), headers, job.key_extra):
         h.update(len(part).to_bytes(8, "little"))
         h.update(part)
     return h.hexdigest()
@@ -84,10 +96,26 @@ def _headers_digest(dirs: list[Path]) -> bytes:
     return h.digest()
 
 
-def _run(cmd: list[str], log: Path) -> tuple[bool, str]:
-    log_command(cmd)
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    text = "$ " + " ".join(cmd) + "\n" + p.stdout + p.stderr
+def prefix_maps(fw: Path, board: Board, lib: KernelLib) -> list[str]:
+    """-ffile-prefix-map flags that name the resource folders by fixed names in debug info and
+    __FILE__, so an image does not depend on where cisl, the board or CMSIS-NN are installed. The
+    job's own map of its working directory (and the node folder's) come after these: the last
+    matching map wins."""
+    maps = [f"-ffile-prefix-map={fw}=cisl/firmware", f"-ffile-prefix-map={board.path}=cisl/boards/{board.name}"]
+    if lib.kind == "cmsis-nn":
+        maps.append(f"-ffile-prefix-map={lib.root}=CMSIS-NN")
+    return maps
+
+
+def cwd_map(cwd: Path) -> str:
+    return f"-ffile-prefix-map={cwd}=."
+
+
+def _run(cmd: list[str], log: Path, cwd: Path | None = None) -> tuple[bool, str]:
+    """Run one compiler, linker or objcopy command, appending it and its output to log."""
+    log_command(cmd, cwd)
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
+    text = (f"$ cd {cwd} && " if cwd else "$ ") + " ".join(cmd) + "\n" + p.stdout + p.stderr
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "a") as f:
         f.write(text)
@@ -195,8 +223,10 @@ def _build(build_dir: Path, board_name: str | None, jobs: int | None, say: Calla
         hint = ARM_APT if cc.startswith("arm-none-eabi") else "sudo apt-get install --no-install-recommends gcc"
         raise UserError(f"compiler '{cc}' for board {board.name} not found; install it (Debian/Ubuntu: {hint})")
     lib = kernel_library()
-    fw = resource_dir("firmware")
+    fw = resource_dir("firmware").absolute()
+    absb = build_dir.absolute()  # the compilers run in other folders
     includes = [f"-I{lib.include}", f"-I{fw / 'runtime'}", f"-I{fw / 'somegather'}", f"-I{fw / 'mixer'}"]
+    maps = prefix_maps(fw, board, lib)
     cpu = list(board.build.get("cpu_flags", []))
     maxima = mixer_maxima(plan)
     mx_defs = [f"-D{k}={v}u" for k, v in maxima.items()]
@@ -204,9 +234,10 @@ def _build(build_dir: Path, board_name: str | None, jobs: int | None, say: Calla
     # board.toml [build] defines: macros the board needs in cisl's own code (e.g. the op hook)
     cflags = cpu + list(board.build["cflags"]) + [f"-D{d}" for d in board.build.get("defines", [])] + mx_defs + extra
     board_flags = cflags + includes + [f"-I{board.path}"] + board_defines(board, plan)
-    obj_dir = build_dir / "_obj" / board.name
+    obj_dir = absb / "_obj" / board.name
     if obj_dir.exists():
         shutil.rmtree(obj_dir)
+    obj_dir.mkdir(parents=True)
     for node in selected:
         (image_dir(build_dir, node.device, board, plan_board) / "build.log").unlink(missing_ok=True)
     common_log = obj_dir / "build.log"
@@ -217,22 +248,32 @@ def _build(build_dir: Path, board_name: str | None, jobs: int | None, say: Calla
     else:
         kernel_flags = cpu + list(board.build.get("kernel_cflags", board.build["cflags"]))
     for src in lib.sources:
-        jobs_list.append(CompileJob(src, obj_dir / "kernels" / (src.stem + ".o"), kernel_flags + [f"-I{lib.include}"],
-                                    common_log, cacheable=True))
+        jobs_list.append(CompileJob(src, obj_dir / "kernels" / (src.stem + ".o"),
+                                    kernel_flags + [f"-I{lib.include}"] + maps + [cwd_map(obj_dir)], common_log,
+                                    obj_dir, "kernels", cacheable=True))
     speed_flags = cpu + list(board.build.get("kernel_cflags", board.build["cflags"])) + mx_defs + extra
+    # the boot line names the CMSIS-NN commit the image was built against
+    commit = [f'-DCISL_CMSIS_NN_COMMIT="{lib.commit[:12]}"'] if lib.commit else []
     for rel in RUNTIME_SOURCES:
         src = fw / rel
         flags = (speed_flags if rel in SPEED_SOURCES else cflags) + includes
-        jobs_list.append(CompileJob(src, obj_dir / "runtime" / (src.stem + ".o"), flags, common_log, cacheable=True))
+        if rel == "runtime/cisl_runtime.c":
+            flags = flags + commit
+        jobs_list.append(CompileJob(src, obj_dir / "runtime" / (src.stem + ".o"), flags + maps + [cwd_map(obj_dir)],
+                                    common_log, obj_dir, "runtime", cacheable=True))
     for rel in board.build["sources"]:
         src = board.path / rel
-        jobs_list.append(CompileJob(src, obj_dir / "board" / (src.stem + ".o"), board_flags, common_log,
-                                    cacheable=True))
+        jobs_list.append(CompileJob(src, obj_dir / "board" / (src.stem + ".o"), board_flags + maps + [cwd_map(obj_dir)],
+                                    common_log, obj_dir, "board", cacheable=True))
+    inputs_text = None
     if board.build.get("inputs"):
-        src = obj_dir / "board" / "cisl_board_inputs.c"
+        inputs_text = _inputs_source(plan, build_dir, int(board.facts.get("inputs", {}).get("max_windows", 16)))
+        src = obj_dir / "board" / INPUTS_SOURCE
         src.parent.mkdir(parents=True, exist_ok=True)
-        src.write_text(_inputs_source(plan, build_dir, int(board.facts.get("inputs", {}).get("max_windows", 16))))
-        jobs_list.append(CompileJob(src, obj_dir / "board" / "cisl_board_inputs.o", cflags + includes, common_log))
+        src.write_text(inputs_text)
+        # compiled where it is (mapped to "."), as the node folder's Makefile compiles its copy
+        jobs_list.append(CompileJob(src, obj_dir / "board" / "cisl_board_inputs.o",
+                                    cflags + includes + maps + [cwd_map(src.parent)], common_log, src.parent, "inputs"))
     for node in selected:
         nd = build_dir / f"node_{node.device:02d}"
         missing = [rel for rel in NODE_SOURCES if not (nd / rel).is_file()]
@@ -241,15 +282,20 @@ def _build(build_dir: Path, board_name: str | None, jobs: int | None, say: Calla
                             f"edited, run `cisl compile` again")
     node_objs: dict[int, list[Path]] = {}
     for node in selected:
-        nd = build_dir / f"node_{node.device:02d}"
+        nd = absb / f"node_{node.device:02d}"
+        out_dir = image_dir(absb, node.device, board, plan_board)
+        out_dir.mkdir(parents=True, exist_ok=True)
         node_headers = b"".join(p.name.encode() + p.read_bytes() for p in sorted(nd.glob("*.h")))
         node_objs[node.device] = []
+        # the node's sources are named node_NN/... and its image folder "." (the folder's Makefile
+        # compiles them from there), wherever the build folder is
+        node_maps = maps + [f"-ffile-prefix-map={nd}={nd.name}", cwd_map(out_dir)]
         for rel in NODE_SOURCES:
             obj = obj_dir / f"node_{node.device:02d}" / (Path(rel).stem + ".o")
             # generated files are cached too (a second board with the same flags reuses them), but
             # not large weight tables, which are rarely built twice and would only fill the cache
-            jobs_list.append(CompileJob(nd / rel, obj, cflags + includes + [f"-I{nd}"],
-                                        image_dir(build_dir, node.device, board, plan_board) / "build.log",
+            jobs_list.append(CompileJob(nd / rel, obj, cflags + includes + [f"-I{nd}"] + node_maps,
+                                        out_dir / "build.log", out_dir, "node",
                                         cacheable=(nd / rel).stat().st_size < NODE_CACHE_LIMIT,
                                         key_extra=node_headers))
             node_objs[node.device].append(obj)
@@ -271,7 +317,7 @@ def _build(build_dir: Path, board_name: str | None, jobs: int | None, say: Calla
         if cached is not None and cached.is_file():
             shutil.copyfile(cached, j.obj)
             return j, True, ""
-        ok, out = _run([cc, *j.flags, "-c", str(j.source), "-o", str(j.obj)], j.log)
+        ok, out = _run([cc, *j.flags, "-c", str(j.source), "-o", str(j.obj)], j.log, j.cwd)
         if ok and cached is not None:
             try:
                 cached.parent.mkdir(parents=True, exist_ok=True)
@@ -290,25 +336,29 @@ def _build(build_dir: Path, board_name: str | None, jobs: int | None, say: Calla
         first = next((ln for ln in out.splitlines() if "error" in ln), out.strip().splitlines()[0] if out.strip() else "")
         raise CheckFailed(f"compiling {j.source} failed: {first.strip()} (full log: {j.log})")
 
-    shared = [j.obj for j in jobs_list if j.obj.parent.name in ("kernels", "runtime", "board")]
+    shared_jobs = [j for j in jobs_list if j.kind != "node"]
+    shared = [j.obj for j in shared_jobs]
     ldflags = [a.replace("{board}", str(board.path)) for a in board.build.get("ldflags", [])]
     if link_script is not None:
-        ldflags = [f"-T{link_script}" if a.startswith("-T") else a for a in ldflags]
+        ldflags = [f"-T{Path(link_script).absolute()}" if a.startswith("-T") else a for a in ldflags]
     stack = board.build.get("stack_bytes")
     if stack is not None:
         ldflags.append(f"-Wl,--defsym=__cisl_stack_size={int(stack)}")
-    objcopy = board.build.get("objcopy")
+    objcopy = board.build.get("objcopy") if board.build.get("hex") else None
 
     def link(device: int) -> tuple[int, bool, str, Path]:
-        out_dir = image_dir(build_dir, device, board, plan_board)
-        out_dir.mkdir(parents=True, exist_ok=True)
+        out_dir = image_dir(absb, device, board, plan_board)
         out = out_dir / board.build["output"]
         out.unlink(missing_ok=True)
         mapfile = [f"-Wl,-Map={out.with_suffix('.map')}"] if cpu else []
+        node_jobs = [j for j in jobs_list if j.kind == "node" and j.obj in node_objs[device]]
+        write_standalone(out_dir, absb / f"node_{device:02d}", node_jobs + shared_jobs, cc, cpu, ldflags, mapfile,
+                         out, objcopy, inputs_text, fw, board, lib, obj_dir, device)
         ok, text = _run([cc, *cpu, *[str(o) for o in node_objs[device]], *[str(o) for o in shared],
-                         *ldflags, *mapfile, "-o", str(out)], out_dir / "build.log")
-        if ok and board.build.get("hex") and objcopy:
-            ok, text = _run([objcopy, "-O", "ihex", str(out), str(out.with_suffix(".hex"))], out_dir / "build.log")
+                         *ldflags, *mapfile, "-o", str(out)], out_dir / "build.log", out_dir)
+        if ok and objcopy:
+            ok, text = _run([objcopy, "-O", "ihex", str(out), str(out.with_suffix(".hex"))], out_dir / "build.log",
+                            out_dir)
         return device, ok, text, out
 
     with ThreadPoolExecutor(workers) as pool:
@@ -336,13 +386,113 @@ def _build(build_dir: Path, board_name: str | None, jobs: int | None, say: Calla
             raise CheckFailed(f"linking node {device} failed: {text.strip().splitlines()[-1] if text.strip() else ''} "
                               f"(full log: {log})")
     summary = {"board": board.name, "plan_board": plan_board, "plan": plan.sha256[:16], "compiler": cc,
-               "kernels": lib.kind, "kernels_root": str(lib.root), "mixer_maxima": maxima,
-               "nodes": [{"node": d, "image": str(p.relative_to(build_dir)), "bytes": p.stat().st_size,
+               "kernels": lib.kind, "kernels_root": lib.given,
+               **({"kernels_commit": lib.commit} if lib.commit else {}), "mixer_maxima": maxima,
+               "nodes": [{"node": d, "image": str(p.relative_to(absb)), "bytes": p.stat().st_size,
                           "sha256": sha256_file(p),
                           **({"flash": sizes[d]["elf"]["flash"], "ram": sizes[d]["elf"]["ram"]} if d in sizes else {})}
                          for d, _, _, p in links]}
     write_text_atomic(build_dir / summary_name, json.dumps(summary, indent=1) + "\n")
     return summary
+
+
+def _mk_quote(arg: str) -> str:
+    """A Makefile recipe word: as it is when the shell would not split or expand it, else quoted
+    (make still expands the $(VAR) inside)."""
+    if re.fullmatch(r"[A-Za-z0-9_\-+=./,:@%$()]+", arg):
+        return arg
+    return "'" + arg.replace("'", "'\\''") + "'"
+
+
+def write_standalone(out_dir: Path, nd: Path, jobs: list[CompileJob], cc: str, cpu: list[str], ldflags: list[str],
+                     mapfile: list[str], out: Path, objcopy: str | None, inputs_text: str | None, fw: Path,
+                     board: Board, lib: KernelLib, obj_dir: Path, device: int) -> None:
+    """Write out_dir/Makefile and out_dir/compile_commands.json: the compile and link commands of
+    this node's image as `cisl build` runs them, so `make -C out_dir` links the same bytes.
+
+    Paths outside the folder are variables with the installed locations as defaults (CISL_FIRMWARE,
+    CISL_BOARD, CMSIS_NN_ROOT, NODE_DIR for images in a board subfolder); objects go to obj/."""
+    if inputs_text is not None:
+        write_text_atomic(out_dir / INPUTS_SOURCE, inputs_text)
+    var_paths = [(nd, "$(NODE_DIR)"), (out_dir, "$(IMAGE_DIR)"), (fw, "$(CISL_FIRMWARE)"),
+                 (board.path, "$(CISL_BOARD)")]
+    if lib.kind == "cmsis-nn":
+        var_paths.append((lib.root, "$(CMSIS_NN_ROOT)"))
+    var_paths.sort(key=lambda kv: -len(str(kv[0])))
+
+    def sub(arg: str, cwd: Path | None = None) -> str:
+        if cwd is not None:  # the job's working directory is the image folder in the Makefile
+            arg = arg.replace(f"={cwd}=", "=$(IMAGE_DIR)=")
+        for path, var in var_paths:
+            arg = re.sub(re.escape(str(path)) + r"(?=/|=|$)", lambda _m, v=var: v, arg)
+        return arg
+
+    def obj_of(j: CompileJob) -> str:
+        return f"$(OBJ)/{j.kind}/{j.obj.name}"
+
+    def src_of(j: CompileJob) -> str:
+        return f"$(IMAGE_DIR)/{INPUTS_SOURCE}" if j.kind == "inputs" else sub(str(j.source))
+
+    groups: dict[tuple[str, ...], str] = {}
+    for j in jobs:
+        fl = tuple(sub(f, j.cwd) for f in j.flags)
+        if fl not in groups:
+            n = sum(1 for v in groups.values() if v.startswith(f"FLAGS_{j.kind.upper()}"))
+            groups[fl] = f"FLAGS_{j.kind.upper()}" + (f"_{n + 1}" if n else "")
+    top = out_dir == nd
+    lines = [
+        "# generated by cisl build -- do not edit; `cisl build` rewrites it.",
+        f"# Builds node {device}'s {out.name} for board {board.name}, the same bytes as `cisl build` links:",
+        "#   make -C <this folder>        (objects in obj/; `make clean` removes them)",
+        "# Sources outside this folder are found through these variables (defaults: where cisl build found",
+        "# them); a copy of the folder builds the same image if they point at the same files:",
+        f"#   make CISL_FIRMWARE=... CISL_BOARD=...{' CMSIS_NN_ROOT=...' if lib.kind == 'cmsis-nn' else ''}"
+        f"{'' if top else ' NODE_DIR=...'}",
+        "",
+        "IMAGE_DIR := $(patsubst %/,%,$(dir $(abspath $(lastword $(MAKEFILE_LIST)))))",
+        "NODE_DIR ?= $(IMAGE_DIR)" if top else "NODE_DIR ?= $(abspath $(IMAGE_DIR)/..)",
+        f"CISL_FIRMWARE ?= {fw}",
+        f"CISL_BOARD ?= {board.path}",
+    ]
+    if lib.kind == "cmsis-nn":
+        lines.append(f"CMSIS_NN_ROOT ?= {lib.root}")
+    lines += [f"CC := {cc}"] + ([f"OBJCOPY := {objcopy}"] if objcopy else []) + ["OBJ := $(IMAGE_DIR)/obj", ""]
+    for fl, name in groups.items():
+        lines.append(f"{name} := \\\n    " + " \\\n    ".join(_mk_quote(f) for f in fl))
+    node_objs = [obj_of(j) for j in jobs if j.kind == "node"]
+    shared_objs = [obj_of(j) for j in jobs if j.kind != "node"]
+    lines += ["", "NODE_OBJS := " + " ".join(node_objs),
+              "SHARED_OBJS := \\\n    " + " \\\n    ".join(shared_objs),
+              "CPU_FLAGS := " + " ".join(_mk_quote(f) for f in cpu),
+              "LDFLAGS := " + " ".join(_mk_quote(sub(f)) for f in ldflags + mapfile), ""]
+    outputs = [f"$(IMAGE_DIR)/{out.name}"] + ([f"$(IMAGE_DIR)/{out.with_suffix('.hex').name}"] if objcopy else [])
+    lines += [".PHONY: all clean", f"all: {' '.join(outputs)}", "",
+              f"$(IMAGE_DIR)/{out.name}: $(NODE_OBJS) $(SHARED_OBJS)",
+              "\tcd $(IMAGE_DIR) && $(CC) $(CPU_FLAGS) $(NODE_OBJS) $(SHARED_OBJS) $(LDFLAGS) -o $@", ""]
+    if objcopy:
+        lines += [f"$(IMAGE_DIR)/{out.with_suffix('.hex').name}: $(IMAGE_DIR)/{out.name}",
+                  "\t$(OBJCOPY) -O ihex $< $@", ""]
+    # the compiler runs in this folder (its path is mapped to "."), as `cisl build` runs it
+    for j in jobs:
+        lines += [f"{obj_of(j)}: {src_of(j)}", "\t@mkdir -p $(@D)",
+                  f"\tcd $(IMAGE_DIR) && $(CC) $({groups[tuple(sub(f, j.cwd) for f in j.flags)]}) -c $< -o $@", ""]
+    lines += ["# the node's objects follow its generated headers", "$(NODE_OBJS): $(wildcard $(NODE_DIR)/*.h)", "",
+              "clean:", "\trm -rf $(OBJ)", ""]
+    write_text_atomic(out_dir / "Makefile", "\n".join(lines))
+
+    def expand(arg: str) -> str:
+        for var, path in (("$(IMAGE_DIR)", out_dir), ("$(NODE_DIR)", nd), ("$(CISL_FIRMWARE)", fw),
+                          ("$(CISL_BOARD)", board.path), ("$(CMSIS_NN_ROOT)", lib.root), ("$(OBJ)", out_dir / "obj")):
+            arg = arg.replace(var, str(path))
+        return arg
+
+    commands = []
+    for j in jobs:
+        src, obj = expand(src_of(j)), expand(obj_of(j))
+        flags = [expand(sub(f, j.cwd)) for f in j.flags]
+        commands.append({"directory": str(out_dir), "arguments": [cc, *flags, "-c", src, "-o", obj], "file": src,
+                         "output": obj})
+    write_text_atomic(out_dir / "compile_commands.json", json.dumps(commands, indent=1) + "\n")
 
 
 def _size_report(device: int, elf: Path, linked: bool, link_text: str, estimate, board: Board,

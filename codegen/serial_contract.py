@@ -22,7 +22,8 @@ EVENTS = {
     "error": ("inf", "where", "code"),
     "end": ("inferences",),
 }
-"""Required keys of every event (lines may carry more keys, e.g. ``cycles``)."""
+"""Required keys of every event (lines may carry more keys, e.g. ``cycles``; boot's optional keys are
+``clock`` and ``cmsis_nn``, docs/serial-contract.md)."""
 
 INT_KEYS = {"node", "nodes", "inf", "layer", "us", "comm_us", "cycles", "tx", "rx", "delivered", "expected",
             "ignored", "n", "off", "code", "inferences", "tx_on_us", "rx_on_us"}

@@ -20,6 +20,7 @@
 #include "cisl_board_inputs.h"
 #include "cisl_log.h"
 #include "cisl_node_api.h"
+#include "cisl_runtime.h"
 #include "nrf52840_board.h"
 #include "nrf52840_regs.h"
 
@@ -180,5 +181,5 @@ int main(void)
     if (check_node_id() != 0) {
         return 1;
     }
-    return cisl_node_main();
+    return cisl_run();
 }

@@ -27,6 +27,7 @@
 #include "cisl_log.h"
 #include "cisl_mixer_transport.h"
 #include "cisl_node_api.h"
+#include "cisl_runtime.h"
 #include "cisl_transport.h"
 #include "qemu_m4.h"
 #include "semihost.h"
@@ -269,7 +270,7 @@ int main(void)
     if (n == 4) {
         bt_open(arg[3]);
     }
-    const int rc = cisl_node_main();
+    const int rc = cisl_run();
     report_stack();
     (void)sh_close(sent);
     (void)sh_close(transcript);

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cisl_node_api.h"
+#include "cisl_runtime.h"
 #include "hal_sim.h"
 
 int main(int argc, char **argv)
@@ -27,7 +28,7 @@ int main(int argc, char **argv)
     if (cisl_sim_connect(argv[1]) != 0) {
         return 2;
     }
-    const int rc = cisl_node_main();
+    const int rc = cisl_run();
     cisl_sim_close();
     return rc;
 }

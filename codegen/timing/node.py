@@ -1,8 +1,8 @@
 """Cycles of one node's whole schedule: its real ARM image on the cycle model, checked bit-exact.
 
 The node's image (``node_NN/firmware.elf`` of an nrf52840dk or qemu-m4 build) runs from
-``cisl_node_main`` on :class:`codegen.timing.engine.Emulator`. The board layer is replaced at its
-interface: ``cisl_board_next_input`` hands in the quantised input windows, ``cisl_transport_round``
+``cisl_run`` (the runtime's loop over the node library, as every board's main() calls it) on
+:class:`codegen.timing.engine.Emulator`. The board layer is replaced at its interface: ``cisl_board_next_input`` hands in the quantised input windows, ``cisl_transport_round``
 records what the node sends and hands it, through the node's own receive callback, exactly the
 messages the numpy int8 reference says it receives (as `cisl qemu` does), ``cisl_board_cycles`` /
 ``cisl_board_time_us`` read the model's running cycle count and ``cisl_board_write`` collects the
@@ -224,7 +224,7 @@ def run_node(build_dir: Path, plan: Plan, device: int, xq: np.ndarray, ref: RunR
         em.replace("cisl_board_radio_on_us", radio_not_counted)
     em.region = RUNTIME
     em._switch(RUNTIME)
-    rc = em.call("cisl_node_main")
+    rc = em.call("cisl_run")
     text = out_text.decode("ascii", errors="replace")
     records = parse_text(text)
     if state["error"]:

@@ -1,14 +1,34 @@
-/* The entry point every generated node provides (node_NN/cisl_node.c). A board's main() sets the
- * board up and calls it; it runs inferences until the board has no more inputs. */
+/* The library interface every generated node provides (node_NN/cisl_node.c); the generated
+ * cisl_node.h documents it for the node's users. A cisl board's main() sets the board up and calls
+ * cisl_run() (cisl_runtime.h), which runs the node's inferences until the board has no more inputs. */
 #ifndef CISL_NODE_API_H
 #define CISL_NODE_API_H
 
 #include <stdint.h>
 
-/* Returns 0 after a clean run, non-zero if an inference failed. */
-int cisl_node_main(void);
+/* A node's fixed facts, for code that is not generated per node (the runtime, boards). */
+typedef struct {
+    const char *plan_hash; /* first 16 hex digits of plan.json's SHA-256 */
+    uint32_t node;         /* this node: its device index in plan.json */
+    uint32_t nodes;        /* nodes in the plan */
+    uint32_t sink;         /* the node that outputs the forecast */
+    uint32_t input_len;    /* int8 values of one input window */
+    uint32_t output_len;   /* int8 values of the forecast */
+} cisl_node_info;
+
+extern const cisl_node_info cisl_node;
 
 /* This image's node id (its device index in plan.json), fixed at generation time. */
 extern const uint8_t cisl_node_id;
+
+/* Reset the node (the next inference is number 0). Returns 0. */
+int cisl_node_init(void);
+
+/* One inference of input (input_len int8 values); the sink writes output_len int8 values to output.
+ * output and crc may be NULL. Returns 0, or a negative CISL_ERR_* code (an `error` line is printed). */
+int cisl_node_infer(const int8_t *input, int8_t *output, uint32_t *crc);
+
+/* The node's own input buffer (input_len bytes): passing it as input skips a copy. */
+int8_t *cisl_node_input_buffer(void);
 
 #endif /* CISL_NODE_API_H */

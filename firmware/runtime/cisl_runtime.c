@@ -55,6 +55,9 @@ void cisl_report_boot(const char *plan_hash, uint32_t node, uint32_t nodes)
     if (clock != 0) {
         cisl_log_str(&l, "clock", clock);
     }
+#ifdef CISL_CMSIS_NN_COMMIT
+    cisl_log_str(&l, "cmsis_nn", CISL_CMSIS_NN_COMMIT);
+#endif
     cisl_log_end(&l);
 }
 

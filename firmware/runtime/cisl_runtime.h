@@ -21,7 +21,13 @@ void cisl_block_begin(cisl_block *b);
 /* Print "block inf= layer= block= us= comm_us= [cycles=]"; us and cycles are compute only. */
 void cisl_block_end(cisl_block *b, uint32_t inference, int32_t layer, const char *name);
 
-/* "boot fw= plan= board= node= nodes=" */
+/* The node's run on a cisl board: "boot", then until cisl_board_next_input has no more inputs
+ * cisl_node_infer (cisl_node_api.h) and "infer" per window, then "end". Returns 0 after a clean run,
+ * 1 if an inference failed (its "error" line is printed, then "end"). Every board's main() calls it. */
+int cisl_run(void);
+
+/* "boot fw= plan= board= node= nodes= [clock=] [cmsis_nn=]"; cmsis_nn (the first 12 hex digits of
+ * the CMSIS-NN checkout's commit) in builds against upstream CMSIS-NN (-DCISL_CMSIS_NN_COMMIT) */
 void cisl_report_boot(const char *plan_hash, uint32_t node, uint32_t nodes);
 /* "infer inf= us= crc=" */
 void cisl_report_infer(uint32_t inference, uint32_t us, uint32_t crc);

@@ -1,0 +1,26 @@
+/* cisl_run: the loop every cisl board's main() calls (cisl_runtime.h). Its own file, so firmware
+ * that calls the node library itself (cisl_node_api.h) need not provide cisl_board_next_input. */
+#include "cisl_board.h"
+#include "cisl_node_api.h"
+#include "cisl_runtime.h"
+
+int cisl_run(void)
+{
+    int8_t *const input = cisl_node_input_buffer();
+    uint32_t inference = 0u;
+    int failed = 0;
+    (void)cisl_node_init();
+    cisl_report_boot(cisl_node.plan_hash, cisl_node.node, cisl_node.nodes);
+    while (cisl_board_next_input(input, cisl_node.input_len)) {
+        uint32_t crc = 0u;
+        const uint32_t t0 = cisl_board_time_us();
+        if (cisl_node_infer(input, 0, &crc) != CISL_OK) {
+            failed = 1;
+            break;
+        }
+        cisl_report_infer(inference, cisl_board_time_us() - t0, crc);
+        inference++;
+    }
+    cisl_report_end(inference);
+    return failed;
+}

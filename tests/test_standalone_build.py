@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 from clirun import cisl, ok
-from codegen.build import cmsis_nn_commit
+from codegen.kernel_library import cmsis_nn_commit
 from codegen.fsutil import sha256_file
 from codegen.plan.io import load_plan
-from codegen.qemu import reference
+from codegen.transcript import reference
 from codegen.resources import resource_dir
 from models import config_for_tokens, make_model_dir
 

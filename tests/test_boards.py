@@ -46,7 +46,7 @@ CASES = {
                             ("[timing.flash_wait]", "unknown key 'lo'", "did you mean 'low'?")),
     "figure": ('idle_ua = { central = 3.0', 'idle_ua = { centre = 3.0',
                ("[power.idle_ua]", "unknown key 'centre'", "did you mean 'central'?")),
-    "open table of integers": ("softmax = 145", "softmax = 14.5", ("[footprint.ops] softmax must be an integer",)),
+    "open table of integers": ("softmax = 1", "softmax = 1.", ("[footprint.ops] softmax must be an integer",)),
     "missing required key": ('cc = "arm-none-eabi-gcc"\n', "", ("[build]", "no cc", "add cc (a string)")),
     "not toml": ("[board]", "[board", ("not valid TOML",)),
 }

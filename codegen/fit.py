@@ -32,7 +32,6 @@ from .footprint import NodeFacts, count_ops, estimate, max_message, table_bytes
 from .ops import kind_of
 from .modelspec import ModelConfig, weight_shapes
 from .partition import Split, full_masks, random_masks
-from .plan.memory import align as _align
 from .plan.mixer_schedule import RoundPolicy, schedule_exchange
 
 N_GRID = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 511)
@@ -65,7 +64,7 @@ def structure_facts(cfg: ModelConfig, devices: int, keep: float, seed: int = 0,
                     policy: RoundPolicy | None = None) -> tuple[list[NodeFacts], dict[str, int]]:
     """Per-node estimate inputs from the plan structure (no weights, no quantisation), and the
     Mixer maxima; what `cisl compile` would put in plan.json, up to the constants' values."""
-    from .plan.mixer_layout import row_words
+    from .plan.mixer_layout import maxima_of_rounds
     from .plan.io import NodeData
     from .plan.memory import buffers_of, plan_arena
     from .plan.structure import build_structure
@@ -76,12 +75,7 @@ def structure_facts(cfg: ModelConfig, devices: int, keep: float, seed: int = 0,
     policy = policy or RoundPolicy(linger=max(4, devices))
     exchanges = [[dict(r) for r in _exchange(tuple(sg.msg_bytes), policy)] for sg in st.sgs]
     rounds = [r for ex in exchanges for r in ex]
-    if rounds:
-        maxima = {"MX_MAX_NODES": devices, "MX_MAX_G": max(r["generation"] for r in rounds),
-                  "MX_MAX_P": max(r["payload"] for r in rounds),
-                  "MX_POOL_WORDS": max(r["generation"] * row_words(r["generation"], r["payload"]) for r in rounds)}
-    else:
-        maxima = {"MX_MAX_NODES": max(devices, 1), "MX_MAX_G": 1, "MX_MAX_P": 8, "MX_POOL_WORDS": 3}
+    maxima = maxima_of_rounds(devices, rounds)
     mm = max_message(exchanges)
     out = []
     for node in st.nodes:

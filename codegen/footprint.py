@@ -24,8 +24,8 @@ from .boards import Board
 from .errors import UserError
 from .ops import kind_of
 from .plan.io import NodeData, Plan
-from .plan.memory import align as _align
-from .plan.mixer_layout import mixer_maxima
+from .plan.memory import align
+from .plan.mixer_layout import cv_words, mixer_maxima, row_words
 
 MX_HEADER_BYTES = 148  # sizeof(mx_header), firmware/mixer/mixer.h (the build checks the formula)
 
@@ -51,19 +51,11 @@ class Footprint:
         return sum(self.ram_parts.values())
 
 
-def _cv_words(g: int) -> int:
-    return (g + 31) // 32
-
-
-def _row_words(g: int, p: int) -> int:
-    return _cv_words(g) + (p + 3) // 4
-
-
 def mx_state_bytes(nodes: int, g: int, p: int, pool_words: int | None = None) -> int:
     """sizeof(mx_state) for -DMX_MAX_NODES=nodes -DMX_MAX_G=g -DMX_MAX_P=p [-DMX_POOL_WORDS]."""
-    pool = g * _row_words(g, p) if pool_words is None else pool_words
-    return (MX_HEADER_BYTES + 4 * (5 * _cv_words(g) + nodes * _cv_words(g)) + 2 * 2 * nodes
-            + 2 * ((g + 1) & ~1) + 4 * 2 * _row_words(g, p) + 4 * pool)
+    pool = g * row_words(g, p) if pool_words is None else pool_words
+    return (MX_HEADER_BYTES + 4 * (5 * cv_words(g) + nodes * cv_words(g)) + 2 * 2 * nodes
+            + 2 * ((g + 1) & ~1) + 4 * 2 * row_words(g, p) + 4 * pool)
 
 
 def table_bytes(exchanges: list, ops: list) -> int:
@@ -106,7 +98,7 @@ class NodeFacts:
 
 def node_facts(plan: Plan, node: NodeData) -> NodeFacts:
     ex = plan.meta["mixer"]["exchanges"]
-    return NodeFacts(sum(_align(c.nbytes) for c in node.constants.values()), count_ops(node.ops),
+    return NodeFacts(sum(align(c.nbytes) for c in node.constants.values()), count_ops(node.ops),
                      table_bytes(ex, node.ops), node.arena_bytes, max_message(ex), plan.cfg.lookback,
                      int(plan.meta.get("input_windows", INPUT_WINDOWS)))
 
@@ -127,12 +119,12 @@ def estimate(facts: NodeFacts, board: Board, kernels: str, maxima: dict[str, int
     f.flash_parts["tables"] = facts.tables
     if board.build.get("inputs"):
         windows = int(board.facts.get("inputs", {}).get("max_windows", 16))
-        f.flash_parts["inputs"] = _align(min(windows, facts.input_windows) * facts.lookback)
-    f.ram_parts["arena"] = _align(max(facts.arena, 4))
+        f.flash_parts["inputs"] = align(min(windows, facts.input_windows) * facts.lookback)
+    f.ram_parts["arena"] = align(max(facts.arena, 4))
     if fp.get("mixer", True):
         f.ram_parts["mixer"] = mx_state_bytes(maxima["MX_MAX_NODES"], maxima["MX_MAX_G"], maxima["MX_MAX_P"],
                                               maxima["MX_POOL_WORDS"])
-    f.ram_parts["reassembly"] = _align(facts.max_message)
+    f.ram_parts["reassembly"] = align(facts.max_message)
     f.ram_parts["stack"] = int(board.build.get("stack_bytes", 0))
     f.ram_parts["fixed"] = int(lib.get("ram_fixed", 0))
     return f

@@ -16,15 +16,24 @@ if TYPE_CHECKING:
 def mixer_maxima(plan: Plan) -> dict[str, int]:
     """Mixer's compile-time maxima for this plan: its node count, largest generation and payload,
     and a row pool that holds the largest round (G times the row stride of that round)."""
-    rounds = [r for ex in plan.meta["mixer"]["exchanges"] for r in ex]
+    return maxima_of_rounds(plan.devices, [r for ex in plan.meta["mixer"]["exchanges"] for r in ex])
+
+
+def maxima_of_rounds(devices: int, rounds: list[dict]) -> dict[str, int]:
+    """The maxima for ``devices`` nodes running these rounds (plan.json's ``mixer.exchanges`` form)."""
     if not rounds:  # one node: no exchange goes over the radio; the smallest legal state
-        return {"MX_MAX_NODES": max(plan.devices, 1), "MX_MAX_G": 1, "MX_MAX_P": 8, "MX_POOL_WORDS": 3}
+        return {"MX_MAX_NODES": max(devices, 1), "MX_MAX_G": 1, "MX_MAX_P": 8, "MX_POOL_WORDS": 3}
     g = max(int(r["generation"]) for r in rounds)
     p = max(int(r["payload"]) for r in rounds)
     pool = max(int(r["generation"]) * row_words(int(r["generation"]), int(r["payload"])) for r in rounds)
-    return {"MX_MAX_NODES": plan.devices, "MX_MAX_G": g, "MX_MAX_P": p, "MX_POOL_WORDS": pool}
+    return {"MX_MAX_NODES": devices, "MX_MAX_G": g, "MX_MAX_P": p, "MX_POOL_WORDS": pool}
+
+
+def cv_words(g: int) -> int:
+    """firmware/mixer/mixer.h MX_CV_WORDS: words of one coding vector of a generation of g rows."""
+    return (g + 31) // 32
 
 
 def row_words(g: int, p: int) -> int:
     """firmware/mixer/mixer.h MX_ROW_WORDS: coding-vector words plus payload words."""
-    return (g + 31) // 32 + (p + 3) // 4
+    return cv_words(g) + (p + 3) // 4

@@ -389,10 +389,104 @@ int cisl_board_radio_on_us(uint32_t *tx_us, uint32_t *rx_us)
     return radio_counted || medium_mode != MODE_MESSAGE;
 }
 
+/* ---- Mixer's radio HAL over the medium ----------------------------------------------------
+ *
+ * The virtual node runs the very round loop an nRF52840 runs (mx_start, firmware/mixer/mixer.c)
+ * through this mx_radio_hal: every transmit or receive is one slot of the medium (an ACTION
+ * frame, answered by SLOT_RESULT), and `off` tells the medium the node is done and waits for the
+ * round's end (air time, radio-on time). Slot timing is the medium's, so wait_slot and sync have
+ * nothing to do. */
+
+typedef struct {
+    uint16_t sg;
+    uint32_t inference;
+    int ended;       /* the medium ended the round (its deadline) before the node finished */
+    int64_t t0;      /* host time at the round's start */
+} sim_radio;
+
+static void round_end(sim_radio *r, const frame_header *f)
+{
+    /* the node's clock shows the simulated air time, not the host time the round took */
+    virtual_offset_us += (int64_t)get_u32(payload) - (host_us() - r->t0);
+    bt_advance_us(get_u32(payload));
+    count_radio(f);
+    r->ended = 1;
+}
+
+/* One slot: send the node's action (with its packet when it transmits), take the medium's answer. */
+static int sim_slot(sim_radio *r, uint8_t act, const uint8_t *packet, uint16_t len, frame_header *f)
+{
+    if (r->ended) {
+        return -1;
+    }
+    if (send_frame_flags(FRAME_ACTION, 0, act, r->sg, r->inference, packet, len) != 0 || recv_frame(f) != 0) {
+        medium_lost("in a radio slot");
+    }
+    if (f->type == FRAME_ROUND_END) {
+        round_end(r, f);
+        return -1; /* mx_start stops; the round is over for everybody */
+    }
+    return 0;
+}
+
+static void sim_wait_slot(void *ctx, uint16_t slot)
+{
+    (void)ctx;
+    (void)slot;
+}
+
+static int sim_transmit(void *ctx, const uint8_t *packet, uint16_t len)
+{
+    frame_header f;
+    return sim_slot((sim_radio *)ctx, (uint8_t)MX_ACT_TX, packet, len, &f);
+}
+
+static int sim_receive(void *ctx, uint8_t *buf, uint16_t max, int scan, uint32_t *rx_time)
+{
+    (void)scan;
+    frame_header f;
+    *rx_time = 0u;
+    if (sim_slot((sim_radio *)ctx, (uint8_t)MX_ACT_RX, NULL, 0, &f) != 0) {
+        return -1;
+    }
+    if (f.type != FRAME_SLOT_RESULT || f.len == 0u) {
+        return 0;
+    }
+    const uint16_t n = f.len < max ? (uint16_t)f.len : max;
+    memcpy(buf, payload, n);
+    return (int)n;
+}
+
+static void sim_sync(void *ctx, uint16_t slot, uint32_t rx_time)
+{
+    (void)ctx;
+    (void)slot;
+    (void)rx_time;
+}
+
+static void sim_off(void *ctx)
+{
+    sim_radio *r = (sim_radio *)ctx;
+    if (send_frame(FRAME_FINISHED, 0, r->sg, r->inference, NULL, 0) != 0) {
+        medium_lost("ending a radio round");
+    }
+    for (;;) {
+        frame_header f;
+        if (recv_frame(&f) != 0) {
+            medium_lost("waiting for the end of a radio round");
+        }
+        if (f.type == FRAME_ROUND_END) {
+            round_end(r, &f);
+            return;
+        }
+    }
+}
+
+static const mx_radio_hal sim_hal = {sim_wait_slot, sim_transmit, sim_receive, sim_sync, sim_off};
+
 int32_t cisl_board_mixer_round(mx_state *s, uint16_t sg, uint8_t part, uint32_t inference, uint32_t slot_us)
 {
-    static uint8_t packet[MX_MAX_PACKET_LEN];
-    const int64_t t0 = host_us();
+    sim_radio r = {sg, inference, 0, host_us()};
     const mx_config *cfg = &s->h.cfg;
     uint8_t begin[8];
     put_u16(begin, cfg->round_length);
@@ -401,48 +495,11 @@ int32_t cisl_board_mixer_round(mx_state *s, uint16_t sg, uint8_t part, uint32_t 
     if (send_frame_flags(FRAME_ROUND_BEGIN, 0, part, sg, inference, begin, sizeof begin) != 0) {
         medium_lost("starting a radio round");
     }
-    int finished = 0;
-    for (uint16_t slot = 0;; slot++) {
-        frame_header f;
-        if (!finished) {
-            uint16_t len = 0;
-            const int act = mx_slot(s, slot, packet, &len);
-            if (act < 0) {
-                return act;
-            }
-            if (send_frame_flags(FRAME_ACTION, 0, (uint8_t)act, sg, inference, packet,
-                                 act == MX_ACT_TX ? len : 0) != 0 || recv_frame(&f) != 0) {
-                medium_lost("in a radio slot");
-            }
-            if (f.type == FRAME_SLOT_RESULT && act == MX_ACT_RX && f.len > 0) {
-                (void)mx_receive(s, slot, payload, (uint16_t)f.len); /* malformed packets are counted inside */
-            }
-            if (f.type == FRAME_ROUND_END) { /* the medium ended the round (its deadline) */
-                virtual_offset_us += (int64_t)get_u32(payload) - (host_us() - t0);
-                bt_advance_us(get_u32(payload));
-                count_radio(&f);
-                return (int32_t)slot;
-            }
-            (void)mx_slot_end(s, slot);
-            if (mx_finished(s)) {
-                finished = 1;
-                if (send_frame(FRAME_FINISHED, 0, sg, inference, NULL, 0) != 0) {
-                    medium_lost("ending a radio round");
-                }
-            }
-            continue;
-        }
-        if (recv_frame(&f) != 0) {
-            medium_lost("waiting for the end of a radio round");
-        }
-        if (f.type == FRAME_ROUND_END) {
-            /* the node's clock shows the simulated air time, not the host time the round took */
-            virtual_offset_us += (int64_t)get_u32(payload) - (host_us() - t0);
-            bt_advance_us(get_u32(payload));
-            count_radio(&f);
-            return (int32_t)slot;
-        }
+    const int32_t last = mx_start(s, &sim_hal, &r);
+    if (last == MX_E_HAL && r.ended) {
+        return 0; /* the medium's deadline ended the round: what arrived is in the state */
     }
+    return last;
 }
 
 void cisl_board_mixer_delivery(uint16_t sg, uint32_t inference, const uint8_t *got, const uint16_t *slot,

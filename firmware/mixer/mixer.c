@@ -1094,7 +1094,9 @@ int32_t mx_start(mx_state *s, const mx_radio_hal *hal, void *ctx)
         (void)mx_slot_end(s, s->h.cur_slot);
     }
     hal->off(ctx);
-    return s->h.st.slot_done == MX_NO_SLOT ? (int32_t)-1 : (int32_t)s->h.st.slot_done;
+    /* a node that was never done (it heard too little) still ends its round normally: its last
+     * slot, so that the caller can tell it from an error (all errors are < 0) */
+    return s->h.st.slot_done == MX_NO_SLOT ? (int32_t)s->h.cur_slot : (int32_t)s->h.st.slot_done;
 }
 
 /* ---- results -------------------------------------------------------------------------------- */

@@ -300,7 +300,8 @@ typedef struct {
     void (*off)(void *ctx);
 } mx_radio_hal;
 
-/* Run the armed round to its end. Returns the node's last slot (>= 0), or < 0 on error. */
+/* Run the armed round to its end. Returns the node's last slot (>= 0: the slot it was done in, or,
+ * if it never was, the last slot it stepped), or < 0 (an MX_E_* code) on error. */
 int32_t mx_start(mx_state *s, const mx_radio_hal *hal, void *ctx);
 
 /* ---- results ---------------------------------------------------------------------------- */

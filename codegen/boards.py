@@ -13,13 +13,16 @@ from typing import Any
 
 from .errors import UserError
 from .resources import resource_dir
-from .config_schema import BOOL, INT, NUMBER, STR, STR_LIST, Either, Table, read_toml, validate
+from .config_schema import BOOL, INT, NUMBER, STR, STR_LIST, Either, Kind, Table, read_toml, validate
 
 # { central, low, high, source } in the unit its key names, or just a number (boards/nrf52840dk/board.toml)
 _FIGURE = Either((NUMBER, Table({"central": NUMBER, "low": NUMBER, "high": NUMBER, "source": STR},
                                 required=("central", "low", "high"))),
                  "a number or { central = ..., low = ..., high = ..., source = \"...\" }")
 _FOOTPRINT_LIB = Table({"flash_fixed": INT, "ram_fixed": INT})
+
+DEBUG_PORTS = ("open", "protected")
+DEBUG_PORT = Kind('"open" or "protected"', lambda v: v in DEBUG_PORTS)
 
 BOARD_SCHEMA = Table({
     "board": Table({
@@ -44,6 +47,8 @@ BOARD_SCHEMA = Table({
     "mixer": Table({"per_packet_cycles": Table({"base": NUMBER, "per_row": NUMBER, "per_row_byte": NUMBER,
                                                 "per_byte": NUMBER, "safety": NUMBER})}),
     "node_id": Table({"uicr_word": STR}),
+    # boards/nrf52840dk: "open" keeps the rev-3 debug port open across resets (docs/design/approtect.md)
+    "security": Table({"debug_port": DEBUG_PORT}),
     "inputs": Table({"source": STR, "max_windows": INT, "inferences": INT}),
     "footprint": Table({"mixer": BOOL, "nnref": _FOOTPRINT_LIB, "cmsis-nn": _FOOTPRINT_LIB,
                         "ops": Table(values=INT)}),  # bytes per op kind of the schedule, and 'default'

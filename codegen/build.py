@@ -126,7 +126,7 @@ ARM_APT = "sudo apt-get install -y --no-install-recommends gcc-arm-none-eabi lib
 
 
 def board_defines(board: Board, plan: Plan) -> list[str]:
-    """-D flags for the board's own sources from board.toml facts ([uart], [radio], [inputs])."""
+    """-D flags for the board's own sources from board.toml facts ([uart], [radio], [security], [inputs])."""
     f = board.facts
     out = []
     uart = f.get("uart", {})
@@ -145,6 +145,8 @@ def board_defines(board: Board, plan: Plan) -> list[str]:
                            ("scan_timeout_ms", "CISL_RADIO_SCAN_TIMEOUT_MS")):
             if key in radio:
                 out.append(f"-D{macro}={int(radio[key])}")
+    if "security" in f:  # boards/nrf52840dk/startup.c: open (default) or protected debug port
+        out.append(f"-DCISL_DEBUG_PORT_OPEN={int(f['security'].get('debug_port', 'open') == 'open')}")
     inputs = f.get("inputs", {})
     if "inferences" in inputs:
         out.append(f"-DCISL_INPUTS_INFERENCES={int(inputs['inferences'])}")

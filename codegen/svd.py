@@ -29,7 +29,23 @@ from pathlib import Path
 from xml.etree import ElementTree as ET
 
 LAYOUTS = {"RADIO": "RADIO", "TIMER": "TIMER0", "UARTE": "UARTE0", "CLOCK": "CLOCK", "PPI": "PPI",
-           "UICR": "UICR", "GPIO": "P0", "FICR": "FICR", "POWER": "POWER", "NVMC": "NVMC"}
+           "UICR": "UICR", "GPIO": "P0", "FICR": "FICR", "POWER": "POWER", "NVMC": "NVMC",
+           "APPROTECT": "APPROTECT"}
+
+# What the pyocd-shipped nrf52840.svd (2018, written before build code F0 / revision 3) does not
+# describe, from the nRF52840 Product Specification v1.8+ ("APPROTECT - Access port protection"
+# register pages, "UICR.APPROTECT"), docs/design/approtect.md. ``supplement`` adds only what the
+# SVD lacks; where the SVD has a register, field or value, the SVD's word stands and the
+# supplement's disagreement is reported, so a newer SVD checks these facts too.
+#   peripheral: (base, {register: (offset, {field: (pos, width, {value name: value})})})
+SUPPLEMENT = {
+    "APPROTECT": (0x40000000, {
+        "DISABLE": (0x558, {"DISABLE": (0, 8, {"SWDISABLE": 0x5A})}),
+    }),
+    "UICR": (0x10001000, {
+        "APPROTECT": (0x208, {"PALL": (0, 8, {"HWDISABLED": 0x5A})}),
+    }),
+}
 
 
 @dataclass
@@ -115,6 +131,30 @@ def parse_svd(text: bytes | str) -> dict[str, SvdPeripheral]:
         regs = _registers(src.find("registers"), "", 0, 1, 0) if src.find("registers") is not None else {}
         out[name] = SvdPeripheral(name, _int(p.findtext("baseAddress")), regs)
     return out
+
+
+def supplement(svd: dict[str, SvdPeripheral], extra: dict | None = None) -> list[str]:
+    """Add the ``SUPPLEMENT`` facts the SVD lacks (in place); returns the disagreements with
+    what the SVD already has (empty when they agree)."""
+    problems = []
+    for pname, (base, regs) in (SUPPLEMENT if extra is None else extra).items():
+        p = svd.setdefault(pname, SvdPeripheral(pname, base))
+        if p.base != base:
+            problems.append(f"supplement {pname}: base {base:#x}, SVD says {p.base:#x}")
+        for rname, (off, fields) in regs.items():
+            r = p.registers.setdefault(rname, SvdRegister(rname, off))
+            if r.offset != off:
+                problems.append(f"supplement {pname}.{rname}: offset {off:#x}, SVD says {r.offset:#x}")
+            for fname, (pos, width, values) in fields.items():
+                f = r.fields.setdefault(fname, SvdField(pos, width))
+                if (f.pos, f.width) != (pos, width):
+                    problems.append(f"supplement {pname}.{rname}.{fname}: ({pos}, {width}), SVD says "
+                                    f"({f.pos}, {f.width})")
+                for vname, v in values.items():
+                    if f.values.setdefault(vname, v) != v:
+                        problems.append(f"supplement {pname}.{rname}.{fname}.{vname}: {v:#x}, SVD says "
+                                        f"{f.values[vname]:#x}")
+    return problems
 
 
 def pyocd_svd_text(device: str = "nrf52840") -> bytes:

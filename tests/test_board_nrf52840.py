@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from codegen.svd import check_header, parse_svd, pyocd_svd_text
+from codegen.svd import SUPPLEMENT, check_header, parse_svd, pyocd_svd_text, supplement
 
 pytestmark = pytest.mark.unit
 
@@ -24,7 +24,36 @@ HEADER = BOARD / "nrf52840_regs.h"
 
 @pytest.fixture(scope="module")
 def svd():
-    return parse_svd(pyocd_svd_text("nrf52840"))
+    svd = parse_svd(pyocd_svd_text("nrf52840"))
+    assert supplement(svd) == []
+    return svd
+
+
+def test_the_supplement_adds_only_what_the_svd_lacks():
+    """The rev-3 access port protection facts (docs/design/approtect.md) are not in pyocd's 2018 SVD; the
+    supplement adds them and nothing the SVD already states differently (UICR.APPROTECT's offset and
+    PALL field come from the SVD and must agree)."""
+    raw = parse_svd(pyocd_svd_text("nrf52840"))
+    assert "APPROTECT" not in raw and "HWDISABLED" not in raw["UICR"].registers["APPROTECT"].fields["PALL"].values
+    assert raw["UICR"].registers["APPROTECT"].offset == 0x208
+    assert (raw["UICR"].registers["APPROTECT"].fields["PALL"].pos, raw["UICR"].registers["APPROTECT"].fields["PALL"].width) == (0, 8)
+    assert raw["UICR"].registers["APPROTECT"].fields["PALL"].values == {"ENABLED": 0x00, "DISABLED": 0xFF}
+    assert raw["FICR"].registers["INFO_VARIANT"].offset == 0x104
+    assert raw["CLOCK"].base == raw["POWER"].base == SUPPLEMENT["APPROTECT"][0] == 0x40000000
+    wrong = {"UICR": (0x10001000, {"APPROTECT": (0x20C, {"PALL": (0, 4, {"ENABLED": 0x01})})})}
+    problems = supplement(parse_svd(pyocd_svd_text("nrf52840")), wrong)
+    assert len(problems) == 3 and all("SVD says" in p for p in problems)
+
+
+def test_the_approtect_definitions_are_checked(svd):
+    r = check_header(HEADER.read_text(), svd)
+    for m in ("NRF_BASE_APPROTECT", "NRF_REG_APPROTECT_DISABLE", "NRF_VAL_APPROTECT_DISABLE_DISABLE_SWDISABLE",
+              "NRF_REG_UICR_APPROTECT", "NRF_VAL_UICR_APPROTECT_PALL_HWDISABLED", "NRF_VAL_UICR_APPROTECT_PALL_DISABLED",
+              "NRF_REG_FICR_INFO_VARIANT", "NRF_REG_NVMC_CONFIG", "NRF_VAL_NVMC_CONFIG_WEN_WEN"):
+        assert m in r.checked, m
+    bad = HEADER.read_text().replace("#define NRF_REG_APPROTECT_DISABLE 0x558u", "#define NRF_REG_APPROTECT_DISABLE 0x550u")
+    bad = bad.replace("NRF_VAL_UICR_APPROTECT_PALL_HWDISABLED 0x5Au", "NRF_VAL_UICR_APPROTECT_PALL_HWDISABLED 0xA5u")
+    assert len(check_header(bad, svd).problems) == 2
 
 
 def test_every_definition_matches_the_svd(svd):

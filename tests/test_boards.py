@@ -49,6 +49,8 @@ CASES = {
     "open table of integers": ("softmax = 1", "softmax = 1.", ("[footprint.ops] softmax must be an integer",)),
     "missing required key": ('cc = "arm-none-eabi-gcc"\n', "", ("[build]", "no cc", "add cc (a string)")),
     "not toml": ("[board]", "[board", ("not valid TOML",)),
+    "debug port": ('debug_port = "open"', 'debug_port = "opened"',
+                   ('[security] debug_port must be "open" or "protected"', "'opened'")),
 }
 
 

@@ -315,3 +315,183 @@ def test_build_for_another_board_is_refused(tmp_path, tools, nrf_build):
     (tmp_path / "tb.toml").write_text(text)
     r = invoke("flash", str(nrf_build), "--testbed", str(tmp_path / "tb.toml"))
     assert r.exit_code == 2 and "nrf5340dk board but" in r.stderr and "--board nrf5340dk" in r.stderr
+
+
+# -- protected devices and --recover, with fake tools on PATH ------------------------------------------
+#
+# The fakes are executables (nrfjprog, nrfutil) that append their argv to a log and keep one state per
+# serial number: "protected" (a rev-3 part after a reset without an open image, or one locked by
+# UICR.APPROTECT) until a recover runs, then "open". A protected device answers programming and reset
+# the way the tools do: nrfjprog exit code 16 with "...unavailable due to readback protection...",
+# nrfutil exit code 1 with "... readback protection ..." and the `recover` subcommand hint. The
+# recover command lines are the documented ones: `nrfjprog --recover` (nRF Command Line Tools:
+# "erases all user flash and disables readback protection"), `nrfutil device recover`.
+
+FAKE_TOOL = r'''#!{python}
+import json, os, sys
+argv = sys.argv[1:]
+log, state_dir = os.environ["FAKE_TOOL_LOG"], os.environ["FAKE_TOOL_STATE"]
+state = {{s: open(os.path.join(state_dir, s)).read() for s in sorted(os.listdir(state_dir))}}
+tool = os.path.basename(sys.argv[0])
+if tool == "nrfjprog" and argv == ["--ids"]:
+    print("\n".join(state)); sys.exit(0)
+if tool == "nrfutil" and argv == ["device", "list", "--json"]:
+    devs = [{{"serialNumber": s, "traits": {{"jlink": True}}}} for s in state]
+    print(json.dumps({{"type": "task_end", "data": {{"data": {{"devices": devs}}}}}})); sys.exit(0)
+with open(log, "a") as f:
+    f.write(json.dumps([tool] + argv) + "\n")
+serial = next(argv[i + 1] for i, a in enumerate(argv) if a in ("-s", "--serial-number"))
+if "--recover" in argv or argv[:2] == ["device", "recover"]:
+    with open(os.path.join(state_dir, serial + ".tmp"), "w") as f:
+        f.write("open")
+    os.replace(os.path.join(state_dir, serial + ".tmp"), os.path.join(state_dir, serial))
+    sys.exit(0)
+if state[serial] == "protected":
+    if tool == "nrfjprog":
+        sys.stderr.write("ERROR: The operation attempted is unavailable due to readback protection in\n"
+                         "ERROR: your device. Please use --recover to unlock the device.\n")
+        sys.exit(16)
+    sys.stderr.write("[00:00:01] ------   0% [" + serial + "] Failed, [jlink] The operation is unavailable due to "
+                     "readback protection\nError: One or more program tasks failed\n")
+    sys.exit(1)
+sys.exit(0)
+'''
+
+
+@pytest.fixture
+def fake_bin(tmp_path, monkeypatch):
+    """Fake nrfjprog and nrfutil first on PATH; returns (set the devices' states, read the calls)."""
+    import os
+    import sys
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("nrfjprog", "nrfutil"):
+        (bin_dir / tool).write_text(FAKE_TOOL.format(python=sys.executable))
+        (bin_dir / tool).chmod(0o755)
+    log, state = tmp_path / "calls.jsonl", tmp_path / "state"
+    log.write_text("")
+    state.mkdir()
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_TOOL_LOG", str(log))
+    monkeypatch.setenv("FAKE_TOOL_STATE", str(state))
+
+    def devices(states: dict[str, str]) -> None:  # one file per device: the nodes flash in parallel
+        for serial, st in states.items():
+            (state / serial).write_text(st)
+
+    def calls() -> list[list[str]]:
+        return [json.loads(ln) for ln in log.read_text().splitlines()]
+
+    return devices, calls
+
+
+RECOVER = {"nrfjprog": ["nrfjprog", "-f", "NRF52", "--recover", "-s", "683000002"],
+           "nrfutil": ["nrfutil", "device", "recover", "--serial-number", "683000002"]}
+
+
+def program(runner: str, build: Path, serial: str) -> list[str]:
+    img = str(build / "node_01" / "firmware.hex")
+    if runner == "nrfjprog":
+        return ["nrfjprog", "-f", "NRF52", "--program", img, "--sectorerase", "--verify", "-s", serial]
+    return ["nrfutil", "device", "program", "--firmware", img, "--serial-number", serial, "--options",
+            "chip_erase_mode=ERASE_RANGES_TOUCHED_BY_FIRMWARE,verify=VERIFY_READ"]
+
+
+@pytest.mark.parametrize("runner", ["nrfjprog", "nrfutil"])
+def test_protected_device_then_recover_with_fake_tools(tmp_path, fake_bin, nrf_build, runner):
+    devices, calls = fake_bin
+    devices({"683000001": "open", "683000002": "protected"})
+    tb = write_testbed(tmp_path, runner, ["683000001", "683000002"])
+    r = invoke("flash", str(nrf_build), "--testbed", str(tb), "-q")
+    assert r.exit_code == 1, r.output
+    [line] = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert line.startswith("FAILED: 1 of 2 nodes failed to flash (first: node 1: ")
+    assert "protected (APPROTECT)" in line and "--recover" in line and "683000002" in line
+    assert not any(c == RECOVER[runner] for c in calls())  # nothing is erased without --recover
+    before = len(calls())
+    r = invoke("flash", str(nrf_build), "--testbed", str(tb), "-q", "--recover")
+    assert r.exit_code == 0, r.output
+    node1 = [c for c in calls()[before:] if "683000002" in c]
+    reset = (["nrfjprog", "-f", "NRF52", "--reset", "-s", "683000002"] if runner == "nrfjprog"
+             else ["nrfutil", "device", "reset", "--serial-number", "683000002"])
+    assert node1 == [RECOVER[runner], program(runner, nrf_build, "683000002"), reset]
+    assert (tmp_path / "state" / "683000002").read_text() == "open"
+
+
+@pytest.mark.parametrize("runner", ["nrfjprog", "nrfutil"])
+def test_a_reset_of_a_protected_device_names_recover(tmp_path, fake_bin, nrf_build, runner):
+    """A node whose image left the port protected (debug_port = "protected", or a rev-3 part without the
+    open image) can be programmed after a recover but relocks on its reset: the reset error says so."""
+    devices, _ = fake_bin
+    devices({"683000001": "protected"})
+    tb = load_testbed(write_testbed(tmp_path, runner, ["683000001"]))
+    cls = NrfJprogRunner if runner == "nrfjprog" else NrfUtilRunner
+    with pytest.raises(FlashError) as e:
+        cls(tb).reset_one(tb.nodes[0], "683000001")
+    assert e.value.kind == "protected" and "--recover" in str(e.value) and "debug_port" in str(e.value)
+
+
+class LockedNrf52Session(FakeSession):
+    """What pyocd 0.46 does with a locked nRF52 (pyocd/target/family/target_nRF52.py, read in place):
+    opening the session checks CTRL-AP.APPROTECTSTATUS; with auto_unlock it mass-erases through CTRL-AP
+    ERASEALL and writes UICR.APPROTECT = HwDisabled (0x5A), without it it only logs a warning and
+    the AHB-AP stays shut, so discovery fails with "No cores were discovered!"."""
+
+    def __init__(self, target, options, device):
+        super().__init__(target)
+        self.options, self.device = options, device
+
+    def __enter__(self):
+        import logging
+
+        from pyocd.core.exceptions import DebugError
+
+        if self.device["locked"]:
+            log = logging.getLogger("pyocd.target.family.target_nRF52")
+            if not self.options["auto_unlock"]:
+                log.warning("nRF52840 APPROTECT enabled: not automatically unlocking")
+                raise DebugError("No cores were discovered!")
+            log.warning("nRF52840 APPROTECT enabled: will try to unlock via mass erase")
+            self.device["locked"] = False
+            self.device["ops"] += ["mass_erase (CTRL-AP ERASEALL)", "write_uicr 0x10001208 = 0x5A"]
+        return self
+
+
+def test_pyocd_protected_then_recover(tmp_path, monkeypatch, nrf_build):
+    from pyocd.core.helpers import ConnectHelper
+
+    uids = ("0240000034544e45", "0240000034544e46")
+    target = FakeTarget(SEGMENTS)
+    calls = fake_pyocd(monkeypatch, target, probes=uids)
+    devices = {uids[0]: {"locked": False, "ops": []}, uids[1]: {"locked": True, "ops": []}}
+
+    def session_with_chosen_probe(**kw):
+        calls.append(("session_with_chosen_probe", kw))
+        return LockedNrf52Session(target, kw["options"], devices[kw["unique_id"]])
+
+    monkeypatch.setattr(ConnectHelper, "session_with_chosen_probe", staticmethod(session_with_chosen_probe))
+    tb = write_testbed(tmp_path, "pyocd", list(uids))
+    r = invoke("flash", str(nrf_build), "--testbed", str(tb), "-q")
+    assert r.exit_code == 1, r.output
+    [line] = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert line.startswith("FAILED: 1 of 2 nodes failed to flash (first: node 1: ")
+    assert "protected (APPROTECT)" in line and "--recover" in line and "No cores" not in line
+    assert devices[uids[1]] == {"locked": True, "ops": []}  # nothing erased without --recover
+    assert [c[2] for c in calls if c[0] == "FileProgrammer"] == ["sector"]  # node 0 only
+    del calls[:]
+    del target.calls[:]
+    r = invoke("flash", str(nrf_build), "--testbed", str(tb), "-q", "--recover")
+    assert r.exit_code == 0, r.output
+    assert devices[uids[1]]["ops"] == ["mass_erase (CTRL-AP ERASEALL)", "write_uicr 0x10001208 = 0x5A"]
+    opened = sorted((c[1]["unique_id"], c[1]["options"]["auto_unlock"]) for c in calls
+                    if c[0] == "session_with_chosen_probe")
+    assert opened == [(uids[0], False), (uids[0], True), (uids[1], False), (uids[1], True)]  # flash, then reset
+    assert [c for c in calls if c[0] == "FileProgrammer"] == [("FileProgrammer", True, "chip")] * 2
+    reads = [c for c in target.calls if c[0] == "read_memory_block8"]
+    assert sorted(reads) == sorted([("read_memory_block8", 0x0, 1024), ("read_memory_block8", 0x8000, 100)] * 2)
+    devices[uids[1]]["locked"] = True  # it relocked at a reset (an image that does not open the port)
+    bed = load_testbed(tb)
+    with pytest.raises(FlashError) as e:
+        PyOCDRunner(bed).reset_one(bed.nodes[1], uids[1])
+    assert e.value.kind == "protected" and "debug_port" in str(e.value)

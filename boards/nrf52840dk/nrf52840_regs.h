@@ -26,6 +26,7 @@
 #define NRF_REG32(base, off) (*(volatile uint32_t *)((uintptr_t)(base) + (uintptr_t)(off)))
 
 /* ---- peripheral instances ---------------------------------------------------------------- */
+#define NRF_BASE_APPROTECT 0x40000000u /* shares 0x40000000 with CLOCK and POWER (rev-3 parts) */
 #define NRF_BASE_FICR 0x10000000u
 #define NRF_BASE_UICR 0x10001000u
 #define NRF_BASE_CLOCK 0x40000000u
@@ -49,6 +50,28 @@
 #define NRF_REG_UICR_CUSTOMER(n) (0x080u + 4u * (n))
 #define NRF_FLD_UICR_CUSTOMER_CUSTOMER NRF_FIELD(0, 32)
 #define NRF_REG_FICR_DEVICEID(n) (0x060u + 4u * (n))
+#define NRF_REG_FICR_INFO_VARIANT 0x104u /* ASCII build code, e.g. 0x41414630 "AAF0" */
+#define NRF_FLD_FICR_INFO_VARIANT_VARIANT NRF_FIELD(0, 32)
+
+/* ---- access port protection (docs/design/approtect.md) -------------------------------------- */
+#define NRF_REG_UICR_APPROTECT 0x208u
+#define NRF_FLD_UICR_APPROTECT_PALL NRF_FIELD(0, 8)
+#define NRF_VAL_UICR_APPROTECT_PALL_ENABLED 0x00u
+#define NRF_VAL_UICR_APPROTECT_PALL_HWDISABLED 0x5Au /* build codes Fxx and later */
+#define NRF_VAL_UICR_APPROTECT_PALL_DISABLED 0xFFu   /* erased; protects rev-3 parts */
+#define NRF_REG_APPROTECT_DISABLE 0x558u
+#define NRF_FLD_APPROTECT_DISABLE_DISABLE NRF_FIELD(0, 8)
+#define NRF_VAL_APPROTECT_DISABLE_DISABLE_SWDISABLE 0x5Au
+
+/* ---- NVMC (writing one UICR word) ------------------------------------------------------------ */
+#define NRF_BASE_NVMC 0x4001E000u
+#define NRF_REG_NVMC_READY 0x400u
+#define NRF_REG_NVMC_CONFIG 0x504u
+#define NRF_FLD_NVMC_READY_READY NRF_FIELD(0, 1)
+#define NRF_VAL_NVMC_READY_READY_READY 1u
+#define NRF_FLD_NVMC_CONFIG_WEN NRF_FIELD(0, 2)
+#define NRF_VAL_NVMC_CONFIG_WEN_REN 0u
+#define NRF_VAL_NVMC_CONFIG_WEN_WEN 1u
 
 /* ---- GPIO port 0 --------------------------------------------------------------------------- */
 #define NRF_REG_GPIO_OUTSET 0x508u
@@ -195,6 +218,7 @@
 
 /* ---- Cortex-M4 core (ARMv7-M architecture reference) ------------------------------------------- */
 #define CM4_SCB_CPACR 0xE000ED88u   /* coprocessor access: CP10/CP11 full access = bits 20..23 */
+#define CM4_SCB_AIRCR 0xE000ED0Cu   /* VECTKEY 0x05FA in bits 16..31, SYSRESETREQ = bit 2 */
 #define CM4_DEMCR 0xE000EDFCu       /* debug exception and monitor control: TRCENA = bit 24 */
 #define CM4_DWT_CTRL 0xE0001000u    /* CYCCNTENA = bit 0 */
 #define CM4_DWT_CYCCNT 0xE0001004u

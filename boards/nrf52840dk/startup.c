@@ -1,7 +1,15 @@
 /* nRF52840 start-up: vector table, reset handler, fault handler. Written for cisl.
  *
- * Reset order: enable the FPU first (the code is built with -mfloat-abi=hard, so the compiler and
- * the C library may use VFP registers anywhere), copy .data from flash, zero .bss, call main(). */
+ * Reset order: the access port protection first (below), then the FPU (the code is built with
+ * -mfloat-abi=hard, so the compiler and the C library may use VFP registers anywhere), copy .data
+ * from flash, zero .bss, call main().
+ *
+ * Access port protection (docs/design/approtect.md; nRF52840 PS v1.8 "Access port protection",
+ * IN-141): on build codes Fxx and later (revision 3, FICR.INFO.VARIANT "AAF0", ...) the debug port
+ * is open only while UICR.APPROTECT = HwDisabled (0x5A) AND the firmware has written
+ * APPROTECT.DISABLE = SwDisable (0x5A) since the last reset. board.toml [security] debug_port
+ * gives CISL_DEBUG_PORT_OPEN: 1 ("open") does both, 0 ("protected") neither, so a rev-3 part
+ * relocks at every reset (older parts: UICR.APPROTECT = Enabled (0x00) protects them). */
 #include <stdint.h>
 
 #include "nrf52840_regs.h"
@@ -39,8 +47,59 @@ __attribute__((used, section(".vectors"))) const cisl_vector cisl_vectors[16u + 
     F8, F8, F8, F8, F8, F8,
 };
 
+#ifndef CISL_DEBUG_PORT_OPEN
+#error "CISL_DEBUG_PORT_OPEN must be 0 or 1 (board.toml [security] debug_port; codegen/build.py passes it)"
+#endif
+
+#if CISL_DEBUG_PORT_OPEN
+/* The build-code letter, bits 15..8 of FICR.INFO.VARIANT ('F' in "AAF0"): 'F' and later have the
+ * hardware-and-software access port protection; APPROTECT.DISABLE does not exist before. */
+static int cisl_new_approtect(void)
+{
+    uint32_t build = (NRF_REG32(NRF_BASE_FICR, NRF_REG_FICR_INFO_VARIANT) >> 8) & 0xFFu;
+    return build >= (uint32_t)'F' && build <= (uint32_t)'Z';
+}
+
+static void cisl_nvmc_wait(void)
+{
+    while (NRF_GET(NRF_FLD_NVMC_READY_READY, NRF_REG32(NRF_BASE_NVMC, NRF_REG_NVMC_READY)) !=
+           NRF_VAL_NVMC_READY_READY_READY) {
+    }
+}
+
+/* Keep the debug port open across resets: SwDisable now; and if UICR.APPROTECT is erased (as
+ * after pyocd's or an ERASEALL recover), program HwDisabled into that one word (no page erase,
+ * the node label in CUSTOMER[0] stays) and reset so the hardware branch reads it. */
+static void cisl_open_debug_port(void)
+{
+    if (!cisl_new_approtect()) {
+        return; /* older parts: UICR.APPROTECT alone decides (erased = open) */
+    }
+    NRF_REG32(NRF_BASE_APPROTECT, NRF_REG_APPROTECT_DISABLE) =
+        NRF_FV(NRF_FLD_APPROTECT_DISABLE_DISABLE, NRF_VAL_APPROTECT_DISABLE_DISABLE_SWDISABLE);
+    uint32_t pall = NRF_GET(NRF_FLD_UICR_APPROTECT_PALL, NRF_REG32(NRF_BASE_UICR, NRF_REG_UICR_APPROTECT));
+    if (pall == NRF_VAL_UICR_APPROTECT_PALL_DISABLED) {
+        NRF_REG32(NRF_BASE_NVMC, NRF_REG_NVMC_CONFIG) = NRF_FV(NRF_FLD_NVMC_CONFIG_WEN, NRF_VAL_NVMC_CONFIG_WEN_WEN);
+        cisl_nvmc_wait();
+        NRF_REG32(NRF_BASE_UICR, NRF_REG_UICR_APPROTECT) =
+            NRF_FV(NRF_FLD_UICR_APPROTECT_PALL, NRF_VAL_UICR_APPROTECT_PALL_HWDISABLED) | 0xFFFFFF00u;
+        cisl_nvmc_wait();
+        NRF_REG32(NRF_BASE_NVMC, NRF_REG_NVMC_CONFIG) = NRF_FV(NRF_FLD_NVMC_CONFIG_WEN, NRF_VAL_NVMC_CONFIG_WEN_REN);
+        cisl_nvmc_wait();
+        __asm__ volatile("dsb" ::: "memory");
+        CM4_REG(CM4_SCB_AIRCR) = (0x05FAu << 16) | (1u << 2); /* SYSRESETREQ */
+        __asm__ volatile("dsb" ::: "memory");
+        for (;;) {
+        }
+    }
+}
+#endif
+
 __attribute__((noreturn)) void cisl_reset(void)
 {
+#if CISL_DEBUG_PORT_OPEN
+    cisl_open_debug_port();
+#endif
     CM4_REG(CM4_SCB_CPACR) |= 0xFu << 20; /* CP10, CP11: full access */
     __asm__ volatile("dsb\n\tisb" ::: "memory");
     for (uint32_t *src = __cisl_data_load, *dst = __cisl_data_start; dst < __cisl_data_end;) {

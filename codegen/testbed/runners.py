@@ -13,8 +13,10 @@ replace both and check the exact command lines and API calls.
 from __future__ import annotations
 
 import hashlib
+import logging
 import shutil
 import subprocess
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,7 +142,12 @@ def _tail(p: subprocess.CompletedProcess) -> str:
     return lines[-1] if lines else "no output"
 
 
-def _protected(serial: str | None) -> FlashError:
+def _protected(serial: str | None, step: str = "program") -> FlashError:
+    if step == "reset":  # programmed (after a recover), then it locked again on its reset
+        return FlashError(f"reset: the device of probe {serial} is protected (APPROTECT) again; an nRF52840 of "
+                          "build code Fxx relocks at every reset unless its image opens the port (board.toml "
+                          "[security] debug_port = \"open\", docs/design/approtect.md): build with it and run "
+                          "`cisl flash` with --recover", "protected")
     return FlashError(f"the device of probe {serial} is protected (APPROTECT): its flash cannot be read or "
                       "written; run `cisl flash` again with --recover (erases the whole chip, then programs it)",
                       "protected")
@@ -176,7 +183,7 @@ class NrfUtilRunner(Runner):
     def translate(self, node, step, cmd, p):
         text = ((p.stderr or "") + (p.stdout or "")).lower()
         if "protect" in text:
-            return _protected(serial_of(cmd))
+            return _protected(serial_of(cmd), step)
         if "verif" in text and step.startswith("program"):
             return FlashError(f"verify failed on probe {serial_of(cmd)}: {_tail(p)}; run again, or with --recover "
                               "if the flash holds protected data", "verify")
@@ -219,7 +226,7 @@ class NrfJprogRunner(Runner):
 
     def translate(self, node, step, cmd, p):
         if p.returncode == self.EXIT_PROTECTED:
-            return _protected(serial_of(cmd))
+            return _protected(serial_of(cmd), step)
         if p.returncode == self.EXIT_VERIFY:
             return FlashError(f"verify failed on probe {serial_of(cmd)} (nrfjprog exit code 55); run again, or "
                               "with --recover", "verify")
@@ -272,10 +279,12 @@ class PyOCDRunner(Runner):
 
         self.say(node, "connect")
         step = "connect"
+        locked = _LockWarnings()
         try:
-            with self._session(node, serial, recover) as session:
+            with locked, self._session(node, serial, recover) as session:
                 target = session.target
-                if not recover and getattr(target, "is_locked", None) is not None and target.is_locked():
+                if not recover and (locked.seen() or (getattr(target, "is_locked", None) is not None
+                                                      and target.is_locked())):
                     raise _protected(serial)
                 step = "program"
                 self.say(node, "program")
@@ -302,19 +311,54 @@ class PyOCDRunner(Runner):
             raise
         except Exception as e:  # pyocd raises many kinds (ProbeError, TransferFaultError, TargetError, ...)
             msg = str(e) or type(e).__name__
-            if "lock" in msg.lower() or "approtect" in msg.lower() or "protect" in msg.lower():
+            if (not recover and locked.seen()) or any(w in msg.lower() for w in ("lock", "approtect", "protect")):
                 raise _protected(serial) from None
             raise FlashError(f"{step} failed (pyocd {type(e).__name__}: {msg})") from None
 
     def reset_one(self, node, serial):
         self.say(node, "reset")
+        locked = _LockWarnings()
         try:
-            with self._session(node, serial) as session:
+            with locked, self._session(node, serial) as session:
+                if locked.seen():
+                    raise _protected(serial, "reset")
                 session.target.reset()
         except FlashError:
             raise
         except Exception as e:
+            if locked.seen():
+                raise _protected(serial, "reset") from None
             raise FlashError(f"reset failed (pyocd {type(e).__name__}: {e})") from None
+
+
+class _LockWarnings(logging.Handler):
+    """While active, notes pyocd's warning that an nRF52 is locked and will not be unlocked. pyocd
+    (0.46, target_nRF52.check_flash_security) only logs it and carries on; the session then fails
+    later with an unrelated message ("No cores were discovered!"), so the warning is the sign that
+    the device is protected. Only records of the thread that entered count (nodes flash in parallel)."""
+
+    LOGGER = "pyocd"
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.thread = threading.get_ident()
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.thread == self.thread and "APPROTECT enabled: not automatically unlocking" in record.getMessage():
+            self.count += 1
+
+    def seen(self) -> bool:
+        return self.count > 0
+
+    def __enter__(self):
+        self.thread = threading.get_ident()
+        logging.getLogger(self.LOGGER).addHandler(self)
+        return self
+
+    def __exit__(self, *exc):
+        logging.getLogger(self.LOGGER).removeHandler(self)
+        return False
 
 
 def image_segments(path: Path) -> list[tuple[int, bytes]]:

@@ -24,7 +24,7 @@ import numpy as np
 
 from codegen.radio.channel import Channel
 from codegen.radio.physics import ChannelParams
-from codegen.radio.mixer_network import MixerNetwork
+from codegen.radio.mixer_network import FEAT_ALL, FEAT_DEFAULT, MixerNetwork
 from codegen.radio.airtime import slot_us_for_length
 from codegen.radio.topology import topology
 
@@ -38,10 +38,11 @@ def packet_len(n: int, g: int, p: int) -> int:
     return 4 + (g + 7) // 8 + p + (max(g, n) + 7) // 8
 
 
-def run_cell(name: str, n: int | None, extra: dict, g: int, payload: int, rounds: int, seed: int, phy: str) -> dict:
+def run_cell(name: str, n: int | None, extra: dict, g: int, payload: int, rounds: int, seed: int, phy: str,
+             features: int = FEAT_DEFAULT) -> dict:
     topo = topology(name, n, seed, **extra)
     ch = Channel(topo, ChannelParams.for_phy(phy), seed=seed)
-    net = MixerNetwork(ch, g, payload)
+    net = MixerNetwork(ch, g, payload, features=features)
     nn = topo.n
     owners = [0] + [1 + (i % (nn - 1)) for i in range(g - 1)] if nn > 1 else [0] * g
     slots, full, complete, decoded = [], [], 0, 0.0
@@ -51,12 +52,17 @@ def run_cell(name: str, n: int | None, extra: dict, g: int, payload: int, rounds
         full.append(res.full_rank_slot.max() if (res.full_rank_slot >= 0).all() else res.deadline)
         complete += res.complete
         decoded += res.decoded.mean()
+    # lower bound on all-full-rank: a node needs G minus its own rows innovative packets, received one
+    # per slot while it does not send, so the node owning the fewest rows (the initiator: row 0) sets it
+    bound = g - min(owners.count(i) for i in range(nn))
     slot_us = slot_us_for_length(packet_len(nn, g, payload), phy, 50)
     deadline = 3 * g + 200
     mean_slots = float(np.mean(slots))
     return {"topology": name, "nodes": nn, "G": g, "payload": payload, "phy": phy, "rounds": rounds,
             "slots_mean": mean_slots, "slots_p999": float(np.quantile(slots, 0.999)),
-            "full_rank_mean": float(np.mean(full)), "complete_fraction": complete / rounds,
+            "full_rank_mean": float(np.mean(full)), "features": features, "bound": bound,
+            "full_rank_over_bound": (float(np.mean(full)) + 1) / bound, "full_rank_over_g": float(np.mean(full)) / g,
+            "p999_over_fixed": float(np.quantile(slots, 0.999)) / deadline, "complete_fraction": complete / rounds,
             "delivery_ratio": decoded / rounds, "slot_us": slot_us, "deadline_slots": deadline,
             "round_ms": mean_slots * slot_us / 1000, "fixed_ms": deadline * slot_us / 1000,
             "ratio_to_fixed": mean_slots / deadline}
@@ -73,9 +79,12 @@ def main() -> None:
     t0 = time.time()
     cells = [(t, n, e, g, "2M") for t, n, e in TOPOLOGIES for g in GENERATIONS]
     cells += [("hallway16", None, {}, g, "1M") for g in GENERATIONS]
-    for name, n, extra, g, phy in cells:
+    cells = [c + (FEAT_DEFAULT,) for c in cells]
+    # the issue-15 comparison: every feature (requests on) on the hallway
+    cells += [("hallway16", None, {}, g, "2M", FEAT_ALL) for g in GENERATIONS]
+    for name, n, extra, g, phy, feats in cells:
         rounds = args.rounds if name == "hallway16" else max(200, args.rounds // 4)
-        rows.append(run_cell(name, n, extra, g, args.payload, rounds, args.seed, phy))
+        rows.append(run_cell(name, n, extra, g, args.payload, rounds, args.seed, phy, feats))
         r = rows[-1]
         print(f"{name:17s} {phy} G={g:3d}: {r['slots_mean']:6.1f} slots (p99.9 {r['slots_p999']:5.0f}), complete "
               f"{100 * r['complete_fraction']:6.2f} %, {r['round_ms']:6.1f} ms = {r['ratio_to_fixed']:.2f} x fixed",
@@ -87,15 +96,20 @@ def main() -> None:
              f"firmware/mixer (cisl's Mixer) over codegen/radio's slot-level channel, 16 nodes, P = {args.payload} B, "
              "\"done\" round policy (a node ends once it knows every node has full rank, after lingering n slots); "
              f"{args.rounds} rounds per cell on the hallway, {max(200, args.rounds // 4)} elsewhere. Slot lengths "
-             "from the nRF52840 timing model (+50 µs margin). Fixed deadline = the published 3G + 200 slots.", "",
-             "| topology | PHY | G | slots (mean / p99.9) | all full rank at | rounds complete at every node | "
-             "delivery | round time | fixed 3G+200 | ratio |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "from the nRF52840 timing model (+50 µs margin). Fixed deadline = the published 3G + 200 slots. "
+             "Features: default = coordinated TX + weak zeros (MX_FEAT_DEFAULT); all = also row requests. "
+             "Bound = max over nodes of G − its own rows (it must receive the rest, one per slot).", "",
+             "| topology | features | PHY | G | slots (mean / p99.9) | all full rank at | bound G − own rows | "
+             "(full rank + 1) / bound | rounds complete at every node | "
+             "delivery | round time | fixed 3G+200 | ratio (mean / p99.9) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['topology']} | {r['phy']} | {r['G']} | {r['slots_mean']:.1f} / {r['slots_p999']:.0f} | "
-                     f"{r['full_rank_mean']:.1f} | {100 * r['complete_fraction']:.2f} % | "
+        feats = "default" if r["features"] == FEAT_DEFAULT else "all (+requests)"
+        lines.append(f"| {r['topology']} | {feats} | {r['phy']} | {r['G']} | {r['slots_mean']:.1f} / {r['slots_p999']:.0f} | "
+                     f"{r['full_rank_mean']:.1f} | {r['bound']} | {r['full_rank_over_bound']:.2f} | "
+                     f"{100 * r['complete_fraction']:.2f} % | "
                      f"{100 * r['delivery_ratio']:.3f} % | {r['round_ms']:.1f} ms | {r['fixed_ms']:.1f} ms | "
-                     f"{r['ratio_to_fixed']:.2f} |")
+                     f"{r['ratio_to_fixed']:.2f} / {r['p999_over_fixed']:.2f} |")
     lines += ["", "![slots vs G](mixer_rounds.png)", "",
               "Reproduce: `python bench/mixer_rounds.py` "
               f"({round(time.time() - t0)} s on this machine)."]
@@ -108,7 +122,7 @@ def main() -> None:
 
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for name in {r["topology"] for r in rows}:
-        pts = [r for r in rows if r["topology"] == name and r["phy"] == "2M"]
+        pts = [r for r in rows if r["topology"] == name and r["phy"] == "2M" and r["features"] == FEAT_DEFAULT]
         ax.plot([r["G"] for r in pts], [r["slots_mean"] for r in pts], "o-", label=name)
     ax.plot(GENERATIONS, [3 * g + 200 for g in GENERATIONS], "k--", label="fixed 3G+200")
     ax.set_xlabel("generation size G")

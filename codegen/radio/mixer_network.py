@@ -23,7 +23,9 @@ from ..resources import resource_dir
 from ..toolrun import log_command
 from .channel import Channel
 
+FEAT_COORDINATED_TX, FEAT_REQUESTS, FEAT_WEAK_ZEROS = 1, 2, 4
 FEAT_ALL = 7
+FEAT_DEFAULT = FEAT_COORDINATED_TX | FEAT_WEAK_ZEROS  # MX_FEAT_DEFAULT: requests measured to hurt (docs/design/mixer.md)
 TERM_DEADLINE, TERM_DONE = 0, 1
 ARM_INITIATOR, ARM_LISTENER = 0, 1
 ACT_OFF, ACT_RX, ACT_TX = 0, 1, 2
@@ -103,11 +105,12 @@ class MixerNetwork:
     """n Mixer instances sharing a channel; `run_round` plays one round of G rows of P bytes."""
 
     def __init__(self, channel: Channel, generation: int, payload: int, deadline: int | None = None,
-                 termination: int = TERM_DONE, linger: int | None = None, initiator: int = 0):
+                 termination: int = TERM_DONE, linger: int | None = None, initiator: int = 0,
+                 features: int = FEAT_DEFAULT):
         self.lib = library()
         self.channel = channel
         self.n = channel.n
-        self.cfg = _Config(self.n, initiator, generation, payload, deadline or 3 * generation + 200, FEAT_ALL,
+        self.cfg = _Config(self.n, initiator, generation, payload, deadline or 3 * generation + 200, features,
                            termination, max(self.n, 4) if linger is None else linger, 1)
         self.plen = self.lib.mx_packet_len(ctypes.byref(self.cfg))
         if self.plen == 0:

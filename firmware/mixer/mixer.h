@@ -85,6 +85,10 @@
 #define MX_FEAT_REQUESTS 0x02u       /* row requests in the info vector; suppliers answer them */
 #define MX_FEAT_WEAK_ZEROS 0x04u     /* mx_write(row, NULL, 0) marks a row unused; weak-zero maps */
 #define MX_FEAT_ALL (MX_FEAT_COORDINATED_TX | MX_FEAT_REQUESTS | MX_FEAT_WEAK_ZEROS)
+/* What deployed rounds use. Requests are off: on hallway16 and on lossy channels they made rounds
+ * longer (G = 128: all full rank at 190.9 vs 157.3 slots) and no variant of answering measured
+ * better than off (docs/design/mixer.md, "Feature evidence"). */
+#define MX_FEAT_DEFAULT (MX_FEAT_COORDINATED_TX | MX_FEAT_WEAK_ZEROS)
 
 /* Termination policy (mx_config.termination). */
 #define MX_TERM_DEADLINE 0u /* every node runs until the hard deadline, slot round_length - 1 */

@@ -39,7 +39,7 @@ static int run_round(const cisl_mx_round *r, uint16_t sg, uint8_t part, uint32_t
     cfg.generation_size = r->generation;
     cfg.payload_size = r->payload;
     cfg.round_length = r->deadline;
-    cfg.features = MX_FEAT_ALL;
+    cfg.features = MX_FEAT_DEFAULT;
     cfg.termination = plan->termination;
     cfg.linger_slots = r->linger;
     /* a different seed every round; every node derives the same from the schedule */

@@ -8,7 +8,8 @@
 # Setup installs what is missing: Debian/Ubuntu packages with --no-install-recommends (gcc,
 # python3-venv; the ARM cross toolchain and QEMU for the nRF52840 and emulated Cortex-M4 builds:
 # gcc-arm-none-eabi, libnewlib-arm-none-eabi, qemu-system-arm, about 1 GB; if those cannot be
-# installed, their tests skip), then a virtual environment in .venv with torch (CPU build pinned to 2.13.0) and
+# installed, their tests skip; clang and libclang-rt-dev (libFuzzer, ASan, UBSan) for the Mixer fuzz tier,
+# skipped without them), then a virtual environment in .venv with torch (CPU build pinned to 2.13.0) and
 # cisl itself (editable). Set CISL_TORCH_INDEX to a pip index URL (e.g. the PyTorch CPU index) if
 # your machine would otherwise download a CUDA build of torch.
 set -euo pipefail
@@ -40,6 +41,24 @@ need_apt_arm() {
   printf '%s\n' "${missing[@]}"
 }
 
+# clang with libFuzzer and the sanitizer runtimes for the Mixer fuzz tier (tests/test_mixer_fuzz.py):
+# optional as well. Debian 12 / Ubuntu 24.04 ship the runtimes in libclang-rt-dev; older releases
+# have them in clang's own dependencies (then only clang is installed).
+fuzzer_links() {
+  local cc dir ok=1
+  dir=$(mktemp -d)
+  printf '%s\n' '#include <stddef.h>' '#include <stdint.h>' \
+    'int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { (void)d; (void)n; return 0; }' > "$dir/p.c"
+  for cc in clang clang-19 clang-18 clang-17 clang-16 clang-15 clang-14; do
+    if command -v "$cc" >/dev/null 2>&1 &&
+       "$cc" -fsanitize=fuzzer,address,undefined "$dir/p.c" -o "$dir/p" >/dev/null 2>&1; then
+      ok=0; break
+    fi
+  done
+  rm -rf "$dir"
+  return $ok
+}
+
 apt_install() {  # apt_install fatal|optional PACKAGE...
   local how=$1; shift
   if ! command -v apt-get >/dev/null 2>&1; then
@@ -53,7 +72,7 @@ apt_install() {  # apt_install fatal|optional PACKAGE...
   if ! { $sudo apt-get update -qq &&
          DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$@"; }; then
     [ "$how" = fatal ] && exit 2
-    log "could not install $*: the nRF52840/QEMU tests will be skipped"
+    log "could not install $*: the tests that need them will be skipped"
   fi
 }
 
@@ -62,6 +81,10 @@ setup_system() {
   [ "${#missing[@]}" -eq 0 ] || apt_install fatal "${missing[@]}"
   mapfile -t missing < <(need_apt_arm | sed '/^$/d')
   [ "${#missing[@]}" -eq 0 ] || apt_install optional "${missing[@]}"
+  if ! fuzzer_links; then
+    apt_install optional clang libclang-rt-dev
+    fuzzer_links || apt_install optional clang
+  fi
 }
 
 setup_python() {

@@ -1,5 +1,11 @@
-"""The Mixer fuzz harness (firmware/mixer/fuzz/fuzz_mixer.c): replay the committed corpus under gcc
-with AddressSanitizer and UBSan, and, where clang with libFuzzer is installed, fuzz briefly."""
+"""The Mixer fuzz harnesses (firmware/mixer/fuzz/): fuzz_mixer.c (one node, crafted packets, a
+reference decoder) and fuzz_mixer_net.c (whole rounds of up to 16 nodes at the full G and P).
+
+Every file of each corpus (fuzz/corpus/, fuzz/corpus_net/) is replayed under gcc with
+AddressSanitizer and UBSan and under clang's libFuzzer build; then libFuzzer fuzzes each harness
+for a short bounded run. Any crash, sanitizer report or failed invariant fails the test. The long
+run is bench/mixer_fuzz.py (docs/results/mixer_fuzz.md). dev.sh installs clang; without it the
+clang tier skips."""
 
 from __future__ import annotations
 
@@ -14,11 +20,16 @@ from mixer_lib import MIXER_DIR
 
 pytestmark = [pytest.mark.hostc]
 
-HARNESS = MIXER_DIR / "fuzz" / "fuzz_mixer.c"
-CORPUS = MIXER_DIR / "fuzz" / "corpus"
-SOURCES = [HARNESS, MIXER_DIR / "mixer.c"]
+FUZZ = MIXER_DIR / "fuzz"
+# harness -> (source, corpus, libFuzzer -max_len, runs of the short fuzz run, extra clang flags)
+HARNESSES = {
+    "single": (FUZZ / "fuzz_mixer.c", FUZZ / "corpus", 1024, 20000, []),
+    # whole rounds are slower; trace-cmp instrumentation would slow the GF(2) loops fivefold
+    "net": (FUZZ / "fuzz_mixer_net.c", FUZZ / "corpus_net", 512, 3000, ["-fno-sanitize-coverage=trace-cmp"]),
+}
 STRICT = ["-std=c99", "-O1", "-g", "-Wall", "-Wextra", "-Werror"]
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
+FUZZER = ["-fsanitize=fuzzer,address,undefined", "-fno-sanitize-recover=all"]
 
 
 def compiles(cc: str, flags: list[str], tmp: Path) -> bool:
@@ -43,35 +54,76 @@ def find_clang() -> str | None:
     return None
 
 
-def test_corpus_replays_clean_under_gcc_sanitizers(tmp_path: Path) -> None:
+def corpus_files(name: str) -> list[Path]:
+    files = sorted(p for p in HARNESSES[name][1].iterdir() if p.is_file())
+    assert len(files) >= 20
+    return files
+
+
+def gcc_replay(tmp: Path, name: str, defines: tuple[str, ...] = ()) -> Path:
     if not shutil.which("gcc"):
         pytest.skip("gcc not installed")
-    if not compiles("gcc", SANITIZE, tmp_path):
+    if not compiles("gcc", SANITIZE, tmp):
         pytest.skip("gcc cannot link AddressSanitizer/UBSan here")
-    exe = tmp_path / "fuzz_replay"
-    run_cc(["gcc", *STRICT, "-pedantic", *SANITIZE, f"-I{MIXER_DIR}", *SOURCES, "-o", exe])
-    files = sorted(p for p in CORPUS.iterdir() if p.is_file())
-    assert len(files) >= 20
-    proc = subprocess.run([exe, *files], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert f"replayed {len(files)} inputs" in proc.stdout
-    assert "runtime error" not in proc.stderr
+    exe = tmp / f"replay_{name}"
+    run_cc(["gcc", *STRICT, "-pedantic", *SANITIZE, *defines, f"-I{MIXER_DIR}", HARNESSES[name][0],
+            MIXER_DIR / "mixer.c", "-o", exe])
+    return exe
 
 
-def test_short_libfuzzer_run(tmp_path: Path) -> None:
+def libfuzzer(tmp: Path, name: str) -> Path:
     cc = find_clang()
     if cc is None:
-        pytest.skip("clang not installed")
-    flags = ["-fsanitize=fuzzer,address,undefined", "-fno-sanitize-recover=all"]
-    if not compiles(cc, flags, tmp_path):
-        pytest.skip(f"{cc} has no libFuzzer runtime")
-    exe = tmp_path / "fuzz_mixer"
-    run_cc([cc, *STRICT, "-DMX_FUZZ_LIBFUZZER", *flags, f"-I{MIXER_DIR}", *SOURCES, "-o", exe])
-    work = tmp_path / "corpus"
-    shutil.copytree(CORPUS, work)  # the fuzzer adds to its corpus; keep the committed one as it is
-    proc = subprocess.run(
-        [exe, "-runs=20000", "-max_len=1024", "-seed=1", str(work)], capture_output=True, text=True, timeout=600
-    )
+        pytest.skip("clang not installed (./dev.sh setup installs it)")
+    if not compiles(cc, FUZZER, tmp):
+        pytest.skip(f"{cc} has no libFuzzer runtime (Debian/Ubuntu: libclang-rt-dev)")
+    exe = tmp / f"fuzz_{name}"
+    run_cc([cc, *STRICT, "-DMX_FUZZ_LIBFUZZER", *FUZZER, *HARNESSES[name][4], f"-I{MIXER_DIR}",
+            HARNESSES[name][0], MIXER_DIR / "mixer.c", "-o", exe])
+    return exe
+
+
+def assert_clean(proc: subprocess.CompletedProcess[str]) -> None:
     assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "Done 20000 runs" in proc.stderr
     assert "ERROR" not in proc.stderr and "runtime error" not in proc.stderr
+    assert "check failed" not in proc.stderr
+
+
+@pytest.mark.parametrize("name", sorted(HARNESSES))
+def test_corpus_replays_clean_under_gcc_sanitizers(tmp_path: Path, name: str) -> None:
+    exe = gcc_replay(tmp_path, name)
+    files = corpus_files(name)
+    proc = subprocess.run([exe, *files], capture_output=True, text=True, timeout=600)
+    assert_clean(proc)
+    assert f"replayed {len(files)} inputs" in proc.stdout
+
+
+def test_net_harness_notices_a_wrong_row(tmp_path: Path) -> None:
+    """The invariants bite: with its own copy of message 0 altered, the network harness aborts."""
+    exe = gcc_replay(tmp_path, "net", ("-DFZ_SELFTEST_WRONG_MESSAGE",))
+    proc = subprocess.run([exe, *corpus_files("net")], capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0
+    assert "fuzz_mixer_net.c:" in proc.stderr and "check failed" in proc.stderr
+
+
+@pytest.mark.parametrize("name", sorted(HARNESSES))
+def test_corpus_replays_clean_under_libfuzzer(tmp_path: Path, name: str) -> None:
+    exe = libfuzzer(tmp_path, name)
+    files = corpus_files(name)
+    proc = subprocess.run([exe, *files], capture_output=True, text=True, timeout=600)
+    assert_clean(proc)
+    assert proc.stderr.count("Executed ") == len(files)
+
+
+@pytest.mark.parametrize("name", sorted(HARNESSES))
+def test_short_libfuzzer_run(tmp_path: Path, name: str) -> None:
+    exe = libfuzzer(tmp_path, name)
+    _, corpus, max_len, runs, _ = HARNESSES[name]
+    work = tmp_path / "corpus"
+    shutil.copytree(corpus, work)  # the fuzzer adds to its corpus; keep the committed one as it is
+    proc = subprocess.run(
+        [exe, f"-runs={runs}", f"-max_len={max_len}", "-seed=1", f"-artifact_prefix={tmp_path}/", str(work)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert_clean(proc)
+    assert f"Done {runs} runs" in proc.stderr

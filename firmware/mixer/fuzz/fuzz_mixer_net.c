@@ -425,24 +425,5 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 }
 
 #ifndef MX_FUZZ_LIBFUZZER
-/* Replay driver: run every file given on the command line. */
-int main(int argc, char **argv)
-{
-    static uint8_t buf[1u << 16];
-    int i, n = 0;
-    for (i = 1; i < argc; ++i) {
-        FILE *f = fopen(argv[i], "rb");
-        size_t len;
-        if (!f) {
-            fprintf(stderr, "cannot open %s\n", argv[i]);
-            return 2;
-        }
-        len = fread(buf, 1, sizeof buf, f);
-        fclose(f);
-        LLVMFuzzerTestOneInput(buf, len);
-        ++n;
-    }
-    printf("replayed %d inputs\n", n);
-    return 0;
-}
+#include "fuzz_replay.h"
 #endif

@@ -149,7 +149,7 @@ def test_cmsis_nn_commit_of_a_checkout(tmp_path):
 @pytest.mark.upstream
 @pytest.mark.skipif(not os.environ.get("CMSIS_NN_ROOT"), reason="CMSIS_NN_ROOT not set")
 def test_cmsis_nn_commit_in_build_json_and_boot_line(tmp_path):
-    from codegen.sim.runner import run_sim
+    from codegen.vtestbed.run import run_sim
 
     root = os.environ["CMSIS_NN_ROOT"]
     b = _compiled(tmp_path, "sim", devices=2)

@@ -598,8 +598,10 @@ static int build_packet(mx_state *s, uint8_t *out)
     for (w = 0; w < cvw; ++w)
         cand[w] = s->pivots[w] & ~s->weak[w];
 
-    if (!words_zero(s->unsent, cvw)) {
-        /* systematic start: an own row not sent yet, alone */
+    if (!words_zero(s->unsent, cvw) && (h->cur_slot % h->cfg.num_nodes == h->id || h->cur_slot == 0u)) {
+        /* systematic start: an own row not sent yet, alone — only in an owned slot (or the
+         * initiator's slot 0): in a contended slot it may collide, and a row only its owner holds
+         * would then reach the others only inside random combinations, half of the time each */
         unsigned i = 0;
         for (w = 0; w < cvw; ++w)
             if (s->unsent[w]) {

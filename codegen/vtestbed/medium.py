@@ -227,7 +227,8 @@ class RadioMedium:
                                                                               range(self.nodes)]}) + "\n")
 
     def record_delivery(self, inference: int, sg: int, got: np.ndarray, slots: np.ndarray) -> None:
-        """Which node decoded which sender's message of an exchange, and in which slot of its round."""
+        """Which node decoded which sender's message of an exchange, and in which slot of its round
+        (of the round of its last piece, for a message split over rounds)."""
         import json
 
         if self.stats is not None:

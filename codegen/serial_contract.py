@@ -20,13 +20,14 @@ EVENTS = {
     "infer": ("inf", "us", "crc"),
     "output": ("inf", "crc", "n", "off", "q"),
     "error": ("inf", "where", "code"),
+    "peer": ("inf", "peer", "state", "rounds", "role"),
     "end": ("inferences",),
 }
 """Required keys of every event (lines may carry more keys, e.g. ``cycles``; boot's optional keys are
 ``clock`` and ``cmsis_nn``, docs/serial-contract.md)."""
 
 INT_KEYS = {"node", "nodes", "inf", "layer", "us", "comm_us", "cycles", "tx", "rx", "delivered", "expected",
-            "ignored", "n", "off", "code", "inferences", "tx_on_us", "rx_on_us"}
+            "ignored", "n", "off", "code", "inferences", "tx_on_us", "rx_on_us", "peer", "rounds"}
 
 
 @dataclass
@@ -89,9 +90,33 @@ def outputs_by_inference(records: list[Record]) -> dict[int, bytes]:
     return out
 
 
+def peer_summary(records: list[Record]) -> list[str]:
+    """One line per node that other nodes declared dead (or alive again): who, when, by how many.
+    A dead sink means the network's forecasts stop reaching the host (docs/design/dead-nodes.md)."""
+    views: dict[tuple[int, str], dict[int, tuple[int, str]]] = {}
+    for r in records:
+        if r.event == "peer":
+            views.setdefault((int(r.fields["peer"]), str(r.fields["state"])), {})[r.node] = (
+                int(r.fields["inf"]), str(r.fields["role"]))
+    nodes = {r.node for r in records}
+    out = []
+    for (peer, state), by in sorted(views.items()):
+        first = min(inf for inf, _ in by.values())
+        role = next(iter(by.values()))[1]
+        what = {"sink": "the sink ", "initiator": "the initiator "}.get(role, "")
+        line = (f"{what}node {peer} declared {state} by {len(by)} of {len(nodes - {peer})} other nodes "
+                f"(from inference {first})")
+        if state == "dead" and role == "sink":
+            line += ": the other nodes go on, but no forecast reaches the host from them"
+        elif state == "dead" and role == "initiator":
+            line += ": the next live node starts the Mixer rounds"
+        out.append(line)
+    return out
+
+
 U32_MAX = 2**32 - 1
 NON_NEGATIVE = ("inf", "us", "comm_us", "cycles", "tx", "rx", "delivered", "expected", "ignored", "n", "off",
-                "inferences", "nodes", "node", "tx_on_us", "rx_on_us")
+                "inferences", "nodes", "node", "tx_on_us", "rx_on_us", "peer", "rounds")
 
 
 class SequenceChecker:
@@ -125,7 +150,9 @@ class SequenceChecker:
             self.next_inf, self.infers = 0, 0
             return None
         inf = f.get("inf")
-        if rec.event in ("block", "sg", "output", "infer") and isinstance(inf, int):
+        if rec.event == "peer" and f["state"] not in ("dead", "alive"):
+            return f"peer state={f['state']} is neither dead nor alive"
+        if rec.event in ("block", "sg", "output", "infer", "peer") and isinstance(inf, int):
             if self.next_inf is None:
                 self.next_inf = inf  # the capture started mid-run
             if inf != self.next_inf:

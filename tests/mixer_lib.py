@@ -32,7 +32,7 @@ F_SILENT, F_ALL_FULL, F_FULL_RANK, F_RESERVED = 0x10, 0x20, 0x40, 0x80
 E = {
     "NULL": -1, "NODES": -2, "GENERATION": -3, "PAYLOAD": -4, "ROUND": -5, "INITIATOR": -6,
     "PACKET_LEN": -7, "MEMORY": -8, "FEATURES": -9, "TERMINATION": -10, "NODE_ID": -11, "ROW": -12,
-    "LEN": -13, "STATE": -14, "SLOT": -15, "WEAK": -16, "MODE": -17, "DUPLICATE": -18, "HAL": -19,
+    "LEN": -13, "STATE": -14, "SLOT": -15, "WEAK": -16, "MODE": -17, "DUPLICATE": -18, "HAL": -19, "ABSENT": -20,
     "PKT_LEN": -32, "PKT_SENDER": -33, "PKT_SLOT": -34, "PKT_FLAGS": -35, "PKT_CODING": -36,
     "PKT_INFO": -37, "PKT_WRONG_SLOT": -38,
 }  # fmt: skip
@@ -49,6 +49,7 @@ class Config(Structure):
         ("termination", c_uint8),
         ("linger_slots", c_uint16),
         ("seed", c_uint32),
+        ("absent", c_uint32),
     ]
 
 
@@ -61,7 +62,7 @@ class Counters(Structure):
         )
     ] + [
         (name, c_uint16)
-        for name in ("slot_synced", "slot_full_rank", "slot_all_full", "slot_done", "rank", "reserved")
+        for name in ("slot_synced", "slot_full_rank", "slot_all_full", "slot_done", "rank", "slot_linger")
     ]  # fmt: skip
 
 

@@ -48,3 +48,22 @@ def test_default_features_earn_their_place(name: str, loss: float) -> None:
     # full_mesh with 30 % loss 59.4 / 72.2 / 138.1
     assert default < 0.8 * without_coordination, (default, without_coordination)
     assert default <= with_requests, (default, with_requests)
+
+
+@pytest.mark.parametrize("g", [8, 16, 32])
+def test_heavy_loss_never_locks_a_node_out(g: int) -> None:
+    """Issue 15, item 3: on a collision channel with 30 % i.i.d. loss no round may run to the deadline
+    once every node has full rank. Before the fix, 2–4 of 300 rounds did: a neighbour not heard for 3n
+    slots lost its owned slots to contenders who then collided with every packet it sent, and a node
+    whose full rank nobody had heard left after its linger. Measured after: 0 of 300 at G = 8, 16, 32
+    (p99.9 76 / 87 / 121 slots against deadlines of 224 / 248 / 296)."""
+    topo = topology("full_mesh", 16, 0)
+    params = dataclasses.replace(ChannelParams.for_phy("2M"), burst=GilbertElliott(0.5, 0.5, 0.3, 0.3))
+    net = MixerNetwork(Channel(topo, params, seed=0), g, 64, features=FEAT_DEFAULT)
+    owners = [0] + [1 + (i % 15) for i in range(g - 1)]
+    stuck = []
+    for r in range(300):
+        res = net.run_round(owners, seed=1000 + r)
+        if (res.full_rank_slot >= 0).all() and res.slots >= res.deadline:
+            stuck.append(r)
+    assert not stuck, stuck

@@ -337,3 +337,40 @@ def test_mx_start_rejects_an_incomplete_hal(lib: ctypes.CDLL) -> None:
     hal = m.RadioHal()
     assert lib.mx_start(net.state(0), ctypes.byref(hal), None) == m.E["NULL"]
     assert lib.mx_start(None, ctypes.byref(hal), None) == m.E["NULL"]
+
+
+def test_absent_nodes_are_not_waited_for_and_are_checked(lib):
+    """mx_config.absent (issue 15): a node known dead counts as full and acknowledged, its rows are
+    weak zeros at every node, so a done round ends early instead of at the deadline; without the
+    mask the same round runs to the deadline. The mask may not name the node itself or the initiator."""
+    from codegen.radio.channel import Channel
+    from codegen.radio.mixer_network import MixerNetwork, TERM_DONE
+    from codegen.radio.topology import topology
+
+    def run(absent: bool):
+        ch = Channel(topology("full_mesh", 8, 0), seed=0)
+        ch.fail(5)
+        net = MixerNetwork(ch, 16, 32, termination=TERM_DONE)
+        owners = [0] + [1 + i % 7 for i in range(15)]
+        mask = [1 << 5 if absent and k != 5 else 0 for k in range(8)]
+        return net.run_round(owners, seed=3, absent=mask), owners
+
+    live = [k for k in range(8) if k != 5]  # node 5 itself (radio dead) scans the whole round
+    without, owners = run(False)
+    assert without.done_slot[live].max() == without.deadline - 1
+    with_mask, _ = run(True)
+    assert with_mask.done_slot[live].max() < 0.5 * with_mask.deadline
+    live_rows = [i for i, o in enumerate(owners) if o != 5]
+    dead_rows = [i for i, o in enumerate(owners) if o == 5]
+    for k in range(8):
+        if k != 5:
+            assert with_mask.data[k, live_rows].all() and not with_mask.data[k, dead_rows].any()
+    cfg = m.config(4, 8, 16, 100)
+    cfg.absent = 1 << 1
+    state = ctypes.create_string_buffer(lib.mx_state_size())
+    assert lib.mx_init(state, ctypes.byref(cfg), 1) == m.E["ABSENT"]  # itself
+    assert lib.mx_init(state, ctypes.byref(cfg), 2) == 0
+    cfg.absent = 1 << cfg.initiator
+    assert lib.mx_init(state, ctypes.byref(cfg), 2) == m.E["ABSENT"]  # the initiator
+    cfg.absent = 1 << 4  # not one of the 4 nodes
+    assert lib.mx_init(state, ctypes.byref(cfg), 2) == m.E["ABSENT"]

@@ -66,3 +66,35 @@ def test_exchanges_larger_than_a_generation_run_as_several_rounds(tmp_path):
     exchanges = {(rr["inference"], rr["sg"]) for rr in r.radio_rounds}
     assert len(r.radio_rounds) > len(exchanges)  # some exchanges needed more than one Mixer round
     assert max(rr["part"] for rr in r.radio_rounds) >= 1
+
+
+@pytest.mark.parametrize("dead", [0, 7, 15])  # the sink and initiator, a middle node, the last node
+def test_a_dead_node_is_detected_and_no_later_round_waits_for_it(build16, dead):
+    """Issue 15: after DEAD_AFTER_ROUNDS rounds without a sign of a node, every live node declares it
+    dead (a `peer` line), rounds stop waiting for it (none of the later rounds reaches its deadline
+    at a live node), the forecast stays bit-exact with the reference fed the same losses, and cisl
+    estimate's simulation (the Python mirror of the detection) gives the same slots, round by round."""
+    from codegen.plan.io import load_plan
+    from codegen.radio.peers import DEAD_AFTER_ROUNDS
+    from codegen.serial_contract import peer_summary
+    from codegen.timing.comm import comm_schedule
+
+    x = np.load(build16 / "m" / "test_windows.npy")[:3]
+    r = run_sim(build16 / "build", x, radio="full_mesh", radio_seed=1, radio_dead=[dead])
+    assert r.ok, r.first_difference or r.problems
+    live = [k for k in range(16) if k != dead]
+    finish = [max(rr["finished"][k] for k in live) for rr in r.radio_rounds]
+    assert all(f >= rr["deadline"] for f, rr in zip(finish[:DEAD_AFTER_ROUNDS], r.radio_rounds))  # detection
+    assert all(f < rr["deadline"] for f, rr in zip(finish[DEAD_AFTER_ROUNDS:], r.radio_rounds[DEAD_AFTER_ROUNDS:]))
+    events = [rec for rec in r.records if rec.event == "peer" and rec.node != dead]
+    assert sorted(rec.node for rec in events) == live  # every live node, once
+    assert all(rec.fields["peer"] == dead and rec.fields["state"] == "dead" and rec.fields["inf"] == 0
+               and rec.fields["rounds"] == DEAD_AFTER_ROUNDS for rec in events)
+    assert {rec.fields["role"] for rec in events} == {"sink" if dead == 0 else "node"}
+    summary = [s for s in peer_summary(r.records) if s.endswith(")") or "sink" in s]
+    assert any(f"node {dead} declared dead by 15 of 15 other nodes" in s for s in summary), summary
+    sim = {(rr["inference"], rr["sg"], rr["part"]): rr["slots"] for rr in r.radio_rounds}
+    est = {(s.inference, rt.sg, rt.part): s.slots
+           for rt in comm_schedule(load_plan(build16 / "build"), "full_mesh", inferences=3, seed=1, dead=[dead])
+           for s in rt.samples}
+    assert sim == est

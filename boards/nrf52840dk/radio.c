@@ -274,7 +274,7 @@ int32_t cisl_board_mixer_round(mx_state *s, uint16_t sg, uint8_t part, uint32_t 
     c.late = 0;
     c.slot_start = 0;
     c.grid0 = 0;
-    if (cisl_node_id == cisl_mx_plan.initiator) {
+    if (s->h.cfg.initiator == cisl_node_id) { /* the round's initiator: the planned one unless it died */
         c.grid0 = now() + (CISL_RADIO_START_GUARD_US + RAMP_US + SETUP_US) * TICKS_PER_US + c.rx_half;
     }
     const int32_t r = mx_start(s, &nrf_hal, &c);

@@ -186,6 +186,10 @@ def _print_sim(r, build_dir: Path, logs: Path | None) -> None:
                    f"air time {air / 1000:.1f} ms per inference vs {fixed / 1000:.1f} ms with fixed 3G+200 deadlines")
     if r.delivered != r.expected:
         click.echo(f"messages delivered: {r.delivered} of {r.expected} (reference run with the same losses)")
+    from ..serial_contract import peer_summary
+
+    for line in peer_summary(r.records):
+        click.echo(f"peers: {line}")
     click.echo(f"bit-exact with the int8 reference: {'yes' if r.bit_exact else 'NO'}")
     if r.first_difference:
         click.echo(f"  first difference: {r.first_difference}")

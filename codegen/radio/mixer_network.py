@@ -36,7 +36,7 @@ NO_SLOT = 0xFFFF
 class _Config(Structure):
     _fields_ = [("num_nodes", c_uint8), ("initiator", c_uint8), ("generation_size", c_uint16),
                 ("payload_size", c_uint16), ("round_length", c_uint16), ("features", c_uint8),
-                ("termination", c_uint8), ("linger_slots", c_uint16), ("seed", c_uint32)]
+                ("termination", c_uint8), ("linger_slots", c_uint16), ("seed", c_uint32), ("absent", c_uint32)]
 
 
 class _Counters(Structure):
@@ -44,7 +44,7 @@ class _Counters(Structure):
                                               "rx_non_innovative", "rx_malformed", "rx_wrong_slot",
                                               "rx_timeout", "radio_on_slots")] + \
                [(name, c_uint16) for name in ("slot_synced", "slot_full_rank", "slot_all_full", "slot_done",
-                                              "rank", "reserved")]
+                                              "rank", "slot_linger")]
 
 
 _LIB: ctypes.CDLL | None = None
@@ -79,6 +79,7 @@ def library() -> ctypes.CDLL:
         ("mx_deliver_batch", None, [POINTER(c_void_p), c_uint16, c_uint16, POINTER(c_uint8), c_uint16,
                                     POINTER(c_int16), POINTER(c_int8)]),
         ("mx_row_status", c_int, [st, c_uint16]), ("mx_stats", POINTER(_Counters), [st]),
+        ("mx_heard_map", c_uint32, [st]), ("mx_synced", c_int, [st]),
     ]:
         f = getattr(lib, fn)
         f.restype, f.argtypes = res, args
@@ -91,9 +92,12 @@ class RoundResult:
     slots: int  # slots until every node was done (or the deadline)
     deadline: int
     decoded: np.ndarray  # bool [node, row]: node can read row (weak rows count as decoded)
+    data: np.ndarray  # bool [node, row]: node decoded row with data (MX_ROW_DECODED, weak rows excluded)
     full_rank_slot: np.ndarray  # [node] slot of full rank, -1 if never
     done_slot: np.ndarray  # [node] last slot of the node's round
     tx: np.ndarray  # [node] packets sent
+    heard: np.ndarray  # [node] mx_heard_map: bit j = an intact packet from node j arrived
+    synced: np.ndarray  # bool [node]: the node joined the round (heard a packet, or started it)
 
     @property
     def complete(self) -> bool:
@@ -123,24 +127,43 @@ class MixerNetwork:
         self.rx_status = np.zeros(self.n, dtype=np.int8)
         self.frm = np.full(self.n, -1, dtype=np.int16)
 
-    def run_round(self, owners: list[int], seed: int, weak_rows: set[int] = frozenset()) -> RoundResult:
-        """One round: row i is written by node owners[i] (random payload), or is a weak zero."""
+    def run_round(self, owners: list[int], seed: int, weak_rows: set[int] = frozenset(),
+                  absent: list[int] | None = None, initiators: list[int] | None = None) -> RoundResult:
+        """One round: row i is written by node owners[i] (random payload), or is a weak zero.
+
+        ``absent[k]``: the nodes node k knows to be dead (a bit set, mx_config.absent); k writes their
+        rows as weak zeros itself. ``initiators[k]``: the round's initiator in node k's view (default:
+        the configured one); a node that sees itself as initiator starts the round."""
         G, P = self.cfg.generation_size, self.cfg.payload_size
         if len(owners) != G:
             raise ValueError("owners must name the writer of every row")
+        absent = absent or [0] * self.n
+        initiators = initiators or [self.cfg.initiator] * self.n
+        planned = self.cfg.initiator
         self.cfg.seed = seed & 0xFFFFFFFF
         rng = np.random.default_rng(seed)
         for i in range(self.n):
+            self.cfg.absent, self.cfg.initiator = absent[i], initiators[i]
             if self.lib.mx_init(self.ptrs[i], ctypes.byref(self.cfg), i) != 0:
                 raise RuntimeError("mx_init failed")
+        self.cfg.absent, self.cfg.initiator = 0, planned
         for row, owner in enumerate(owners):
             if row in weak_rows:
                 self.lib.mx_write(self.ptrs[owner], row, None, 0)
             else:
                 data = rng.integers(0, 256, P, dtype=np.uint8).tobytes()
                 self.lib.mx_write(self.ptrs[owner], row, data, P)
+                if row == 0 and owner == initiators[owner]:
+                    # row 0 is the initiator's header: every node that starts the round in its own
+                    # view writes the same one (e.g. a node that does not know it was declared dead)
+                    for i in range(self.n):
+                        if i != owner and initiators[i] == i:
+                            self.lib.mx_write(self.ptrs[i], 0, data, P)
+            for i in range(self.n):
+                if i != owner and absent[i] >> owner & 1 and row not in weak_rows:
+                    self.lib.mx_write(self.ptrs[i], row, None, 0)
         for i in range(self.n):
-            self.lib.mx_arm(self.ptrs[i], ARM_INITIATOR if i == self.cfg.initiator else ARM_LISTENER)
+            self.lib.mx_arm(self.ptrs[i], ARM_INITIATOR if i == initiators[i] else ARM_LISTENER)
         self.channel.begin_round()
         pk = self.packets.ctypes.data_as(POINTER(c_uint8))
         ac = self.actions.ctypes.data_as(POINTER(c_int8))
@@ -164,12 +187,18 @@ class MixerNetwork:
                                       self.rx_status.ctypes.data_as(POINTER(c_int8)))
             slot += 1
         decoded = np.zeros((self.n, G), dtype=bool)
-        frs, done, txc = (np.zeros(self.n, dtype=np.int64) for _ in range(3))
+        data = np.zeros((self.n, G), dtype=bool)
+        frs, done, txc, heard = (np.zeros(self.n, dtype=np.int64) for _ in range(4))
+        synced = np.zeros(self.n, dtype=bool)
         for i in range(self.n):
             for row in range(G):
-                decoded[i, row] = self.lib.mx_row_status(self.ptrs[i], row) != ROW_MISSING
+                status = self.lib.mx_row_status(self.ptrs[i], row)
+                decoded[i, row] = status != ROW_MISSING
+                data[i, row] = status == ROW_DECODED
+            heard[i] = self.lib.mx_heard_map(self.ptrs[i])
+            synced[i] = bool(self.lib.mx_synced(self.ptrs[i])) or i == initiators[i]
             c = self.lib.mx_stats(self.ptrs[i]).contents
             frs[i] = -1 if c.slot_full_rank == NO_SLOT else c.slot_full_rank
             done[i] = slot - 1 if c.slot_done == NO_SLOT else c.slot_done
             txc[i] = c.tx
-        return RoundResult(slot, deadline, decoded, frs, done, txc)
+        return RoundResult(slot, deadline, decoded, data, frs, done, txc, heard, synced)

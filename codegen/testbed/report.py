@@ -291,6 +291,12 @@ def _write_report(runs: list[Run], ests: list[dict], out_dir: Path, builds: list
         res.notes.append("no 1-node run among the logs: speedup over central execution not computed (add the logs "
                          "of a run compiled with --devices 1)")
     res.latency, res.speedup = lat, speed
+    from ..serial_contract import Record, peer_summary
+
+    for r in runs:  # dead (or revived) nodes the run's nodes reported
+        recs = [Record(int(d["node"]), str(d["event"]), {k: v for k, v in d.items() if k not in ("node", "event")})
+                for d in r.records if d.get("event") in ("peer", "boot")]
+        res.notes += [f"{r.label}: {line}" for line in peer_summary(recs)]
     for r in runs:
         est = BT.match_estimate(r, ests)
         if ests and est is None:

@@ -68,6 +68,7 @@ from ..plan.io import Plan
 from ..radio.channel import Channel
 from ..radio.physics import ChannelParams
 from ..radio.mixer_network import NO_SLOT, TERM_DEADLINE, TERM_DONE, MixerNetwork
+from ..radio.peers import PeerView
 from ..radio.airtime import air_time_us
 from ..radio.topology import TOPOLOGIES, default_topology, topology as make_topology
 
@@ -369,6 +370,7 @@ def comm_schedule(plan: Plan, topology: str | None = None, policy: str | None = 
     sgs = {s.sg: s for s in plan.sgs}
     nets: dict[tuple, MixerNetwork] = {}
     samples: dict[tuple[int, int], list[RoundSample]] = {}
+    views = [PeerView(k, n, initiator) for k in range(n)]  # each node's dead-node detection, as the firmware's
     for inf in range(inferences):
         for sg in order:
             pieces: dict[tuple[int, int], bool] = {}  # (receiver, sender) -> a split message's pieces so far
@@ -378,13 +380,28 @@ def comm_schedule(plan: Plan, topology: str | None = None, policy: str | None = 
                 if net is None:
                     net = nets[key] = MixerNetwork(channel, r["generation"], r["payload"], r["deadline_slots"],
                                                    TERM_DONE if kind == "done" else TERM_DEADLINE, linger, initiator)
-                owners = [initiator] * r["generation"]
+                inits = [v.initiator() for v in views]
+                absent = [v.dead for v in views]
+                # row 0 (the header) is the initiator's: the one most nodes agree on
+                owners = [max(set(inits), key=inits.count)] * r["generation"]
                 for f in r["senders"]:
                     owners[f["first_row"]:f["first_row"] + f["rows"]] = [f["node"]] * f["rows"]
                 channel.log = []
-                res = net.run_round(owners, seed=mixer_seed(inf, sg, r["part"]), weak_rows=set(r["weak_rows"]))
+                res = net.run_round(owners, seed=mixer_seed(inf, sg, r["part"]), weak_rows=set(r["weak_rows"]),
+                                    absent=absent, initiators=inits)
+                for k, v in enumerate(views):
+                    due = 1 << inits[k]
+                    alive = int(res.heard[k])
+                    for f in r["senders"]:
+                        if not v.dead >> f["node"] & 1:
+                            due |= 1 << f["node"]
+                        if res.data[k, f["first_row"]:f["first_row"] + f["rows"]].any():
+                            alive |= 1 << f["node"]
+                    if res.data[k, 0]:
+                        alive |= 1 << inits[k]
+                    v.after_round(inf, due & ~(1 << k), alive, bool(res.synced[k]), inits[k])
                 samples.setdefault((sg, r["part"]), []).append(
-                    _sample(inf, net, res, channel.log, r, phy, initiator, sgs[sg].point == "head", sink, pieces))
+                    _sample(inf, net, res, channel.log, r, phy, inits, sgs[sg].point == "head", sink, pieces))
     out = []
     for sg in order:
         s = sgs[sg]
@@ -403,7 +420,7 @@ def comm_schedule(plan: Plan, topology: str | None = None, policy: str | None = 
     return out
 
 
-def _sample(inf: int, net: MixerNetwork, res, log, r: dict, phy: str, initiator: int, head: bool,
+def _sample(inf: int, net: MixerNetwork, res, log, r: dict, phy: str, inits: list[int], head: bool,
             sink: int, pieces: dict[tuple[int, int], bool]) -> RoundSample:
     """One round's sample; ``pieces`` carries, from round to round of the exchange, whether each
     receiver has every piece so far of a message split over rounds."""
@@ -412,21 +429,21 @@ def _sample(inf: int, net: MixerNetwork, res, log, r: dict, phy: str, initiator:
     packets = [0] * n
     busy = [0] * n
     stats = [net.lib.mx_stats(net.ptrs[i]).contents for i in range(n)]
-    sync = [None if (c.slot_synced == NO_SLOT or i == initiator) else int(c.slot_synced)
+    sync = [None if (c.slot_synced == NO_SLOT or i == inits[i]) else int(c.slot_synced)
             for i, c in enumerate(stats)]
     for t, on_air, listeners, got in log:
         for k in listeners:
-            if k == initiator or (sync[k] is not None and t > sync[k]):
+            if k == inits[k] or (sync[k] is not None and t > sync[k]):
                 if k in got:
                     packets[k] += 1
                 elif on_air:
                     busy[k] += 1
-    header_ok = res.decoded[:, 0]
+    header_ok = res.data[:, 0]
     nodes = []
     for k, c in enumerate(stats):
         tx = int(c.tx)
         rx = int(c.radio_on_slots) - tx
-        scan, tx_us, rx_central, rx_low = node_radio_on_us(tx, rx, k == initiator, sync[k], packets[k], busy[k],
+        scan, tx_us, rx_central, rx_low = node_radio_on_us(tx, rx, k == inits[k], sync[k], packets[k], busy[k],
                                                            slot_us, plen, phy)
         delivered = expected = 0
         missing = []
@@ -434,7 +451,7 @@ def _sample(inf: int, net: MixerNetwork, res, log, r: dict, phy: str, initiator:
             j = f["node"]
             if j == k or (head and k != sink):
                 continue
-            rows = res.decoded[k, f["first_row"]:f["first_row"] + f["rows"]]
+            rows = res.data[k, f["first_row"]:f["first_row"] + f["rows"]]  # a dead sender's weak rows are lost
             got = bool(header_ok[k] and rows.all())
             if f["offset"] > 0:  # a later piece: the message has arrived only if every piece has
                 got = pieces.pop((k, j)) and got

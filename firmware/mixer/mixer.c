@@ -18,10 +18,6 @@ const uint8_t mx_weak_zero[1] = {0};
 
 /* ---- tunables (slots, as functions of n and G) -------------------------------------------- */
 
-/* A neighbour heard within this many slots is active: its owned slots are reserved for it. */
-#ifndef MX_ACTIVE_SLOTS
-#define MX_ACTIVE_SLOTS(n) (3u * (n))
-#endif
 /* For this many slots after synchronising, a node treats every node it has not heard yet as a
  * possible neighbour (keeps silent in its slots, counts it in the density estimate). */
 #ifndef MX_DISCOVERY_SLOTS
@@ -206,6 +202,8 @@ int mx_config_check(const mx_config *c)
         return MX_E_FEATURES;
     if (c->termination > MX_TERM_DONE || c->linger_slots >= c->round_length)
         return MX_E_TERMINATION;
+    if ((c->num_nodes < 32u && (c->absent >> c->num_nodes) != 0u) || ((c->absent >> c->initiator) & 1u))
+        return MX_E_ABSENT;
     return MX_OK;
 }
 
@@ -228,6 +226,8 @@ int mx_init(mx_state *s, const mx_config *cfg, uint8_t node_id)
         return r;
     if (node_id >= cfg->num_nodes)
         return MX_E_NODE_ID;
+    if ((cfg->absent >> node_id) & 1u)
+        return MX_E_ABSENT;
     /* Everything but the row pool and the scratch rows: rows are written whole when they appear. */
     memset(s, 0, offsetof(mx_state, scratch));
     h = &s->h;
@@ -247,7 +247,6 @@ int mx_init(mx_state *s, const mx_config *cfg, uint8_t node_id)
     h->mode = MODE_NONE;
     h->phase = PH_IDLE;
     for (i = 0; i < MX_MAX_NODES; ++i) {
-        s->last_heard[i] = MX_NO_SLOT;
         s->req_slot[i] = MX_NO_SLOT;
     }
     for (i = 0; i < sizeof(s->rank_up) / sizeof(s->rank_up[0]); ++i)
@@ -256,6 +255,7 @@ int mx_init(mx_state *s, const mx_config *cfg, uint8_t node_id)
     h->st.slot_full_rank = MX_NO_SLOT;
     h->st.slot_all_full = MX_NO_SLOT;
     h->st.slot_done = MX_NO_SLOT;
+    h->st.slot_linger = MX_NO_SLOT;
     rng_seed(s, cfg->seed, node_id);
     return MX_OK;
 }
@@ -272,7 +272,7 @@ static uint16_t stat_slot(const mx_state *s) { return s->h.synced ? s->h.cur_slo
 static void check_acks(mx_state *s)
 {
     mx_header *h = &s->h;
-    if (h->cfg.termination == MX_TERM_DONE && h->acked && h->ack_map == h->node_all && h->synced &&
+    if (h->cfg.termination == MX_TERM_DONE && h->acked && (h->ack_map | h->cfg.absent) == h->node_all && h->synced &&
         h->cur_slot < h->end_slot)
         h->end_slot = h->cur_slot;
 }
@@ -286,14 +286,19 @@ static void update_progress(mx_state *s)
         h->fr_map |= me;
         h->st.slot_full_rank = stat_slot(s);
     }
-    if ((h->fr_map & me) && h->fr_map == h->node_all && h->st.slot_all_full == MX_NO_SLOT) {
+    if ((h->fr_map & me) && (h->fr_map | h->cfg.absent) == h->node_all && h->st.slot_all_full == MX_NO_SLOT) {
         h->st.slot_all_full = stat_slot(s);
         h->ack_map |= me;
-        if (h->cfg.termination == MX_TERM_DONE) {
-            unsigned end = (unsigned)stat_slot(s) + h->cfg.linger_slots;
-            if (end < h->end_slot)
-                h->end_slot = (uint16_t)end;
-        }
+    }
+    /* The linger starts only once some other node is known to know this node's full rank: a node
+     * whose packets all collided (or were lost) would otherwise leave while the others still wait
+     * for its full-rank bit, and they would run to the deadline (issue 15). */
+    if (h->cfg.termination == MX_TERM_DONE && h->st.slot_all_full != MX_NO_SLOT && h->st.slot_linger == MX_NO_SLOT &&
+        (h->fr_known || (h->node_all & ~me & ~h->cfg.absent) == 0u)) {
+        unsigned end = (unsigned)stat_slot(s) + h->cfg.linger_slots;
+        h->st.slot_linger = stat_slot(s);
+        if (end < h->end_slot)
+            h->end_slot = (uint16_t)end;
     }
     check_acks(s);
 }
@@ -664,7 +669,7 @@ static int build_packet(mx_state *s, uint8_t *out)
 
     if (full)
         flags |= MX_PKT_FULL_RANK;
-    if (full && h->fr_map == h->node_all) {
+    if (full && (h->fr_map | h->cfg.absent) == h->node_all) {
         flags |= MX_PKT_ALL_FULL;
         h->acked = 1;
     }
@@ -696,7 +701,8 @@ static int build_packet(mx_state *s, uint8_t *out)
         words_to_bytes(info, h->cv_bytes, s->weak);
         break;
     case MX_INFO_FULL_RANK: {
-        uint32_t m = h->fr_map & h->node_all;
+        /* absent nodes count as full (the map must agree with ALL_FULL, which covers them) */
+        uint32_t m = (h->fr_map | h->cfg.absent) & h->node_all;
         words_to_bytes(info, (h->cfg.num_nodes + 7u) / 8u, &m);
         break;
     }
@@ -712,10 +718,10 @@ static int owner_reserved(const mx_state *s, unsigned o)
 {
     const mx_header *h = &s->h;
     uint32_t b = 1u << o;
-    if (h->gone & b)
+    if ((h->gone | h->cfg.absent) & b)
         return 0;
     if (h->heard & b)
-        return (unsigned)(uint16_t)(h->cur_slot - s->last_heard[o]) <= MX_ACTIVE_SLOTS(h->cfg.num_nodes);
+        return 1;
     return (unsigned)(h->cur_slot - h->sync_slot) < MX_DISCOVERY_SLOTS(h->cfg.num_nodes);
 }
 
@@ -794,8 +800,11 @@ static int decide_tx(mx_state *s)
             return 0;
     }
     d = popcount32(h->heard & ~h->gone & ~me);
-    if ((unsigned)(h->cur_slot - h->sync_slot) < MX_DISCOVERY_SLOTS(n) && d < n - 1u)
-        d = n - 1u;
+    if ((unsigned)(h->cur_slot - h->sync_slot) < MX_DISCOVERY_SLOTS(n)) {
+        unsigned possible = popcount32(h->node_all & ~h->cfg.absent & ~me);
+        if (d < possible)
+            d = possible;
+    }
     k = d + 1u;
     if (h->answer != MX_NO_SLOT) {
         /* a supplier of a requested row: the other possible suppliers are the active neighbours
@@ -898,6 +907,7 @@ int mx_receive(mx_state *s, uint16_t slot, const uint8_t *p, uint16_t len)
         h->st.rx_malformed++;
         return MX_E_PKT_SENDER;
     }
+    h->seen |= bit; /* an intact packet of this network: the sender is alive */
     if (!h->scan_slot && pslot != h->cur_slot) {
         h->st.rx_wrong_slot++;
         return MX_E_PKT_WRONG_SLOT;
@@ -937,7 +947,6 @@ int mx_receive(mx_state *s, uint16_t slot, const uint8_t *p, uint16_t len)
     rank0 = h->rank;
     h->st.rx_ok++;
     h->heard |= bit;
-    s->last_heard[sender] = (uint16_t)pslot;
     if (flags & MX_PKT_SILENT)
         h->gone |= bit;
     else
@@ -997,7 +1006,10 @@ int mx_receive(mx_state *s, uint16_t slot, const uint8_t *p, uint16_t len)
     if (flags & MX_PKT_ALL_FULL) {
         h->fr_map = h->node_all;
         h->ack_map |= bit;
+        h->fr_known = 1; /* the sender knows that every node, this one too, has full rank */
     }
+    if (type == MX_INFO_FULL_RANK && ((node_set_from_info(info, h->info_bytes) >> h->id) & 1u))
+        h->fr_known = 1;
     update_progress(s);
     return h->rank > rank0 ? MX_RX_INNOVATIVE : MX_RX_OK;
 }
@@ -1157,3 +1169,4 @@ uint16_t mx_row_slot(const mx_state *s, uint16_t row)
 }
 
 uint32_t mx_full_rank_map(const mx_state *s) { return s ? s->h.fr_map : 0u; }
+uint32_t mx_heard_map(const mx_state *s) { return s ? s->h.seen : 0u; }

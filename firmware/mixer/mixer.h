@@ -107,6 +107,10 @@ typedef struct {
     uint8_t termination;      /* MX_TERM_* */
     uint16_t linger_slots;    /* MX_TERM_DONE: slots to stay after learning that all have full rank */
     uint32_t seed;            /* PRNG seed; each node mixes in its id. Vary it per round. */
+    uint32_t absent;          /* nodes this node knows to be out of the round (dead, bit j = node j):
+                               * counted as having full rank and as acknowledged by MX_TERM_DONE,
+                               * their owned slots are free. Their rows must be written as weak zeros
+                               * (or not exist). Never this node or the initiator. 0: everyone. */
 } mx_config;
 
 /* ---- status codes ----------------------------------------------------------------------- */
@@ -132,6 +136,7 @@ typedef enum {
     MX_E_MODE = -17,       /* unknown arm mode, or initiator/listener role does not match the config */
     MX_E_DUPLICATE = -18,  /* row written twice */
     MX_E_HAL = -19,        /* the radio HAL reported an error */
+    MX_E_ABSENT = -20,     /* absent names an unknown node, this node or the initiator */
     /* mx_receive: the packet was dropped (counted in rx_malformed unless noted) */
     MX_E_PKT_LEN = -32,     /* length != mx_packet_len */
     MX_E_PKT_SENDER = -33,  /* sender >= n, or sender == own id */
@@ -167,7 +172,8 @@ typedef struct {
     uint16_t slot_all_full;     /* slot in which the node knew that every node had full rank */
     uint16_t slot_done;         /* last slot of the round for this node (MX_NO_SLOT while running) */
     uint16_t rank;              /* current rank */
-    uint16_t reserved;
+    uint16_t slot_linger;       /* MX_TERM_DONE: slot in which the linger began (all full, and its own
+                                 * full rank known to another node); MX_NO_SLOT if never */
 } mx_counters;
 
 /* Internal state. Treat as opaque; its size is MX_STATE_SIZE (see mx_state_size). */
@@ -181,6 +187,7 @@ typedef struct {
     uint32_t gone;          /* nodes that announced they leave before their next owned slot */
     uint32_t req_from;      /* nodes whose request map is stored */
     uint32_t ack_map;       /* nodes known to know that every node has full rank */
+    uint32_t seen;          /* nodes whose intact packets of this round arrived, accepted or not */
     uint16_t cvw;           /* coding vector words */
     uint16_t pw;            /* payload words */
     uint16_t stride;        /* row words */
@@ -205,7 +212,8 @@ typedef struct {
     uint8_t tx_count;       /* transmissions, wraps; rotates the info type */
     uint8_t scan_slot;      /* the current slot is a scan (not synchronised at mx_slot) */
     uint8_t acked;          /* this node has sent a packet with MX_PKT_ALL_FULL */
-    uint8_t pad[2];
+    uint8_t fr_known;       /* another node is known to know that this node has full rank */
+    uint8_t pad[1];
 } mx_header;
 
 typedef struct {
@@ -216,8 +224,7 @@ typedef struct {
     uint32_t weak[MX_CV_WORDS(MX_MAX_G)];       /* rows known to be weak zeros */
     uint32_t decoded[MX_CV_WORDS(MX_MAX_G)];    /* rows equal to e_row (valid when !dirty) */
     uint32_t req[MX_MAX_NODES][MX_CV_WORDS(MX_MAX_G)]; /* last row request of each node */
-    uint16_t req_slot[MX_MAX_NODES];            /* slot of that request */
-    uint16_t last_heard[MX_MAX_NODES];          /* slot of the last packet from each node */
+    uint16_t req_slot[(MX_MAX_NODES + 1u) & ~1u]; /* slot of that request (even: keeps words aligned) */
     uint16_t rank_up[(MX_MAX_G + 1u) & ~1u];    /* slot in which each row's pivot appeared */
     uint32_t scratch[2][MX_ROW_WORDS(MX_MAX_G, MX_MAX_P)]; /* RX reduction, TX combination */
     uint32_t pool[MX_POOL_WORDS];               /* rows: G * stride words */
@@ -226,7 +233,7 @@ typedef struct {
 /* Bytes of mx_state for given maxima (what -DMX_MAX_NODES=N -DMX_MAX_G=G -DMX_MAX_P=P with the
  * default pool gives). mx_state_size() returns sizeof(mx_state) of this build. */
 #define MX_STATE_BYTES(N, G, P)                                                                   \
-    (sizeof(mx_header) + 4u * (5u * MX_CV_WORDS(G) + (N)*MX_CV_WORDS(G)) + 2u * 2u * (N) +         \
+    (sizeof(mx_header) + 4u * (5u * MX_CV_WORDS(G) + (N)*MX_CV_WORDS(G)) + 2u * (((N) + 1u) & ~1u) +         \
      2u * (((G) + 1u) & ~1u) + 4u * 2u * MX_ROW_WORDS(G, P) + 4u * (G)*MX_ROW_WORDS(G, P))
 #define MX_STATE_SIZE (sizeof(mx_state))
 
@@ -330,6 +337,10 @@ const mx_counters *mx_stats(const mx_state *s);
 uint16_t mx_row_slot(const mx_state *s, uint16_t row);
 /* Nodes this node knows to have full rank (bit i = node i). */
 uint32_t mx_full_rank_map(const mx_state *s);
+/* Nodes from which an intact packet of this round arrived (it passed mx_packet_check; it may still
+ * have been dropped for contradicting this node's knowledge): the sign of life the layer above uses
+ * to detect dead nodes across rounds. */
+uint32_t mx_heard_map(const mx_state *s);
 
 /* Stateless structural check of a packet (what any node of this configuration would accept
  * before looking at its own state): MX_OK or the MX_E_PKT_* reason. */

@@ -4,12 +4,75 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "cisl_log.h"
 #include "cisl_node_api.h"
 
 #define HEADER_BYTES 8u
 
+/* A peer whose rows were due in this many consecutive rounds without a sign of life (docs/design/
+ * dead-nodes.md) is declared dead: rounds stop waiting for it and its messages count as lost. */
+#ifndef CISL_DEAD_AFTER_ROUNDS
+#define CISL_DEAD_AFTER_ROUNDS 2u
+#endif
+
 /* One Mixer state, shared by all rounds (rounds run one at a time). */
 static mx_state mixer;
+
+/* Liveness of the other nodes, across rounds. */
+static struct {
+    uint8_t miss[MX_MAX_NODES]; /* consecutive rounds in which the node's rows were due but no sign came */
+    uint32_t dead;              /* nodes declared dead */
+} peers;
+
+/* The node that starts a round: the planned initiator, or the next live node after it. */
+static uint8_t round_initiator(const cisl_mx_schedule *plan)
+{
+    for (uint8_t k = 0; k < plan->nodes; k++) {
+        const uint8_t j = (uint8_t)((plan->initiator + k) % plan->nodes);
+        if (!((peers.dead >> j) & 1u)) {
+            return j;
+        }
+    }
+    return cisl_node_id;
+}
+
+static void peer_event(uint32_t inference, uint8_t j, const char *state, uint32_t rounds)
+{
+    cisl_line l;
+    cisl_log_begin(&l, "peer");
+    cisl_log_u32(&l, "inf", inference);
+    cisl_log_u32(&l, "peer", j);
+    cisl_log_str(&l, "state", state);
+    cisl_log_u32(&l, "rounds", rounds);
+    cisl_log_str(&l, "role", j == cisl_node.sink ? "sink" : j == cisl_mx_plan.initiator ? "initiator" : "node");
+    cisl_log_end(&l);
+}
+
+/* After a round: `due` = nodes that had rows in it (senders, the initiator), `alive` = nodes this
+ * node has a sign of life from (an intact packet, or one of their rows decoded). A node that heard
+ * nothing at all (never synchronised) learns only that the initiator did not start the round. */
+static void track_peers(uint32_t inference, uint32_t due, uint32_t alive, int synced, uint8_t initiator)
+{
+    if (!synced) {
+        due = 1u << initiator;
+    }
+    for (uint8_t j = 0; j < cisl_mx_plan.nodes; j++) {
+        const uint32_t b = 1u << j;
+        if (j == cisl_node_id) {
+            continue;
+        }
+        if (alive & b) {
+            peers.miss[j] = 0;
+            if (peers.dead & b) {
+                peers.dead &= ~b;
+                peer_event(inference, j, "alive", 0);
+            }
+        } else if ((due & b) && !(peers.dead & b) && ++peers.miss[j] >= CISL_DEAD_AFTER_ROUNDS) {
+            peers.dead |= b;
+            peer_event(inference, j, "dead", peers.miss[j]);
+        }
+    }
+}
 
 static void put_u32(uint8_t *p, uint32_t v)
 {
@@ -131,8 +194,9 @@ static int run_round(const cisl_mx_round *r, uint16_t sg, uint8_t part, uint32_t
 {
     const cisl_mx_schedule *plan = &cisl_mx_plan;
     mx_config cfg;
+    const uint8_t initiator = round_initiator(plan);
     cfg.num_nodes = plan->nodes;
-    cfg.initiator = plan->initiator;
+    cfg.initiator = initiator;
     cfg.generation_size = r->generation;
     cfg.payload_size = r->payload;
     cfg.round_length = r->deadline;
@@ -141,27 +205,58 @@ static int run_round(const cisl_mx_round *r, uint16_t sg, uint8_t part, uint32_t
     cfg.linger_slots = r->linger;
     /* a different seed every round; every node derives the same from the schedule */
     cfg.seed = 0x9E3779B9u * (inference + 1u) ^ ((uint32_t)sg << 8) ^ part;
+    cfg.absent = peers.dead;
     if (mx_init(&mixer, &cfg, cisl_node_id) != MX_OK) {
         return -1;
     }
     uint8_t header[HEADER_BYTES];
     header_of(header, inference, sg, part);
-    if (cisl_node_id == plan->initiator && mx_write(&mixer, 0, header, HEADER_BYTES) != MX_OK) {
+    if (cisl_node_id == initiator && mx_write(&mixer, 0, header, HEADER_BYTES) != MX_OK) {
         return -1;
     }
-    if (write_pieces(r, msg, len) != 0) {
+    uint32_t due = 1u << initiator;
+    for (uint8_t i = 0; i < r->nsenders; i++) {
+        const cisl_mx_frag *f = &r->senders[i];
+        if ((peers.dead >> f->node) & 1u) {
+            /* a dead sender's rows are weak zeros at every node that knows it dead: nobody waits */
+            for (uint16_t k = 0; k < f->rows; k++) {
+                if (mx_write(&mixer, (uint16_t)(f->first_row + k), NULL, 0) != MX_OK) {
+                    return -1;
+                }
+            }
+            continue;
+        }
+        due |= 1u << f->node;
+    }
+    if (write_pieces(r, msg, len) != 0) { /* this node is never dead to itself */
         return -1;
     }
-    if (mx_arm(&mixer, cisl_node_id == plan->initiator ? MX_ARM_INITIATOR : MX_ARM_LISTENER) != MX_OK) {
+    if (mx_arm(&mixer, cisl_node_id == initiator ? MX_ARM_INITIATOR : MX_ARM_LISTENER) != MX_OK) {
         return -1;
     }
     if (cisl_board_mixer_round(&mixer, sg, part, inference, r->slot_us) < 0) {
         return -1;
     }
+    uint32_t alive = mx_heard_map(&mixer);
+    for (uint8_t i = 0; i < r->nsenders; i++) {
+        const cisl_mx_frag *f = &r->senders[i];
+        for (uint16_t k = 0; k < f->rows; k++) {
+            if (mx_row_status(&mixer, (uint16_t)(f->first_row + k)) == MX_ROW_DECODED) {
+                alive |= 1u << f->node;
+                break;
+            }
+        }
+    }
     /* a round whose header did not arrive (or belongs to another round) delivers nothing */
     uint16_t hlen = 0;
     const uint8_t *h = mx_read(&mixer, 0, &hlen);
     const int header_ok = h != NULL && h != MX_WEAK_ZERO && memcmp(h, header, HEADER_BYTES) == 0;
+    if (header_ok) {
+        alive |= 1u << initiator;
+    }
+    track_peers(inference, due & ~(1u << cisl_node_id), alive, mx_synced(&mixer) || cisl_node_id == initiator,
+                initiator);
+    /* a round whose header is not this round's delivers nothing, and loses the pieces it carried */
     return take_pieces(r, header_ok, rx, got, slot, on_rx, ctx);
 }
 

@@ -148,7 +148,10 @@ static void check_node(node *x, unsigned idx, int full)
             /* ended before the deadline: only MX_TERM_DONE, with full rank, knowing all have it */
             CHECK(W.cfg.termination == MX_TERM_DONE);
             CHECK(rank == W.g && st->slot_all_full != MX_NO_SLOT);
-            CHECK(last <= (unsigned)st->slot_all_full + W.cfg.linger_slots);
+            /* the linger starts once another node is known to know its full rank (or sooner, the
+             * acknowledged end) */
+            CHECK(st->slot_linger != MX_NO_SLOT && st->slot_linger >= st->slot_all_full);
+            CHECK(last <= (unsigned)st->slot_linger + W.cfg.linger_slots);
         }
         if (last == MX_NO_SLOT)
             CHECK(!mx_synced(&x->s)); /* gave up scanning */
@@ -307,7 +310,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     reader in = {data, size, 0};
-    unsigned b, scale, i, k, pmax, own_mode, absent, passive, wmask, events = 0;
+    unsigned b, scale, i, k, pmax, own_mode, absent, passive, wmask, dead, events = 0;
     uint32_t all;
     int r;
 
@@ -344,25 +347,46 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     W.cvb = MX_CV_BYTES(W.g);
     CHECK(W.plen == MX_PACKET_LEN(W.n, W.g, W.p) && W.plen <= MX_MAX_PACKET_LEN);
 
+    /* bit 7 of the absent byte: the others know the absent node is dead (mx_config.absent, its rows
+     * weak zeros everywhere, as the transport does after detecting it) and it is never stepped */
+    dead = (absent & 0x80u) && absent % 32u < W.n && absent % 32u != W.cfg.initiator &&
+                   (W.cfg.features & MX_FEAT_WEAK_ZEROS)
+               ? absent % 32u
+               : FZ_MAX_N;
     for (i = 0; i < W.g; ++i) {
         W.owner[i] = (uint8_t)(own_mode == 0u ? i % W.n : own_mode == 1u ? i * W.n / W.g : W.cfg.initiator);
         if (W.owner[i] == absent % 32u)
             W.owner[i] = FZ_MAX_N; /* nobody writes it: full rank is out of reach */
         W.weak[i] = (uint8_t)((wmask >> (i & 7u)) & 1u);
+        if (dead < W.n && W.owner[i] == FZ_MAX_N && (own_mode == 0u ? i % W.n : own_mode == 1u ? i * W.n / W.g
+                                                                                          : W.cfg.initiator) == dead)
+            W.weak[i] = 1; /* the dead node's row: a weak zero at every live node */
         for (k = 0; k < W.p; ++k)
             W.msg[i][k] = W.weak[i] ? 0u : (uint8_t)((i * 167u + k * 13u + W.cfg.seed + (k >> 3)) ^ (i >> 3));
     }
     for (i = 0; i < W.n; ++i) {
         node *x = &W.nd[i];
-        CHECK(mx_init(&x->s, &W.cfg, (uint8_t)i) == MX_OK);
+        mx_config c = W.cfg;
+        if (dead < W.n) {
+            c.absent = 1u << dead;
+            CHECK(mx_init(&x->s, &c, (uint8_t)dead) == MX_E_ABSENT); /* never itself */
+            if (i == dead)
+                c.absent = 0;
+        }
+        CHECK(mx_init(&x->s, &c, (uint8_t)i) == MX_OK);
         x->tainted = 0;
         x->full_checked = 0;
         x->rank = 0;
         x->off = 0;
     }
     for (i = 0; i < W.g; ++i) {
-        if (W.owner[i] >= W.n)
+        if (W.owner[i] >= W.n) {
+            if (dead < W.n && W.weak[i])
+                for (k = 0; k < W.n; ++k)
+                    if (k != dead)
+                        CHECK(mx_write(&W.nd[k].s, (uint16_t)i, NULL, 0) == MX_OK);
             continue;
+        }
         r = mx_write(&W.nd[W.owner[i]].s, (uint16_t)i, W.weak[i] ? NULL : W.msg[i], (uint16_t)W.p);
         CHECK(r == MX_OK);
         CHECK(mx_write(&W.nd[W.owner[i]].s, (uint16_t)i, W.msg[i], 1) == MX_E_DUPLICATE);
@@ -382,7 +406,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_node(x, i, 1);
     }
 
-    all = (1u << W.n) - 1u;
+    all = ((1u << W.n) - 1u) & ~(dead < W.n ? 1u << dead : 0u); /* a dead node is never stepped */
     T = 0;
     WORK = 0;
     while (in.i < in.n && events++ < FZ_MAX_EVENTS && T < W.cfg.round_length + 4u && WORK < FZ_BUDGET) {

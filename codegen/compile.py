@@ -57,7 +57,7 @@ class CompileOptions:
     max_calibration: int = MAX_CALIBRATION
     round_policy: str = "done"  # Mixer round length: "done" (end when all have full rank) or "fixed" (3G+200)
     phy: str = "2M"  # BLE PHY the Mixer slots are timed for
-    max_generation: int = 256  # rows per Mixer round; larger exchanges are split into several rounds
+    max_generation: int = 256  # rows per Mixer round; larger exchanges (and messages) span several rounds
 
 
 def _load_windows(path: Path, lookback: int, what: str) -> np.ndarray:

@@ -57,7 +57,7 @@ class CompileOptions:
     max_calibration: int = MAX_CALIBRATION
     round_policy: str = "done"  # Mixer round length: "done" (end when all have full rank) or "fixed" (3G+200)
     phy: str = "2M"  # BLE PHY the Mixer slots are timed for
-    max_generation: int = 256  # rows per Mixer round; larger exchanges are split into several rounds
+    max_generation: int = 256  # rows per Mixer round; larger exchanges (and messages) span several rounds
 
 
 def _load_windows(path: Path, lookback: int, what: str) -> np.ndarray:
@@ -254,12 +254,18 @@ def _per_packet_us(board_name: str) -> tuple[float, float, float, float] | None:
     return (k * float(c["base"]), k * float(c["per_row"]), k * float(c["per_row_byte"]), k * float(c["per_byte"]))
 
 
-def _mixer_section(st, opts: CompileOptions) -> dict:
-    """How every exchange runs over Mixer (codegen/plan/mixer_schedule.py), for radio transports."""
+def round_policy(board_name: str, devices: int, kind: str = "done", phy: str = "2M") -> RoundPolicy:
+    """The round policy `cisl compile` plans with for ``devices`` nodes of a board (`cisl fit` too)."""
     # a node lingers at least n slots after learning that all have full rank, so that each slot
     # owner gets one chance to tell the others (firmware/mixer/mixer.h, MX_TERM_DONE)
-    policy = RoundPolicy(kind=opts.round_policy, phy=opts.phy, linger=max(4, st.split.devices),
-                         per_packet_us=_per_packet_us(opts.board))
+    guard = int(load_board(board_name).facts.get("radio", {}).get("start_guard_us", 0))
+    return RoundPolicy(kind=kind, phy=phy, linger=max(4, devices), per_packet_us=_per_packet_us(board_name),
+                       round_guard_us=guard)
+
+
+def _mixer_section(st, opts: CompileOptions) -> dict:
+    """How every exchange runs over Mixer (codegen/plan/mixer_schedule.py), for radio transports."""
+    policy = round_policy(opts.board, st.split.devices, opts.round_policy, opts.phy)
     try:
         rounds = schedule_plan([sg.msg_bytes for sg in st.sgs], policy, opts.max_generation)
     except ValueError as e:
@@ -269,7 +275,9 @@ def _mixer_section(st, opts: CompileOptions) -> dict:
     return {"initiator": SINK, "policy": {"kind": policy.kind, "linger": policy.linger, "phy": policy.phy,
                                           "margin_us": policy.margin_us,
                                           **({"per_packet_us": list(policy.per_packet_us)}
-                                             if policy.per_packet_us else {})},
+                                             if policy.per_packet_us else {}),
+                                          **({"round_guard_us": policy.round_guard_us}
+                                             if policy.round_guard_us else {})},
             "max_generation": opts.max_generation,
             "exchanges": [[r.to_json() for r in ex] for ex in rounds],
             "estimated_us_per_inference": int(sum(r.estimated_us for ex in rounds for r in ex))}

@@ -72,7 +72,7 @@ def structure_facts(cfg: ModelConfig, devices: int, keep: float, seed: int = 0,
     split = Split.even(devices, cfg.heads, cfg.d_model, cfg.mlp_hidden)
     masks = full_masks(split, cfg.layers) if keep >= 1.0 else random_masks(split, cfg.layers, keep, seed)
     st = build_structure(cfg, split, masks, keep)
-    policy = policy or RoundPolicy(linger=max(4, devices))
+    policy = policy or RoundPolicy(linger=max(4, devices))  # callers pass the board's (plan_policy)
     exchanges = [[dict(r) for r in _exchange(tuple(sg.msg_bytes), policy)] for sg in st.sgs]
     rounds = [r for ex in exchanges for r in ex]
     maxima = maxima_of_rounds(devices, rounds)
@@ -83,6 +83,18 @@ def structure_facts(cfg: ModelConfig, devices: int, keep: float, seed: int = 0,
         out.append(NodeFacts(_const_bytes(node.ops, node.tensors, cfg), count_ops(node.ops),
                              table_bytes(exchanges, node.ops), arena, mm, cfg.lookback))
     return out, maxima
+
+
+def plan_board(board: Board) -> str:
+    """The board whose plans the nodes run (a sim or QEMU board builds another board's plans)."""
+    return (board.facts["board"].get("builds_plans_for") or [board.name])[0]
+
+
+def plan_policy(board: Board, devices: int) -> RoundPolicy:
+    """The round policy `cisl compile` schedules with for this board (CPU limit, start guard)."""
+    from .compile import round_policy
+
+    return round_policy(plan_board(board), devices)
 
 
 def stored_weights(ops, cfg: ModelConfig) -> int:
@@ -133,24 +145,31 @@ class FitResult:
     frontier: list[Candidate]  # per N: the largest model the estimate admits
     best: Candidate | None
     tried: list[str] = field(default_factory=list)  # confirmation log
+    refused: list[str] = field(default_factory=list)  # sizes `cisl compile` would refuse, and why
 
 
 class _Estimator:
     def __init__(self, board: Board, devices: int, heads: int, keep: float, kernels: str, seed: int):
         self.board, self.devices, self.heads, self.keep, self.kernels, self.seed = board, devices, heads, keep, kernels, seed
+        self.policy = plan_policy(board, devices)
         self.cache: dict[tuple[int, int], tuple[list[NodeFacts], list[NodeFacts], dict] | None] = {}
+        self.refused: dict[tuple[int, int], str] = {}  # (N, F) -> why `cisl compile` would refuse it
 
     def facts12(self, tokens: int, width: int):
-        """Facts at 1 and 2 layers, or None when a node's somegather message is larger than one
-        Mixer round carries (a message is never split across rounds; `cisl compile` refuses it)."""
+        """Facts at 1 and 2 layers, or None (and the reason in ``refused``) when the Mixer schedule
+        cannot carry an exchange (`cisl compile` refuses it; with messages split across rounds only
+        an exchange needing more than 255 rounds is)."""
         key = (tokens, width)
         if key not in self.cache:
             try:
-                f1, m = structure_facts(model_config(tokens, width, 1, self.heads), self.devices, self.keep, self.seed)
-                f2, _ = structure_facts(model_config(tokens, width, 2, self.heads), self.devices, self.keep, self.seed)
+                f1, m = structure_facts(model_config(tokens, width, 1, self.heads), self.devices, self.keep, self.seed,
+                                        self.policy)
+                f2, _ = structure_facts(model_config(tokens, width, 2, self.heads), self.devices, self.keep, self.seed,
+                                        self.policy)
                 self.cache[key] = (f1, f2, m)
-            except ValueError:
+            except ValueError as e:
                 self.cache[key] = None
+                self.refused[key] = str(e)
         return self.cache[key]
 
     def worst(self, tokens: int, width: int, layers: int) -> tuple[int, int]:
@@ -179,15 +198,16 @@ def stored_total(cfg: ModelConfig, devices: int, keep: float, seed: int = 0) -> 
 
 
 def exact_worst(board: Board, cfg: ModelConfig, devices: int, keep: float, kernels: str, seed: int) -> tuple[int, int]:
-    facts, maxima = structure_facts(cfg, devices, keep, seed)
+    facts, maxima = structure_facts(cfg, devices, keep, seed, plan_policy(board, devices))
     es = [estimate(f, board, kernels, maxima) for f in facts]
     return max(e.flash for e in es), max(e.ram for e in es)
 
 
 def search(board: Board, devices: int, heads: int = 16, keep: float = 1.0, kernels: str = "nnref", seed: int = 0,
            n_grid=N_GRID, t_grid=T_GRID, f_max: int = F_MAX,
-           progress: Callable[[str], None] = lambda s: None) -> list[Candidate]:
-    """Step 1: for every (N, T) the largest F the extrapolated estimate admits; all candidates."""
+           progress: Callable[[str], None] = lambda s: None, refused: list[str] | None = None) -> list[Candidate]:
+    """Step 1: for every (N, T) the largest F the extrapolated estimate admits; all candidates.
+    Sizes the Mixer schedule cannot carry are appended to ``refused`` (one line per (N, F))."""
     est = _Estimator(board, devices, heads, keep, kernels, seed)
     widths = list(range(heads * max(1, math.ceil(devices / heads)), f_max + 1, heads))
     out = []
@@ -208,6 +228,8 @@ def search(board: Board, devices: int, heads: int = 16, keep: float = 1.0, kerne
             c._fb, c._rb = board.flash_bytes, board.ram_bytes
             out.append(c)
         progress(f"fit: N={tokens} done ({len(est.cache)} structures estimated)")
+    if refused is not None:
+        refused.extend(f"N={n} F={w}: {why}" for (n, w), why in sorted(est.refused.items()))
     return out
 
 
@@ -222,8 +244,10 @@ def confirm(board: Board, c: Candidate, devices: int, heads: int, keep: float, s
     tag = f"N{c.tokens}-F{c.width}-T{c.layers}"
     d = work / tag
     model = make_model_dir(d / "model", cfg, devices, keep, seed=seed, calibration=4, tests=4)
-    plan_board = board.name if not board.facts["board"].get("builds_plans_for") else board.facts["board"]["builds_plans_for"][0]
-    compile_model(model, d / "build", CompileOptions(devices=devices, board=plan_board, max_calibration=4))
+    try:
+        compile_model(model, d / "build", CompileOptions(devices=devices, board=plan_board(board), max_calibration=4))
+    except UserError as e:  # said, not skipped silently: the next candidate is tried
+        return False, f"{tag}: `cisl compile` refuses it: {e}", (0, 0)
     try:
         s = build(d / "build", board.name, jobs)
     except CheckFailed as e:
@@ -244,13 +268,14 @@ def fit(board_name: str, devices: int, heads: int = 16, keep: float = 1.0, seed:
     if devices < 1 or devices > heads:
         raise UserError(f"--devices {devices}: must be 1..{heads} (each node needs at least one of the {heads} heads)")
     kernels = kernel_library().kind
-    cands = search(board, devices, heads, keep, kernels, seed, n_grid, t_grid, f_max, progress)
+    refused: list[str] = []
+    cands = search(board, devices, heads, keep, kernels, seed, n_grid, t_grid, f_max, progress, refused)
     frontier = []
     for tokens in n_grid:
         mine = [c for c in cands if c.tokens == tokens]
         if mine:
             frontier.append(max(mine, key=lambda c: c.params))
-    res = FitResult(board.name, devices, heads, keep, frontier, None)
+    res = FitResult(board.name, devices, heads, keep, frontier, None, refused=refused)
     order = sorted(cands, key=lambda c: -c.params)
     if not order:
         return res
@@ -298,6 +323,10 @@ def format_result(r: FitResult, board: Board) -> str:
              f"{'N':>4} {'T':>3} {'F':>5} {'params':>12} {'node flash':>11} {'node RAM':>9}  limit"]
     for c in r.frontier:
         lines.append(f"{c.tokens:>4} {c.layers:>3} {c.width:>5} {c.params:>12,} {c.flash:>11} {c.ram:>9}  {c.limit}")
+    for t in r.refused[:5]:
+        lines.append(f"not a candidate: {t}")
+    if len(r.refused) > 5:
+        lines.append(f"not a candidate: ... and {len(r.refused) - 5} more sizes the Mixer schedule cannot carry")
     for t in r.tried:
         lines.append(f"confirm: {t}")
     if r.best:

@@ -24,7 +24,8 @@ class FitRun:
         r = self.result
         doc = {"board": r.board, "devices": r.devices, "heads": r.heads, "keep": r.keep,
                "frontier": [dataclasses.asdict(c) for c in r.frontier],
-               "best": dataclasses.asdict(r.best) if r.best else None, "confirm": r.tried}
+               "best": dataclasses.asdict(r.best) if r.best else None, "confirm": r.tried,
+               "refused": r.refused}
         write_output_file(path, json.dumps(doc, indent=1) + "\n", _OURS)
 
     def check(self) -> None:

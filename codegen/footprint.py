@@ -31,7 +31,7 @@ MX_HEADER_BYTES = 156  # sizeof(mx_header), firmware/mixer/mixer.h (the build ch
 
 # sizes of the generated Mixer tables' elements (arm-none-eabi, 32-bit): see templates/mixer.c.j2;
 # the somegather descriptors are their op's (codegen/ops/somegather.py)
-MX_FRAG_BYTES = 12  # cisl_mx_frag
+MX_FRAG_BYTES = 16  # cisl_mx_frag
 MX_ROUND_BYTES = 20  # cisl_mx_round
 MX_EXCHANGE_BYTES = 8  # cisl_mx_exchange
 INPUT_WINDOWS = 4  # windows `cisl compile` saves in inputs.npy (compile.SIM_INPUTS)

@@ -44,8 +44,10 @@ def test_structure_facts_equal_the_compiled_plan(tmp_path, devices, keep):
     model = make_model_dir(tmp_path / "m", cfg, devices, keep, seed=4, calibration=4, tests=4)
     compile_model(model, tmp_path / "b", CompileOptions(board="nrf52840dk", max_calibration=4))
     plan = load_plan(tmp_path / "b")
-    facts, maxima = structure_facts(cfg, devices, keep, seed=4)
+    from codegen.fit import plan_policy
     from codegen.plan.mixer_layout import mixer_maxima
+
+    facts, maxima = structure_facts(cfg, devices, keep, seed=4, policy=plan_policy(load_board("nrf52840dk"), devices))
 
     assert maxima == mixer_maxima(plan)
     for f, node in zip(facts, plan.nodes):
@@ -105,15 +107,70 @@ def test_fit_confirms_by_linking_every_node(tmp_path):
 
 
 @pytest.mark.unit
-def test_models_whose_messages_exceed_a_mixer_round_are_not_candidates():
+def test_models_whose_messages_exceed_a_mixer_round_are_sized_not_skipped():
     """A 16-node split of N = 256, F = 4096 sends 65 536-byte messages, more than one Mixer round
-    carries (`cisl compile` refuses them); the search treats them as not fitting instead of failing."""
+    carries; the schedule splits them across rounds, so the search sizes such models like any other
+    (this one is far over the RAM) instead of skipping them, and nothing is refused."""
     from codegen.fit import _Estimator
     from codegen.plan.mixer_schedule import schedule_exchange
 
-    with pytest.raises(ValueError):
-        schedule_exchange(0, [256 * 4096 // 16] * 16)
+    rounds = schedule_exchange(0, [256 * 4096 // 16] * 16)
+    assert any(f.offset > 0 for r in rounds for f in r.senders)
     board = load_board("nrf52840dk")
-    assert not _Estimator(board, 16, 16, 1.0, "nnref", 0).fits(256, 4096, 1)
-    found = search(board, 16, n_grid=(256,), t_grid=(1,))  # bisects through such widths
-    assert len(found) == 1 and found[0].ram <= board.ram_bytes
+    est = _Estimator(board, 16, 16, 1.0, "nnref", 0)
+    assert est.facts12(256, 4096) is not None and not est.fits(256, 4096, 1)
+    assert est.worst(256, 4096, 1)[1] > board.ram_bytes and est.refused == {}
+    refused: list[str] = []
+    found = search(board, 16, n_grid=(256,), t_grid=(1,), refused=refused)  # bisects through such widths
+    assert len(found) == 1 and found[0].ram <= board.ram_bytes and refused == []
+
+
+@pytest.mark.unit
+def test_fit_finds_models_whose_messages_need_several_rounds():
+    """On a board with three times an nRF52840's flash and RAM, two nodes fit N = 256 models whose
+    messages (over 48 KB) no single Mixer round carries (255 rows of at most 187 B): they are
+    candidates, estimated with the schedule `cisl compile` makes for the board (split messages, the
+    CPU limit, start guards)."""
+    import copy
+
+    from codegen.boards import Board
+    from codegen.fit import FitResult, plan_policy
+    from codegen.plan.mixer_schedule import schedule_exchange
+
+    nrf = load_board("nrf52840dk")
+    facts = copy.deepcopy(nrf.facts)
+    facts["board"]["ram_bytes"] *= 3
+    facts["board"]["flash_bytes"] *= 3
+    big = Board(nrf.name, nrf.path, facts)
+    best = max(search(big, 2, n_grid=(256,), t_grid=(1,)), key=lambda c: c.params)
+    message = 256 * best.width // 2
+    assert message > 255 * 187 and best.ram <= big.ram_bytes and best.flash <= big.flash_bytes
+    policy = plan_policy(big, 2)
+    assert policy.per_packet_us is not None and policy.round_guard_us == 2000
+    rounds = schedule_exchange(0, [message, message], policy)
+    assert len(rounds) >= 2 and any(f.offset > 0 for r in rounds for f in r.senders)
+    # what could still be refused (an exchange of more than 255 rounds) is said, not skipped silently
+    r = FitResult(big.name, 2, 16, 1.0, [best], best, refused=["N=511 F=8192: too many rounds"])
+    assert "not a candidate: N=511 F=8192: too many rounds" in format_result(r, big)
+
+
+@pytest.mark.unit
+def test_cisl_fit_prints_a_model_whose_messages_are_split(tmp_path):
+    """`cisl fit` on a board like the nRF52840 DK with three times its memory: the largest N = 256
+    model for two nodes sends 63 488-byte messages (several Mixer rounds each) and is the answer."""
+    import sys
+
+    from test_boards import FIT_WITH_BOARDS, broken
+
+    folder = broken(tmp_path, "flash_bytes = 1048576", "flash_bytes = 3145728")
+    toml = folder / "board.toml"
+    toml.write_text(toml.read_text().replace("ram_bytes = 262144", "ram_bytes = 786432"))
+    p = subprocess.run([sys.executable, "-c", FIT_WITH_BOARDS, str(folder.parent), "fit", "--board", "broken",
+                        "--devices", "2", "--tokens", "256", "--layers", "1", "--no-build", "-q"],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    assert "largest: N=256 F=496 T=1" in p.stdout and "not a candidate" not in p.stdout, p.stdout
+    from codegen.plan.mixer_schedule import schedule_exchange
+
+    message = 256 * 496 // 2
+    assert message > 255 * 187 and len(schedule_exchange(0, [message, message])) >= 2

@@ -80,7 +80,7 @@ def train(config: Path | None, out_dir: Path, data: Path | None, resume: bool, w
 @click.option("--phy", type=click.Choice(["2M", "1M"]), default="2M", show_default=True,
               help="BLE PHY the Mixer slots are timed for.")
 @click.option("--max-generation", type=click.IntRange(2, 256), default=256, show_default=True,
-              help="Rows per Mixer round (bounds Mixer's RAM); larger exchanges run as several rounds.")
+              help="Rows per Mixer round (bounds Mixer's RAM); larger exchanges and messages run as several rounds.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
 def compile_cmd(model: Path, out_dir: Path, devices: int | None, board: str, calibration: Path | None,
                 max_calibration: int, round_policy: str, phy: str, max_generation: int, quiet: bool) -> None:

@@ -106,8 +106,10 @@ def plan_schema() -> dict:
                                                    "msg_bytes": {"type": "array", "items": _NAT}},
                   "required": ["sg", "name", "layer", "point", "dest", "send_cols", "msg_bytes"],
                   "additionalProperties": False}
-    sender = {"type": "object", "properties": {"node": _NAT, "first_row": _NAT, "rows": _NAT, "nbytes": _NAT},
-              "required": ["node", "first_row", "rows", "nbytes"]}
+    # one sender's rows in a round: its message (nbytes long), or the piece of it from byte offset on
+    sender = {"type": "object", "properties": {"node": _NAT, "first_row": _NAT, "rows": _NAT, "nbytes": _NAT,
+                                               "offset": _NAT},
+              "required": ["node", "first_row", "rows", "nbytes", "offset"]}
     mround = {"type": "object", "properties": {"exchange": _NAT, "part": _NAT, "parts": _NAT, "generation": _NAT,
                                                "payload": _NAT, "deadline_slots": _NAT, "slot_us": _NAT,
                                                "senders": {"type": "array", "items": sender},

@@ -4,14 +4,23 @@ Each somegather point (and the head reduction) is one *exchange*: sender j has a
 bytes (its broadcast columns, all tokens, row-major). An exchange becomes one or more Mixer rounds.
 In a round of generation size G and payload P, row 0 is the initiator's header (inference, exchange,
 part; it lets a node detect a stale round) and every sender's message takes ⌈m_j / P⌉ consecutive
-rows (fragments; the last one zero-padded). A message counts as delivered only if all its fragments
-decode — a partial message would be a partial column, which training never sees — so a missing
-fragment zero-fills the whole message, exactly like a lost message. Rows of the generation that no
-sender needs are written as weak zeros by the initiator so nobody waits for them.
+rows (fragments; the last one zero-padded). Senders are packed into rounds in node order. A message
+that does not fit into one round is split into *pieces* over consecutive rounds of the exchange:
+the first piece fills what is left of the current round, then come whole rounds, and the last piece
+shares its round with the senders that follow. A piece is a run of consecutive fragments and
+records its byte offset into the message (plan.json ``senders[].offset``); ``nbytes`` is always the
+whole message. So at most one split message is in flight at any time, and a receiver puts it
+together in one buffer of the largest message's size (firmware/somegather/cisl_mixer_transport.c).
+
+A message counts as delivered only if all its fragments decode, in every round it spans — a partial
+message would be a partial column, which training never sees — so a missing fragment zero-fills
+the whole message, exactly like a lost message. Rows of the generation that no sender needs are
+written as weak zeros by the initiator so nobody waits for them.
 
 Unlike the published Mixer, every round is configured at run time, so each exchange gets its own
 (G, P): P is chosen to minimise the estimated time of the exchange under the round-length policy,
-and an exchange whose rows exceed the largest generation is split into several rounds.
+with rounds as large as the PHY packet limit allows at that P (``max_generation`` rows at most);
+rows beyond one such round go to further rounds, splitting a message where needed.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from ..radio.airtime import MAX_PHY_PAYLOAD, air_time_us, slot_us_for_length
 
 MAX_GENERATION = 256  # rows per Mixer round (firmware/mixer MX_MAX_G)
+MAX_ROUNDS = 255  # Mixer rounds per exchange: the header's part and cisl_mx_exchange.nrounds are a u8
 MAX_PAYLOAD = 240  # bytes per row; PHY payload L = 4 + 2·⌈G/8⌉ + P ≤ 255
 HEADER_ROW = 0
 INITIATOR = 0
@@ -51,6 +61,10 @@ class RoundPolicy:
     # lengthens slots that would be late and, where that costs less, splits the exchange into
     # rounds of smaller generations (less elimination work per packet).
     per_packet_us: tuple[float, float, float, float] | None = None
+    # Time a round costs outside its slots (the initiator's start guard before slot 0, board.toml
+    # [radio] start_guard_us; 0 on boards without a radio): not part of a round's estimated_us, but
+    # counted when schedules with different numbers of rounds are compared.
+    round_guard_us: int = 0
 
     def __post_init__(self) -> None:
         if self.kind not in ("fixed", "done"):
@@ -82,10 +96,17 @@ class RoundPolicy:
 
 @dataclass
 class Fragments:
+    """One sender's rows in one round: its whole message, or one piece of a split message."""
+
     node: int
     first_row: int
     rows: int
-    nbytes: int
+    nbytes: int  # the whole message's length (what the receiver's reassembly buffer holds)
+    offset: int = 0  # the piece's first byte in the message; 0 for a whole message
+
+    def piece_bytes(self, payload: int) -> int:
+        """Message bytes carried by these rows (the message's last fragment is zero-padded)."""
+        return min(self.nbytes - self.offset, self.rows * payload)
 
 
 @dataclass
@@ -125,22 +146,91 @@ def _max_payload(nodes: int, generation: int) -> int:
     return min(MAX_PAYLOAD, MAX_PHY_PAYLOAD - packet_length(nodes, generation, 0))
 
 
-def _pack(msg_bytes: list[int], payload: int, max_generation: int) -> list[list[int]] | None:
-    """Senders grouped into rounds (in node order) so every round fits max_generation rows."""
-    groups: list[list[int]] = [[]]
+def max_generation_for(nodes: int, payload: int, max_generation: int = MAX_GENERATION) -> int:
+    """The largest generation (≤ max_generation) whose packets of ``payload`` bytes fit the PHY; < 2
+    (no room for a row besides the header) when none does."""
+    g = max_generation
+    while g >= 2 and packet_length(nodes, g, payload) > MAX_PHY_PAYLOAD:
+        g -= 1
+    return g
+
+
+def _pack(msg_bytes: list[int], payload: int, generation: int) -> list[list[Fragments]] | None:
+    """The senders' fragments grouped into rounds of at most ``generation`` rows (row 0 the header),
+    in node order; a message that does not fit into one round is split over consecutive rounds.
+    None if that takes more than MAX_ROUNDS rounds."""
+    data_rows = generation - 1
+    rounds: list[list[Fragments]] = [[]]
     used = 1  # the header row
     for j, m in enumerate(msg_bytes):
         r = _rows(m, payload)
         if r == 0:
             continue
-        if 1 + r > max_generation:
-            return None  # one message alone does not fit: P too small
-        if used + r > max_generation:
-            groups.append([])
-            used = 1
-        groups[-1].append(j)
-        used += r
-    return [g for g in groups if g] or []
+        if r <= data_rows:  # a whole message, in this round or the next
+            if used + r > generation:
+                rounds.append([])
+                used = 1
+            rounds[-1].append(Fragments(j, used, r, m, 0))
+            used += r
+        else:  # pieces: what is left of this round, whole rounds, then the rest
+            done = 0
+            while done < r:
+                if used == generation:
+                    rounds.append([])
+                    used = 1
+                take = min(generation - used, r - done)
+                rounds[-1].append(Fragments(j, used, take, m, done * payload))
+                used += take
+                done += take
+        if len(rounds) > MAX_ROUNDS:
+            return None
+    return [g for g in rounds if g]
+
+
+def check_pieces(rounds: list[MixerRound], nodes: int) -> None:
+    """The invariants the firmware's reassembly relies on (ValueError if one is broken): within a
+    round every row is used once and the rows fit the generation and the PHY; over the exchange
+    every message's pieces cover it exactly once, in order, in consecutive rounds, and a message
+    starts only once the previous split one is complete (one reassembly buffer suffices)."""
+    if len(rounds) > MAX_ROUNDS:
+        raise ValueError(f"{len(rounds)} rounds: more than {MAX_ROUNDS}")
+    next_at: dict[int, int] = {}
+    complete: set[int] = set()
+    open_node: int | None = None
+    for r in rounds:
+        if not 2 <= r.generation <= MAX_GENERATION or not 1 <= r.payload <= MAX_PAYLOAD:
+            raise ValueError(f"round {r.part}: G = {r.generation}, P = {r.payload} out of range")
+        if packet_length(nodes, r.generation, r.payload) > MAX_PHY_PAYLOAD:
+            raise ValueError(f"round {r.part}: packet longer than {MAX_PHY_PAYLOAD} B")
+        row = 1
+        for f in r.senders:
+            if f.first_row != row or f.rows < 1 or f.first_row + f.rows > r.generation:
+                raise ValueError(f"round {r.part}: node {f.node}'s rows {f.first_row}+{f.rows} do not follow on")
+            row += f.rows
+            if f.node in complete or next_at.get(f.node, 0) != f.offset or f.offset % r.payload:
+                raise ValueError(f"round {r.part}: node {f.node}'s piece at byte {f.offset} is out of order")
+            if f.offset == 0 and open_node is not None:
+                raise ValueError(f"round {r.part}: node {f.node}'s message starts before node {open_node}'s is complete")
+            if f.offset > 0 and open_node != f.node:
+                raise ValueError(f"round {r.part}: node {f.node}'s piece continues no open message")
+            end = f.offset + f.piece_bytes(r.payload)
+            if _rows(f.piece_bytes(r.payload), r.payload) != f.rows or end > f.nbytes:
+                raise ValueError(f"round {r.part}: node {f.node}'s piece has {f.rows} rows for its bytes")
+            next_at[f.node] = end
+            if end == f.nbytes:
+                complete.add(f.node)
+                open_node = None
+            else:
+                open_node = f.node
+        if row != r.generation:
+            raise ValueError(f"round {r.part}: {row} rows used of G = {r.generation}")
+    if open_node is not None:
+        raise ValueError(f"node {open_node}'s message is incomplete at the end of the exchange")
+
+
+def _cost(rounds: list[MixerRound], policy: RoundPolicy) -> int:
+    """What the planner minimises: the rounds' estimated air time plus their start guards."""
+    return sum(r.estimated_us for r in rounds) + policy.round_guard_us * len(rounds)
 
 
 def schedule_exchange(exchange: int, msg_bytes: list[int], policy: RoundPolicy = RoundPolicy(),
@@ -151,15 +241,15 @@ def schedule_exchange(exchange: int, msg_bytes: list[int], policy: RoundPolicy =
         return []
     if policy.per_packet_us is None:
         return _schedule_exchange(exchange, msg_bytes, policy, max_generation)
-    best = (0, _schedule_exchange(exchange, msg_bytes, policy, max_generation))  # raises if nothing fits
-    best = (sum(r.estimated_us for r in best[1]), best[1])
+    first = _schedule_exchange(exchange, msg_bytes, policy, max_generation)  # raises if nothing fits
+    best = (_cost(first, policy), first)
     cap = max_generation // 2
     while cap >= 8:
         try:
             rounds = _schedule_exchange(exchange, msg_bytes, policy, cap)
         except ValueError:
-            break  # a message no longer fits one round; smaller generations will not fit it either
-        total = sum(r.estimated_us for r in rounds)
+            break  # more than MAX_ROUNDS rounds; smaller generations need even more
+        total = _cost(rounds, policy)
         if total < best[0]:
             best = (total, rounds)
         cap //= 2
@@ -169,35 +259,29 @@ def schedule_exchange(exchange: int, msg_bytes: list[int], policy: RoundPolicy =
 def _schedule_exchange(exchange: int, msg_bytes: list[int], policy: RoundPolicy,
                        max_generation: int) -> list[MixerRound]:
     best: tuple[int, list[MixerRound]] | None = None
+    n = len(msg_bytes)
     for payload in range(8, MAX_PAYLOAD + 1):
-        groups = _pack(msg_bytes, payload, max_generation)
+        cap = max_generation_for(n, payload, max_generation)
+        if cap < 2:
+            continue
+        groups = _pack(msg_bytes, payload, cap)
         if groups is None:
             continue
         rounds = []
-        for part, group in enumerate(groups):
-            senders, row = [], 1
-            for j in group:
-                r = _rows(msg_bytes[j], payload)
-                senders.append(Fragments(j, row, r, msg_bytes[j]))
-                row += r
-            generation = row
-            if payload > _max_payload(len(msg_bytes), generation):
-                break
-            length = packet_length(len(msg_bytes), generation, payload)
+        for part, senders in enumerate(groups):
+            generation = senders[-1].first_row + senders[-1].rows
+            length = packet_length(n, generation, payload)
             rounds.append(MixerRound(exchange, part, len(groups), generation, payload, policy.deadline(generation),
                                      policy.slot_us(length, generation, payload),
                                      policy.estimated_slots(generation), senders, []))
-        else:
-            total = sum(r.estimated_us for r in rounds)
-            if best is None or total < best[0]:
-                best = (total, rounds)
+        total = _cost(rounds, policy)
+        if best is None or total < best[0]:
+            best = (total, rounds)
     if best is None:
-        cap = max(((max_generation - 1) * min(p, _max_payload(len(msg_bytes), max_generation))
-                   for p in range(8, MAX_PAYLOAD + 1)), default=0)
-        big = max(range(len(msg_bytes)), key=lambda j: msg_bytes[j])
-        raise ValueError(f"exchange {exchange}: node {big}'s message of {msg_bytes[big]} B is larger than one Mixer "
-                         f"round of {max_generation} rows carries (about {cap} B; a message is not split across "
-                         f"rounds)")
+        rows = sum(_rows(m, min(MAX_PAYLOAD, _max_payload(n, max_generation))) for m in msg_bytes)
+        raise ValueError(f"exchange {exchange}: {sum(msg_bytes)} B of messages need more than {MAX_ROUNDS} Mixer "
+                         f"rounds of at most {max_generation} rows (about {rows} rows)")
+    check_pieces(best[1], n)
     return best[1]
 
 

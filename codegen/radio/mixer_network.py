@@ -160,7 +160,10 @@ class MixerNetwork:
                         if i != owner and initiators[i] == i:
                             self.lib.mx_write(self.ptrs[i], 0, data, P)
             for i in range(self.n):
-                if i != owner and absent[i] >> owner & 1 and row not in weak_rows:
+                # a dead sender's rows are weak zeros at the nodes that know it dead; never the header
+                # (row 0): the firmware writes it only at a node that starts the round, so a node that
+                # thinks the initiator dead still decodes its header if it comes
+                if row > 0 and i != owner and absent[i] >> owner & 1 and row not in weak_rows:
                     self.lib.mx_write(self.ptrs[i], row, None, 0)
         for i in range(self.n):
             self.lib.mx_arm(self.ptrs[i], ARM_INITIATOR if i == initiators[i] else ARM_LISTENER)

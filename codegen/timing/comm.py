@@ -10,6 +10,9 @@ hard deadline, and reports per round:
   margin included) and the round's air time ``air_us = slots · slot_us`` — what the virtual
   testbed's medium reports as a round's time and what sim nodes log in their ``sg`` lines;
 * per node: TX slots, receiver-on slots, TX-on and RX-on microseconds, delivered/expected messages.
+  A message split over several rounds of its exchange (codegen/plan/mixer_schedule.py) counts in
+  the round of its last piece, as delivered only if every piece decoded — where and how the
+  firmware hands it on — so per-exchange sums count every message once.
 
 Round policy: ``done`` (firmware/mixer MX_TERM_DONE: a node ends once it has full rank and knows
 that every node has, after lingering; cisl's default) or ``fixed`` (MX_TERM_DEADLINE: every node runs
@@ -323,7 +326,8 @@ def resolve_topology(plan: Plan, name: str | None) -> str:
 
 
 def comm_schedule(plan: Plan, topology: str | None = None, policy: str | None = None, inferences: int = 1,
-                  seed: int = 0, dead: Sequence[int] = (), params: ChannelParams | None = None) -> list[RoundTime]:
+                  seed: int = 0, dead: Sequence[int] = (), params: ChannelParams | None = None,
+                  fail: Sequence[tuple[int, int, int]] = ()) -> list[RoundTime]:
     """Simulate every Mixer round of the plan for ``inferences`` inferences; one RoundTime per round.
 
     ``topology``: a codegen/radio/topology.py name (default: what ``cisl sim`` picks for the plan's
@@ -331,7 +335,8 @@ def comm_schedule(plan: Plan, topology: str | None = None, policy: str | None = 
     ``fixed`` or None for the plan's own. ``seed`` seeds topology and channel (``cisl sim
     --radio-seed``); inference i uses the firmware's Mixer seeds for inference i and continues the
     channel of inference i − 1, exactly as a sim run. ``dead``: nodes whose radio is dead
-    (``--radio-dead``). Rounds are returned in execution order (by sg, then part). A plan for one
+    (``--radio-dead``); ``fail``: (node, first round, rounds), a radio dead for some Mixer rounds only,
+    counted from 0 over the run as here (``run_sim(radio_fail=...)``). Rounds are returned in execution order (by sg, then part). A plan for one
     node has no rounds: [].
     """
     if inferences < 1:
@@ -353,6 +358,10 @@ def comm_schedule(plan: Plan, topology: str | None = None, policy: str | None = 
         if not 0 <= int(k) < n:
             raise UserError(f"dead node {k} is not one of the plan's nodes 0..{n - 1}")
         channel.fail(int(k))
+    for k, first, rounds in fail:
+        if not 0 <= int(k) < n or int(first) < 0 or int(rounds) < 1:
+            raise UserError(f"radio failure ({k}, {first}, {rounds}): node 0..{n - 1}, first round >= 0, rounds >= 1")
+        channel.fail(int(k), start=int(first), duration=int(rounds), unit="round")
     phy = mixer["policy"]["phy"]
     linger = int(mixer["policy"]["linger"])
     initiator = int(mixer["initiator"])
@@ -364,6 +373,7 @@ def comm_schedule(plan: Plan, topology: str | None = None, policy: str | None = 
     views = [PeerView(k, n, initiator) for k in range(n)]  # each node's dead-node detection, as the firmware's
     for inf in range(inferences):
         for sg in order:
+            pieces: dict[tuple[int, int], bool] = {}  # (receiver, sender) -> a split message's pieces so far
             for r in mixer["exchanges"][sg]:
                 key = (r["generation"], r["payload"], r["deadline_slots"], kind)
                 net = nets.get(key)
@@ -391,7 +401,7 @@ def comm_schedule(plan: Plan, topology: str | None = None, policy: str | None = 
                         alive |= 1 << inits[k]
                     v.after_round(inf, due & ~(1 << k), alive, bool(res.synced[k]), inits[k])
                 samples.setdefault((sg, r["part"]), []).append(
-                    _sample(inf, net, res, channel.log, r, phy, inits, sgs[sg].point == "head", sink))
+                    _sample(inf, net, res, channel.log, r, phy, inits, sgs[sg].point == "head", sink, pieces))
     out = []
     for sg in order:
         s = sgs[sg]
@@ -411,7 +421,9 @@ def comm_schedule(plan: Plan, topology: str | None = None, policy: str | None = 
 
 
 def _sample(inf: int, net: MixerNetwork, res, log, r: dict, phy: str, inits: list[int], head: bool,
-            sink: int) -> RoundSample:
+            sink: int, pieces: dict[tuple[int, int], bool]) -> RoundSample:
+    """One round's sample; ``pieces`` carries, from round to round of the exchange, whether each
+    receiver has every piece so far of a message split over rounds."""
     n, slot_us = net.n, int(r["slot_us"])
     plen = int(net.plen)
     packets = [0] * n
@@ -439,9 +451,14 @@ def _sample(inf: int, net: MixerNetwork, res, log, r: dict, phy: str, inits: lis
             j = f["node"]
             if j == k or (head and k != sink):
                 continue
-            expected += 1
             rows = res.data[k, f["first_row"]:f["first_row"] + f["rows"]]  # a dead sender's weak rows are lost
             got = bool(header_ok[k] and rows.all())
+            if f["offset"] > 0:  # a later piece: the message has arrived only if every piece has
+                got = pieces.pop((k, j)) and got
+            if f["offset"] + f["rows"] * int(r["payload"]) < f["nbytes"]:
+                pieces[(k, j)] = got  # more pieces follow in the next rounds
+                continue
+            expected += 1
             delivered += got
             if not got:
                 missing.append(int(j))

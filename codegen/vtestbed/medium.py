@@ -145,7 +145,7 @@ class RadioMedium:
     """
 
     def __init__(self, nodes: int, topology_name: str, seed: int, stats_path: str | None,
-                 dead: list[int] | None = None, phy: str = "2M"):
+                 dead: list[int] | None = None, phy: str = "2M", fail: list[tuple[int, int, int]] | None = None):
         from ..radio.channel import Channel
         from ..radio.topology import topology
 
@@ -158,6 +158,11 @@ class RadioMedium:
                               f"choose a topology for {nodes} nodes (e.g. full_mesh, line, grid)")
         for k in dead or []:  # failed radios: the node runs, but nothing it sends or should hear gets through
             self.channel.fail(k)
+        for k, first, rounds in fail or []:  # the same for some Mixer rounds of the run only
+            if not 0 <= k < nodes or first < 0 or rounds < 1:
+                raise MediumError(f"--radio-fail {k} {first} {rounds}: node 0..{nodes - 1}, first round >= 0, "
+                                  f"rounds >= 1")
+            self.channel.fail(k, start=first, duration=rounds, unit="round")
         self.deliveries: dict[tuple[int, int], dict[int, np.ndarray]] = {}
         self.starting: dict[tuple[int, int, int], dict[int, P.Frame]] = {}
         self.stats = open(stats_path, "w") if stats_path else None
@@ -222,7 +227,8 @@ class RadioMedium:
                                                                               range(self.nodes)]}) + "\n")
 
     def record_delivery(self, inference: int, sg: int, got: np.ndarray, slots: np.ndarray) -> None:
-        """Which node decoded which sender's message of an exchange, and in which slot of its round."""
+        """Which node decoded which sender's message of an exchange, and in which slot of its round
+        (of the round of its last piece, for a message split over rounds)."""
         import json
 
         if self.stats is not None:
@@ -305,6 +311,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--radio-seed", type=int, default=0)
     ap.add_argument("--radio-stats", default=None, help="radio mode: where to write per-round statistics (JSON lines)")
     ap.add_argument("--radio-dead", type=int, nargs="*", default=[], help="radio mode: nodes whose radio is dead")
+    ap.add_argument("--radio-fail", type=int, nargs=3, action="append", default=[],
+                    metavar=("NODE", "FIRST", "ROUNDS"),
+                    help="radio mode: this node's radio is dead for ROUNDS Mixer rounds from round FIRST of the run")
     ap.add_argument("--radio-phy", default="2M", choices=("1M", "2M"),
                     help="radio mode: the plan's BLE PHY (the nodes' radio-on time per slot)")
     args = ap.parse_args(argv)
@@ -313,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.radio:
             radio = RadioMedium(args.nodes, args.radio, args.radio_seed, args.radio_stats, args.radio_dead,
-                                args.radio_phy)
+                                args.radio_phy, [tuple(f) for f in args.radio_fail])
         serve(args.socket, args.nodes, inputs, args.transcript, args.timeout, LossRates(*args.loss),
               args.loss_seed, args.loss_file, radio)
     except MediumError as e:

@@ -73,13 +73,17 @@ def _pump(stream, node: int, log_path: Path, sink: list[Record], raw: list[str])
 
 def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | None = None,
             timeout: float = 120.0, loss: LossRates | None = None, loss_seed: int = 0,
-            radio: str | None = None, radio_seed: int = 0, radio_dead: list[int] | None = None) -> SimResult:
+            radio: str | None = None, radio_seed: int = 0, radio_dead: list[int] | None = None,
+            radio_fail: list[tuple[int, int, int]] | None = None) -> SimResult:
     """Run every node of ``build_dir`` on the virtual testbed and compare with the reference.
 
     With ``loss``, the medium drops messages by the three loss modes (seeded by ``loss_seed``) and
     the reference runs with exactly the same lost messages, so the comparison stays bit for bit.
     With ``radio`` (a topology name), the nodes run Mixer and the medium plays the radio channel slot
     by slot; the reference then replays exactly the messages each node reported as delivered.
+    ``radio_dead``: nodes whose radio is dead for the whole run; ``radio_fail``: (node, first round,
+    rounds) — the node's radio is dead for that many Mixer rounds of the run, counted from 0 in the
+    order the nodes run them (codegen.timing.comm.comm_schedule's ``fail`` plays the same).
     """
     if radio is not None and loss is not None and loss.any:
         raise UserError("choose either message loss (--loss*) or the radio (--radio), not both")
@@ -107,12 +111,14 @@ def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | 
     check_output_dir(final_logs, "sim-logs", _sim_logs_entry, _legacy_sim_logs)
     run_id = uuid.uuid4().hex[:12]
     with atomic_output_dir(final_logs, "sim-logs", _sim_logs_entry, _legacy_sim_logs) as logs_dir:
-        result = _run(plan, images, xq, logs_dir, timeout, loss, loss_seed, radio, radio_seed, radio_dead, run_id)
+        result = _run(plan, images, xq, logs_dir, timeout, loss, loss_seed, radio, radio_seed, radio_dead, run_id,
+                      radio_fail)
     return result
 
 
 def _run(plan: Plan, images: list[Path], xq: np.ndarray, logs_dir: Path, timeout: float, loss: LossRates,
-         loss_seed: int, radio: str | None, radio_seed: int, radio_dead: list[int] | None, run_id: str) -> "SimResult":
+         loss_seed: int, radio: str | None, radio_seed: int, radio_dead: list[int] | None, run_id: str,
+         radio_fail: list[tuple[int, int, int]] | None = None) -> "SimResult":
 
     t_start = time.monotonic()
     _clean_stale_runs()
@@ -127,7 +133,8 @@ def _run(plan: Plan, images: list[Path], xq: np.ndarray, logs_dir: Path, timeout
              "--loss", str(loss.link), str(loss.receiver), str(loss.sender), "--loss-seed", str(loss_seed),
              "--loss-file", loss_file]
             + (["--radio", radio, "--radio-seed", str(radio_seed), "--radio-stats", os.path.join(tmp, "radio.jsonl"),
-                "--radio-dead", *map(str, radio_dead or []), "--radio-phy", plan.phy] if radio else []))
+                "--radio-dead", *map(str, radio_dead or []), "--radio-phy", plan.phy]
+               + [a for f in radio_fail or [] for a in ("--radio-fail", *map(str, f))] if radio else []))
         log_command(medium_cmd)
         medium = subprocess.Popen(
             medium_cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)

@@ -92,8 +92,105 @@ static void header_of(uint8_t *h, uint32_t inference, uint16_t sg, uint8_t part)
     h[7] = 0xC5u; /* marker */
 }
 
+/* The message being put together from its pieces. The schedule puts a split message's pieces in
+ * consecutive rounds and starts no other message before it is complete (codegen/plan/
+ * mixer_schedule.py check_pieces), so at most one is in flight, in cisl_mx_plan.reassembly. */
+#define NO_MESSAGE 0xFFu
+
+typedef struct {
+    uint8_t node;     /* its sender, NO_MESSAGE when none is in flight */
+    uint8_t complete; /* every fragment of its pieces so far decoded */
+    uint16_t slot;    /* the slot its latest piece was complete in (of that piece's round) */
+    uint32_t next;    /* bytes of it so far: the offset of its next piece */
+} cisl_mx_rx;
+
+/* Bytes of the message in a piece's rows (its last fragment is zero-padded). */
+static uint32_t piece_end(const cisl_mx_frag *f, uint16_t payload)
+{
+    const uint32_t span = (uint32_t)f->rows * payload;
+    return f->nbytes - f->offset < span ? f->nbytes : f->offset + span;
+}
+
+/* This node's rows of round r: the pieces of its `len`-byte message the round carries. */
+static int write_pieces(const cisl_mx_round *r, const uint8_t *msg, uint32_t len)
+{
+    for (uint8_t i = 0; i < r->nsenders; i++) {
+        const cisl_mx_frag *f = &r->senders[i];
+        if (f->node != cisl_node_id) {
+            continue;
+        }
+        if (len != f->nbytes || f->offset >= len) {
+            return -1; /* the node's message does not have the size the plan says */
+        }
+        for (uint16_t k = 0; k < f->rows; k++) {
+            const uint32_t off = f->offset + (uint32_t)k * r->payload;
+            const uint32_t n = len - off < r->payload ? len - off : r->payload;
+            if (mx_write(&mixer, (uint16_t)(f->first_row + k), msg + off, (uint16_t)n) != MX_OK) {
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* After round r: copy every other sender's piece into the reassembly buffer and hand each message
+ * whose last piece this was to on_rx, if all its fragments (in every round) decoded. `header_ok`:
+ * the round's header arrived, so its rows are this round's. < 0 if the plan breaks the order. */
+static int take_pieces(const cisl_mx_round *r, int header_ok, cisl_mx_rx *rx, uint8_t *got, uint16_t *slot,
+                       cisl_rx_fn on_rx, void *ctx)
+{
+    for (uint8_t i = 0; i < r->nsenders; i++) {
+        const cisl_mx_frag *f = &r->senders[i];
+        if (f->node == cisl_node_id) {
+            continue;
+        }
+        if (f->offset == 0u) {
+            if (rx->node != NO_MESSAGE) {
+                return -1; /* a message starts before the split one in flight is complete */
+            }
+            rx->node = f->node;
+            rx->complete = 1u;
+            rx->next = 0u;
+        } else if (rx->node != f->node || rx->next != f->offset) {
+            return -1; /* a piece that continues no message in flight */
+        }
+        const uint32_t end = piece_end(f, r->payload);
+        if (f->offset >= end || end > cisl_mx_plan.max_message) {
+            return -1;
+        }
+        rx->complete = (uint8_t)(rx->complete && header_ok);
+        uint16_t last = mx_row_slot(&mixer, 0);
+        for (uint16_t k = 0; k < f->rows && rx->complete; k++) {
+            uint16_t plen = 0;
+            const uint8_t *row = mx_read(&mixer, (uint16_t)(f->first_row + k), &plen);
+            if (row == NULL || row == MX_WEAK_ZERO) {
+                rx->complete = 0u;
+                break;
+            }
+            const uint32_t off = f->offset + (uint32_t)k * r->payload;
+            const uint32_t n = end - off < r->payload ? end - off : r->payload;
+            memcpy(cisl_mx_plan.reassembly + off, row, n);
+            const uint16_t at = mx_row_slot(&mixer, (uint16_t)(f->first_row + k));
+            last = at > last ? at : last;
+        }
+        rx->slot = last;
+        rx->next = end;
+        if (end == f->nbytes) { /* the message's last piece */
+            if (rx->complete) {
+                got[f->node] = 1;
+                slot[f->node] = rx->slot;
+                if (on_rx != NULL) {
+                    on_rx(ctx, f->node, cisl_mx_plan.reassembly, f->nbytes);
+                }
+            }
+            rx->node = NO_MESSAGE;
+        }
+    }
+    return 0;
+}
+
 static int run_round(const cisl_mx_round *r, uint16_t sg, uint8_t part, uint32_t inference, const uint8_t *msg,
-                     uint32_t len, uint8_t *got, uint16_t *slot, cisl_rx_fn on_rx, void *ctx)
+                     uint32_t len, cisl_mx_rx *rx, uint8_t *got, uint16_t *slot, cisl_rx_fn on_rx, void *ctx)
 {
     const cisl_mx_schedule *plan = &cisl_mx_plan;
     mx_config cfg;
@@ -130,19 +227,9 @@ static int run_round(const cisl_mx_round *r, uint16_t sg, uint8_t part, uint32_t
             continue;
         }
         due |= 1u << f->node;
-        if (f->node != cisl_node_id) {
-            continue;
-        }
-        if (len != f->nbytes) {
-            return -1; /* the node's message does not have the size the plan says */
-        }
-        for (uint16_t k = 0; k < f->rows; k++) {
-            const uint32_t off = (uint32_t)k * r->payload;
-            const uint32_t n = len - off < r->payload ? len - off : r->payload;
-            if (mx_write(&mixer, (uint16_t)(f->first_row + k), msg + off, (uint16_t)n) != MX_OK) {
-                return -1;
-            }
-        }
+    }
+    if (write_pieces(r, msg, len) != 0) { /* this node is never dead to itself */
+        return -1;
     }
     if (mx_arm(&mixer, cisl_node_id == initiator ? MX_ARM_INITIATOR : MX_ARM_LISTENER) != MX_OK) {
         return -1;
@@ -169,38 +256,8 @@ static int run_round(const cisl_mx_round *r, uint16_t sg, uint8_t part, uint32_t
     }
     track_peers(inference, due & ~(1u << cisl_node_id), alive, mx_synced(&mixer) || cisl_node_id == initiator,
                 initiator);
-    if (!header_ok) {
-        return 0;
-    }
-    for (uint8_t i = 0; i < r->nsenders; i++) {
-        const cisl_mx_frag *f = &r->senders[i];
-        if (f->node == cisl_node_id) {
-            continue;
-        }
-        int complete = 1;
-        uint16_t last = mx_row_slot(&mixer, 0);
-        for (uint16_t k = 0; k < f->rows && complete; k++) {
-            uint16_t plen = 0;
-            const uint8_t *row = mx_read(&mixer, (uint16_t)(f->first_row + k), &plen);
-            if (row == NULL || row == MX_WEAK_ZERO) {
-                complete = 0;
-                break;
-            }
-            const uint32_t off = (uint32_t)k * r->payload;
-            const uint32_t n = f->nbytes - off < r->payload ? f->nbytes - off : r->payload;
-            memcpy(cisl_mx_plan.reassembly + off, row, n);
-            const uint16_t at = mx_row_slot(&mixer, (uint16_t)(f->first_row + k));
-            last = at > last ? at : last;
-        }
-        if (complete) {
-            got[f->node] = 1;
-            slot[f->node] = last;
-            if (on_rx != NULL) {
-                on_rx(ctx, f->node, cisl_mx_plan.reassembly, f->nbytes);
-            }
-        }
-    }
-    return 0;
+    /* a round whose header is not this round's delivers nothing, and loses the pieces it carried */
+    return take_pieces(r, header_ok, rx, got, slot, on_rx, ctx);
 }
 
 int cisl_mixer_exchange(uint16_t sg, uint32_t inference, const uint8_t *msg, uint32_t len, cisl_rx_fn on_rx,
@@ -217,9 +274,13 @@ int cisl_mixer_exchange(uint16_t sg, uint32_t inference, const uint8_t *msg, uin
         return -1;
     }
     const cisl_mx_exchange *ex = &plan->exchanges[sg];
+    cisl_mx_rx rx = {NO_MESSAGE, 0u, 0u, 0u};
     int rc = 0;
     for (uint8_t part = 0; part < ex->nrounds && rc == 0; part++) {
-        rc = run_round(&ex->rounds[part], sg, part, inference, msg, len, got, slot, on_rx, ctx);
+        rc = run_round(&ex->rounds[part], sg, part, inference, msg, len, &rx, got, slot, on_rx, ctx);
+    }
+    if (rc == 0 && rx.node != NO_MESSAGE) {
+        rc = -1; /* the plan ends the exchange in the middle of a message */
     }
     cisl_board_mixer_delivery(sg, inference, got, slot, plan->nodes);
     return rc;

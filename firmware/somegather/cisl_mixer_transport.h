@@ -3,8 +3,12 @@
  * the generated node code (cisl_mx_schedule).
  *
  * In every round row 0 is the initiator's header (inference, exchange, part) and each sender's
- * message takes consecutive rows (fragments, the last zero-padded). A message is delivered only if
- * all its fragments decode; otherwise it is lost as a whole, which is what training simulates. */
+ * message takes consecutive rows (fragments, the last zero-padded). A message larger than a round
+ * is split into pieces over consecutive rounds of the exchange (each piece: consecutive rows from a
+ * byte offset of the message on); at most one split message is in flight at a time, so receivers
+ * put it together in one buffer of the largest message's size. A message is delivered only if all
+ * its fragments decode, in every round it spans; otherwise it is lost as a whole, which is what
+ * training simulates. */
 #ifndef CISL_MIXER_TRANSPORT_H
 #define CISL_MIXER_TRANSPORT_H
 
@@ -17,7 +21,8 @@ typedef struct {
     uint8_t node;       /* sender */
     uint16_t first_row; /* its first row in the generation */
     uint16_t rows;      /* fragments */
-    uint32_t nbytes;    /* message length */
+    uint32_t nbytes;    /* message length (the whole message, also for a piece) */
+    uint32_t offset;    /* the piece's first byte in the message (0: the message starts here) */
 } cisl_mx_frag;
 
 typedef struct {
@@ -60,8 +65,9 @@ int cisl_mixer_exchange(uint16_t sg, uint32_t inference, const uint8_t *msg, uin
 int32_t cisl_board_mixer_round(mx_state *s, uint16_t sg, uint8_t part, uint32_t inference, uint32_t slot_us);
 
 /* Board hook: which senders' messages of exchange `sg` arrived (got[j] != 0) and in which slot of
- * its round the last fragment of each became available (slot[j], MX_NO_SLOT if never), called once
- * per exchange after the last round; boards that do not record it do nothing. */
+ * its round the last fragment of each became available (slot[j], MX_NO_SLOT if never; for a message
+ * split over rounds, the slot in the round of its last piece), called once per exchange after the
+ * last round; boards that do not record it do nothing. */
 void cisl_board_mixer_delivery(uint16_t sg, uint32_t inference, const uint8_t *got, const uint16_t *slot,
                                uint8_t nodes);
 

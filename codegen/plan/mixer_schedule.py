@@ -14,8 +14,9 @@ together in one buffer of the largest message's size (firmware/somegather/cisl_m
 
 A message counts as delivered only if all its fragments decode, in every round it spans — a partial
 message would be a partial column, which training never sees — so a missing fragment zero-fills
-the whole message, exactly like a lost message. Rows of the generation that no sender needs are
-written as weak zeros by the initiator so nobody waits for them.
+the whole message, exactly like a lost message. Fragments are packed densely, so a planned round
+has no unused row and ``weak_rows`` stays empty; weak zeros are written at run time for the rows
+of a sender the node has declared dead (docs/design/dead-nodes.md, docs/design/mixer.md §1).
 
 Unlike the published Mixer, every round is configured at run time, so each exchange gets its own
 (G, P): P is chosen to minimise the estimated time of the exchange under the round-length policy,

@@ -244,14 +244,21 @@ def _calibration_check(cal: np.ndarray, summary: dict) -> None:
         f"calibrate with more representative windows (--calibration FILE.npy)")
 
 
-def _per_packet_us(board_name: str) -> tuple[float, float, float, float] | None:
-    """The board CPU's worst Mixer work per packet (board.toml [mixer] per_packet_cycles), in µs."""
+def _per_packet_us(board_name: str) -> tuple[float, float, float, float, float] | None:
+    """The board CPU's worst Mixer work per packet (board.toml [mixer] per_packet_cycles), in µs:
+    (base, per_row, per_row_byte, per_byte, per_row_row), safety applied."""
     board = load_board(board_name)
     c = board.facts.get("mixer", {}).get("per_packet_cycles")
     if not c:
+        if "radio" in board.facts:
+            # a radio runs Mixer's per-packet work on the board's CPU between packets: without a
+            # measured bound the planner could pick slots that are late (docs/design/mixer.md §10)
+            raise UserError(f"board '{board.name}' has a [radio] but no [mixer] per_packet_cycles: the compiler "
+                            f"cannot size Mixer slots for its CPU; measure the per-packet work on the cycle model "
+                            f"(bench/mixer_budget_grid.py --fit) and add it to its board.toml")
         return None
     k = float(c.get("safety", 1.0)) * 1e6 / float(board.facts["board"]["clock_hz"])
-    return (k * float(c["base"]), k * float(c["per_row"]), k * float(c["per_row_byte"]), k * float(c["per_byte"]))
+    return tuple(k * float(c.get(t, 0.0)) for t in ("base", "per_row", "per_row_byte", "per_byte", "per_row_row"))
 
 
 def round_policy(board_name: str, devices: int, kind: str = "done", phy: str = "2M") -> RoundPolicy:

@@ -57,11 +57,12 @@ class RoundPolicy:
     phy: str = "2M"
     margin_us: int = 50
     # The board CPU's worst per-packet work in µs, base + per_row·G + per_row_byte·G·P + per_byte·P
-    # (board.toml [mixer] per_packet_cycles, fitted by bench/mixer_budget.py); None: no limit (sim).
+    # [+ per_row_row·G²] (board.toml [mixer] per_packet_cycles, fitted by bench/mixer_budget_grid.py
+    # over every (G, P) the planner may choose); None: no limit (sim).
     # A slot must hold the packet's air time, the radio's ramp-up and this work, so the planner
     # lengthens slots that would be late and, where that costs less, splits the exchange into
     # rounds of smaller generations (less elimination work per packet).
-    per_packet_us: tuple[float, float, float, float] | None = None
+    per_packet_us: tuple[float, ...] | None = None
     # Time a round costs outside its slots (the initiator's start guard before slot 0, board.toml
     # [radio] start_guard_us; 0 on boards without a radio): not part of a round's estimated_us, but
     # counted when schedules with different numbers of rounds are compared.
@@ -77,8 +78,10 @@ class RoundPolicy:
     def processing_us(self, generation: int, payload: int) -> float:
         if self.per_packet_us is None:
             return 0.0
-        base, per_row, per_row_byte, per_byte = self.per_packet_us
-        return base + per_row * generation + per_row_byte * generation * payload + per_byte * payload
+        base, per_row, per_row_byte, per_byte, *rest = self.per_packet_us
+        per_row_row = rest[0] if rest else 0.0
+        return (base + per_row * generation + per_row_byte * generation * payload + per_byte * payload
+                + per_row_row * generation * generation)
 
     def slot_us(self, length: int, generation: int, payload: int) -> int:
         """The radio's slot length for a packet of ``length`` bytes, lengthened (if needed) so the

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import math
 import re
 import shutil
 import subprocess
@@ -58,7 +59,7 @@ BOARD = "nrf52840dk"
 HARNESS = "mixer/bench/mx_bench.c"
 MIXER = "mixer/mixer.c"
 ENTRY_POINTS = ["bench_setup", "bench_slot", "bench_receive", "bench_slot_end", "bench_verify", "bench_synced",
-                "bench_next_slot", "bench_rank", "bench_byte"]
+                "bench_next_slot", "bench_rank", "bench_byte", "bench_features"]
 WEAK = 0xFE
 ACT_OFF, ACT_RX, ACT_TX = 0, 1, 2
 
@@ -164,15 +165,18 @@ class RoundTrace:
     slots: list[SlotWork]
     verify_missing: int
     verify_wrong: int
+    features: int = 0   # MX_FEAT_* of the round
 
 
 def run_round(elf: Path, generation: int, payload: int, nodes: int, owners: list[int] | None = None,
               node: int = 1, seed: int = 1, termination: int = mixer_network.TERM_DONE, linger: int | None = None,
-              deadline: int | None = None, loss: float = 0.0) -> RoundTrace:
+              deadline: int | None = None, loss: float = 0.0, features: int | None = None) -> RoundTrace:
     """One Mixer round of n nodes; node ``node`` runs on the emulated M4 with every slot measured.
 
     ``owners[row]`` is the writer of each row (a node id, or -1 for a weak zero); default: row 0 the
-    initiator's header, the others in contiguous blocks over the nodes (as the planner's fragments)."""
+    initiator's header, the others in contiguous blocks over the nodes (as the planner's fragments).
+    ``features`` (``MX_FEAT_*``, the same for every node) defaults to what deployed rounds run:
+    mixer.h's ``MX_FEAT_DEFAULT``, read from the image (``bench_features``), not a copy of it."""
     if owners is None:
         owners = [INITIATOR] + [min(nodes - 1, (r * nodes) // max(generation - 1, 1)) for r in range(generation - 1)]
     if len(owners) != generation:
@@ -185,8 +189,11 @@ def run_round(elf: Path, generation: int, payload: int, nodes: int, owners: list
     sym = em.image.symbols
     deadline = deadline or 3 * generation + 200
     linger = max(4, nodes) if linger is None else linger
-    cfg = mixer_network._Config(nodes, INITIATOR, generation, payload, deadline, mixer_network.FEAT_ALL, termination, linger,
-                            seed & 0xFFFFFFFF)
+    if features is None:
+        em._switch("query")
+        features = em.call("bench_features", [])
+    cfg = mixer_network._Config(nodes, INITIATOR, generation, payload, deadline, features, termination, linger,
+                                seed & 0xFFFFFFFF)
     em.write(sym["bench_cfg"], bytes(cfg))
     em.write(sym["bench_owner"], bytes(WEAK if o < 0 else o for o in owners))
 
@@ -278,7 +285,7 @@ def run_round(elf: Path, generation: int, payload: int, nodes: int, owners: list
             rank, _ = call("bench_rank", [], "query")
             trace.append(SlotWork(slot, act, st, rank, prep, after))
     v, _ = call("bench_verify", [], "verify")
-    return RoundTrace(generation, payload, nodes, node, trace, v >> 16, v & 0xFFFF)
+    return RoundTrace(generation, payload, nodes, node, trace, v >> 16, v & 0xFFFF, features)
 
 
 # ---- the budget ----------------------------------------------------------------------------------
@@ -314,6 +321,8 @@ class Budget:
     fits: bool               # no late slot (central)
     clock_hz: int = 64_000_000
     margin_slot_us: int = 50
+    features: int = 0        # MX_FEAT_* the rounds ran
+    needed_slot_us: tuple[int, int, int] = (0, 0, 0)  # shortest slot without a late slot, per cycle bound
     notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
@@ -332,27 +341,65 @@ def _late(trace: RoundTrace, k: int, slot_us: int, air_us: int, rx_half: int, c:
     return t > limit, t
 
 
-def packet_budget(generation: int, payload: int, phy: str = "2M", nodes: int = 16, rounds: int = 2,
-                  node: int = 1, owners: list[int] | None = None, maxima: dict[str, int] | None = None,
-                  slot_us: int | None = None, margin_us: int | None = None, seed: int = 1) -> Budget:
-    """Cycles of the Mixer's per-packet work for (G, P) on the nRF52840 against the gap between packets.
+def measure_rounds(generation: int, payload: int, nodes: int = 16, rounds: int = 2, node: int = 1,
+                   owners: list[int] | None = None, maxima: dict[str, int] | None = None, seed: int = 1,
+                   features: int | None = None) -> list[RoundTrace]:
+    """``rounds`` rounds (seeds ``seed``, ``seed + 1``, ...) of (G, P) with node ``node`` on the cycle model.
 
-    ``rounds`` rounds (seeds ``seed``, ``seed + 1``, ...) are run with node ``node`` on the cycle model;
-    the worst and mean are over every gap of every round. ``slot_us`` defaults to the planner's slot
-    (codegen.plan.mixer_schedule: the firmware's packet length, RoundPolicy's margin)."""
+    The cycles do not depend on the PHY or the slot length: :func:`evaluate` puts one set of traces
+    against any slot."""
+    elf = build_image(maxima or default_maxima(generation, payload, nodes))
+    return [run_round(elf, generation, payload, nodes, owners, node, seed + i, linger=max(4, nodes), features=features)
+            for i in range(rounds)]
+
+
+def _timeline(phy: str) -> tuple[dict[str, int], int]:
     board = load_board(BOARD)
-    clock = int(board.facts["board"]["clock_hz"])
     consts = _driver_constants(board.path)
-    policy = RoundPolicy(phy=phy)
-    margin = policy.margin_us if margin_us is None else margin_us
+    consts["ADDR"] = 29 if phy == "2M" else 50   # radio.c ADDR_EVENT_US: an RX slot without a packet ends earlier
+    return consts, int(board.facts["board"]["clock_hz"])
+
+
+def needed_slot_us(traces: list[RoundTrace], phy: str, bound: int = 2) -> int:
+    """The shortest slot (µs) in which no slot of the measured rounds is late at cycle bound ``bound``
+    (0 low, 1 central, 2 high): the radio driver's timeline (:func:`_late`) with the half RX window
+    of that slot length. This is what a planner's slot has to be at least."""
+    consts, clock = _timeline(phy)
+    c = {**consts, "bound": bound}
+    tr0 = traces[0]
+    air = air_time_us(packet_length(tr0.nodes, tr0.generation, tr0.payload), phy)
+    slot = air + consts["RAMP_US"]
+    # late(T) iff T < need(T), and need(T) grows with T only through the half RX window (0.3 % of T):
+    # iterating from below reaches the least T with T >= need(T)
+    for _ in range(100):
+        half = rx_half_us(slot)
+        need = slot
+        for tr in traces:
+            for k in range(len(tr.slots) - 1):
+                _, t = _late(tr, k, slot, air, half, c, clock)
+                rx = half if tr.slots[k + 1].act == ACT_RX else 0
+                need = max(need, math.ceil(t + consts["RAMP_US"] + rx - 1e-9))
+        if need == slot:
+            return slot
+        slot = need
+    raise RuntimeError("needed_slot_us did not converge")
+
+
+def evaluate(traces: list[RoundTrace], phy: str = "2M", slot_us: int | None = None,
+             margin_us: int | None = None) -> Budget:
+    """The measured rounds' per-packet work against the gap of a slot on ``phy``; ``slot_us``
+    defaults to the plain slot for the packet (airtime.slot_us_for_length with RoundPolicy's margin,
+    i.e. before the planner lengthens it for the processing)."""
+    if not traces:
+        raise ValueError("no measured rounds")
+    tr0 = traces[0]
+    generation, payload, nodes = tr0.generation, tr0.payload, tr0.nodes
+    consts, clock = _timeline(phy)
+    margin = RoundPolicy(phy=phy).margin_us if margin_us is None else margin_us
     length = packet_length(nodes, generation, payload)
     slot = slot_us or slot_us_for_length(length, phy, margin)
     air = air_time_us(length, phy)
     half = rx_half_us(slot)
-    addr = 29 if phy == "2M" else 50   # radio.c ADDR_EVENT_US: an RX slot without a packet ends earlier
-    elf = build_image(maxima or default_maxima(generation, payload, nodes))
-    traces = [run_round(elf, generation, payload, nodes, owners, node, seed + i, linger=max(4, nodes))
-              for i in range(rounds)]
     gaps, preps, rxs = [], [], []
     late = [0, 0, 0]
     late_kind = [0, 0]
@@ -364,7 +411,7 @@ def packet_budget(generation: int, payload: int, phy: str = "2M", nodes: int = 1
             if b.act == ACT_TX:
                 preps.append(b.prep)
             for bound in range(3):
-                if _late(tr, k, slot, air, half, {**consts, "ADDR": addr, "bound": bound}, clock)[0]:
+                if _late(tr, k, slot, air, half, {**consts, "bound": bound}, clock)[0]:
                     late[bound] += 1
                     if bound == 1:
                         late_kind[0 if b.act == ACT_TX else 1] += 1
@@ -381,7 +428,116 @@ def packet_budget(generation: int, payload: int, phy: str = "2M", nodes: int = 1
     ok = all(t.verify_missing == 0 and t.verify_wrong == 0 for t in traces)
     return Budget(generation, payload, nodes, phy, slot, air, gap, txw, consts["SETUP_US"], worst, mean, wprep, wrx,
                   worst[1] * us, worst[2] * us, wprep[1] * us, gap - worst[1] * us, txw - wprep[1] * us,
-                  late[1], late[2], late_kind[0], late_kind[1], len(gaps) + len(traces), len(traces), ok, late[1] == 0, clock, margin)
+                  late[1], late[2], late_kind[0], late_kind[1], len(gaps) + len(traces), len(traces), ok, late[1] == 0,
+                  clock, margin, features=tr0.features,
+                  needed_slot_us=tuple(needed_slot_us(traces, phy, bound) for bound in range(3)))
+
+
+def packet_budget(generation: int, payload: int, phy: str = "2M", nodes: int = 16, rounds: int = 2,
+                  node: int = 1, owners: list[int] | None = None, maxima: dict[str, int] | None = None,
+                  slot_us: int | None = None, margin_us: int | None = None, seed: int = 1,
+                  features: int | None = None) -> Budget:
+    """Cycles of the Mixer's per-packet work for (G, P) on the nRF52840 against the gap between packets.
+
+    ``rounds`` rounds (seeds ``seed``, ``seed + 1``, ...) are run with node ``node`` on the cycle model;
+    the worst and mean are over every gap of every round. ``slot_us`` defaults to the plain slot for
+    the packet (the firmware's packet length, RoundPolicy's margin, no lengthening). ``features``
+    defaults to the deployed ``MX_FEAT_DEFAULT``."""
+    traces = measure_rounds(generation, payload, nodes, rounds, node, owners, maxima, seed, features)
+    return evaluate(traces, phy, slot_us, margin_us)
+
+
+# ---- the (G, P) grid the planner chooses from ---------------------------------------------------
+
+GRID_G = (2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256)
+GRID_P = (8, 16, 32, 64, 96, 128, 160, 192, 219, 240)
+# 16 nodes: the Fig. 6 builds' largest network; packets are longest there for G < 16 (the info
+# vector carries node sets, ⌈max(G, n)/8⌉ B), and a node hears 15 senders' random combinations,
+# which makes its receptions the most expensive (with 2 nodes half the rows arrive systematically).
+GRID_NODES = 16
+# The rounds sampled per point. The worst gap is an innovative reception at high rank followed by
+# a TX at full rank (an XOR of about half the rows held, a binomial count): the 16-node rounds give
+# the expensive receptions under both round policies the compiler emits (done = MX_TERM_DONE, fixed
+# = MX_TERM_DEADLINE, which keeps transmitting at full rank until 3G + 200 slots); a 2-node fixed
+# round makes the measured node send every other slot at full rank (about 1.5G + 100 TX samples),
+# which samples the packet build's tail.
+GRID_ROUNDS = ((GRID_NODES, mixer_network.TERM_DONE), (GRID_NODES, mixer_network.TERM_DEADLINE),
+               (2, mixer_network.TERM_DEADLINE))
+
+
+def grid_payloads(generation: int, nodes: int = GRID_NODES) -> list[int]:
+    """GRID_P clipped to what the planner may pick for G (P ≤ min(240, 255 − packet overhead)),
+    plus that largest P itself."""
+    from ..plan.mixer_schedule import _max_payload
+
+    top = _max_payload(nodes, generation)
+    return sorted({p for p in GRID_P if p <= top} | {top})
+
+
+def grid_points(nodes: int = GRID_NODES) -> list[tuple[int, int]]:
+    return [(g, p) for g in GRID_G for p in grid_payloads(g, nodes)]
+
+
+def measure_point(generation: int, payload: int, seed: int = 1,
+                  rounds: tuple[tuple[int, int], ...] = GRID_ROUNDS) -> list[RoundTrace]:
+    """The GRID_ROUNDS rounds of (G, P), one image sized for GRID_NODES (the first trace is the
+    16-node round, whose packet length :func:`evaluate` uses)."""
+    elf = build_image(default_maxima(generation, payload, max(n for n, _ in rounds)))
+    return [run_round(elf, generation, payload, n, node=1, seed=seed + i, termination=term, linger=max(4, n))
+            for i, (n, term) in enumerate(rounds)]
+
+
+def work_bounds(traces: list[RoundTrace]) -> dict:
+    """Per-packet work of the measured rounds, cycles (low, central, high):
+
+    * ``gap``: the worst gap as it occurred (RX work after slot s + TX preparation of slot s + 1);
+    * ``rx`` / ``prep``: the worst RX work and the worst TX preparation anywhere, and ``decoupled`` =
+      their sum, the gap if the most expensive reception were followed by the most expensive packet
+      build (what a long deployment eventually meets);
+    * ``prep_min``: the cheapest TX preparation (one row or a small combination, serialised into
+      the packet), a proxy for what remains of a packet build whose row combination was computed
+      ahead of time (docs/design/mixer.md, "Processing budget");
+    * ``prep_full``: mean and standard deviation of the TX preparation at full rank (high bound),
+      the binomial part whose tail the samples may miss; ``tail`` = worst RX + mean + z·sd with
+      z = min(4.75, √G): the normal 1e-6 quantile of that build, capped where it would need more
+      than all G rows (the count is Binomial(G, 1/2): mean G/2, sd √G/2)."""
+    rx = np.array([s.after for t in traces for s in t.slots])
+    prep = np.array([s.prep for t in traces for s in t.slots if s.act == ACT_TX])
+    full = np.array([s.prep[2] for t in traces for s in t.slots if s.act == ACT_TX and s.rank == t.generation])
+    gaps = np.array([tuple(x + y for x, y in zip(a.after, b.prep)) for t in traces
+                     for a, b in zip(t.slots, t.slots[1:])])
+    w_rx = rx.max(axis=0) if len(rx) else np.zeros(3)
+    w_prep = prep.max(axis=0) if len(prep) else np.zeros(3)
+    mu, sd = (float(full.mean()), float(full.std())) if len(full) > 1 else (float(w_prep[2]), 0.0)
+    return {"gap": [float(x) for x in gaps.max(axis=0)], "rx": [float(x) for x in w_rx],
+            "prep": [float(x) for x in w_prep],
+            "prep_min": [float(x) for x in (prep.min(axis=0) if len(prep) else np.zeros(3))],
+            "decoupled": [float(x + y) for x, y in zip(w_rx, w_prep)],
+            "prep_full": {"n": int(len(full)), "mean": mu, "sd": sd},
+            "tail": float(w_rx[2] + mu + min(4.75, math.sqrt(traces[0].generation)) * sd),
+            "gaps": int(len(gaps)), "tx": int(len(prep))}
+
+
+PHYS = ("2M", "1M")
+
+
+def required_us(row: dict, phy: str) -> float:
+    """The slot (µs) a grid row (bench/mixer_budget_grid.py, docs/results/mixer_budget_grid.json)
+    needs on ``phy`` at the high bound: the largest of the shortest slot without a late slot in its
+    measured rounds, air + ramp-up + the decoupled worst (worst reception + worst packet build), and
+    air + ramp-up + the packet build's 1e-6 tail (:func:`work_bounds`)."""
+    x = row[phy]
+    ramp = _driver_constants(load_board(BOARD).path)["RAMP_US"]
+    return max(x["needed_slot_us"][2], x["air_us"] + ramp + max(x["decoupled_us_high"], x["tail_us"]))
+
+
+def required_cycles(row: dict) -> float:
+    """The per-packet work (cycles) a slot rule ``air + ramp-up + work`` must cover for a grid row,
+    both PHYs (what board.toml's per_packet_cycles has to bound)."""
+    board = load_board(BOARD)
+    ramp = _driver_constants(board.path)["RAMP_US"]
+    clock = float(board.facts["board"]["clock_hz"])
+    return max(required_us(row, phy) - row[phy]["air_us"] - ramp for phy in PHYS) * clock / 1e6
 
 
 def plan_budgets(build_dir: Path, phy: str | None = None, rounds: int = 2) -> list[dict]:
@@ -414,6 +570,7 @@ def plan_budgets(build_dir: Path, phy: str | None = None, rounds: int = 2) -> li
     return out
 
 
-__all__ = ["Budget", "RoundTrace", "SlotWork", "build_image", "packet_budget", "plan_budgets", "run_round",
-           "rx_half_us"]
+__all__ = ["Budget", "PHYS", "required_cycles", "required_us", "GRID_G", "GRID_NODES", "GRID_P", "GRID_ROUNDS", "RoundTrace", "SlotWork", "build_image",
+           "evaluate", "grid_payloads", "grid_points", "measure_point", "measure_rounds", "needed_slot_us",
+           "packet_budget", "plan_budgets", "run_round", "rx_half_us", "work_bounds"]
 

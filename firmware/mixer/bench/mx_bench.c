@@ -9,7 +9,9 @@
  *   bench_receive  hal_receive's copy out of the PDU, mx_receive (checks, GF(2) elimination), mx_slot_end;
  *   bench_slot_end mx_slot_end alone (TX slots and RX slots without a packet).
  * bench_verify checks after the round that every decoded row equals what its owner wrote (the
- * payload pattern is bench_byte(row, k), the same on the host). No main: the host calls functions. */
+ * payload pattern is bench_byte(row, k), the same on the host). bench_features reports mixer.h's
+ * MX_FEAT_DEFAULT, what deployed rounds run (firmware/somegather/cisl_mixer_transport.c), so the host
+ * configures the measured round from the header itself. No main: the host calls functions. */
 #include <stdint.h>
 #include <string.h>
 
@@ -35,6 +37,7 @@ uint32_t bench_verify(void);
 uint32_t bench_synced(void);
 uint32_t bench_next_slot(void);
 uint32_t bench_rank(void);
+uint32_t bench_features(void);
 
 uint8_t bench_byte(uint32_t row, uint32_t k) { return (uint8_t)(row * 131u + k * 7u + (row ^ k) + 1u); }
 
@@ -97,6 +100,7 @@ int bench_slot_end(void) { return mx_slot_end(&bench_state, bench_state.h.cur_sl
 uint32_t bench_synced(void) { return (uint32_t)mx_synced(&bench_state); }
 uint32_t bench_next_slot(void) { return mx_next_slot(&bench_state); }
 uint32_t bench_rank(void) { return mx_rank(&bench_state); }
+uint32_t bench_features(void) { return MX_FEAT_DEFAULT; }
 
 /* (rows not decodable) << 16 | (rows decoded with a wrong payload or wrong weak status) */
 uint32_t bench_verify(void)

@@ -54,7 +54,7 @@ class Footprint:
 def mx_state_bytes(nodes: int, g: int, p: int, pool_words: int | None = None) -> int:
     """sizeof(mx_state) for -DMX_MAX_NODES=nodes -DMX_MAX_G=g -DMX_MAX_P=p [-DMX_POOL_WORDS]."""
     pool = g * row_words(g, p) if pool_words is None else pool_words
-    return (MX_HEADER_BYTES + 4 * (5 * cv_words(g) + nodes * cv_words(g)) + 2 * ((nodes + 1) & ~1)
+    return (MX_HEADER_BYTES + 4 * (6 * cv_words(g) + nodes * cv_words(g)) + 2 * ((nodes + 1) & ~1)
             + 2 * ((g + 1) & ~1) + 4 * 2 * row_words(g, p) + 4 * pool)
 
 

@@ -430,6 +430,7 @@ int mx_write(mx_state *s, uint16_t row, const void *data, uint16_t len)
     } else {
         memcpy((uint8_t *)(r + h->cvw), data, len);
         bit_set(s->own, row);
+        bit_set(s->coded, row);
         bit_set(s->unsent, row);
     }
     add_pivot(s, row);
@@ -930,9 +931,13 @@ int mx_receive(mx_state *s, uint16_t slot, const uint8_t *p, uint16_t len)
         return MX_E_PKT_INFO;
     }
     if (type == MX_INFO_WEAK_ZEROS) {
+        /* A weak row is never coded into a packet, so a map naming a row this node has seen in a
+         * coding vector (or wrote) contradicts it: it comes from a node with another view of who is
+         * dead (docs/design/dead-nodes.md). Learning it would make the combinations that hold the
+         * row decode to wrong values (found by the transport fuzzer), so the packet is dropped. */
         bytes_to_words(im, cvw, info, h->cv_bytes);
         for (w = 0; w < cvw; ++w)
-            if (im[w] & s->own[w]) {
+            if (im[w] & ~s->weak[w] & (s->own[w] | s->coded[w])) {
                 h->st.rx_malformed++;
                 return MX_E_PKT_INFO;
             }
@@ -940,6 +945,8 @@ int mx_receive(mx_state *s, uint16_t slot, const uint8_t *p, uint16_t len)
 
     /* accepted */
     h->phase = PH_GOT;
+    for (w = 0; w < cvw; ++w)
+        s->coded[w] |= cv[w];
     if (!h->synced) {
         h->synced = 1;
         h->cur_slot = (uint16_t)pslot;

@@ -222,6 +222,7 @@ typedef struct {
     uint32_t own[MX_CV_WORDS(MX_MAX_G)];        /* rows written by this node (not weak) */
     uint32_t unsent[MX_CV_WORDS(MX_MAX_G)];     /* own rows not yet sent systematically */
     uint32_t weak[MX_CV_WORDS(MX_MAX_G)];       /* rows known to be weak zeros */
+    uint32_t coded[MX_CV_WORDS(MX_MAX_G)];      /* rows named by an accepted coding vector or written with data */
     uint32_t decoded[MX_CV_WORDS(MX_MAX_G)];    /* rows equal to e_row (valid when !dirty) */
     uint32_t req[MX_MAX_NODES][MX_CV_WORDS(MX_MAX_G)]; /* last row request of each node */
     uint16_t req_slot[(MX_MAX_NODES + 1u) & ~1u]; /* slot of that request (even: keeps words aligned) */
@@ -233,7 +234,7 @@ typedef struct {
 /* Bytes of mx_state for given maxima (what -DMX_MAX_NODES=N -DMX_MAX_G=G -DMX_MAX_P=P with the
  * default pool gives). mx_state_size() returns sizeof(mx_state) of this build. */
 #define MX_STATE_BYTES(N, G, P)                                                                   \
-    (sizeof(mx_header) + 4u * (5u * MX_CV_WORDS(G) + (N)*MX_CV_WORDS(G)) + 2u * (((N) + 1u) & ~1u) +         \
+    (sizeof(mx_header) + 4u * (6u * MX_CV_WORDS(G) + (N)*MX_CV_WORDS(G)) + 2u * (((N) + 1u) & ~1u) +         \
      2u * (((G) + 1u) & ~1u) + 4u * 2u * MX_ROW_WORDS(G, P) + 4u * (G)*MX_ROW_WORDS(G, P))
 #define MX_STATE_SIZE (sizeof(mx_state))
 

@@ -1,7 +1,8 @@
 """Long fuzzing run of the Mixer harnesses under AddressSanitizer and UBSan (issue 15, item 8).
 
-Builds firmware/mixer/fuzz/fuzz_mixer.c (one node, crafted packets, reference decoder) and
-fuzz_mixer_net.c (whole rounds of up to 16 nodes at the full G and P) with
+Builds firmware/mixer/fuzz/fuzz_mixer.c (one node, crafted packets, reference decoder),
+fuzz_mixer_net.c (whole rounds of up to 16 nodes at the full G and P) and
+firmware/somegather/fuzz/fuzz_transport.c (the somegather transport: split messages, dead peers) with
 ``clang -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all``, runs libFuzzer workers on
 copies of the committed corpora, and writes docs/results/mixer_fuzz.md: executions, time, coverage
 (libFuzzer's cov/ft of each worker's last status line) and crashes (artifacts left by libFuzzer).
@@ -10,8 +11,8 @@ copies of the committed corpora, and writes docs/results/mixer_fuzz.md: executio
     python bench/mixer_fuzz.py --seconds 1200 --jobs 2             # or for 20 minutes
     python bench/mixer_fuzz.py --harness net --seconds 60 --no-write
 
-The time is split between the harnesses in proportion to --share (default: 3 parts net, 1 part
-single node). --runs and --seconds both bound the run; whichever ends first. Crashing inputs are
+The time is split between the harnesses in proportion to --share (default: 2 parts net, 1 part
+transport, 1 part single node). --runs and --seconds both bound the run; whichever ends first. Crashing inputs are
 copied to --artifacts (default /tmp/cisl-mixer-fuzz/artifacts); minimise one with
 ``./fuzz_X -minimize_crash=1 -runs=100000 crash-...``, fix the bug, and add it to the corpus.
 
@@ -31,9 +32,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MIXER = ROOT / "firmware" / "mixer"
-HARNESSES = {
-    "single": (MIXER / "fuzz" / "fuzz_mixer.c", MIXER / "fuzz" / "corpus", 1024),
-    "net": (MIXER / "fuzz" / "fuzz_mixer_net.c", MIXER / "fuzz" / "corpus_net", 512),
+TRANSPORT = ROOT / "firmware" / "somegather" / "fuzz"
+HARNESSES = {  # name -> (source, corpus, -max_len, extra include folders)
+    "single": (MIXER / "fuzz" / "fuzz_mixer.c", MIXER / "fuzz" / "corpus", 1024, []),
+    "net": (MIXER / "fuzz" / "fuzz_mixer_net.c", MIXER / "fuzz" / "corpus_net", 512, []),
+    "transport": (TRANSPORT / "fuzz_transport.c", TRANSPORT / "corpus_transport", 1024, [ROOT / "firmware" / "runtime"]),
 }
 RESULT = ROOT / "docs" / "results" / "mixer_fuzz.md"
 FLAGS = ["-std=c99", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-DMX_FUZZ_LIBFUZZER",
@@ -52,7 +55,8 @@ def build(cc: str, name: str, out: Path, trace_cmp: bool) -> Path:
     src = HARNESSES[name][0]
     exe = out / f"fuzz_{name}"
     extra = [] if trace_cmp else ["-fno-sanitize-coverage=trace-cmp"]
-    subprocess.run([cc, *FLAGS, *extra, f"-I{MIXER}", str(src), str(MIXER / "mixer.c"), "-o", str(exe)],
+    incs = [f"-I{d}" for d in HARNESSES[name][3]]
+    subprocess.run([cc, *FLAGS, *extra, f"-I{MIXER}", *incs, str(src), str(MIXER / "mixer.c"), "-o", str(exe)],
                    check=True)
     return exe
 
@@ -84,8 +88,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=10_000_000, help="executions in all (default 10 M)")
     ap.add_argument("--seconds", type=int, default=3600, help="wall-clock bound in all")
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--harness", choices=["both", "net", "single"], default="both")
-    ap.add_argument("--share", default="3:1", help="net:single split of runs and time")
+    ap.add_argument("--harness", choices=["all", "net", "transport", "single"], default="all")
+    ap.add_argument("--share", default="2:1:1", help="net:transport:single split of runs and time")
     ap.add_argument("--trace-cmp", action="store_true")
     ap.add_argument("--work", type=Path, default=Path("/tmp/cisl-mixer-fuzz"))
     ap.add_argument("--artifacts", type=Path, default=None)
@@ -97,9 +101,12 @@ def main() -> None:
     artifacts = a.artifacts or a.work / "artifacts"
     artifacts.mkdir(parents=True, exist_ok=True)
     before = set(artifacts.iterdir())
-    names = ["net", "single"] if a.harness == "both" else [a.harness]
-    sn, ss = (int(x) for x in a.share.split(":"))
-    share = {"net": sn, "single": ss} if a.harness == "both" else {a.harness: 1}
+    names = ["net", "transport", "single"] if a.harness == "all" else [a.harness]
+    try:
+        sn, st, ss = (int(x) for x in a.share.split(":"))
+    except ValueError:
+        sys.exit(f"--share {a.share!r}: give three whole numbers net:transport:single, e.g. 2:1:1")
+    share = {"net": sn, "transport": st, "single": ss} if a.harness == "all" else {a.harness: 1}
     total = sum(share[n] for n in names)
     rows = []
     for name in names:
@@ -122,7 +129,7 @@ def main() -> None:
     lines = [
         "# Mixer fuzzing (bench/mixer_fuzz.py)",
         "",
-        f"`python bench/mixer_fuzz.py --runs {a.runs} --seconds {a.seconds} --jobs {a.jobs}` on "
+        f"`python bench/mixer_fuzz.py --runs {a.runs} --seconds {a.seconds} --jobs {a.jobs} --share {a.share}` on "
         f"{time.strftime('%Y-%m-%d', time.gmtime())}; {version}; "
         f"`-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all`"
         f"{'' if a.trace_cmp else ', trace-cmp off'}; {a.jobs} libFuzzer workers per harness on a "

@@ -1,5 +1,7 @@
 """The Mixer fuzz harnesses (firmware/mixer/fuzz/): fuzz_mixer.c (one node, crafted packets, a
-reference decoder) and fuzz_mixer_net.c (whole rounds of up to 16 nodes at the full G and P).
+reference decoder) and fuzz_mixer_net.c (whole rounds of up to 16 nodes at the full G and P); and
+firmware/somegather/fuzz/fuzz_transport.c (the somegather transport over Mixer: messages split over
+rounds, dead peers, initiator handover, with the other nodes played in-process).
 
 Every file of each corpus (fuzz/corpus/, fuzz/corpus_net/) is replayed under gcc with
 AddressSanitizer and UBSan and under clang's libFuzzer build; then libFuzzer fuzzes each harness
@@ -21,12 +23,19 @@ from mixer_lib import MIXER_DIR
 pytestmark = [pytest.mark.hostc]
 
 FUZZ = MIXER_DIR / "fuzz"
+FIRMWARE = MIXER_DIR.parent
+TRANSPORT_FUZZ = FIRMWARE / "somegather" / "fuzz"
 # harness -> (source, corpus, libFuzzer -max_len, runs of the short fuzz run, extra clang flags)
 HARNESSES = {
     "single": (FUZZ / "fuzz_mixer.c", FUZZ / "corpus", 1024, 20000, []),
     # whole rounds are slower; trace-cmp instrumentation would slow the GF(2) loops fivefold
     "net": (FUZZ / "fuzz_mixer_net.c", FUZZ / "corpus_net", 512, 3000, ["-fno-sanitize-coverage=trace-cmp"]),
+    # the somegather transport over Mixer (pieces of split messages, dead peers) with n nodes played
+    "transport": (TRANSPORT_FUZZ / "fuzz_transport.c", TRANSPORT_FUZZ / "corpus_transport", 1024, 3000,
+                  ["-fno-sanitize-coverage=trace-cmp"]),
 }
+# include folders a harness needs besides firmware/mixer
+INCLUDES = {"transport": [FIRMWARE / "runtime"]}
 STRICT = ["-std=c99", "-O1", "-g", "-Wall", "-Wextra", "-Werror"]
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
 FUZZER = ["-fsanitize=fuzzer,address,undefined", "-fno-sanitize-recover=all"]
@@ -66,7 +75,8 @@ def gcc_replay(tmp: Path, name: str, defines: tuple[str, ...] = ()) -> Path:
     if not compiles("gcc", SANITIZE, tmp):
         pytest.skip("gcc cannot link AddressSanitizer/UBSan here")
     exe = tmp / f"replay_{name}"
-    run_cc(["gcc", *STRICT, "-pedantic", *SANITIZE, *defines, f"-I{MIXER_DIR}", HARNESSES[name][0],
+    run_cc(["gcc", *STRICT, "-pedantic", *SANITIZE, *defines, f"-I{MIXER_DIR}",
+            *(f"-I{d}" for d in INCLUDES.get(name, [])), HARNESSES[name][0],
             MIXER_DIR / "mixer.c", "-o", exe])
     return exe
 
@@ -79,6 +89,7 @@ def libfuzzer(tmp: Path, name: str) -> Path:
         pytest.skip(f"{cc} has no libFuzzer runtime (Debian/Ubuntu: libclang-rt-dev)")
     exe = tmp / f"fuzz_{name}"
     run_cc([cc, *STRICT, "-DMX_FUZZ_LIBFUZZER", *FUZZER, *HARNESSES[name][4], f"-I{MIXER_DIR}",
+            *(f"-I{d}" for d in INCLUDES.get(name, [])),
             HARNESSES[name][0], MIXER_DIR / "mixer.c", "-o", exe])
     return exe
 
@@ -96,6 +107,14 @@ def test_corpus_replays_clean_under_gcc_sanitizers(tmp_path: Path, name: str) ->
     proc = subprocess.run([exe, *files], capture_output=True, text=True, timeout=600)
     assert_clean(proc)
     assert f"replayed {len(files)} inputs" in proc.stdout
+
+
+def test_transport_harness_notices_a_wrong_message(tmp_path: Path) -> None:
+    """With its own copy of a message altered, the transport harness aborts at its delivery check."""
+    exe = gcc_replay(tmp_path, "transport", ("-DFZ_SELFTEST_WRONG_MESSAGE",))
+    proc = subprocess.run([exe, *corpus_files("transport")], capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0
+    assert "fuzz_transport.c:" in proc.stderr and "check failed" in proc.stderr
 
 
 def test_net_harness_notices_a_wrong_row(tmp_path: Path) -> None:

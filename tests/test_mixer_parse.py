@@ -203,6 +203,7 @@ def malformed_cases(rx: Rx) -> list[tuple[str, Callable[[], bytes], str]]:
         ("weak map bit >= G", lambda: rx.pkt(flags=m.INFO_WEAK, info=1 << G | 1 << 5), "PKT_INFO"),
         ("empty weak map", lambda: rx.pkt(flags=m.INFO_WEAK, info=0), "PKT_INFO"),
         ("weak map on my own row", lambda: rx.pkt(flags=m.INFO_WEAK, info=1), "PKT_INFO"),
+        ("weak map on a row seen in a coding vector", lambda: rx.pkt(flags=m.INFO_WEAK, info=1 << 2), "PKT_INFO"),
         ("full-rank map bit >= n", lambda: rx.pkt(flags=m.INFO_FULL_RANK, info=1 << N | 1 << 2), "PKT_INFO"),
         ("full-rank map without the sender's flag", lambda: rx.pkt(flags=m.INFO_FULL_RANK, info=1 << 3), "PKT_INFO"),
         ("flag without the sender in the map", lambda: rx.pkt(flags=m.INFO_FULL_RANK | m.F_FULL_RANK, info=1 << 2),
@@ -232,6 +233,19 @@ def test_malformed_packets_are_dropped_and_counted(lib: ctypes.CDLL) -> None:
     assert rx.feed(rx.pkt(cv=0b1000)) == m.RX_INNOVATIVE
 
 
+def test_a_weak_map_never_turns_a_held_combination_into_a_wrong_row(lib: ctypes.CDLL) -> None:
+    """The transport fuzzer's finding (issue 15): a node holding row3 + row4 must not accept a map
+    calling row 3 weak (a node with another view of who is dead sends it), else it would "decode"
+    row 4 as row3 ^ row4. Rows it has never seen may still be learnt weak."""
+    rx = Rx(lib)
+    r3, r4 = bytes(range(1, 1 + P)), bytes(range(100, 100 + P))
+    assert rx.feed(rx.pkt(cv=0b11000, payload=bytes(a ^ b for a, b in zip(r3, r4)))) == m.RX_INNOVATIVE
+    assert rx.feed(rx.pkt(flags=m.INFO_WEAK, info=1 << 3)) == E["PKT_INFO"]
+    assert lib.mx_row_status(rx.s, 4) == m.ROW_MISSING
+    assert rx.feed(rx.pkt(flags=m.INFO_WEAK, info=1 << 5)) == m.RX_INNOVATIVE  # never seen: learnt
+    assert lib.mx_row_status(rx.s, 5) == m.ROW_WEAK
+
+
 def test_disabled_info_types_are_malformed(lib: ctypes.CDLL) -> None:
     rx = Rx(lib, features=m.FEAT_COORD)
     assert rx.feed(rx.pkt(flags=m.INFO_REQUEST, info=1 << 4)) == E["PKT_FLAGS"]
@@ -253,7 +267,8 @@ def test_packet_check_is_the_stateless_part(lib: ctypes.CDLL) -> None:
     for name, make, err in malformed_cases(rx):
         pkt = make()
         r = lib.mx_packet_check(ctypes.byref(rx.cfg), m.u8p(pkt), len(pkt))
-        if name in ("sender is me", "cv on a known weak row", "weak map on my own row", "all-full while I miss rows",
+        if name in ("sender is me", "cv on a known weak row", "weak map on my own row",
+                    "weak map on a row seen in a coding vector", "all-full while I miss rows",
                     "map claims I have full rank"):  # fmt: skip
             assert r == 0, name  # only the receiver's own state makes these wrong
         else:

@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--features", type=int, nargs="+", default=[256, 512])
     ap.add_argument("--devices", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     ap.add_argument("--keep", type=float, nargs="+", default=[1.0, 0.1])
-    ap.add_argument("--tokens", type=int, default=8)
+    ap.add_argument("--tokens", type=int, default=42, help="tokens N (42: PatchTST on a 336-step look-back, what docs/results/latency_scaling.md shows)")
     ap.add_argument("--radio-inferences", type=int, default=4)
     ap.add_argument("--jobs", type=int, default=None)
     ap.add_argument("--work", type=Path, default=None, help="Keep the builds here (default: a temporary folder).")

@@ -21,13 +21,7 @@
 #define FZ_MAX_P 24u
 #define FZ_MAX_N 8u
 
-#define CHECK(c)                                                                                    \
-    do {                                                                                            \
-        if (!(c)) {                                                                                 \
-            fprintf(stderr, "fuzz_mixer.c:%d: check failed: %s\n", __LINE__, #c);                  \
-            abort();                                                                                \
-        }                                                                                           \
-    } while (0)
+#include "fuzz_input.h"
 
 /* ---- reference decoder: rows indexed by pivot (lowest set bit), Gauss-Jordan on demand ---- */
 
@@ -103,16 +97,6 @@ static unsigned popcount64(uint64_t x)
 }
 
 /* ---- input reader ---------------------------------------------------------------------------- */
-
-typedef struct {
-    const uint8_t *d;
-    size_t n, i;
-} reader;
-
-static unsigned rd(reader *r)
-{
-    return r->i < r->n ? r->d[r->i++] : 0u;
-}
 
 static int more(const reader *r) { return r->i < r->n; }
 

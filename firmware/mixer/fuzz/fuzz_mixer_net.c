@@ -46,25 +46,7 @@
 #error "the planner's payload limit exceeds MX_MAX_P"
 #endif
 
-#define CHECK(c)                                                                                    \
-    do {                                                                                            \
-        if (!(c)) {                                                                                 \
-            fprintf(stderr, "fuzz_mixer_net.c:%d: check failed: %s\n", __LINE__, #c);              \
-            abort();                                                                                \
-        }                                                                                           \
-    } while (0)
-
-typedef struct {
-    const uint8_t *d;
-    size_t n, i;
-} reader;
-
-static unsigned rd(reader *r) { return r->i < r->n ? r->d[r->i++] : 0u; }
-static unsigned rd16(reader *r)
-{
-    unsigned lo = rd(r);
-    return lo | (rd(r) << 8);
-}
+#include "fuzz_input.h"
 
 typedef struct {
     mx_state s;

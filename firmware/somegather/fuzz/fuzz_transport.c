@@ -75,25 +75,7 @@
 #error "the harness exceeds the Mixer build's maxima"
 #endif
 
-#define CHECK(c)                                                                                    \
-    do {                                                                                            \
-        if (!(c)) {                                                                                 \
-            fprintf(stderr, "fuzz_transport.c:%d: check failed: %s\n", __LINE__, #c);              \
-            abort();                                                                                \
-        }                                                                                           \
-    } while (0)
-
-typedef struct {
-    const uint8_t *d;
-    size_t n, i;
-} reader;
-
-static unsigned rd(reader *r) { return r->i < r->n ? r->d[r->i++] : 0u; }
-static unsigned rd16(reader *r)
-{
-    unsigned lo = rd(r);
-    return lo | (rd(r) << 8);
-}
+#include "../../mixer/fuzz/fuzz_input.h"
 
 /* What the generated node code provides, per input. */
 static cisl_mx_schedule PLAN;

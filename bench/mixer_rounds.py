@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from codegen.fsutil import write_text_atomic
 from codegen.radio.channel import Channel
 from codegen.radio.physics import ChannelParams
 from codegen.radio.mixer_network import FEAT_ALL, FEAT_DEFAULT, MixerNetwork
@@ -39,12 +40,15 @@ def packet_len(n: int, g: int, p: int) -> int:
 
 
 def run_cell(name: str, n: int | None, extra: dict, g: int, payload: int, rounds: int, seed: int, phy: str,
-             features: int = FEAT_DEFAULT) -> dict:
+             features: int = FEAT_DEFAULT, senders: int = 0, weighted: bool = True) -> dict:
     topo = topology(name, n, seed, **extra)
     ch = Channel(topo, ChannelParams.for_phy(phy), seed=seed)
-    net = MixerNetwork(ch, g, payload, features=features)
+    net = MixerNetwork(ch, g, payload, features=features, weighted=weighted)
     nn = topo.n
-    owners = [0] + [1 + (i % (nn - 1)) for i in range(g - 1)] if nn > 1 else [0] * g
+    if senders:  # a somegather round: nodes 1..senders each send a message of consecutive rows
+        owners = [0] + [1 + (i * senders) // (g - 1) for i in range(g - 1)]
+    else:  # every node but the initiator sends, rows interleaved
+        owners = [0] + [1 + (i % (nn - 1)) for i in range(g - 1)] if nn > 1 else [0] * g
     slots, full, complete, decoded = [], [], 0, 0.0
     for r in range(rounds):
         res = net.run_round(owners, seed=(seed << 16) + r)
@@ -61,6 +65,7 @@ def run_cell(name: str, n: int | None, extra: dict, g: int, payload: int, rounds
     return {"topology": name, "nodes": nn, "G": g, "payload": payload, "phy": phy, "rounds": rounds,
             "slots_mean": mean_slots, "slots_p999": float(np.quantile(slots, 0.999)),
             "full_rank_mean": float(np.mean(full)), "features": features, "bound": bound,
+            "senders": senders, "weighted": weighted, "full_rank_p999": float(np.quantile(full, 0.999)),
             "full_rank_over_bound": (float(np.mean(full)) + 1) / bound, "full_rank_over_g": float(np.mean(full)) / g,
             "p999_over_fixed": float(np.quantile(slots, 0.999)) / deadline, "complete_fraction": complete / rounds,
             "delivery_ratio": decoded / rounds, "slot_us": slot_us, "deadline_slots": deadline,
@@ -89,9 +94,6 @@ def main() -> None:
         print(f"{name:17s} {phy} G={g:3d}: {r['slots_mean']:6.1f} slots (p99.9 {r['slots_p999']:5.0f}), complete "
               f"{100 * r['complete_fraction']:6.2f} %, {r['round_ms']:6.1f} ms = {r['ratio_to_fixed']:.2f} x fixed",
               flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "mixer_rounds.json").write_text(json.dumps({"rows": rows, "seconds": round(time.time() - t0)},
-                                                           indent=1) + "\n")
     lines = ["# Mixer rounds on simulated topologies (issue 4)", "",
              f"firmware/mixer (cisl's Mixer) over codegen/radio's slot-level channel, 16 nodes, P = {args.payload} B, "
              "\"done\" round policy (a node ends once it knows every node has full rank, after lingering n slots); "
@@ -110,10 +112,34 @@ def main() -> None:
                      f"{100 * r['complete_fraction']:.2f} % | "
                      f"{100 * r['delivery_ratio']:.3f} % | {r['round_ms']:.1f} ms | {r['fixed_ms']:.1f} ms | "
                      f"{r['ratio_to_fixed']:.2f} / {r['p999_over_fixed']:.2f} |")
+    # the slot schedule (issue 15): the weighted first pass against plain turns (slot s owned by s mod n)
+    sched = []
+    for name, n, extra in [t for t in TOPOLOGIES if t[0] in ("full_mesh", "line", "hallway16")]:
+        for g, senders in [(32, 0), (128, 0), (64, 4), (128, 4)]:
+            for weighted in (False, True):
+                rounds = max(100, args.rounds // 10)
+                sched.append(run_cell(name, n, extra, g, args.payload, rounds, args.seed, "2M", senders=senders,
+                                      weighted=weighted))
+    lines += ["", "## Slot schedule: the weighted first pass (issue 15)", "",
+              "Plain = slot s owned by node s mod n (before issue 15's third pass); weighted = slot 0 the initiator's, "
+              "then a pass in which every sender owns as many slots as it has rows, then slot s is node s mod n's again "
+              "(mx_config.slot_shares, set by the somegather transport). Senders: \"all\" = the 15 non-initiator "
+              "nodes, rows interleaved (the table above); 4 = a somegather round carrying 4 nodes' messages. "
+              f"{max(100, args.rounds // 10)} rounds per cell, BLE 2M, P = {args.payload} B.", "",
+              "| topology | G | senders | schedule | slots (mean / p99.9) | all full rank (mean / p99.9) | "
+              "full rank / G | rounds complete |", "|---|---|---|---|---|---|---|---|"]
+    for r in sched:
+        lines.append(f"| {r['topology']} | {r['G']} | {r['senders'] or 'all'} | "
+                     f"{'weighted' if r['weighted'] else 'plain'} | {r['slots_mean']:.1f} / {r['slots_p999']:.0f} | "
+                     f"{r['full_rank_mean']:.1f} / {r['full_rank_p999']:.0f} | {r['full_rank_over_g']:.2f} | "
+                     f"{100 * r['complete_fraction']:.1f} % |")
     lines += ["", "![slots vs G](mixer_rounds.png)", "",
               "Reproduce: `python bench/mixer_rounds.py` "
               f"({round(time.time() - t0)} s on this machine)."]
-    (args.out / "mixer_rounds.md").write_text("\n".join(lines) + "\n")
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(args.out / "mixer_rounds.json",
+                 json.dumps({"rows": rows, "schedule": sched, "seconds": round(time.time() - t0)}, indent=1) + "\n")
+    write_text_atomic(args.out / "mixer_rounds.md", "\n".join(lines) + "\n")
 
     import matplotlib
 

@@ -50,6 +50,7 @@ class Config(Structure):
         ("linger_slots", c_uint16),
         ("seed", c_uint32),
         ("absent", c_uint32),
+        ("slot_shares", ctypes.c_uint8 * 32),
     ]
 
 

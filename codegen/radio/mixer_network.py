@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import os
 import shutil
 import subprocess
 from ctypes import POINTER, Structure, c_int, c_int8, c_int16, c_size_t, c_uint8, c_uint16, c_uint32, c_void_p
@@ -36,7 +37,8 @@ NO_SLOT = 0xFFFF
 class _Config(Structure):
     _fields_ = [("num_nodes", c_uint8), ("initiator", c_uint8), ("generation_size", c_uint16),
                 ("payload_size", c_uint16), ("round_length", c_uint16), ("features", c_uint8),
-                ("termination", c_uint8), ("linger_slots", c_uint16), ("seed", c_uint32), ("absent", c_uint32)]
+                ("termination", c_uint8), ("linger_slots", c_uint16), ("seed", c_uint32), ("absent", c_uint32),
+                ("slot_shares", c_uint8 * 32)]
 
 
 class _Counters(Structure):
@@ -64,7 +66,8 @@ def library() -> ctypes.CDLL:
         if shutil.which("gcc") is None:
             raise UserError("gcc not found; it is needed to run the Mixer simulation (apt-get install gcc)")
         cache.mkdir(parents=True, exist_ok=True)
-        tmp = so.with_suffix(".tmp.so")
+        # a name of this process's own: parallel workers (joblib, pytest-xdist) may build at once
+        tmp = so.with_name(f"{so.stem}.{os.getpid()}.tmp.so")
         cmd = ["gcc", "-std=c99", "-O2", "-fPIC", "-shared", f"-I{src_dir}", *map(str, sources), "-o", str(tmp)]
         log_command(cmd)
         subprocess.run(cmd, check=True, capture_output=True)
@@ -105,13 +108,25 @@ class RoundResult:
         return bool(self.decoded.all())
 
 
+def slot_shares(n: int, owners: list[int], weak_rows: set[int] = frozenset()) -> list[int]:
+    """mx_config.slot_shares as the somegather transport sets it: every node's rows in the round.
+
+    Row 0 is the initiator's header, sent in slot 0, so it has no share; weak rows are never sent."""
+    shares = [0] * n
+    for row, owner in enumerate(owners):
+        if row > 0 and row not in weak_rows:
+            shares[owner] += 1
+    return shares
+
+
 class MixerNetwork:
     """n Mixer instances sharing a channel; `run_round` plays one round of G rows of P bytes."""
 
     def __init__(self, channel: Channel, generation: int, payload: int, deadline: int | None = None,
                  termination: int = TERM_DONE, linger: int | None = None, initiator: int = 0,
-                 features: int = FEAT_DEFAULT):
+                 features: int = FEAT_DEFAULT, weighted: bool = True):
         self.lib = library()
+        self.weighted = weighted
         self.channel = channel
         self.n = channel.n
         self.cfg = _Config(self.n, initiator, generation, payload, deadline or 3 * generation + 200, features,
@@ -128,12 +143,15 @@ class MixerNetwork:
         self.frm = np.full(self.n, -1, dtype=np.int16)
 
     def run_round(self, owners: list[int], seed: int, weak_rows: set[int] = frozenset(),
-                  absent: list[int] | None = None, initiators: list[int] | None = None) -> RoundResult:
+                  absent: list[int] | None = None, initiators: list[int] | None = None,
+                  shares: list[int] | None = None) -> RoundResult:
         """One round: row i is written by node owners[i] (random payload), or is a weak zero.
 
         ``absent[k]``: the nodes node k knows to be dead (a bit set, mx_config.absent); k writes their
         rows as weak zeros itself. ``initiators[k]``: the round's initiator in node k's view (default:
-        the configured one); a node that sees itself as initiator starts the round."""
+        the configured one); a node that sees itself as initiator starts the round. ``shares``: the
+        weighted first pass (mx_config.slot_shares); by default every node's rows but row 0, as the
+        somegather transport sets them (``weighted=False``: none, slot s is node s mod n's)."""
         G, P = self.cfg.generation_size, self.cfg.payload_size
         if len(owners) != G:
             raise ValueError("owners must name the writer of every row")
@@ -141,6 +159,12 @@ class MixerNetwork:
         initiators = initiators or [self.cfg.initiator] * self.n
         planned = self.cfg.initiator
         self.cfg.seed = seed & 0xFFFFFFFF
+        if shares is None:
+            shares = slot_shares(self.n, owners, weak_rows) if self.weighted else [0] * self.n
+        if len(shares) != self.n or min(shares) < 0 or max(shares) > 255:
+            raise ValueError("shares must give every node a slot count 0..255")
+        for j in range(32):
+            self.cfg.slot_shares[j] = shares[j] if j < self.n else 0
         rng = np.random.default_rng(seed)
         for i in range(self.n):
             self.cfg.absent, self.cfg.initiator = absent[i], initiators[i]

@@ -386,9 +386,12 @@ def comm_schedule(plan: Plan, topology: str | None = None, policy: str | None = 
                 owners = [max(set(inits), key=inits.count)] * r["generation"]
                 for f in r["senders"]:
                     owners[f["first_row"]:f["first_row"] + f["rows"]] = [f["node"]] * f["rows"]
+                shares = [0] * net.n  # as cisl_mixer_transport.c sets them: from the plan's senders alone
+                for f in r["senders"]:
+                    shares[f["node"]] += f["rows"]
                 channel.log = []
                 res = net.run_round(owners, seed=mixer_seed(inf, sg, r["part"]), weak_rows=set(r["weak_rows"]),
-                                    absent=absent, initiators=inits)
+                                    absent=absent, initiators=inits, shares=shares)
                 for k, v in enumerate(views):
                     due = 1 << inits[k]
                     alive = int(res.heard[k])

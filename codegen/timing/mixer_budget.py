@@ -194,6 +194,9 @@ def run_round(elf: Path, generation: int, payload: int, nodes: int, owners: list
         features = em.call("bench_features", [])
     cfg = mixer_network._Config(nodes, INITIATOR, generation, payload, deadline, features, termination, linger,
                                 seed & 0xFFFFFFFF)
+    for j, share in enumerate(mixer_network.slot_shares(nodes, [max(o, 0) for o in owners],
+                                                         {i for i, o in enumerate(owners) if o < 0})):
+        cfg.slot_shares[j] = share  # as the somegather transport sets them
     em.write(sym["bench_cfg"], bytes(cfg))
     em.write(sym["bench_owner"], bytes(WEAK if o < 0 else o for o in owners))
 

@@ -204,7 +204,71 @@ int mx_config_check(const mx_config *c)
         return MX_E_TERMINATION;
     if ((c->num_nodes < 32u && (c->absent >> c->num_nodes) != 0u) || ((c->absent >> c->initiator) & 1u))
         return MX_E_ABSENT;
+    {
+        unsigned j, pass = 0;
+        for (j = 0; j < MX_SHARE_NODES; ++j) {
+            if (j >= c->num_nodes && c->slot_shares[j])
+                return MX_E_SHARES;
+            pass += c->slot_shares[j];
+        }
+        if (pass > MX_OWNER_SLOTS)
+            return MX_E_SHARES;
+    }
     return MX_OK;
+}
+
+/* The weighted first pass (slots 1..pass_len; slot 0 is the initiator's): node j owns
+ * slot_shares[j] of its slots, spread evenly (smooth weighted round robin, ties to the lower id), so
+ * that a node with many rows to send gets its turns early instead of one slot in n — a round that
+ * carries only a few senders' messages would otherwise wait n slots per row. Every node derives the
+ * same table from the same configuration. */
+static void build_owner_table(mx_state *s)
+{
+    mx_header *h = &s->h;
+    const unsigned n = h->cfg.num_nodes;
+    int32_t cur[MX_MAX_NODES];
+    unsigned j, t, pass = 0;
+    for (j = 0; j < n; ++j) {
+        cur[j] = 0;
+        pass += h->cfg.slot_shares[j];
+    }
+    h->pass_len = (uint16_t)pass;
+    for (t = 0; t < pass; ++t) {
+        unsigned best = 0;
+        for (j = 0; j < n; ++j) {
+            cur[j] += h->cfg.slot_shares[j];
+            if (cur[j] > cur[best])
+                best = j;
+        }
+        cur[best] -= (int32_t)pass;
+        s->owner_of[t] = (uint8_t)best;
+    }
+}
+
+/* Owner of a slot: without shares slot s is node s mod n's; with them slot 0 is the initiator's, then
+ * the weighted pass, then again node s mod n's (turns of n slots in id order). */
+static unsigned slot_owner(const mx_state *s, unsigned slot)
+{
+    const mx_header *h = &s->h;
+    if (!h->pass_len)
+        return slot % h->cfg.num_nodes;
+    if (slot == 0u)
+        return h->cfg.initiator;
+    if (slot <= h->pass_len)
+        return s->owner_of[slot - 1u];
+    return slot % h->cfg.num_nodes;
+}
+
+/* The first slot after `slot` that this node owns. */
+static unsigned next_owned_slot(const mx_state *s, unsigned slot)
+{
+    const mx_header *h = &s->h;
+    const unsigned n = h->cfg.num_nodes, base = h->pass_len ? h->pass_len + 1u : 0u;
+    unsigned t = slot + 1u;
+    for (; t < base; ++t)
+        if (s->owner_of[t - 1u] == h->id)
+            return t;
+    return t + ((h->id + n - t % n) % n);
 }
 
 uint16_t mx_packet_len(const mx_config *c)
@@ -256,6 +320,7 @@ int mx_init(mx_state *s, const mx_config *cfg, uint8_t node_id)
     h->st.slot_all_full = MX_NO_SLOT;
     h->st.slot_done = MX_NO_SLOT;
     h->st.slot_linger = MX_NO_SLOT;
+    build_owner_table(s);
     rng_seed(s, cfg->seed, node_id);
     return MX_OK;
 }
@@ -599,7 +664,7 @@ static int build_packet(mx_state *s, uint8_t *out)
     for (w = 0; w < cvw; ++w)
         cand[w] = s->pivots[w] & ~s->weak[w];
 
-    if (!words_zero(s->unsent, cvw) && (h->cur_slot % h->cfg.num_nodes == h->id || h->cur_slot == 0u)) {
+    if (!words_zero(s->unsent, cvw) && (slot_owner(s, h->cur_slot) == h->id || h->cur_slot == 0u)) {
         /* systematic start: an own row not sent yet, alone — only in an owned slot (or the
          * initiator's slot 0): in a contended slot it may collide, and a row only its owner holds
          * would then reach the others only inside random combinations, half of the time each */
@@ -678,9 +743,7 @@ static int build_packet(mx_state *s, uint8_t *out)
     }
     {
         /* forecast: will this node still be on in its next owned slot? */
-        unsigned n = h->cfg.num_nodes, c = h->cur_slot;
-        unsigned next_own = c + 1u + ((h->id + n - (c + 1u) % n) % n);
-        if (next_own > h->end_slot)
+        if (next_owned_slot(s, h->cur_slot) > h->end_slot)
             flags |= MX_PKT_SILENT;
     }
     flags |= type;
@@ -717,6 +780,14 @@ static int build_packet(mx_state *s, uint8_t *out)
 
 /* ---- transmit decision ---------------------------------------------------------------------- */
 
+/* Discovery: after synchronising, a node treats an owner it has not heard yet as a possible
+ * neighbour for two turns of n slots. */
+static int discovering(const mx_state *s)
+{
+    const mx_header *h = &s->h;
+    return (unsigned)(h->cur_slot - h->sync_slot) < MX_DISCOVERY_SLOTS(h->cfg.num_nodes);
+}
+
 static int owner_reserved(const mx_state *s, unsigned o)
 {
     const mx_header *h = &s->h;
@@ -725,7 +796,10 @@ static int owner_reserved(const mx_state *s, unsigned o)
         return 0;
     if (h->heard & b)
         return 1;
-    return (unsigned)(h->cur_slot - h->sync_slot) < MX_DISCOVERY_SLOTS(h->cfg.num_nodes);
+    /* a node without a share in the weighted first pass has its first turns only after it */
+    if (h->pass_len && !h->cfg.slot_shares[o] && h->cur_slot <= h->pass_len + MX_DISCOVERY_SLOTS(h->cfg.num_nodes))
+        return 1;
+    return discovering(s);
 }
 
 /* Fresh requesters that miss row `row`. */
@@ -787,7 +861,6 @@ static void choose_answer(mx_state *s)
 static int decide_tx(mx_state *s)
 {
     mx_header *h = &s->h;
-    const unsigned n = h->cfg.num_nodes;
     const uint32_t me = 1u << h->id;
     unsigned owner, d, k;
     if (h->mode == MX_ARM_PASSIVE)
@@ -795,7 +868,7 @@ static int decide_tx(mx_state *s)
     choose_answer(s);
     if (h->mode == MX_ARM_INITIATOR && h->cur_slot == 0u)
         return 1;
-    owner = h->cur_slot % n;
+    owner = slot_owner(s, h->cur_slot);
     if (h->cfg.features & MX_FEAT_COORDINATED_TX) {
         if (owner == h->id)
             return 1;
@@ -803,7 +876,7 @@ static int decide_tx(mx_state *s)
             return 0;
     }
     d = popcount32(h->heard & ~h->gone & ~me);
-    if ((unsigned)(h->cur_slot - h->sync_slot) < MX_DISCOVERY_SLOTS(n)) {
+    if (discovering(s)) {
         unsigned possible = popcount32(h->node_all & ~h->cfg.absent & ~me);
         if (d < possible)
             d = possible;

@@ -97,6 +97,9 @@
                              * stops earlier once every node has announced that it knows); the
                              * hard deadline still applies. Use linger_slots >= n. */
 
+#define MX_SHARE_NODES 32u /* slot_shares entries: the node-set width, whatever MX_MAX_NODES is */
+#define MX_OWNER_SLOTS (((MX_MAX_G + MX_MAX_NODES) + 3u) & ~3u) /* longest first pass of owned slots */
+
 typedef struct {
     uint8_t num_nodes;        /* n: 1..MX_MAX_NODES; node ids are 0..n-1 */
     uint8_t initiator;        /* id of the node that sends first (must be armed MX_ARM_INITIATOR) */
@@ -111,6 +114,10 @@ typedef struct {
                                * counted as having full rank and as acknowledged by MX_TERM_DONE,
                                * their owned slots are free. Their rows must be written as weak zeros
                                * (or not exist). Never this node or the initiator. 0: everyone. */
+    uint8_t slot_shares[MX_SHARE_NODES]; /* MX_FEAT_COORDINATED_TX: owned slots of node j in the
+                               * round's first pass (its rows to inject, usually); the pass has
+                               * sum(shares) <= MX_OWNER_SLOTS slots, spread evenly, then slot s is
+                               * owned by (s - pass) mod n. All zero: slot s is owned by s mod n. */
 } mx_config;
 
 /* ---- status codes ----------------------------------------------------------------------- */
@@ -137,6 +144,7 @@ typedef enum {
     MX_E_DUPLICATE = -18,  /* row written twice */
     MX_E_HAL = -19,        /* the radio HAL reported an error */
     MX_E_ABSENT = -20,     /* absent names an unknown node, this node or the initiator */
+    MX_E_SHARES = -21,     /* slot_shares: a share for a node >= n, or a pass longer than MX_OWNER_SLOTS */
     /* mx_receive: the packet was dropped (counted in rx_malformed unless noted) */
     MX_E_PKT_LEN = -32,     /* length != mx_packet_len */
     MX_E_PKT_SENDER = -33,  /* sender >= n, or sender == own id */
@@ -214,6 +222,8 @@ typedef struct {
     uint8_t acked;          /* this node has sent a packet with MX_PKT_ALL_FULL */
     uint8_t fr_known;       /* another node is known to know that this node has full rank */
     uint8_t pad[1];
+    uint16_t pass_len;      /* slots of the weighted first pass (0: plain s mod n) */
+    uint16_t pad2;
 } mx_header;
 
 typedef struct {
@@ -227,6 +237,7 @@ typedef struct {
     uint32_t req[MX_MAX_NODES][MX_CV_WORDS(MX_MAX_G)]; /* last row request of each node */
     uint16_t req_slot[(MX_MAX_NODES + 1u) & ~1u]; /* slot of that request (even: keeps words aligned) */
     uint16_t rank_up[(MX_MAX_G + 1u) & ~1u];    /* slot in which each row's pivot appeared */
+    uint8_t owner_of[MX_OWNER_SLOTS];           /* owner of each slot of the first pass */
     uint32_t scratch[2][MX_ROW_WORDS(MX_MAX_G, MX_MAX_P)]; /* RX reduction, TX combination */
     uint32_t pool[MX_POOL_WORDS];               /* rows: G * stride words */
 } mx_state;
@@ -235,7 +246,7 @@ typedef struct {
  * default pool gives). mx_state_size() returns sizeof(mx_state) of this build. */
 #define MX_STATE_BYTES(N, G, P)                                                                   \
     (sizeof(mx_header) + 4u * (6u * MX_CV_WORDS(G) + (N)*MX_CV_WORDS(G)) + 2u * (((N) + 1u) & ~1u) +         \
-     2u * (((G) + 1u) & ~1u) + 4u * 2u * MX_ROW_WORDS(G, P) + 4u * (G)*MX_ROW_WORDS(G, P))
+     2u * (((G) + 1u) & ~1u) + ((((G) + (N)) + 3u) & ~3u) + 4u * 2u * MX_ROW_WORDS(G, P) + 4u * (G)*MX_ROW_WORDS(G, P))
 #define MX_STATE_SIZE (sizeof(mx_state))
 
 /* ---- API -------------------------------------------------------------------------------- */

@@ -195,6 +195,7 @@ static int run_round(const cisl_mx_round *r, uint16_t sg, uint8_t part, uint32_t
     const cisl_mx_schedule *plan = &cisl_mx_plan;
     mx_config cfg;
     const uint8_t initiator = round_initiator(plan);
+    memset(&cfg, 0, sizeof cfg);
     cfg.num_nodes = plan->nodes;
     cfg.initiator = initiator;
     cfg.generation_size = r->generation;
@@ -206,6 +207,12 @@ static int run_round(const cisl_mx_round *r, uint16_t sg, uint8_t part, uint32_t
     /* a different seed every round; every node derives the same from the schedule */
     cfg.seed = 0x9E3779B9u * (inference + 1u) ^ ((uint32_t)sg << 8) ^ part;
     cfg.absent = peers.dead;
+    /* every sender owns as many slots of the round's first pass as it has rows (row 0, the header,
+     * goes out in the initiator's slot 0): from the plan alone, so that every node, whatever its
+     * view of who is dead, derives the same slot owners */
+    for (uint8_t i = 0; i < r->nsenders; i++) {
+        cfg.slot_shares[r->senders[i].node] = (uint8_t)(cfg.slot_shares[r->senders[i].node] + r->senders[i].rows);
+    }
     if (mx_init(&mixer, &cfg, cisl_node_id) != MX_OK) {
         return -1;
     }

@@ -288,6 +288,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     h->cfg.round_length = (uint16_t)(4u + rd(&in) * 2u);
     h->cfg.linger_slots = (uint16_t)(rd(&in) % h->cfg.round_length);
     h->cfg.seed = (uint32_t)rd(&in) * 0x01000193u;
+    if (b3 & 0x10u) /* a weighted first pass, 0..3 slots per node drawn from the seed */
+        for (i = 0; i < h->cfg.num_nodes; ++i)
+            h->cfg.slot_shares[i] = (uint8_t)((h->cfg.seed >> (2u * i)) & 3u);
+    if ((b3 & 0x20u) && (b0 >> 3) & 1u) /* a share for a node that does not exist: rejected */
+        h->cfg.slot_shares[h->cfg.num_nodes] = 1u;
     if ((b0 >> 3) & 1u) /* now and then an invalid configuration */
         h->cfg.round_length = (uint16_t)(rd(&in) % 3u);
     r = mx_init(&h->s, &h->cfg, h->id);

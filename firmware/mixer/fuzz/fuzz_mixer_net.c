@@ -65,7 +65,7 @@ typedef struct {
 static struct {
     node nd[FZ_MAX_N];
     mx_config cfg;
-    unsigned n, g, p, plen, cvb;
+    unsigned n, g, p, plen, cvb, shares_mode;
     uint8_t msg[FZ_MAX_G][FZ_MAX_P];
     uint8_t weak[FZ_MAX_G];  /* true weak zeros */
     uint8_t owner[FZ_MAX_G]; /* node that writes the row, FZ_MAX_N: nobody */
@@ -315,6 +315,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     b = rd(&in);
     W.cfg.features = (uint8_t)(b & MX_FEAT_ALL);
     W.cfg.termination = (uint8_t)((b >> 3) & 1u);
+    W.shares_mode = (b >> 4) & 3u;
     W.cfg.initiator = (uint8_t)(rd(&in) % W.n);
     W.cfg.round_length = (uint16_t)(1u + rd16(&in) % FZ_MAX_R);
     W.cfg.linger_slots = (uint16_t)(rd16(&in) % W.cfg.round_length);
@@ -346,6 +347,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         for (k = 0; k < W.p; ++k)
             W.msg[i][k] = W.weak[i] ? 0u : (uint8_t)((i * 167u + k * 13u + W.cfg.seed + (k >> 3)) ^ (i >> 3));
     }
+    /* bits 4-5 of the features byte: the weighted first pass (mx_config.slot_shares) — as the
+     * transport sets it (every writer's rows but row 0), or arbitrary shares from the seed, which need
+     * not match the rows (the schedule only costs time then, never correctness) */
+    if (W.shares_mode == 1u) {
+        for (i = 1; i < W.g; ++i)
+            if (W.owner[i] < W.n && !W.weak[i])
+                W.cfg.slot_shares[W.owner[i]]++;
+    } else if (W.shares_mode >= 2u) {
+        for (i = 0; i < W.n; ++i)
+            W.cfg.slot_shares[i] = (uint8_t)((W.cfg.seed >> (2u * (i & 15u))) & (W.shares_mode == 2u ? 3u : 15u));
+    }
+    CHECK(mx_config_check(&W.cfg) == MX_OK);
     for (i = 0; i < W.n; ++i) {
         node *x = &W.nd[i];
         mx_config c = W.cfg;

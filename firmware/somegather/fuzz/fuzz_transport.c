@@ -418,6 +418,13 @@ int32_t cisl_board_mixer_round(mx_state *s, uint16_t sg, uint8_t part, uint32_t 
     CHECK(cfg->termination == PLAN.termination && cfg->features == MX_FEAT_DEFAULT);
     CHECK(cfg->absent == X.dead);
     CHECK(mx_config_check(cfg) == MX_OK);
+    { /* the weighted first pass: every sender's rows in this round, from the plan alone */
+        unsigned share[MX_SHARE_NODES] = {0};
+        for (i = 0; i < r->nsenders; ++i)
+            share[r->senders[i].node] += r->senders[i].rows;
+        for (i = 0; i < MX_SHARE_NODES; ++i)
+            CHECK(cfg->slot_shares[i] == share[i]);
+    }
 
     /* what the transport wrote: its header if it starts the round, its own pieces, weak zeros for
      * the senders it thinks dead, nothing else */

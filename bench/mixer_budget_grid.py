@@ -6,11 +6,12 @@ overhead), plus that largest P), three rounds run with one node on the cycle mod
 fixed), with the features deployed rounds use (mixer.h MX_FEAT_DEFAULT, read from the image). Per
 point: the worst per-packet work (low / central / high cycles), the shortest slot in which no
 measured slot is late, both against the plain slot on BLE 2M and 1M, and what `cisl compile` does
-with the point: the slot RoundPolicy gives it from board.toml's [mixer] per_packet_cycles. Off-grid
+with the point: the slot RoundPolicy gives it from board.toml's [mixer] per_packet_cycles (the gap) and
+slot_cycles (the whole slot). Off-grid
 points with other seeds and other node counts check the fit. Writes docs/results/mixer_budget_grid.{md,json}.
 
     python bench/mixer_budget_grid.py              # measure everything (about 6 minutes on 2 cores)
-    python bench/mixer_budget_grid.py --fit        # board.toml's per_packet_cycles from the .json
+    python bench/mixer_budget_grid.py --fit        # board.toml's per_packet_cycles and slot_cycles from the .json
     python bench/mixer_budget_grid.py --render     # the compiler columns again, for the current board.toml
 """
 
@@ -22,11 +23,13 @@ import math
 import time
 from pathlib import Path
 
-from codegen.compile import _per_packet_us
-from codegen.plan.mixer_schedule import RAMP_US, RoundPolicy, packet_length
+from codegen.compile import _per_packet_us, _slot_work_us
+from codegen.fsutil import write_text_atomic
+from codegen.plan.mixer_schedule import RoundPolicy, packet_length
 from codegen.radio import mixer_network
 from codegen.timing.mixer_budget import (BOARD, GRID_NODES, GRID_ROUNDS, PHYS, evaluate, grid_points,
-                                         measure_point, required_cycles, required_us, work_bounds)
+                                         measure_point, required_cycles, required_slot_cycles, required_us,
+                                         work_bounds)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,38 +61,29 @@ def point(g: int, p: int, seed: int, rounds: tuple = GRID_ROUNDS) -> dict:
         row[phy] = {"air_us": b.air_us, "plain_slot_us": b.slot_us, "gap_us": b.gap_us,
                     "work_us": [x * us for x in wb["gap"]], "decoupled_us_high": wb["decoupled"][2] * us,
                     "tail_us": wb["tail"] * us, "late_central": b.late_slots, "late_high": b.late_slots_high,
-                    "needed_slot_us": list(b.needed_slot_us),
-                    "prebuilt_slot_us": prebuilt_slot_us(wb, b.air_us, b.slot_us, us)}
+                    "needed_slot_us": list(b.needed_slot_us), "slot_work_us": wb["slot_work"] * us,
+                    "ahead_us_high": wb["ahead"][2] * us}
     return row
-
-
-def prebuilt_slot_us(wb: dict, air_us: int, plain_us: int, us: float) -> int:
-    """An estimate, not a measurement of an implementation: the slot (high bound) if the packet of
-    slot s + 1 were combined while slot s's packet is on air (armed RX → END: half window + ramp +
-    air), leaving after the packet only the RX work and the build's remainder (≈ the cheapest
-    measured build: serialising one row). Needs a mixer.c API that splits mx_slot; see
-    docs/design/mixer.md, "Processing budget"."""
-    from codegen.timing.mixer_budget import rx_half_us
-
-    prep, rx, rest = wb["prep"][2] * us, wb["rx"][2] * us, wb["prep_min"][2] * us
-    half = rx_half_us(plain_us)
-    return max(plain_us, math.ceil(RAMP_US + max(air_us, prep - RAMP_US - half) + rx + rest))
 
 
 TERMS = ("base", "per_row", "per_row_byte", "per_byte", "per_row_row")
 
 
-def fitted_cycles(g: int, p: int) -> float:
-    """board.toml's per_packet_cycles at (G, P), safety applied."""
+MODELS = {"per_packet_cycles": required_cycles, "slot_cycles": required_slot_cycles}
+
+
+def fitted_cycles(g: int, p: int, name: str = "per_packet_cycles") -> float:
+    """board.toml's [mixer] model `name` at (G, P), safety applied."""
     from codegen.boards import load_board
 
-    c = load_board(BOARD).facts["mixer"]["per_packet_cycles"]
+    c = load_board(BOARD).facts["mixer"][name]
     return float(c.get("safety", 1.0)) * (c["base"] + c["per_row"] * g + c["per_row_byte"] * g * p +
                                           c["per_byte"] * p + c.get("per_row_row", 0.0) * g * g)
 
 
-def fit_model(rows: list[dict], headroom: float = 1.05) -> dict:
-    """board.toml [mixer] per_packet_cycles from the grid: base + per_row·G + per_row_byte·G·P +
+def fit_model(rows: list[dict], headroom: float = 1.05, name: str = "per_packet_cycles") -> dict:
+    """board.toml [mixer] `name` (per_packet_cycles: the gap's work; slot_cycles: the whole slot's,
+    the combination overlapped with the air time included) from the grid: base + per_row·G + per_row_byte·G·P +
     per_byte·P + per_row_row·G² (the G² term: a reception reduces its coding vector against up to G
     rows of ⌈G/32⌉ words, a packet XORs up to G rows that carry their coding vectors too), fitted to
     the required cycles with the smallest largest relative error (Lawson's iteratively reweighted
@@ -99,7 +93,7 @@ def fit_model(rows: list[dict], headroom: float = 1.05) -> dict:
 
     g = np.array([r["G"] for r in rows], float)
     p = np.array([r["P"] for r in rows], float)
-    y = np.array([required_cycles(r) for r in rows])
+    y = np.array([MODELS[name](r) for r in rows])
     x = np.stack([np.ones_like(g), g, g * p, p, g * g], 1)
     w = np.full(len(y), 1.0 / len(y))
     for _ in range(300):
@@ -120,15 +114,15 @@ def fit_model(rows: list[dict], headroom: float = 1.05) -> dict:
 
 def decide(row: dict) -> dict:
     """What `cisl compile` does with the point under the current board.toml: its slot, or a refusal."""
-    cpu = _per_packet_us(BOARD)
+    cpu, whole = _per_packet_us(BOARD), _slot_work_us(BOARD)
     for phy in PHYS:
-        policy = RoundPolicy(phy=phy, per_packet_us=cpu)
+        policy = RoundPolicy(phy=phy, per_packet_us=cpu, slot_work_us=whole)
         x = row[phy]
         slot = policy.slot_us(row["length"], row["G"], row["P"])
         x.update({"planner_slot_us": slot, "lengthening_us": slot - x["plain_slot_us"],
                   "fit_us": policy.processing_us(row["G"], row["P"]),
                   "required_slot_us": required_us(row, phy), "holds": slot >= required_us(row, phy)})
-    row["fit_ratio"] = required_cycles(row) / fitted_cycles(row["G"], row["P"])
+    row["fit_ratio"] = max(f(row) / fitted_cycles(row["G"], row["P"], name) for name, f in MODELS.items())
     return row
 
 
@@ -147,15 +141,16 @@ def fmt(r: dict) -> str:
                 f"{x['planner_slot_us']} (+{x['lengthening_us']})") + hold
 
     return (f"| {r['G']} | {r['P']} | {w[0]:.0f} / {w[1]:.0f} / {w[2]:.0f} | {a['work_us'][1]:.0f} / {a['work_us'][2]:.0f} | "
+            f"{r['work']['ahead'][2]:.0f} | {r['work']['slot_work']:.0f} | "
             f"{a['plain_slot_us']} | {a['gap_us']} | {fits(a)} | {math.ceil(a['required_slot_us'])} | {compiler(a)} | "
             f"{b['plain_slot_us']} | {b['gap_us']} | {fits(b)} | {math.ceil(b['required_slot_us'])} | {compiler(b)} | "
             f"{r['fit_ratio']:.2f} |")
 
 
-HEADER = ("| G | P | worst cycles per packet low / central / high | µs central / high | "
-          "2M plain slot | 2M gap | fits 2M | 2M needs | 2M compiler slot | "
+HEADER = ("| G | P | worst cycles per gap low / central / high | µs central / high | combination ahead, cycles high | "
+          "slot work, cycles high | 2M plain slot | 2M gap | fits 2M | 2M needs | 2M compiler slot | "
           "1M plain slot | 1M gap | fits 1M | 1M needs | 1M compiler slot | required / model |\n"
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def _ranges(rows: list[dict], phy: str, key: str) -> str:
@@ -233,23 +228,28 @@ def write_md(path: Path, data: dict) -> None:
         "",
         "## Columns",
         "",
-        "* *worst cycles per packet*: the CPU work between the end of one packet and the radio start of the next "
+        "* *worst cycles per gap*: the CPU work between the end of one packet and the radio start of the next "
         "slot, as `mx_start` + boards/nrf52840dk/radio.c run it: the RX work after slot s (copy out of the PDU, "
-        "`mx_receive` with the GF(2) elimination, `mx_slot_end`) plus the TX preparation of slot s + 1 (`mx_slot`: "
-        "decision, coded packet, copy into the PDU; `mx_start` does it in the gap, before `wait_slot`); the worst "
-        "gap of the three rounds, low / central / high bound of the cycle model; µs at 64 MHz.",
+        "`mx_receive` with the GF(2) elimination, `mx_slot_end`) plus `mx_slot` of slot s + 1 (decision, the "
+        "sideload, serialising, copy into the PDU) — the row combination itself (`mx_prepare`) ran while slot s's "
+        "packet was on the air; the worst gap of the three rounds, low / central / high bound of the cycle model; "
+        "µs at 64 MHz.",
+        "* *combination ahead*: the worst `mx_prepare` (high bound), which runs from the radio's arming for slot s "
+        "(the HAL's listen / tx_done) alongside the air time; *slot work*: the larger of its worst and its 1e-6 "
+        "quantile at full rank (mean + min(4.75, √G) sd: the number of rows combined is binomial) + the worst "
+        "reception + the worst `mx_slot`: what one slot's CPU must hold.",
         "* *plain slot* / *gap*: the slot without processing lengthening, and its gap slot − air − 40 µs ramp-up.",
         "* *fits*: no slot of the measured rounds is late on the driver's timeline (TX compare at start − 40 µs, "
         "RX at start − half window − 40 µs; an RX slot without a packet ends at the address timeout); "
         "**no** = late at the central estimate, *high: no* = only at the high bound.",
         "* *needs*: the slot the point requires at the high bound — the largest of the shortest slot without a late "
-        "slot in the measured rounds, air + ramp-up + (worst reception + worst packet build anywhere in the rounds), "
-        "and air + ramp-up + worst reception + the normal 1e-6 quantile of the packet build at full rank "
-        "(mean + min(4.75, √G) sd: the number of rows combined is binomial, and a long deployment meets its tail).",
-        "* *compiler slot*: `RoundPolicy.slot_us` with board.toml's per_packet_cycles, what `cisl compile` puts into "
-        "the plan for a round of (G, P) (+ the lengthening over the plain slot).",
-        "* *required / model*: the required work (needs − air − ramp-up, the larger PHY) over board.toml's model "
-        "with its safety factor.",
+        "slot in the measured rounds (the driver's timeline with the combination overlapped), air + ramp-up + "
+        "(worst reception + worst `mx_slot` anywhere in the rounds), and ramp-up + the slot work.",
+        "* *compiler slot*: `RoundPolicy.slot_us` with board.toml's per_packet_cycles (the gap) and slot_cycles (the "
+        "whole slot), what `cisl compile` puts into the plan for a round of (G, P) (+ the lengthening over the plain "
+        "slot).",
+        "* *required / model*: the larger of required gap work / per_packet_cycles and required slot work / "
+        "slot_cycles, each with its safety factor.",
         "",
         "## Off-grid checks (seed " + str(data.get("check_seed", "")) + ")",
         "",
@@ -268,17 +268,15 @@ def write_md(path: Path, data: dict) -> None:
         *[f"| {c['G']} | {c['P']} | {c['n']} | {c['cycles']:.0f} | {c['ratio']:.3f} | "
           f"{c['cycles'] / fitted_cycles(c['G'], c['P']):.2f} |" for c in nodes],
         "",
-        "## If the packet were combined ahead (an estimate, not an implementation)",
+        "## The combination ahead",
         "",
-        "mixer.c builds the packet of slot s + 1 only after the reception of slot s (the received row joins it as the "
-        "sideload). Were the row combination computed while slot s's packet is on air — the CPU only polls then — "
-        "the gap would hold just the reception and the packet's remainder (serialising, one row XOR: about the "
-        "cheapest measured build). From the measured parts (slot ≥ ramp + max(air, build − ramp − half window) + "
-        "reception + remainder): " + _prebuilt_summary(rows) + " Why the board code cannot do this alone, and the "
-        "API it needs: docs/design/mixer.md §10.",
+        "`mx_start` calls `mx_prepare` once the HAL has armed the radio for slot s (`listen`, or `transmit` with "
+        "`tx_done`): the row combination of slot s + 1's packet is computed while slot s's packet is on the air, "
+        "and the gap after it holds only the reception and `mx_slot`'s last touches (docs/design/mixer.md §10). "
+        + _ahead_summary(rows),
         "",
     ]
-    path.write_text("\n".join(lines))
+    write_text_atomic(path, "\n".join(lines))
 
 
 def _refused_text(rows: list[dict]) -> str:
@@ -293,24 +291,24 @@ def _refused_text(rows: list[dict]) -> str:
             "per-packet model: it could not size the slots.")
 
 
-def _prebuilt_summary(rows: list[dict]) -> str:
+def _ahead_summary(rows: list[dict]) -> str:
     out = []
     for phy in PHYS:
-        plain = sum(1 for r in rows if r[phy]["prebuilt_slot_us"] <= r[phy]["plain_slot_us"])
-        big = max(rows, key=lambda r: r[phy]["prebuilt_slot_us"] - r[phy]["plain_slot_us"])
-        now = max(rows, key=lambda r: r[phy]["lengthening_us"])
-        out.append(f"on {phy}, {plain} of {len(rows)} points would need no lengthening (now "
-                   f"{sum(1 for r in rows if r[phy]['lengthening_us'] == 0)}) and the largest would be "
-                   f"+{big[phy]['prebuilt_slot_us'] - big[phy]['plain_slot_us']} µs, at ({big['G']}, {big['P']}) "
-                   f"(now up to +{now[phy]['lengthening_us']} µs, at ({now['G']}, {now['P']}))")
-    return "; ".join(out) + "."
+        needs = sum(1 for r in rows if r[phy]["required_slot_us"] <= r[phy]["plain_slot_us"])
+        plain = sum(1 for r in rows if r[phy]["lengthening_us"] == 0)
+        big = max(rows, key=lambda r: r[phy]["lengthening_us"])
+        out.append(f"On {phy}, {needs} of {len(rows)} points need no more than the plain slot at the high bound and the "
+                   f"compiler leaves {plain} unlengthened; the largest lengthening is +{big[phy]['lengthening_us']} µs, "
+                   f"at ({big['G']}, {big['P']})")
+    return ". ".join(out) + "."
 
 
 def _per_packet_cycles_text() -> str:
     from codegen.boards import load_board
 
-    c = load_board(BOARD).facts["mixer"]["per_packet_cycles"]
-    return "per_packet_cycles = { " + ", ".join(f"{k} = {v}" for k, v in c.items()) + " }"
+    mixer = load_board(BOARD).facts["mixer"]
+    return "; ".join(f"{name} = {{ " + ", ".join(f"{k} = {v}" for k, v in mixer[name].items()) + " }"
+                     for name in MODELS if name in mixer)
 
 
 def measure_all(seed: int, points: list[tuple[int, int]] | None) -> dict:
@@ -345,10 +343,12 @@ def main() -> None:
     a = ap.parse_args()
     js = a.out.with_suffix(".json")
     if a.fit:
-        f = fit_model(json.loads(js.read_text())["rows"])
-        m = f["model"]
-        print(f"required/fit {f['ratio'][0]:.3f}..{f['ratio'][1]:.3f} (rounded: {f['worst_ratio']:.3f})")
-        print("per_packet_cycles = { " + ", ".join(f"{k} = {m[k]}" for k in (*TERMS, "safety")) + " }")
+        rows = json.loads(js.read_text())["rows"]
+        for name in MODELS:
+            f = fit_model(rows, name=name)
+            m = f["model"]
+            print(f"{name}: required/fit {f['ratio'][0]:.3f}..{f['ratio'][1]:.3f} (rounded: {f['worst_ratio']:.3f})")
+            print(f"{name} = {{ " + ", ".join(f"{k} = {m[k]}" for k in (*TERMS, "safety")) + " }")
         return
     if a.render:
         data = json.loads(js.read_text())
@@ -358,7 +358,7 @@ def main() -> None:
     data["rows"] = [decide(r) for r in data["rows"]]
     data["check"] = [decide(r) for r in data["check"]]
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    js.write_text(json.dumps(data, indent=1) + "\n")
+    write_text_atomic(js, json.dumps(data, indent=1) + "\n")
     write_md(a.out.with_suffix(".md"), data)
 
 

@@ -44,9 +44,10 @@ BOARD_SCHEMA = Table({
     "probe": Table({"family": STR, "pyocd_target": STR, "interface": STR}),
     "radio": Table({"phys": STR_LIST, "frequency_mhz": INT, "txpower_dbm": INT, "start_guard_us": INT,
                     "scan_timeout_ms": INT}),
-    "mixer": Table({"per_packet_cycles": Table({"base": NUMBER, "per_row": NUMBER, "per_row_byte": NUMBER,
-                                                "per_byte": NUMBER, "per_row_row": NUMBER, "safety": NUMBER},
-                                               required=("base", "per_row", "per_row_byte", "per_byte"))}),
+    "mixer": Table({name: Table({"base": NUMBER, "per_row": NUMBER, "per_row_byte": NUMBER,
+                                 "per_byte": NUMBER, "per_row_row": NUMBER, "safety": NUMBER},
+                                required=("base", "per_row", "per_row_byte", "per_byte"))
+                    for name in ("per_packet_cycles", "slot_cycles")}),
     "node_id": Table({"uicr_word": STR}),
     # boards/nrf52840dk: "open" keeps the rev-3 debug port open across resets (docs/design/approtect.md)
     "security": Table({"debug_port": DEBUG_PORT}),

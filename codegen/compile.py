@@ -257,8 +257,28 @@ def _per_packet_us(board_name: str) -> tuple[float, float, float, float, float] 
                             f"cannot size Mixer slots for its CPU; measure the per-packet work on the cycle model "
                             f"(bench/mixer_budget_grid.py --fit) and add it to its board.toml")
         return None
+    return _cycles_to_us(board, c)
+
+
+def _cycles_to_us(board, c: dict) -> tuple[float, float, float, float, float]:
     k = float(c.get("safety", 1.0)) * 1e6 / float(board.facts["board"]["clock_hz"])
     return tuple(k * float(c.get(t, 0.0)) for t in ("base", "per_row", "per_row_byte", "per_byte", "per_row_row"))
+
+
+def _slot_work_us(board_name: str) -> tuple[float, float, float, float, float] | None:
+    """The board CPU's Mixer work in a whole slot (board.toml [mixer] slot_cycles), in µs: the next
+    packet's combination runs while this slot's packet is on the air, so it bounds the slot as a whole
+    (docs/design/mixer.md §10)."""
+    board = load_board(board_name)
+    mixer = board.facts.get("mixer", {})
+    c = mixer.get("slot_cycles")
+    if not c:
+        if mixer.get("per_packet_cycles"):
+            raise UserError(f"board '{board.name}' has [mixer] per_packet_cycles but no slot_cycles: the compiler "
+                            f"cannot bound the work Mixer overlaps with the air time; fit both with "
+                            f"bench/mixer_budget_grid.py --fit")
+        return None
+    return _cycles_to_us(board, c)
 
 
 def round_policy(board_name: str, devices: int, kind: str = "done", phy: str = "2M") -> RoundPolicy:
@@ -267,7 +287,7 @@ def round_policy(board_name: str, devices: int, kind: str = "done", phy: str = "
     # owner gets one chance to tell the others (firmware/mixer/mixer.h, MX_TERM_DONE)
     guard = int(load_board(board_name).facts.get("radio", {}).get("start_guard_us", 0))
     return RoundPolicy(kind=kind, phy=phy, linger=max(4, devices), per_packet_us=_per_packet_us(board_name),
-                       round_guard_us=guard)
+                       slot_work_us=_slot_work_us(board_name), round_guard_us=guard)
 
 
 def _mixer_section(st, opts: CompileOptions) -> dict:
@@ -283,6 +303,8 @@ def _mixer_section(st, opts: CompileOptions) -> dict:
                                           "margin_us": policy.margin_us,
                                           **({"per_packet_us": list(policy.per_packet_us)}
                                              if policy.per_packet_us else {}),
+                                          **({"slot_work_us": list(policy.slot_work_us)}
+                                             if policy.slot_work_us else {}),
                                           **({"round_guard_us": policy.round_guard_us}
                                              if policy.round_guard_us else {})},
             "max_generation": opts.max_generation,

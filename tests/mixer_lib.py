@@ -33,6 +33,7 @@ E = {
     "NULL": -1, "NODES": -2, "GENERATION": -3, "PAYLOAD": -4, "ROUND": -5, "INITIATOR": -6,
     "PACKET_LEN": -7, "MEMORY": -8, "FEATURES": -9, "TERMINATION": -10, "NODE_ID": -11, "ROW": -12,
     "LEN": -13, "STATE": -14, "SLOT": -15, "WEAK": -16, "MODE": -17, "DUPLICATE": -18, "HAL": -19, "ABSENT": -20,
+    "SHARES": -21,
     "PKT_LEN": -32, "PKT_SENDER": -33, "PKT_SLOT": -34, "PKT_FLAGS": -35, "PKT_CODING": -36,
     "PKT_INFO": -37, "PKT_WRONG_SLOT": -38,
 }  # fmt: skip
@@ -72,10 +73,13 @@ TX_FN = ctypes.CFUNCTYPE(c_int, c_void_p, POINTER(c_uint8), c_uint16)
 RX_FN = ctypes.CFUNCTYPE(c_int, c_void_p, POINTER(c_uint8), c_uint16, c_int, POINTER(c_uint32))
 SYNC_FN = ctypes.CFUNCTYPE(None, c_void_p, c_uint16, c_uint32)
 OFF_FN = ctypes.CFUNCTYPE(None, c_void_p)
+LISTEN_FN = ctypes.CFUNCTYPE(c_int, c_void_p, c_int)
+TXDONE_FN = ctypes.CFUNCTYPE(c_int, c_void_p)
 
 
 class RadioHal(Structure):
-    _fields_ = [("wait_slot", WAIT_FN), ("transmit", TX_FN), ("receive", RX_FN), ("sync", SYNC_FN), ("off", OFF_FN)]
+    _fields_ = [("wait_slot", WAIT_FN), ("transmit", TX_FN), ("receive", RX_FN), ("sync", SYNC_FN), ("off", OFF_FN),
+                ("listen", LISTEN_FN), ("tx_done", TXDONE_FN)]
 
 
 def config(n: int, g: int, p: int, r: int, *, initiator: int = 0, features: int = FEAT_ALL,
@@ -97,6 +101,7 @@ def build(out_dir: Path, defines: dict[str, int] | None = None, name: str = "lib
         "mx_slot": (c_int, [st, c_uint16, POINTER(c_uint8), POINTER(c_uint16)]),
         "mx_receive": (c_int, [st, c_uint16, POINTER(c_uint8), c_uint16]),
         "mx_slot_end": (c_int, [st, c_uint16]),
+        "mx_prepare": (c_int, [st]),
         "mx_finished": (c_int, [st]),
         "mx_synced": (c_int, [st]),
         "mx_next_slot": (c_uint16, [st]),

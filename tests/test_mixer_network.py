@@ -249,8 +249,10 @@ class HalSim:
     """Node 0 runs mx_start; nodes 1..n-1 run on the step API inside the HAL callbacks. A slot is
     completed when node 0 transmits, receives or waits for the next slot."""
 
-    def __init__(self, lib: ctypes.CDLL, cfg: m.Config, msgs: list[bytes]) -> None:
+    def __init__(self, lib: ctypes.CDLL, cfg: m.Config, msgs: list[bytes], listen: bool = False) -> None:
         self.lib, self.cfg = lib, cfg
+        self.listened = False
+        self.sent: list[bytes] = []
         self.net = setup(lib, cfg, list(msgs))  # node 0 armed as listener (initiator is node 1)
         self.n = cfg.num_nodes
         self.slot = 0  # the slot the others are in
@@ -258,6 +260,20 @@ class HalSim:
         self.errors: list[str] = []  # exceptions inside ctypes callbacks would be swallowed
         self.hal = m.RadioHal(m.WAIT_FN(self.wait_slot), m.TX_FN(self.transmit), m.RX_FN(self.receive),
                               m.SYNC_FN(self.sync), m.OFF_FN(self.off))  # fmt: skip
+        if listen:  # both overlap hooks: mx_start then runs mx_prepare inside every slot
+            self.hal.listen = m.LISTEN_FN(self.listen)
+            self.hal.tx_done = m.TXDONE_FN(self.tx_done)
+
+    def tx_done(self, ctx: int) -> int:
+        self.events.append(("tx_done", self.slot - 1))
+        return 0
+
+    def listen(self, ctx: int, scan: int) -> int:
+        self.events.append(("listen", self.slot))
+        if scan:
+            self.others_begin()
+        self.listened = True
+        return 0
 
     def others_begin(self) -> None:
         for i in range(1, self.n):
@@ -288,14 +304,16 @@ class HalSim:
 
     def transmit(self, ctx: int, packet: ctypes._Pointer, length: int) -> int:  # type: ignore[type-arg]
         pkt = ctypes.string_at(packet, length)
+        self.sent.append(pkt)
         self.events.append(("tx", self.slot))
         self.others_end(pkt)
         return 0
 
     def receive(self, ctx: int, buf: ctypes._Pointer, mx: int, scan: int,  # type: ignore[type-arg]
                 t: ctypes._Pointer) -> int:  # type: ignore[type-arg]  # fmt: skip
-        if scan:
+        if scan and not self.listened:
             self.others_begin()
+        self.listened = False
         got = self.others_end(None)
         self.events.append(("rx" if got else "rx-none", self.slot - 1))
         if not got:
@@ -330,6 +348,35 @@ def test_mx_start_runs_a_round_over_the_hal(lib: ctypes.CDLL) -> None:
     assert st.slot_done == last and st.slot_all_full != m.NO_SLOT
 
 
+def test_mx_start_prepares_the_next_packet_while_listening(lib: ctypes.CDLL) -> None:
+    """Issue 15, the M4 budget: with a HAL that arms the radio and returns (listen, and transmit with
+    tx_done), mx_start combines the next packet (mx_prepare) while this slot's packet is on the air. What goes on the air
+    must not change: the same packets, the same slots, the same decoded round as without listen."""
+    n, g, p, r = 5, 24, 16, 200
+    cfg = m.config(n, g, p, r, initiator=1, termination=m.TERM_DONE, linger=8, seed=21)
+    msgs = messages(g, p, 4)
+    runs = {}
+    for listen in (False, True):
+        sim = HalSim(lib, cfg, msgs, listen=listen)
+        last = lib.mx_start(sim.net.state(0), ctypes.byref(sim.hal), None)
+        assert sim.errors == [] and last > 0
+        runs[listen] = (last, sim.sent, [e for e in sim.events if e[0] not in ("listen", "tx_done")], sim)
+    assert runs[True][:3] == runs[False][:3]
+    assert len(runs[False][1]) >= 4  # node 0 sent random combinations too, not only its rows
+    events = runs[True][3].events
+    assert all(events[k - 1][0] == "listen" for k, e in enumerate(events) if e[0] in ("rx", "rx-none"))
+    assert all(events[k + 1][0] == "tx_done" for k, e in enumerate(events) if e[0] == "tx")
+    for row in range(g):
+        assert runs[True][3].net.read(0, row) == msgs[row]
+
+
+def test_prepare_outside_a_slot_is_refused(lib: ctypes.CDLL) -> None:
+    cfg = m.config(2, 4, 8, 40)
+    net = m.Network(lib, cfg)
+    assert lib.mx_prepare(net.state(0)) == m.E["STATE"]  # not armed, not in a slot
+    assert lib.mx_prepare(None) == m.E["NULL"]
+
+
 def test_mx_start_rejects_an_incomplete_hal(lib: ctypes.CDLL) -> None:
     cfg = m.config(2, 2, 2, 10)
     net = m.Network(lib, cfg)
@@ -337,6 +384,9 @@ def test_mx_start_rejects_an_incomplete_hal(lib: ctypes.CDLL) -> None:
     hal = m.RadioHal()
     assert lib.mx_start(net.state(0), ctypes.byref(hal), None) == m.E["NULL"]
     assert lib.mx_start(None, ctypes.byref(hal), None) == m.E["NULL"]
+    sim = HalSim(lib, m.config(4, 8, 16, 60, initiator=1), messages(8, 16, 1), listen=True)
+    sim.hal.tx_done = m.TXDONE_FN(0)  # listen without tx_done: one of the pair missing
+    assert lib.mx_start(sim.net.state(0), ctypes.byref(sim.hal), None) == m.E["NULL"]
 
 
 def test_absent_nodes_are_not_waited_for_and_are_checked(lib):

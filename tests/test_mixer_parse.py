@@ -60,6 +60,56 @@ def test_bad_configs_are_rejected(lib: ctypes.CDLL, change: dict[str, int], err:
     assert lib.mx_packet_len(ctypes.byref(cfg)) == 0
 
 
+@pytest.mark.parametrize("shares", [{4: 1}, {31: 1}, {0: 255, 1: 255}])
+def test_bad_slot_shares_are_rejected(lib: ctypes.CDLL, shares: dict[int, int]) -> None:
+    """A share for a node that does not exist, or a first pass longer than MX_OWNER_SLOTS (G_max + N_max
+    = 288 here), is a configuration error, not a silently truncated schedule."""
+    cfg = m.config(4, 16, 32, 100)
+    for j, v in shares.items():
+        cfg.slot_shares[j] = v
+    buf, s = new_state(lib)
+    assert lib.mx_config_check(ctypes.byref(cfg)) == E["SHARES"]
+    assert lib.mx_init(s, ctypes.byref(cfg), 0) == E["SHARES"]
+
+
+def test_weighted_first_pass_gives_every_node_its_shares(lib: ctypes.CDLL) -> None:
+    """Slot 0 is the initiator's, slots 1..S the pass (node j owns shares[j], spread out), then slot s
+    is node s mod n's: on a perfect single-hop channel exactly the owner sends in every slot."""
+    n, g, shares = 4, 12, [0, 6, 3, 2]  # node 0 (initiator) sends row 0 in slot 0; 11 rows follow
+    owner_rows = [0] + [1] * 6 + [2] * 3 + [3] * 2
+    cfg = m.config(n, g, 8, 60, features=1)  # coordinated TX only, deadline policy
+    for j, v in enumerate(shares):
+        cfg.slot_shares[j] = v
+    states = [new_state(lib) for _ in range(n)]
+    for i, (_, st) in enumerate(states):
+        assert lib.mx_init(st, ctypes.byref(cfg), i) == 0
+    for row, o in enumerate(owner_rows):
+        assert lib.mx_write(states[o][1], row, bytes([row]) * 8, 8) == 0
+    for i, (_, st) in enumerate(states):
+        assert lib.mx_arm(st, 0 if i == 0 else 1) == 0
+    plen = lib.mx_packet_len(ctypes.byref(cfg))
+    senders = []
+    for slot in range(24):
+        pk, ln, tx = {}, ctypes.c_uint16(0), []
+        for i, (_, st) in enumerate(states):
+            buf = (ctypes.c_uint8 * plen)()
+            if lib.mx_slot(st, slot, buf, ctypes.byref(ln)) == 2:
+                tx.append(i)
+                pk[i] = bytes(buf)
+        senders.append(tx)
+        for i, (_, st) in enumerate(states):
+            if len(tx) == 1 and i not in tx:
+                b = (ctypes.c_uint8 * plen).from_buffer_copy(pk[tx[0]])
+                lib.mx_receive(st, slot, b, plen)
+            lib.mx_slot_end(st, slot)
+    pass_owners = [t[0] for t in senders[1:12]]
+    assert senders[0] == [0] and all(len(t) == 1 for t in senders[:24]), senders
+    assert [pass_owners.count(j) for j in range(n)] == shares
+    assert pass_owners[:4] == [1, 2, 1, 3]  # smooth weighted round robin spreads a share out
+    assert [t[0] for t in senders[12:24]] == [s % n for s in range(12, 24)]
+    assert all(lib.mx_rank(st) == g for _, st in states)
+
+
 def test_node_id_and_null(lib: ctypes.CDLL) -> None:
     cfg = m.config(4, 16, 32, 100)
     buf, s = new_state(lib)
@@ -76,12 +126,12 @@ def test_packet_length_formula(lib: ctypes.CDLL, n: int, g: int, p: int) -> None
 
 
 def state_bytes(lib: ctypes.CDLL, n: int, g: int, p: int) -> int:
-    """MX_STATE_BYTES mirrored: header + 6 row sets + n request maps + 1 uint16 per node +
+    """MX_STATE_BYTES mirrored: header + 7 row sets + n request maps + 1 uint16 per node +
     rank-up slots + the slot owners of the weighted pass + 2 scratch rows + the row pool."""
     cvw, rw = (g + 31) // 32, (g + 31) // 32 + (p + 3) // 4
-    header = lib.mx_state_size() - (4 * (6 * 8 + 32 * 8) + 2 * 32 + 2 * 256 + (256 + 32) + 8 * (8 + 62)
+    header = lib.mx_state_size() - (4 * (7 * 8 + 32 * 8) + 2 * 32 + 2 * 256 + (256 + 32) + 8 * (8 + 62)
                                     + 4 * 256 * (8 + 62))
-    return header + 4 * (6 * cvw + n * cvw) + 2 * ((n + 1) & ~1) + 2 * (g + (g & 1)) + ((g + n + 3) & ~3) + 8 * rw \
+    return header + 4 * (7 * cvw + n * cvw) + 2 * ((n + 1) & ~1) + 2 * (g + (g & 1)) + ((g + n + 3) & ~3) + 8 * rw \
         + 4 * g * rw
 
 

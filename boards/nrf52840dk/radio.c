@@ -85,6 +85,8 @@ typedef struct {
     uint32_t slot_start; /* start of the current slot */
     int first_scan;
     uint32_t late;       /* slots whose radio start was missed because processing overran */
+    uint32_t rx_deadline; /* hal_listen -> hal_receive: when an ADDRESS event can no longer come */
+    int tx_armed;         /* hal_transmit -> hal_tx_done: the transmission was armed in time */
 } radio_ctx;
 
 static uint32_t now(void)
@@ -187,21 +189,33 @@ static int hal_transmit(void *ctx, const uint8_t *packet, uint16_t len)
     radio_pdu[1] = (uint8_t)len;
     memcpy(radio_pdu + 2, packet, len);
     RADIO(EVENTS_DISABLED) = 0u;
+    c->tx_armed = 0;
     if (arm_at(c->slot_start - RAMP_US * TICKS_PER_US, NRF_FV(NRF_FLD_PPI_CHENSET_CH0, 1u)) != 0) {
         c->late++; /* too late for this slot: send nothing rather than off the grid */
         return 0;
     }
-    const uint32_t end = c->slot_start + (MAX_AIR_US + 50u) * TICKS_PER_US;
-    while (RADIO(EVENTS_DISABLED) == 0u && !reached(end)) {
+    c->tx_armed = 1; /* PPI starts it on the grid; mx_start combines the next packet meanwhile */
+    return 0;
+}
+
+static int hal_tx_done(void *ctx)
+{
+    radio_ctx *c = (radio_ctx *)ctx;
+    if (c->tx_armed) {
+        const uint32_t end = c->slot_start + (MAX_AIR_US + 50u) * TICKS_PER_US;
+        while (RADIO(EVENTS_DISABLED) == 0u && !reached(end)) {
+        }
     }
     radio_disable();
     return 0;
 }
 
-static int hal_receive(void *ctx, uint8_t *buf, uint16_t max, int scan, uint32_t *rx_time)
+/* Arm the receiver for the current slot (RXEN by PPI half a window early), or start a scan, and
+ * return: mx_start combines the next packet (mx_prepare) while this one arrives. The events latch,
+ * so hal_receive finds the packet even if that work outlasts it. */
+static int hal_listen(void *ctx, int scan)
 {
     radio_ctx *c = (radio_ctx *)ctx;
-    uint32_t deadline;
     RADIO(EVENTS_ADDRESS) = 0u;
     RADIO(EVENTS_DISABLED) = 0u;
     PPI(CHENSET) = NRF_FV(NRF_FLD_PPI_CHENSET_CH2, 1u);
@@ -209,14 +223,22 @@ static int hal_receive(void *ctx, uint8_t *buf, uint16_t max, int scan, uint32_t
         RADIO(TASKS_RXEN) = 1u;
         const uint32_t wait_us = c->first_scan ? CISL_RADIO_SCAN_TIMEOUT_MS * 1000u : c->slot_ticks / TICKS_PER_US;
         c->first_scan = 0;
-        deadline = now() + wait_us * TICKS_PER_US;
+        c->rx_deadline = now() + wait_us * TICKS_PER_US;
     } else {
         if (arm_at(c->slot_start - c->rx_half - RAMP_US * TICKS_PER_US, NRF_FV(NRF_FLD_PPI_CHENSET_CH1, 1u)) != 0) {
             c->late++;
             RADIO(TASKS_RXEN) = 1u; /* late: listen anyway, the packet may still be ahead */
         }
-        deadline = c->slot_start + ADDR_EVENT_US * TICKS_PER_US + c->rx_half;
+        c->rx_deadline = c->slot_start + ADDR_EVENT_US * TICKS_PER_US + c->rx_half;
     }
+    return 0;
+}
+
+static int hal_receive(void *ctx, uint8_t *buf, uint16_t max, int scan, uint32_t *rx_time)
+{
+    radio_ctx *c = (radio_ctx *)ctx;
+    const uint32_t deadline = c->rx_deadline;
+    (void)scan;
     while (RADIO(EVENTS_ADDRESS) == 0u) {
         if (reached(deadline)) {
             radio_disable();
@@ -255,7 +277,8 @@ static void hal_off(void *ctx)
     radio_disable();
 }
 
-static const mx_radio_hal nrf_hal = {hal_wait_slot, hal_transmit, hal_receive, hal_sync, hal_off};
+static const mx_radio_hal nrf_hal = {hal_wait_slot, hal_transmit, hal_receive, hal_sync, hal_off, hal_listen,
+                                     hal_tx_done};
 
 /* ---- somegather over Mixer: board hooks ----------------------------------------------------- */
 

@@ -413,41 +413,67 @@ static void round_end(sim_radio *r, const frame_header *f)
     r->ended = 1;
 }
 
-/* One slot: send the node's action (with its packet when it transmits), take the medium's answer. */
-static int sim_slot(sim_radio *r, uint8_t act, const uint8_t *packet, uint16_t len, frame_header *f)
-{
-    if (r->ended) {
-        return -1;
-    }
-    if (send_frame_flags(FRAME_ACTION, 0, act, r->sg, r->inference, packet, len) != 0 || recv_frame(f) != 0) {
-        medium_lost("in a radio slot");
-    }
-    if (f->type == FRAME_ROUND_END) {
-        round_end(r, f);
-        return -1; /* mx_start stops; the round is over for everybody */
-    }
-    return 0;
-}
-
 static void sim_wait_slot(void *ctx, uint16_t slot)
 {
     (void)ctx;
     (void)slot;
 }
 
+/* Transmitting is the TX action frame; sim_tx_done takes the medium's answer. */
 static int sim_transmit(void *ctx, const uint8_t *packet, uint16_t len)
 {
+    sim_radio *r = (sim_radio *)ctx;
+    if (r->ended) {
+        return -1;
+    }
+    if (send_frame_flags(FRAME_ACTION, 0, (uint8_t)MX_ACT_TX, r->sg, r->inference, packet, len) != 0) {
+        medium_lost("in a radio slot");
+    }
+    return 0;
+}
+
+static int sim_tx_done(void *ctx)
+{
+    sim_radio *r = (sim_radio *)ctx;
     frame_header f;
-    return sim_slot((sim_radio *)ctx, (uint8_t)MX_ACT_TX, packet, len, &f);
+    if (recv_frame(&f) != 0) {
+        medium_lost("in a radio slot");
+    }
+    if (f.type == FRAME_ROUND_END) {
+        round_end(r, &f);
+        return -1; /* mx_start stops; the round is over for everybody */
+    }
+    return 0;
+}
+
+/* Listening is the RX action frame: mx_start then prepares the next packet (mx_prepare) while the
+ * medium plays the slot, as the nRF52840 does while the packet is on the air; receive takes the
+ * answer. */
+static int sim_listen(void *ctx, int scan)
+{
+    sim_radio *r = (sim_radio *)ctx;
+    (void)scan;
+    if (r->ended) {
+        return -1;
+    }
+    if (send_frame_flags(FRAME_ACTION, 0, (uint8_t)MX_ACT_RX, r->sg, r->inference, NULL, 0) != 0) {
+        medium_lost("in a radio slot");
+    }
+    return 0;
 }
 
 static int sim_receive(void *ctx, uint8_t *buf, uint16_t max, int scan, uint32_t *rx_time)
 {
+    sim_radio *r = (sim_radio *)ctx;
     (void)scan;
     frame_header f;
     *rx_time = 0u;
-    if (sim_slot((sim_radio *)ctx, (uint8_t)MX_ACT_RX, NULL, 0, &f) != 0) {
-        return -1;
+    if (recv_frame(&f) != 0) {
+        medium_lost("in a radio slot");
+    }
+    if (f.type == FRAME_ROUND_END) {
+        round_end(r, &f);
+        return -1; /* mx_start stops; the round is over for everybody */
     }
     if (f.type != FRAME_SLOT_RESULT || f.len == 0u) {
         return 0;
@@ -482,7 +508,8 @@ static void sim_off(void *ctx)
     }
 }
 
-static const mx_radio_hal sim_hal = {sim_wait_slot, sim_transmit, sim_receive, sim_sync, sim_off};
+static const mx_radio_hal sim_hal = {sim_wait_slot, sim_transmit, sim_receive, sim_sync, sim_off, sim_listen,
+                                     sim_tx_done};
 
 int32_t cisl_board_mixer_round(mx_state *s, uint16_t sg, uint8_t part, uint32_t inference, uint32_t slot_us)
 {

@@ -63,6 +63,11 @@ class RoundPolicy:
     # lengthens slots that would be late and, where that costs less, splits the exchange into
     # rounds of smaller generations (less elimination work per packet).
     per_packet_us: tuple[float, ...] | None = None
+    # The CPU's work in a whole slot, same form (board.toml [mixer] slot_cycles): mx_start combines the
+    # next packet (mx_prepare) while this slot's packet is on the air, so the gap after the packet
+    # holds only the reception and the packet's last touches (per_packet_us), but the combination,
+    # the reception and those touches together must fit one slot.
+    slot_work_us: tuple[float, ...] | None = None
     # Time a round costs outside its slots (the initiator's start guard before slot 0, board.toml
     # [radio] start_guard_us; 0 on boards without a radio): not part of a round's estimated_us, but
     # counted when schedules with different numbers of rounds are compared.
@@ -75,21 +80,33 @@ class RoundPolicy:
     def deadline(self, generation: int) -> int:
         return 3 * generation + 200
 
-    def processing_us(self, generation: int, payload: int) -> float:
-        if self.per_packet_us is None:
+    @staticmethod
+    def _work(model: tuple[float, ...] | None, generation: int, payload: int) -> float:
+        if model is None:
             return 0.0
-        base, per_row, per_row_byte, per_byte, *rest = self.per_packet_us
+        base, per_row, per_row_byte, per_byte, *rest = model
         per_row_row = rest[0] if rest else 0.0
         return (base + per_row * generation + per_row_byte * generation * payload + per_byte * payload
                 + per_row_row * generation * generation)
 
+    def processing_us(self, generation: int, payload: int) -> float:
+        """The CPU's work in the gap between two packets (µs)."""
+        return self._work(self.per_packet_us, generation, payload)
+
+    def slot_work(self, generation: int, payload: int) -> float:
+        """The CPU's work in a whole slot, overlapped with the air time (µs)."""
+        return self._work(self.slot_work_us, generation, payload)
+
     def slot_us(self, length: int, generation: int, payload: int) -> int:
         """The radio's slot length for a packet of ``length`` bytes, lengthened (if needed) so the
-        per-packet work fits between the packet's end and the next slot's ramp-up."""
+        per-packet work fits between the packet's end and the next slot's ramp-up, and the whole
+        slot's work (the next packet's combination, overlapped with the air time, included) fits the
+        slot."""
         slot = slot_us_for_length(length, self.phy, self.margin_us)
         if self.per_packet_us is None:
             return slot
-        need = air_time_us(length, self.phy) + RAMP_US + self.processing_us(generation, payload)
+        need = max(air_time_us(length, self.phy) + RAMP_US + self.processing_us(generation, payload),
+                   RAMP_US + self.slot_work(generation, payload))
         return max(slot, math.ceil(need))
 
     def estimated_slots(self, generation: int) -> int:

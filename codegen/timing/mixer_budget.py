@@ -59,7 +59,7 @@ BOARD = "nrf52840dk"
 HARNESS = "mixer/bench/mx_bench.c"
 MIXER = "mixer/mixer.c"
 ENTRY_POINTS = ["bench_setup", "bench_slot", "bench_receive", "bench_slot_end", "bench_verify", "bench_synced",
-                "bench_next_slot", "bench_rank", "bench_byte", "bench_features"]
+                "bench_next_slot", "bench_rank", "bench_byte", "bench_features", "bench_prepare"]
 WEAK = 0xFE
 ACT_OFF, ACT_RX, ACT_TX = 0, 1, 2
 
@@ -154,6 +154,7 @@ class SlotWork:
     rank: int           # the node's rank after the slot
     prep: tuple[float, float, float]   # mx_slot (+ copy to the PDU), cycles low/central/high
     after: tuple[float, float, float]  # RX work after the packet (copy, mx_receive, mx_slot_end)
+    ahead: tuple[float, float, float] = (0.0, 0.0, 0.0)  # mx_prepare of the next slot, run during this one
 
 
 @dataclass
@@ -249,12 +250,19 @@ def run_round(elf: Path, generation: int, payload: int, nodes: int, owners: list
                           host_pk.ctypes.data_as(POINTER(c_uint8)), plen)
         act = ACT_OFF
         prep = (0.0, 0.0, 0.0)
+        ahead = (0.0, 0.0, 0.0)
         if not me_done:
             act, prep = call("bench_slot", [], ("prep", slot))
             if act < 0:
                 raise RuntimeError(f"slot {slot}: mx_slot failed with {act}")
             if act == ACT_OFF:
                 me_done = True
+            else:
+                # mx_start (with the board's listen / tx_done) combines the next packet while this
+                # slot's packet is on the air (mx_prepare does nothing before synchronisation)
+                r, ahead = call("bench_prepare", [], ("ahead", slot))
+                if r != 0:
+                    raise RuntimeError(f"slot {slot}: mx_prepare failed with {r}")
         tx = [host[k] for k in np.flatnonzero(actions == ACT_TX)]
         for k, j in enumerate(host):
             all_pk[j] = host_pk[k]
@@ -286,7 +294,7 @@ def run_round(elf: Path, generation: int, payload: int, nodes: int, owners: list
                 st, after = call("bench_slot_end", [], ("after", slot))
                 st = 127
             rank, _ = call("bench_rank", [], "query")
-            trace.append(SlotWork(slot, act, st, rank, prep, after))
+            trace.append(SlotWork(slot, act, st, rank, prep, after, ahead))
     v, _ = call("bench_verify", [], "verify")
     return RoundTrace(generation, payload, nodes, node, trace, v >> 16, v & 0xFFFF, features)
 
@@ -338,8 +346,13 @@ def _late(trace: RoundTrace, k: int, slot_us: int, air_us: int, rx_half: int, c:
     a, b = trace.slots[k], trace.slots[k + 1]
     rx_work = a.after[c["bound"]] / clock * 1e6
     prep = b.prep[c["bound"]] / clock * 1e6
+    ahead = a.ahead[c["bound"]] / clock * 1e6
     ready = air_us if a.act == ACT_TX or a.rx_status != 127 else min(air_us, c["ADDR"] + rx_half)
-    t = ready + rx_work + prep  # mx_start prepares slot s + 1 right after slot s's work, then waits
+    # mx_prepare of slot s + 1 starts once the radio is armed for slot s (wait_slot returned RAMP +
+    # SETUP + rx_half before the slot; arming takes at most SETUP) and overlaps the air time; the RX
+    # work starts when both the packet and it are over; then mx_slot of slot s + 1, then the wait
+    started = -(c["RAMP_US"] + rx_half)
+    t = max(ready, started + ahead) + rx_work + prep
     limit = slot_us - c["RAMP_US"] - (rx_half if b.act == ACT_RX else 0)
     return t > limit, t
 
@@ -500,10 +513,13 @@ def work_bounds(traces: list[RoundTrace]) -> dict:
     * ``prep_min``: the cheapest TX preparation (one row or a small combination, serialised into
       the packet), a proxy for what remains of a packet build whose row combination was computed
       ahead of time (docs/design/mixer.md, "Processing budget");
-    * ``prep_full``: mean and standard deviation of the TX preparation at full rank (high bound),
-      the binomial part whose tail the samples may miss; ``tail`` = worst RX + mean + z·sd with
-      z = min(4.75, √G): the normal 1e-6 quantile of that build, capped where it would need more
-      than all G rows (the count is Binomial(G, 1/2): mean G/2, sd √G/2)."""
+    * ``prep_full``: mean and standard deviation of the TX preparation at full rank (high bound);
+      ``tail`` = worst RX + mean + z·sd with z = min(4.75, √G): its normal 1e-6 quantile;
+    * ``ahead``: the worst mx_prepare (the next packet's combination, run while this slot's packet is
+      on the air); ``ahead_full`` its mean and sd at full rank, the binomial part whose tail the
+      samples may miss (the count of rows is Binomial(G, 1/2)); ``slot_work`` = the larger of its
+      worst and its 1e-6 quantile (mean + z·sd), + worst RX + worst TX preparation: what one slot's
+      CPU must hold (high bound)."""
     rx = np.array([s.after for t in traces for s in t.slots])
     prep = np.array([s.prep for t in traces for s in t.slots if s.act == ACT_TX])
     full = np.array([s.prep[2] for t in traces for s in t.slots if s.act == ACT_TX and s.rank == t.generation])
@@ -512,12 +528,19 @@ def work_bounds(traces: list[RoundTrace]) -> dict:
     w_rx = rx.max(axis=0) if len(rx) else np.zeros(3)
     w_prep = prep.max(axis=0) if len(prep) else np.zeros(3)
     mu, sd = (float(full.mean()), float(full.std())) if len(full) > 1 else (float(w_prep[2]), 0.0)
+    ahead = np.array([s.ahead for t in traces for s in t.slots])
+    w_ahead = ahead.max(axis=0) if len(ahead) else np.zeros(3)
+    a_full = np.array([s.ahead[2] for t in traces for s in t.slots if s.rank == t.generation])
+    a_mu, a_sd = (float(a_full.mean()), float(a_full.std())) if len(a_full) > 1 else (float(w_ahead[2]), 0.0)
+    a_tail = max(float(w_ahead[2]), a_mu + min(4.75, math.sqrt(traces[0].generation)) * a_sd)
     return {"gap": [float(x) for x in gaps.max(axis=0)], "rx": [float(x) for x in w_rx],
             "prep": [float(x) for x in w_prep],
             "prep_min": [float(x) for x in (prep.min(axis=0) if len(prep) else np.zeros(3))],
             "decoupled": [float(x + y) for x, y in zip(w_rx, w_prep)],
             "prep_full": {"n": int(len(full)), "mean": mu, "sd": sd},
             "tail": float(w_rx[2] + mu + min(4.75, math.sqrt(traces[0].generation)) * sd),
+            "ahead": [float(x) for x in w_ahead], "ahead_full": {"n": int(len(a_full)), "mean": a_mu, "sd": a_sd},
+            "slot_work": float(a_tail + w_rx[2] + w_prep[2]),
             "gaps": int(len(gaps)), "tx": int(len(prep))}
 
 
@@ -527,20 +550,23 @@ PHYS = ("2M", "1M")
 def required_us(row: dict, phy: str) -> float:
     """The slot (µs) a grid row (bench/mixer_budget_grid.py, docs/results/mixer_budget_grid.json)
     needs on ``phy`` at the high bound: the largest of the shortest slot without a late slot in its
-    measured rounds, air + ramp-up + the decoupled worst (worst reception + worst packet build), and
-    air + ramp-up + the packet build's 1e-6 tail (:func:`work_bounds`)."""
+    measured rounds, air + ramp-up + the gap's decoupled worst (worst reception + worst packet finish)
+    or its 1e-6 tail, and ramp-up + the whole slot's work (:func:`work_bounds`)."""
     x = row[phy]
     ramp = _driver_constants(load_board(BOARD).path)["RAMP_US"]
-    return max(x["needed_slot_us"][2], x["air_us"] + ramp + max(x["decoupled_us_high"], x["tail_us"]))
+    return max(x["needed_slot_us"][2], x["air_us"] + ramp + max(x["decoupled_us_high"], x["tail_us"]),
+               ramp + x["slot_work_us"])
 
 
 def required_cycles(row: dict) -> float:
-    """The per-packet work (cycles) a slot rule ``air + ramp-up + work`` must cover for a grid row,
-    both PHYs (what board.toml's per_packet_cycles has to bound)."""
-    board = load_board(BOARD)
-    ramp = _driver_constants(board.path)["RAMP_US"]
-    clock = float(board.facts["board"]["clock_hz"])
-    return max(required_us(row, phy) - row[phy]["air_us"] - ramp for phy in PHYS) * clock / 1e6
+    """The gap work (cycles) a slot rule ``air + ramp-up + work`` must cover for a grid row: worst
+    reception + worst packet finish, or the finish's tail (what board.toml's per_packet_cycles bounds)."""
+    return max(row["work"]["decoupled"][2], row["work"]["tail"])
+
+
+def required_slot_cycles(row: dict) -> float:
+    """The whole slot's CPU work (cycles) for a grid row (what board.toml's slot_cycles bounds)."""
+    return row["work"]["slot_work"]
 
 
 def plan_budgets(build_dir: Path, phy: str | None = None, rounds: int = 2) -> list[dict]:
@@ -573,7 +599,7 @@ def plan_budgets(build_dir: Path, phy: str | None = None, rounds: int = 2) -> li
     return out
 
 
-__all__ = ["Budget", "PHYS", "required_cycles", "required_us", "GRID_G", "GRID_NODES", "GRID_P", "GRID_ROUNDS", "RoundTrace", "SlotWork", "build_image",
+__all__ = ["Budget", "PHYS", "required_cycles", "required_slot_cycles", "required_us", "GRID_G", "GRID_NODES", "GRID_P", "GRID_ROUNDS", "RoundTrace", "SlotWork", "build_image",
            "evaluate", "grid_payloads", "grid_points", "measure_point", "measure_rounds", "needed_slot_us",
            "packet_budget", "plan_budgets", "run_round", "rx_half_us", "work_bounds"]
 

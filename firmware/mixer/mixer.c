@@ -131,6 +131,14 @@ static void rng_seed(mx_state *s, uint32_t seed, uint8_t id)
         s->h.rng[0] = 1u;
 }
 
+/* Word w of the combination mask of `slot`: a counter-based draw (a hash of key, slot and word), so
+ * that mx_prepare and mx_slot draw the same mask whenever either runs. */
+static uint32_t mask_word(const mx_state *s, unsigned slot, unsigned w)
+{
+    uint32_t x = s->h.mask_key ^ (slot * 0x9E3779B1u) ^ (w * 0x7FEB352Du);
+    return mix32(&x);
+}
+
 static uint32_t rnd(mx_state *s)
 {
     uint32_t *r = s->h.rng;
@@ -307,6 +315,9 @@ int mx_init(mx_state *s, const mx_config *cfg, uint8_t node_id)
     h->end_slot = (uint16_t)(cfg->round_length - 1u);
     h->sideload = MX_NO_SLOT;
     h->answer = MX_NO_SLOT;
+    h->prep_slot = MX_NO_SLOT;
+    h->fresh_pivot = MX_NO_SLOT;
+    h->fresh_slot = MX_NO_SLOT;
     h->scan_left = cfg->round_length;
     h->mode = MODE_NONE;
     h->phase = PH_IDLE;
@@ -322,6 +333,10 @@ int mx_init(mx_state *s, const mx_config *cfg, uint8_t node_id)
     h->st.slot_linger = MX_NO_SLOT;
     build_owner_table(s);
     rng_seed(s, cfg->seed, node_id);
+    {
+        uint32_t x = cfg->seed ^ (0x2545F491u * ((uint32_t)node_id + 1u));
+        h->mask_key = mix32(&x);
+    }
     return MX_OK;
 }
 
@@ -424,6 +439,7 @@ static void reduce_full(mx_state *s)
     unsigned i, j, w;
     if (!s->h.dirty)
         return;
+    s->h.prep_slot = MX_NO_SLOT; /* the rows change: a prepared combination would be stale */
     for (i = g; i-- > 0;) {
         const uint32_t *ri;
         unsigned wi = i >> 5;
@@ -650,6 +666,34 @@ static int fresh_requests(mx_state *s, uint32_t *u, uint32_t *requesters)
     return (int)any;
 }
 
+/* The rows a random combination of `slot` may take: those held before the reception of slot − 1
+ * (the row that reception added joins as the sideload), each with probability 1/2. */
+static void combination_mask(const mx_state *s, unsigned slot, uint32_t *m)
+{
+    const mx_header *h = &s->h;
+    unsigned w;
+    for (w = 0; w < h->cvw; ++w)
+        m[w] = s->pivots[w] & ~s->weak[w] & mask_word(s, slot, w);
+    if (h->fresh_slot != MX_NO_SLOT && h->fresh_slot + 1u == slot)
+        bit_clear(m, h->fresh_pivot);
+    m[h->cvw - 1u] &= last_word_mask(h->cfg.generation_size);
+}
+
+/* v ^= every row in m */
+static void xor_rows(mx_state *s, uint32_t *v, const uint32_t *m)
+{
+    const unsigned cvw = s->h.cvw, stride = s->h.stride;
+    unsigned w;
+    for (w = 0; w < cvw; ++w) {
+        uint32_t b = m[w];
+        while (b) {
+            unsigned j = w * 32u + ctz32(b);
+            b &= b - 1u;
+            xor_words(v, row_ptr(s, j), stride);
+        }
+    }
+}
+
 /* Build this slot's packet into out. Returns 1 if there is something worth sending. */
 static int build_packet(mx_state *s, uint8_t *out)
 {
@@ -660,7 +704,6 @@ static int build_packet(mx_state *s, uint8_t *out)
     unsigned w, type, flags = 0, have_cv = 0, full = (h->rank == g);
     uint8_t *info;
 
-    memset(v, 0, stride * sizeof(uint32_t));
     for (w = 0; w < cvw; ++w)
         cand[w] = s->pivots[w] & ~s->weak[w];
 
@@ -695,22 +738,25 @@ static int build_packet(mx_state *s, uint8_t *out)
                 }
             }
         } else {
-            /* random combination, each held row with probability 1/2, plus the sideload */
+            /* random combination: each row held before the previous slot's reception with
+             * probability 1/2 (mx_prepare may have combined them already), plus the sideload */
             uint32_t m[MX_CV_WORDS(MX_MAX_G)];
-            for (w = 0; w < cvw; ++w)
-                m[w] = cand[w] & rnd(s);
-            if (h->sideload != MX_NO_SLOT && bit_get(cand, h->sideload))
-                bit_set(m, h->sideload);
-            if (words_zero(m, cvw))
-                bit_set(m, pick_bit(s, cand, cvw));
-            for (w = 0; w < cvw; ++w) {
-                while (m[w]) {
-                    unsigned j = w * 32u + ctz32(m[w]);
-                    m[w] &= m[w] - 1u;
-                    xor_words(v, row_ptr(s, j), stride);
-                }
+            int prepared = h->prep_slot == h->cur_slot;
+            combination_mask(s, h->cur_slot, m);
+            for (w = 0; w < cvw && prepared; ++w)
+                prepared = m[w] == s->prep_mask[w];
+            if (!prepared) { /* else v (scratch[1]) holds it already */
+                memset(v, 0, stride * sizeof(uint32_t));
+                xor_rows(s, v, m);
             }
+            if (h->sideload != MX_NO_SLOT && bit_get(cand, h->sideload) && !bit_get(m, h->sideload)) {
+                xor_words(v, row_ptr(s, h->sideload), stride);
+                bit_set(m, h->sideload);
+            }
+            if (words_zero(m, cvw))
+                xor_words(v, row_ptr(s, pick_bit(s, cand, cvw)), stride);
         }
+        h->prep_slot = MX_NO_SLOT;
         h->sideload = MX_NO_SLOT;
         have_cv = 1;
     }
@@ -731,6 +777,8 @@ static int build_packet(mx_state *s, uint8_t *out)
     } else {
         type = MX_INFO_NONE;
     }
+    if (!have_cv)
+        memset(v, 0, stride * sizeof(uint32_t)); /* an info-only packet (or a beacon) */
     if (!have_cv && type == MX_INFO_NONE && !(h->mode == MX_ARM_INITIATOR && h->cur_slot == 0u))
         return 0;
     h->tx_count++;
@@ -1051,6 +1099,8 @@ int mx_receive(mx_state *s, uint16_t slot, const uint8_t *p, uint16_t len)
         if (piv >= 0) {
             h->st.rx_innovative++;
             h->sideload = (uint16_t)piv;
+            h->fresh_pivot = (uint16_t)piv;
+            h->fresh_slot = (uint16_t)pslot;
         } else {
             h->st.rx_non_innovative++;
         }
@@ -1127,6 +1177,27 @@ int mx_slot_end(mx_state *s, uint16_t slot)
     return MX_OK;
 }
 
+int mx_prepare(mx_state *s)
+{
+    mx_header *h;
+    unsigned t;
+    if (!s)
+        return MX_E_NULL;
+    h = &s->h;
+    if (h->phase == PH_IDLE)
+        return MX_E_STATE;
+    t = (unsigned)h->cur_slot + 1u;
+    if (!h->synced || h->finished || h->mode == MX_ARM_PASSIVE || t > h->end_slot)
+        return MX_OK;
+    if (!words_zero(s->unsent, h->cvw) && slot_owner(s, t) == h->id)
+        return MX_OK; /* its next own packet is a systematic row: nothing to combine */
+    combination_mask(s, t, s->prep_mask);
+    memset(s->scratch[1], 0, h->stride * sizeof(uint32_t));
+    xor_rows(s, s->scratch[1], s->prep_mask);
+    h->prep_slot = (uint16_t)t;
+    return MX_OK;
+}
+
 int mx_finished(const mx_state *s) { return s ? s->h.finished : 1; }
 int mx_synced(const mx_state *s) { return s ? s->h.synced : 0; }
 uint16_t mx_next_slot(const mx_state *s) { return s ? s->h.next_slot : 0u; }
@@ -1161,7 +1232,8 @@ void mx_deliver_batch(mx_state *const *states, uint16_t count, uint16_t slot, co
 int32_t mx_start(mx_state *s, const mx_radio_hal *hal, void *ctx)
 {
     uint8_t buf[MX_MAX_PACKET_LEN];
-    if (!s || !hal || !hal->wait_slot || !hal->transmit || !hal->receive || !hal->sync || !hal->off)
+    if (!s || !hal || !hal->wait_slot || !hal->transmit || !hal->receive || !hal->sync || !hal->off ||
+        !hal->listen != !hal->tx_done)
         return MX_E_NULL;
     if (s->h.mode == MODE_NONE || s->h.phase != PH_IDLE)
         return MX_E_STATE;
@@ -1181,9 +1253,21 @@ int32_t mx_start(mx_state *s, const mx_radio_hal *hal, void *ctx)
         if (act == MX_ACT_TX) {
             if (hal->transmit(ctx, buf, len) < 0)
                 return MX_E_HAL;
+            if (hal->tx_done) {
+                (void)mx_prepare(s); /* while the packet goes out */
+                if (hal->tx_done(ctx) < 0)
+                    return MX_E_HAL;
+            }
         } else if (act == MX_ACT_RX) {
             uint32_t t = 0;
-            int n = hal->receive(ctx, buf, (uint16_t)sizeof buf, !synced, &t);
+            int n;
+            if (hal->listen) {
+                /* the receiver is armed: combine the next packet while this one is on the air */
+                if (hal->listen(ctx, !synced) < 0)
+                    return MX_E_HAL;
+                (void)mx_prepare(s);
+            }
+            n = hal->receive(ctx, buf, (uint16_t)sizeof buf, !synced, &t);
             if (n < 0)
                 return MX_E_HAL;
             if (n > 0 && mx_receive(s, slot, buf, (uint16_t)n) >= 0)

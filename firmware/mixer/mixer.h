@@ -223,7 +223,10 @@ typedef struct {
     uint8_t fr_known;       /* another node is known to know that this node has full rank */
     uint8_t pad[1];
     uint16_t pass_len;      /* slots of the weighted first pass (0: plain s mod n) */
-    uint16_t pad2;
+    uint16_t prep_slot;     /* slot whose random combination mx_prepare built (MX_NO_SLOT: none) */
+    uint16_t fresh_pivot;   /* pivot of the latest innovative reception ... */
+    uint16_t fresh_slot;    /* ... and its slot (MX_NO_SLOT: none yet) */
+    uint32_t mask_key;      /* per node key of the combination masks (a counter-based draw per slot) */
 } mx_header;
 
 typedef struct {
@@ -234,6 +237,7 @@ typedef struct {
     uint32_t weak[MX_CV_WORDS(MX_MAX_G)];       /* rows known to be weak zeros */
     uint32_t coded[MX_CV_WORDS(MX_MAX_G)];      /* rows named by an accepted coding vector or written with data */
     uint32_t decoded[MX_CV_WORDS(MX_MAX_G)];    /* rows equal to e_row (valid when !dirty) */
+    uint32_t prep_mask[MX_CV_WORDS(MX_MAX_G)];  /* rows mx_prepare combined into scratch[1] */
     uint32_t req[MX_MAX_NODES][MX_CV_WORDS(MX_MAX_G)]; /* last row request of each node */
     uint16_t req_slot[(MX_MAX_NODES + 1u) & ~1u]; /* slot of that request (even: keeps words aligned) */
     uint16_t rank_up[(MX_MAX_G + 1u) & ~1u];    /* slot in which each row's pivot appeared */
@@ -245,7 +249,7 @@ typedef struct {
 /* Bytes of mx_state for given maxima (what -DMX_MAX_NODES=N -DMX_MAX_G=G -DMX_MAX_P=P with the
  * default pool gives). mx_state_size() returns sizeof(mx_state) of this build. */
 #define MX_STATE_BYTES(N, G, P)                                                                   \
-    (sizeof(mx_header) + 4u * (6u * MX_CV_WORDS(G) + (N)*MX_CV_WORDS(G)) + 2u * (((N) + 1u) & ~1u) +         \
+    (sizeof(mx_header) + 4u * (7u * MX_CV_WORDS(G) + (N)*MX_CV_WORDS(G)) + 2u * (((N) + 1u) & ~1u) +         \
      2u * (((G) + 1u) & ~1u) + ((((G) + (N)) + 3u) & ~3u) + 4u * 2u * MX_ROW_WORDS(G, P) + 4u * (G)*MX_ROW_WORDS(G, P))
 #define MX_STATE_SIZE (sizeof(mx_state))
 
@@ -321,11 +325,28 @@ typedef struct {
     void (*sync)(void *ctx, uint16_t slot, uint32_t rx_time);
     /* The round is over for this node: radio off. */
     void (*off)(void *ctx);
+    /* Optional, both or neither (NULL: transmit and receive block until the slot's packet is over).
+     * listen arms the receiver for the current slot (or starts a scan) and returns at once; receive
+     * then only waits for the outcome. With tx_done, transmit only arms the transmission and returns;
+     * tx_done waits until the packet is out (0, or < 0). In between mx_start runs mx_prepare, so the
+     * next packet is combined while this slot's packet is on the air. */
+    int (*listen)(void *ctx, int scan);
+    int (*tx_done)(void *ctx);
 } mx_radio_hal;
 
 /* Run the armed round to its end. Returns the node's last slot (>= 0: the slot it was done in, or,
  * if it never was, the last slot it stepped), or < 0 (an MX_E_* code) on error. */
 int32_t mx_start(mx_state *s, const mx_radio_hal *hal, void *ctx);
+
+/* Combine the next slot's random packet in advance (optional; issue 15, the M4 budget). Call it
+ * during a slot, after mx_slot and before mx_receive — while that slot's packet is on the air — and
+ * mx_slot of the next slot then only adds the sideload and serialises, instead of XORing about half of
+ * the node's rows in the short gap between two packets. The packet is the same whether or not this
+ * was called: its rows are drawn per slot from the rows held before the previous slot's reception
+ * (mx_slot leaves out the row that reception added, which joins as the sideload), with a mask that
+ * depends only on the seed, the node and the slot. Reading rows (mx_read, mx_row_status,
+ * mx_coded_row) in between discards the prepared combination. MX_OK, or MX_E_STATE outside a slot. */
+int mx_prepare(mx_state *s);
 
 /* ---- results ---------------------------------------------------------------------------- */
 

@@ -7,7 +7,9 @@
  * two packets, so the cycle model counts what competes with the radio's deadlines:
  *   bench_slot     mx_slot (TX decision, packet build) and, for TX, hal_transmit's copy to the PDU;
  *   bench_receive  hal_receive's copy out of the PDU, mx_receive (checks, GF(2) elimination), mx_slot_end;
- *   bench_slot_end mx_slot_end alone (TX slots and RX slots without a packet).
+ *   bench_slot_end mx_slot_end alone (TX slots and RX slots without a packet);
+ *   bench_prepare  mx_prepare: the next slot's combination, which mx_start runs while this slot's
+ *                  packet is on the air (the HAL's listen / tx_done), not in the gap.
  * bench_verify checks after the round that every decoded row equals what its owner wrote (the
  * payload pattern is bench_byte(row, k), the same on the host). bench_features reports mixer.h's
  * MX_FEAT_DEFAULT, what deployed rounds run (firmware/somegather/cisl_mixer_transport.c), so the host
@@ -96,6 +98,8 @@ int bench_receive(uint32_t len)
 }
 
 int bench_slot_end(void) { return mx_slot_end(&bench_state, bench_state.h.cur_slot); }
+
+int bench_prepare(void) { return mx_prepare(&bench_state); }
 
 uint32_t bench_synced(void) { return (uint32_t)mx_synced(&bench_state); }
 uint32_t bench_next_slot(void) { return mx_next_slot(&bench_state); }

@@ -357,6 +357,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             CHECK(mx_finished(&h->s));
             break;
         }
+        if ((h->cfg.seed >> (slot & 31u)) & 1u) /* the next packet combined in advance (mx_start) */
+            CHECK(mx_prepare(&h->s) == MX_OK);
         if (act == MX_ACT_TX) {
             CHECK(mode != MX_ARM_PASSIVE);
             check_tx(h, tx, tx_len, slot);

@@ -207,6 +207,10 @@ static void run_slot(reader *in, uint32_t rx_mask, uint32_t step_mask, unsigned 
             CHECK(mx_next_slot(&x->s) <= x->slot);
         x->act = mx_slot(&x->s, x->slot, x->tx, &x->tx_len);
         CHECK(x->act == MX_ACT_OFF || x->act == MX_ACT_RX || x->act == MX_ACT_TX);
+        /* combine the next packet in advance, as mx_start does while listening, in about half of the
+         * slots (the seed decides): what goes on the air must stay a true combination either way */
+        if (x->act != MX_ACT_OFF && ((W.cfg.seed >> ((i + x->slot) & 31u)) & 1u))
+            CHECK(mx_prepare(&x->s) == MX_OK);
         if (x->act == MX_ACT_OFF) {
             CHECK(mx_finished(&x->s));
             CHECK(mx_slot_end(&x->s, x->slot) == MX_OK);

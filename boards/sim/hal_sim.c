@@ -393,7 +393,8 @@ int cisl_board_radio_on_us(uint32_t *tx_us, uint32_t *rx_us)
  *
  * The virtual node runs the very round loop an nRF52840 runs (mx_start, firmware/mixer/mixer.c)
  * through this mx_radio_hal: every transmit or receive is one slot of the medium (an ACTION
- * frame, answered by SLOT_RESULT), and `off` tells the medium the node is done and waits for the
+ * frame, answered by SLOT_RESULT; the pair is split across transmit / tx_done and listen / receive
+ * so that mx_start overlaps mx_prepare with it), and `off` tells the medium the node is done and waits for the
  * round's end (air time, radio-on time). Slot timing is the medium's, so wait_slot and sync have
  * nothing to do. */
 
@@ -419,61 +420,56 @@ static void sim_wait_slot(void *ctx, uint16_t slot)
     (void)slot;
 }
 
-/* Transmitting is the TX action frame; sim_tx_done takes the medium's answer. */
-static int sim_transmit(void *ctx, const uint8_t *packet, uint16_t len)
+/* A slot is an ACTION frame to the medium (slot_begin: from transmit or listen) and its answer
+ * (slot_answer: from tx_done or receive); mx_start runs mx_prepare in between, while the medium
+ * plays the slot, as the nRF52840 does while the packet is on the air. */
+static int slot_begin(sim_radio *r, uint8_t act, const uint8_t *packet, uint16_t len)
 {
-    sim_radio *r = (sim_radio *)ctx;
     if (r->ended) {
         return -1;
     }
-    if (send_frame_flags(FRAME_ACTION, 0, (uint8_t)MX_ACT_TX, r->sg, r->inference, packet, len) != 0) {
+    if (send_frame_flags(FRAME_ACTION, 0, act, r->sg, r->inference, packet, len) != 0) {
         medium_lost("in a radio slot");
     }
     return 0;
+}
+
+static int slot_answer(sim_radio *r, frame_header *f)
+{
+    if (recv_frame(f) != 0) {
+        medium_lost("in a radio slot");
+    }
+    if (f->type == FRAME_ROUND_END) {
+        round_end(r, f);
+        return -1; /* mx_start stops; the round is over for everybody */
+    }
+    return 0;
+}
+
+static int sim_transmit(void *ctx, const uint8_t *packet, uint16_t len)
+{
+    return slot_begin((sim_radio *)ctx, (uint8_t)MX_ACT_TX, packet, len);
 }
 
 static int sim_tx_done(void *ctx)
 {
-    sim_radio *r = (sim_radio *)ctx;
     frame_header f;
-    if (recv_frame(&f) != 0) {
-        medium_lost("in a radio slot");
-    }
-    if (f.type == FRAME_ROUND_END) {
-        round_end(r, &f);
-        return -1; /* mx_start stops; the round is over for everybody */
-    }
-    return 0;
+    return slot_answer((sim_radio *)ctx, &f);
 }
 
-/* Listening is the RX action frame: mx_start then prepares the next packet (mx_prepare) while the
- * medium plays the slot, as the nRF52840 does while the packet is on the air; receive takes the
- * answer. */
 static int sim_listen(void *ctx, int scan)
 {
-    sim_radio *r = (sim_radio *)ctx;
     (void)scan;
-    if (r->ended) {
-        return -1;
-    }
-    if (send_frame_flags(FRAME_ACTION, 0, (uint8_t)MX_ACT_RX, r->sg, r->inference, NULL, 0) != 0) {
-        medium_lost("in a radio slot");
-    }
-    return 0;
+    return slot_begin((sim_radio *)ctx, (uint8_t)MX_ACT_RX, NULL, 0);
 }
 
 static int sim_receive(void *ctx, uint8_t *buf, uint16_t max, int scan, uint32_t *rx_time)
 {
-    sim_radio *r = (sim_radio *)ctx;
     (void)scan;
     frame_header f;
     *rx_time = 0u;
-    if (recv_frame(&f) != 0) {
-        medium_lost("in a radio slot");
-    }
-    if (f.type == FRAME_ROUND_END) {
-        round_end(r, &f);
-        return -1; /* mx_start stops; the round is over for everybody */
+    if (slot_answer((sim_radio *)ctx, &f) != 0) {
+        return -1;
     }
     if (f.type != FRAME_SLOT_RESULT || f.len == 0u) {
         return 0;

@@ -10,7 +10,7 @@ with the point: the slot RoundPolicy gives it from board.toml's [mixer] per_pack
 slot_cycles (the whole slot). Off-grid
 points with other seeds and other node counts check the fit. Writes docs/results/mixer_budget_grid.{md,json}.
 
-    python bench/mixer_budget_grid.py              # measure everything (about 6 minutes on 2 cores)
+    python bench/mixer_budget_grid.py              # measure everything (about 10 minutes)
     python bench/mixer_budget_grid.py --fit        # board.toml's per_packet_cycles and slot_cycles from the .json
     python bench/mixer_budget_grid.py --render     # the compiler columns again, for the current board.toml
 """

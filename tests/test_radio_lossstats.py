@@ -46,7 +46,9 @@ def test_mixer_network_completes_on_a_mesh():
 def test_measure_tight_deadlines_lose_messages_consistently():
     ok = measure("full_mesh", 6, 64, exchanges=20)
     assert ok.effective_link_loss == 0 and ok.complete_fraction == 1
-    tight = measure("hallway16", None, 64, exchanges=30, policy="fixed", deadline=45)
+    # 35 slots: short of what the 17-row rounds need on the hallway (about 45; 15 % of the messages
+    # are lost at 35), so some but not all are lost
+    tight = measure("hallway16", None, 64, exchanges=30, policy="fixed", deadline=35)
     assert 0 < tight.effective_link_loss < 1
     assert tight.model_link_loss == pytest.approx(tight.effective_link_loss, abs=0.08)
     assert "[dropout]" in tight.toml() and "q_link" in tight.toml()

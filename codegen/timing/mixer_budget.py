@@ -334,6 +334,7 @@ class Budget:
     margin_slot_us: int = 50
     features: int = 0        # MX_FEAT_* the rounds ran
     needed_slot_us: tuple[int, int, int] = (0, 0, 0)  # shortest slot without a late slot, per cycle bound
+    worst_ahead: tuple[float, float, float] = (0.0, 0.0, 0.0)  # mx_prepare, overlapped with the air time, cycles
     notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
@@ -446,7 +447,8 @@ def evaluate(traces: list[RoundTrace], phy: str = "2M", slot_us: int | None = No
                   worst[1] * us, worst[2] * us, wprep[1] * us, gap - worst[1] * us, txw - wprep[1] * us,
                   late[1], late[2], late_kind[0], late_kind[1], len(gaps) + len(traces), len(traces), ok, late[1] == 0,
                   clock, margin, features=tr0.features,
-                  needed_slot_us=tuple(needed_slot_us(traces, phy, bound) for bound in range(3)))
+                  needed_slot_us=tuple(needed_slot_us(traces, phy, bound) for bound in range(3)),
+                  worst_ahead=tuple(float(x) for x in np.array([s.ahead for t in traces for s in t.slots]).max(axis=0)))
 
 
 def packet_budget(generation: int, payload: int, phy: str = "2M", nodes: int = 16, rounds: int = 2,

@@ -331,7 +331,8 @@ FAKE_TOOL = r'''#!{python}
 import json, os, sys
 argv = sys.argv[1:]
 log, state_dir = os.environ["FAKE_TOOL_LOG"], os.environ["FAKE_TOOL_STATE"]
-state = {{s: open(os.path.join(state_dir, s)).read() for s in sorted(os.listdir(state_dir))}}
+# another fake may be writing its device's state (nodes flash in parallel): skip its temporary file
+state = {{s: open(os.path.join(state_dir, s)).read() for s in sorted(os.listdir(state_dir)) if ".tmp" not in s}}
 tool = os.path.basename(sys.argv[0])
 if tool == "nrfjprog" and argv == ["--ids"]:
     print("\n".join(state)); sys.exit(0)

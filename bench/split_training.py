@@ -163,9 +163,8 @@ def _dense(s: Session):
 
 
 def fig7_method(s: Session, method: str) -> None:
-    from codegen.partition import kept_count
     from codegen.train.model import state_to_numpy
-    from codegen.train.pruning import communication, drop_pruned_weights, prune_step, stage_counts
+    from codegen.train.pruning import column_counts, communication, drop_pruned_weights, prune_step, stage_counts
 
     name = f"fig7-D{s.devices}-s{s.seed}-{method}"
     if (RUNS / f"{name}.json").is_file():
@@ -173,24 +172,24 @@ def fig7_method(s: Session, method: str) -> None:
     model = _dense(s)
     dense_comm = communication(model.split, model.masks, s.cfg.model.tokens, s.cfg.model.horizon)
     split = model.split
-    stages = stage_counts(split, min(PROTOCOL["keeps"]), PROTOCOL["prune_step"])
-    targets = sorted(PROTOCOL["keeps"], reverse=True)
-    points = []
-    for i, counts in enumerate(stages, start=1):
-        weights = drop_pruned_weights(state_to_numpy(model), split, model.masks, method)
-        masks = prune_step(method, weights, split, model.masks, counts)
-        model.set_masks(masks, prune_own=method == "normal")
-        model.load_numpy(drop_pruned_weights(weights, split, masks, method))
-        s.fit(model, PROTOCOL["epochs_per_stage"], f"{method} stage {i}")
-        for keep in targets:
-            reached = all(counts[k][p] == kept_count(hi - lo, keep)
-                          for k in range(split.devices) for p in counts[k] for lo, hi in [split.own_cols(k, p)])
-            if reached and not any(pt["keep"] == keep for pt in points):
-                ft = s.fit(model, PROTOCOL["finetune_epochs"], f"{method} finetune {keep}")
-                comm = communication(split, model.masks, s.cfg.model.tokens, s.cfg.model.horizon)
-                points.append({"keep": keep, "stage": i, "finetune": ft, "test_mse": s.test_mse(model),
-                               "communication": comm})
-                print(f"   {name} keep {keep}: test MSE {points[-1]['test_mse']:.4f}", flush=True)
+    layers = s.cfg.model.layers
+    points, i = [], 0
+    # one stepwise pass through every keep in turn: from the dense model to the largest keep's exact
+    # counts, fine-tune and score there, then on from those counts to the next keep
+    for keep in sorted(PROTOCOL["keeps"], reverse=True):
+        for counts in stage_counts(split, layers, keep, PROTOCOL["prune_step"], method, start=column_counts(model.masks)):
+            i += 1
+            weights = drop_pruned_weights(state_to_numpy(model), split, model.masks, method)
+            masks = prune_step(method, weights, split, model.masks, counts)
+            model.set_masks(masks, prune_own=method == "normal")
+            model.load_numpy(drop_pruned_weights(weights, split, masks, method))
+            s.fit(model, PROTOCOL["epochs_per_stage"], f"{method} stage {i}")
+        ft = s.fit(model, PROTOCOL["finetune_epochs"], f"{method} finetune {keep}")
+        comm = communication(split, model.masks, s.cfg.model.tokens, s.cfg.model.horizon)
+        points.append({"keep": keep, "realised_keep": comm["ratio_to_allgather"], "stage": i, "finetune": ft,
+                       "test_mse": s.test_mse(model), "communication": comm})
+        print(f"   {name} keep {keep} (realised {comm['ratio_to_allgather']:.4f}): test MSE "
+              f"{points[-1]['test_mse']:.4f}", flush=True)
     _save(name, {"devices": s.devices, "seed": s.seed, "method": method, "dense_communication": dense_comm,
                  "points": points})
 
@@ -241,7 +240,7 @@ def deploy_unit() -> None:
     overrides = {"model": dict(p["model"]), "split": {"devices": 8},
                  "train": {"epochs": p["dense_epochs"], "batch_size": p["batch_size"], "lr": p["lr"], "seed": 0,
                            "max_train_windows": p["max_train_windows"], "threads": THREADS},
-                 "prune": {"method": "somegather", "target_keep": 0.1, "step": p["prune_step"],
+                 "prune": {"method": "somegather", "keep": 0.1, "step": p["prune_step"],
                            "epochs_per_step": p["epochs_per_stage"], "finetune_epochs": p["finetune_epochs"]},
                  "dropout": {"q": 0.1}}
     with tempfile.TemporaryDirectory() as tmp:

@@ -22,7 +22,7 @@ from .errors import UserError
 from .executor import PlanExecutor
 from .fsutil import atomic_output_dir, check_output_dir, output_lock, sha256_file
 from .onnx_model import CislModel, load_model
-from .partition import Split, full_masks, masks_are_full
+from .partition import Split, full_masks, masks_are_full, realised_keep
 from .plan.io import PLAN_FORMAT, PLAN_VERSION, NodeData, load_plan, write_plan
 from .plan.memory import buffers_of, check_plan, format_plan, plan_arena
 from .plan.mixer_schedule import MAX_GENERATION, RoundPolicy, schedule_plan
@@ -152,7 +152,9 @@ def _compile(model_path: Path, out_dir: Path, opts: CompileOptions, say: Callabl
         {"model": model.sha256, "calibration": sha256_file(cal_path), "options": options, "tool": __version__},
         sort_keys=True).encode()).hexdigest()
 
-    say(f"partition: {split.devices} devices, heads {list(split.heads_per_device)}, keep ratio {model.keep_ratio}")
+    realised = realised_keep(split, masks)
+    say(f"partition: {split.devices} devices, heads {list(split.heads_per_device)}, keep {model.keep_ratio:g} "
+        f"(realised {realised:.4f} of an allgather's columns)")
     st = build_structure(cfg, split, masks, model.keep_ratio)
     say(f"calibrate: {len(cal)} windows")
     q = calibrate(st, model.weights, cal)
@@ -174,7 +176,7 @@ def _compile(model_path: Path, out_dir: Path, opts: CompileOptions, say: Callabl
         "source": {"model": Path(model_path).name, "model_sha256": model.sha256, "calibration": cal_path.name,
                    "calibration_samples": int(len(cal))},
         "board": board.name, "model": cfg.to_json(), "devices": split.devices, "sink": SINK,
-        "keep_ratio": model.keep_ratio,
+        "keep_ratio": model.keep_ratio, "realised_keep": realised,
         "partition": {"heads_per_device": list(split.heads_per_device),
                       "model_cols": [list(split.model_cols(k)) for k in range(split.devices)],
                       "hidden_cols": [list(split.hidden_cols(k)) for k in range(split.devices)]},

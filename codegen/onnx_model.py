@@ -24,7 +24,7 @@ from onnx import TensorProto, helper, numpy_helper
 from codegen import __version__
 from codegen.errors import UserError
 from codegen.modelspec import ModelConfig, patch_index, weight_shapes
-from codegen.partition import POINTS, Masks, Split, gathered_cols, validate_masks
+from codegen.partition import POINTS, Masks, Split, gathered_cols, realised_keep, validate_masks
 
 FORMAT = "cisl-model"
 FORMAT_VERSION = 1
@@ -209,7 +209,8 @@ def build_onnx(cfg: ModelConfig, weights: dict[str, np.ndarray], split: Split, m
         "cisl.config": _json(cfg.to_json()),
         "cisl.devices": _json(split.devices),
         "cisl.heads_per_device": _json(list(split.heads_per_device)),
-        "cisl.masks": _json({"keep_ratio": float(keep_ratio), "broadcast": broadcast}),
+        "cisl.masks": _json({"keep_ratio": float(keep_ratio), "realised_keep": realised_keep(split, masks),
+                             "broadcast": broadcast}),
         "cisl.training": _json(training),
     }
     helper.set_model_props(model, meta)

@@ -6,6 +6,7 @@ re-derives the split differently (docs/design/decisions.md §3).
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass
 
@@ -30,11 +31,104 @@ def ranges(sizes: list[int]) -> list[tuple[int, int]]:
     return out
 
 
-def kept_count(width: int, keep_ratio: float) -> int:
-    """Columns a device broadcasts out of ``width`` own columns at keep ratio ``keep_ratio``."""
-    if width == 0:
-        return 0
-    return min(width, max(1, math.ceil(keep_ratio * width - 1e-9)))
+def distribute(widths: dict, target: int, groups: dict, minimum: int = 0, extra: dict | None = None) -> dict:
+    """Whole-column counts per cell, summing to ``target`` (clamped to what the cells allow).
+
+    ``widths[cell]`` is a cell's own columns, ``groups[cell]`` the tuple of groups it belongs to
+    (e.g. its device and its Mixer round). Every cell first gets floor(κ·w) with κ = target / Σ w
+    (at least ``minimum``, never more than w); the remaining columns go one at a time to the cell
+    with the largest unrounded remainder κ·w − count, ties to the cell whose groups have received
+    the fewest extra columns so far, so the remainder is spread across devices and rounds instead
+    of piling up on the first ones. ``extra`` carries those group counts across calls.
+    """
+    cells = [c for c in widths if widths[c] > 0]
+    out = {c: 0 for c in widths}
+    if not cells:
+        return out
+    total = sum(widths[c] for c in cells)
+    target = min(total, max(minimum * len(cells), target))
+    ratio = target / total
+    for c in cells:
+        out[c] = min(widths[c], max(minimum, math.floor(ratio * widths[c] + 1e-9)))
+    extra = {} if extra is None else extra
+    left = target - sum(out.values())
+
+    def key(i: int, c) -> tuple:
+        # the remainder decides; then the groups' extra columns so far, then the cell order
+        return (out[c] - ratio * widths[c], sum(extra.get(g, 0) for g in groups[c]), i)
+
+    heap = [key(i, c) for i, c in enumerate(cells)]
+    heapq.heapify(heap)
+    while left > 0 and heap:
+        # lazy keys: a popped key may be stale (its groups got columns since); keys only grow
+        i = heapq.heappop(heap)[2]
+        c = cells[i]
+        if out[c] >= widths[c]:
+            continue
+        fresh = key(i, c)
+        if heap and fresh > heap[0]:
+            heapq.heappush(heap, fresh)
+            continue
+        out[c] += 1
+        for g in groups[c]:
+            extra[g] = extra.get(g, 0) + 1
+        left -= 1
+        heapq.heappush(heap, key(i, c))
+    return out
+
+
+def keep_counts(split: "Split", layers: int, keep: float, tied_residual: bool = False) -> list[list[dict[str, int]]]:
+    """counts[layer][device][point]: columns each device broadcasts so that the network-wide share
+    of an allgather's columns is ``keep`` as closely as whole columns allow.
+
+    The target is round(keep · layers · (3F + F_h)) columns (what `pruning.communication` counts),
+    spread by `distribute` first over the devices (by their own columns), then over each device's
+    (layer, point) cells, ties going to the Mixer rounds that have had the fewest extra columns. A device may broadcast nothing at a
+    point (its columns then stay local; the C and Mixer handle empty messages).
+    ``tied_residual`` (normal pruning: one residual column set for the whole network): a device's
+    x and y counts are equal and the same in every layer, at least one column (its LayerNorm needs
+    one); their share is fixed first from F alone, then h and z take the rest of the target.
+    """
+    if not 0.0 < keep <= 1.0:
+        raise ValueError("keep must be in (0, 1]")
+    D, L = split.devices, layers
+    counts = [[{p: 0 for p in POINTS} for _ in range(D)] for _ in range(L)]
+    target = math.floor(keep * L * (3 * split.d_model + split.mlp_hidden) + 0.5)
+    points = POINTS
+    if tied_residual:
+        widths = {k: split.model_cols(k)[1] - split.model_cols(k)[0] for k in range(D)}
+        res = distribute(widths, math.floor(keep * split.d_model + 0.5), {k: (k,) for k in range(D)}, minimum=1)
+        for l in range(L):
+            for k in range(D):
+                counts[l][k]["x"] = counts[l][k]["y"] = res[k]
+        target -= 2 * L * sum(res.values())
+        points = ("h", "z")
+    def width(k: int, p: str) -> int:
+        lo, hi = split.own_cols(k, p)
+        return hi - lo
+
+    per_device = distribute({k: L * sum(width(k, p) for p in points) for k in range(D)}, target,
+                            {k: () for k in range(D)})
+    rounds: dict = {}
+    for k in range(D):
+        cells = {(l, p): width(k, p) for l in range(L) for p in points}
+        groups = {(l, p): (("round", l, p), ("layer", l)) for l, p in cells}
+        for (l, p), c in distribute(cells, per_device[k], groups, extra=rounds).items():
+            counts[l][k][p] = c
+    return counts
+
+
+def keep_share(split: "Split", counts: list[list[dict[str, int]]]) -> float:
+    """The network-wide keep ratio that ``counts`` realise: broadcast columns / an allgather's."""
+    dense = len(counts) * (3 * split.d_model + split.mlp_hidden)
+    return sum(sum(entry.values()) for layer in counts for entry in layer) / dense if dense else 1.0
+
+
+def realised_keep(split: "Split", masks: "Masks") -> float:
+    """The network-wide keep ratio that ``masks`` realise (1.0 for one device: nothing is sent)."""
+    if split.devices == 1:
+        return 1.0
+    return keep_share(split, [[{p: len(entry[p]) for p in POINTS} for entry in layer] for layer in masks])
 
 
 @dataclass(frozen=True)
@@ -99,18 +193,20 @@ def full_masks(split: Split, layers: int) -> Masks:
 
 
 def random_masks(split: Split, layers: int, keep_ratio: float, seed: int) -> Masks:
-    """Seeded random masks keeping ``kept_count`` columns per device and point."""
+    """Seeded random masks (not the paper's pruning: columns drawn at random, untrained) broadcasting
+    `keep_counts` columns per layer, device and point, so the network-wide share is ``keep_ratio``."""
     if not 0.0 < keep_ratio <= 1.0:
         raise ValueError("keep_ratio must be in (0, 1]")
     rng = np.random.default_rng(seed)
+    counts = keep_counts(split, layers, keep_ratio)
     masks: Masks = []
-    for _ in range(layers):
+    for l in range(layers):
         layer = []
         for k in range(split.devices):
             entry = {}
             for p in POINTS:
                 lo, hi = split.own_cols(k, p)
-                t = kept_count(hi - lo, keep_ratio)
+                t = counts[l][k][p]
                 cols = rng.choice(np.arange(lo, hi), size=t, replace=False) if t < hi - lo else np.arange(lo, hi)
                 entry[p] = sorted(int(c) for c in cols)
             layer.append(entry)

@@ -14,7 +14,7 @@ from codegen import __version__
 from codegen.errors import UserError
 from codegen.modelspec import ModelConfig, weight_shapes
 from codegen.onnx_model import build_onnx, load_model, save_onnx
-from codegen.partition import Split, full_masks, random_masks
+from codegen.partition import Split, full_masks, random_masks, realised_keep
 
 # 16 heads so that D = 16 is possible; mlp_hidden 24 splits unevenly over 16 and 3 devices.
 CFG = ModelConfig(lookback=32, patch_len=8, stride=4, d_model=32, heads=16, layers=2, mlp_hidden=24, horizon=8)
@@ -116,7 +116,8 @@ def test_dense_weights_and_metadata_follow_the_contract() -> None:
     assert meta["cisl.tool_version"] == __version__
     assert meta["cisl.config"] == CFG.to_json() and meta["cisl.config"]["tokens"] == CFG.tokens
     assert meta["cisl.devices"] == 3 and meta["cisl.heads_per_device"] == [6, 5, 5]
-    assert meta["cisl.masks"] == {"keep_ratio": 0.5, "broadcast": masks}
+    assert meta["cisl.masks"] == {"keep_ratio": 0.5, "realised_keep": realised_keep(split, masks), "broadcast": masks}
+    assert abs(meta["cisl.masks"]["realised_keep"] - 0.5) <= 0.5 / (CFG.layers * (3 * CFG.d_model + CFG.mlp_hidden))
     assert meta["cisl.training"] == {"epochs": 2}
 
     inp, out = model.graph.input[0], model.graph.output[0]

@@ -39,7 +39,7 @@ def test_values_are_read(tmp_path: Path) -> None:
     cfg = load_config(write(tmp_path, """
 [prune]
 method = "somegather"
-target_keep = 0.1
+keep = 0.1
 step = 0.2
 epochs_per_step = 2
 finetune_epochs = 5
@@ -50,7 +50,7 @@ q_send = 0.01
     assert cfg.prune == PruneConfig("somegather", 0.1, 0.2, 2, 5)
     assert cfg.dropout.rates() == (0.05, 0.0, 0.01)
     assert load_config(write(tmp_path, "[dropout]\nq = 0.1\n")).dropout.rates() == (0.1, 0.1, 0.1)
-    assert load_config(None, {"prune.method": "normal", "prune.target_keep": 0.5}).prune.method == "normal"
+    assert load_config(None, {"prune.method": "normal", "prune.keep": 0.5}).prune.method == "normal"
     cfg = load_config(write(tmp_path, "[dropout]\nq_max = 0.2\n"))
     assert cfg.dropout.q_max == 0.2 and cfg.dropout.rates() == (0.0, 0.0, 0.0)
 
@@ -58,14 +58,16 @@ q_send = 0.01
 @pytest.mark.unit
 @pytest.mark.parametrize("text,needle", [
     ("[prune]\nmethod = \"random\"\n", 'method must be "none", "somegather" or "normal"'),
-    ("[prune]\nmethod = \"normal\"\ntarget_keep = 0\n", "target_keep must be in (0, 1]"),
+    ("[prune]\nmethod = \"normal\"\nkeep = 0\n", "keep must be in (0, 1]"),
     ("[prune]\nmethod = \"normal\"\nstep = 1.5\n", "step must be in (0, 1]"),
     ("[prune]\nepochs_per_step = -1\n", "epochs_per_step must be >= 0"),
     ("[prune]\nfinetune_epochs = -2\n", "finetune_epochs must be >= 0"),
-    ("[prune]\nkeep = 0.5\n", "did you mean 'target_keep'?"),
-    ("[prune]\ntarget_keep = 0.5\n", "needs a method"),
-    ("[split]\nkeep_ratio = 0.5\n[prune]\nmethod = \"somegather\"\ntarget_keep = 0.5\n",
-     "supersedes [split] keep_ratio"),
+    ("[prune]\nkeeep = 0.5\n", "did you mean 'keep'?"),
+    ("[prune]\nkeep = 0.5\n", "needs a method"),
+    ("[prune]\ntarget_keep = 0.5\n", "[prune] target_keep was renamed: it is now [prune] keep"),
+    ("[split]\nkeep_ratio = 0.5\n", "[split] keep_ratio was renamed: it drew RANDOM masks and is now [split] random_keep"),
+    ("[split]\nrandom_keep = 0.5\n[prune]\nmethod = \"somegather\"\nkeep = 0.5\n",
+     "draws random ones: remove random_keep"),
     ("[dropout]\nq = 1.0\n", "q must be in [0, 1)"),
     ("[dropout]\nq_recv = -0.1\n", "q_recv must be in [0, 1)"),
     ("[dropout]\nq = 0.1\nq_link = 0.1\n", "set either q or q_link"),

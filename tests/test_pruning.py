@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 
 from codegen.modelspec import ModelConfig, weight_shapes  # noqa: E402
 from codegen.onnx_model import build_onnx  # noqa: E402
-from codegen.partition import POINTS, Split, full_masks, gathered_cols, kept_count  # noqa: E402
+from codegen.partition import POINTS, Split, full_masks, gathered_cols, keep_counts, keep_share  # noqa: E402
 from codegen.train.api import make_untrained  # noqa: E402
 from codegen.train.model import SplitPatchTST, live_columns, state_to_numpy  # noqa: E402
 from codegen.train.pruning import (CONSUMERS, communication, consumer_row_owner, drop_pruned_weights,  # noqa: E402
@@ -38,7 +38,7 @@ def weights_for(cfg: ModelConfig, split: Split, seed: int) -> dict[str, np.ndarr
 def prune_all(method: str, cfg: ModelConfig, split: Split, target: float, step: float, seed: int = 0):
     """Run every stage on fresh random weights (as if retrained in between); returns the final masks."""
     masks = full_masks(split, cfg.layers)
-    for s, counts in enumerate(stage_counts(split, target, step)):
+    for s, counts in enumerate(stage_counts(split, cfg.layers, target, step, method)):
         w = drop_pruned_weights(weights_for(cfg, split, seed + s), split, masks, method)
         masks = (prune_somegather if method == "somegather" else prune_normal)(w, split, masks, counts)
     return masks
@@ -88,7 +88,7 @@ def test_somegather_ranking_hand_computed() -> None:
     qkv1 = np.abs(M).sum(0) + 4 + 2 + np.abs(M.T).sum(0)
     np.testing.assert_array_equal(sc["r"], qkv1 + head)
     # keeping one column per device: somegather keeps 1 and 3 at h, normal keeps 0 (big local weight) and 3
-    one = [{p: 1 for p in POINTS}] * 2
+    one = [[{p: 1 for p in POINTS}] * 2]
     sg = prune_somegather(w, split, full_masks(split, 1), one)
     nm = prune_normal(w, split, full_masks(split, 1), one)
     assert sg[0][0]["h"] == [1] and sg[0][1]["h"] == [3]
@@ -101,15 +101,15 @@ def test_somegather_ranking_hand_computed() -> None:
 
 @pytest.mark.unit
 @pytest.mark.parametrize("width,target,step,expected", [
-    (16, 0.1, 0.1, [14, 12, 10, 8, 6, 4, 2]),
-    (8, 0.5, 0.1, [7, 6, 5, 4]),  # round(0.8) = 1 per stage
-    (3, 0.5, 0.1, [2]),  # round(0.3) = 0 -> at least one
-    (10, 0.25, 0.3, [7, 4, 3]),  # never below kept_count(10, 0.25) = 3
-    (5, 1.0, 0.1, []),
-    (1, 0.1, 0.5, []),  # one column: kept_count keeps it
-    (16, 0.5, 1.0, [8]),
+    (16, 2, 0.1, [14, 12, 10, 8, 6, 4, 2]),
+    (8, 4, 0.1, [7, 6, 5, 4]),  # round(0.8) = 1 per stage
+    (3, 2, 0.1, [2]),  # round(0.3) = 0 -> at least one
+    (10, 3, 0.3, [7, 4, 3]),  # never below the target
+    (5, 5, 0.1, []),
+    (1, 0, 0.5, [0]),  # a cell may end with nothing to send
+    (16, 8, 1.0, [8]),
 ])
-def test_schedule(width: int, target: float, step: float, expected: list[int]) -> None:
+def test_schedule(width: int, target: int, step: float, expected: list[int]) -> None:
     assert schedule(width, target, step) == expected
 
 
@@ -118,18 +118,20 @@ def test_schedule(width: int, target: float, step: float, expected: list[int]) -
 def test_stage_counts_reach_the_target_and_never_undershoot(devices: int, target: float, step: float) -> None:
     cfg = ModelConfig(lookback=40, patch_len=8, stride=4, d_model=24, heads=6, layers=2, mlp_hidden=22)
     split = Split.even(devices, cfg.heads, cfg.d_model, cfg.mlp_hidden)
-    stages = stage_counts(split, target, step)
-    for k in range(devices):
-        for p in POINTS:
-            lo, hi = split.own_cols(k, p)
-            w, t = hi - lo, kept_count(hi - lo, target)
-            seq = [w] + [s[k][p] for s in stages]
-            assert seq[-1] == t and min(seq) == t
-            per_stage = max(1, int(np.floor(step * w + 0.5)))
-            for a, b in zip(seq, seq[1:]):
-                assert b <= a and (a == t or 1 <= a - b <= per_stage)
-    assert len(stages) == max(len(schedule(hi - lo, target, step)) for k in range(devices) for p in POINTS
-                              for lo, hi in [split.own_cols(k, p)])
+    stages = stage_counts(split, cfg.layers, target, step)
+    final = keep_counts(split, cfg.layers, target)
+    for l in range(cfg.layers):
+        for k in range(devices):
+            for p in POINTS:
+                lo, hi = split.own_cols(k, p)
+                w, t = hi - lo, final[l][k][p]
+                seq = [w] + [s[l][k][p] for s in stages]
+                assert seq[-1] == t and min(seq) == t
+                per_stage = max(1, int(np.floor(step * w + 0.5)))
+                for a, b in zip(seq, seq[1:]):
+                    assert b <= a and (a == t or 1 <= a - b <= per_stage)
+    assert len(stages) == max(len(schedule(hi - lo, final[l][k][p], step)) for l in range(cfg.layers)
+                              for k in range(devices) for p in POINTS for lo, hi in [split.own_cols(k, p)])
 
 
 @pytest.mark.unit
@@ -137,7 +139,7 @@ def test_stage_counts_reach_the_target_and_never_undershoot(devices: int, target
 def test_stepwise_pruning_keeps_own_columns_and_prunes_the_lowest(method: str) -> None:
     split = Split.even(3, CFG.heads, CFG.d_model, CFG.mlp_hidden)
     masks = full_masks(split, CFG.layers)
-    for s, counts in enumerate(stage_counts(split, 0.25, 0.2)):
+    for s, counts in enumerate(stage_counts(split, CFG.layers, 0.25, 0.2, method)):
         w = drop_pruned_weights(weights_for(CFG, split, s), split, masks, method)
         new = (prune_somegather if method == "somegather" else prune_normal)(w, split, masks, counts)
         scores = normal_scores(w, split, CFG.layers)
@@ -145,7 +147,7 @@ def test_stepwise_pruning_keeps_own_columns_and_prunes_the_lowest(method: str) -
             for k in range(3):
                 for p in POINTS:
                     before, after = set(masks[l][k][p]), set(new[l][k][p])
-                    assert after <= before and len(after) == counts[k][p]
+                    assert after <= before and len(after) == counts[l][k][p]
                     lo, hi = split.own_cols(k, p)
                     assert set(range(lo, hi)) <= set(gathered_cols(split, new, l, p, k))  # own stay local
                     sc = (somegather_scores(w, split, l, p) if method == "somegather"
@@ -153,11 +155,8 @@ def test_stepwise_pruning_keeps_own_columns_and_prunes_the_lowest(method: str) -
                     if after and before - after:
                         assert max(sc[c] for c in before - after) <= min(sc[c] for c in after)
         masks = new
-    for l in range(CFG.layers):
-        for k in range(3):
-            for p in POINTS:
-                lo, hi = split.own_cols(k, p)
-                assert len(masks[l][k][p]) == kept_count(hi - lo, 0.25)
+    final = keep_counts(split, CFG.layers, 0.25, tied_residual=method == "normal")
+    assert [[{p: len(e[p]) for p in POINTS} for e in layer] for layer in masks] == final
     if method == "normal":  # one residual column set for the whole network
         assert all(masks[l][k]["x"] == masks[0][k]["x"] == masks[l][k]["y"] for l in range(CFG.layers)
                    for k in range(3))
@@ -169,10 +168,11 @@ def test_both_methods_send_the_same_number_of_columns(keep: float) -> None:
     split = Split.even(4, CFG.heads, CFG.d_model, CFG.mlp_hidden)
     sg = communication(split, prune_all("somegather", CFG, split, keep, 0.3), CFG.tokens, CFG.horizon)
     nm = communication(split, prune_all("normal", CFG, split, keep, 0.3), CFG.tokens, CFG.horizon)
-    assert sg == nm
+    assert sg["broadcast_columns"] == nm["broadcast_columns"]
     dense = communication(split, full_masks(split, CFG.layers), CFG.tokens, CFG.horizon)
     assert dense["broadcast_columns"] == dense["allgather_columns"] == CFG.layers * (3 * 24 + 20)
-    assert sg["broadcast_columns"] < keep * dense["broadcast_columns"] + 4 * 4 * CFG.layers  # ceil per device
+    # exact to a column: round(keep · an allgather's columns), not rounded up per device
+    assert sg["broadcast_columns"] == round(keep * dense["broadcast_columns"])
     assert sg["values_per_inference"] == sg["broadcast_columns"] * CFG.tokens
 
 
@@ -320,16 +320,41 @@ def test_run_pruning_stages_and_final_masks(method: str) -> None:
         return {"val_mse": float(len(calls))}
 
     history = run_pruning(net, method, 0.3, 0.25, epochs_per_step=2, finetune_epochs=1, train=train)
-    n = len(stage_counts(split, 0.3, 0.25))
+    n = len(stage_counts(split, CFG.layers, 0.3, 0.25, method))
     assert n >= 3 and len(history) == n + 1 and history[-1]["stage"] == "finetune"
     assert [c[:2] for c in calls] == [(f"prune {s}/{n}", 2) for s in range(1, n + 1)] + [("finetune", 1)]
     assert [h["val_mse"] for h in history] == [float(i) for i in range(1, n + 2)]
     assert net.prune_own == (method == "normal")
-    for l in range(CFG.layers):
-        for k in range(3):
-            for p in POINTS:
-                lo, hi = split.own_cols(k, p)
-                assert len(net.masks[l][k][p]) == kept_count(hi - lo, 0.3)
+    final = [[{p: len(e[p]) for p in POINTS} for e in layer] for layer in net.masks]
+    assert final == keep_counts(split, CFG.layers, 0.3, tied_residual=method == "normal")
+    assert keep_share(split, final) == pytest.approx(0.3, abs=0.5 / (CFG.layers * (3 * 24 + 20)))
     state = state_to_numpy(net)
     dropped = drop_pruned_weights(state, split, net.masks, method)
     assert all(np.array_equal(state[k], dropped[k]) for k in state)  # the model holds the dropped weights
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("devices,layers,keep", [(16, 6, 0.1), (8, 6, 0.1), (3, 2, 0.37), (5, 3, 0.77), (4, 1, 1.0),
+                                                 (16, 2, 0.01)])
+def test_keep_counts_are_exact_and_spread(devices: int, layers: int, keep: float) -> None:
+    """The network-wide share is round(keep · allgather) columns (issue 16: 'keep 0.1' used to mean
+    0.125 at 8 columns per device), spread over devices and rounds to within a column or two."""
+    split = Split.even(devices, 16, 128, 128)
+    counts = keep_counts(split, layers, keep)
+    dense = layers * (3 * 128 + 128)
+    assert sum(sum(e.values()) for layer in counts for e in layer) == round(keep * dense)
+    assert keep_share(split, counts) == pytest.approx(keep, abs=0.5 / dense)
+    for l in range(layers):
+        for k in range(devices):
+            for p in POINTS:
+                lo, hi = split.own_cols(k, p)
+                assert 0 <= counts[l][k][p] <= hi - lo
+    # equal devices get equal shares up to the remainder, and so do the rounds
+    per_device = [sum(sum(layer[k].values()) for layer in counts) for k in range(devices)]
+    for k in range(devices):
+        own = layers * sum(hi - lo for p in POINTS for lo, hi in [split.own_cols(k, p)])
+        assert abs(per_device[k] - keep * own) <= 2
+    per_round = [sum(layer[k][p] for k in range(devices)) for layer in counts for p in ("x", "h", "y")]
+    assert max(per_round) - min(per_round) <= 1
+    tied = keep_counts(split, layers, keep, tied_residual=True)
+    assert all(tied[l][k]["x"] == tied[l][k]["y"] == tied[0][k]["x"] >= 1 for l in range(layers) for k in range(devices))

@@ -27,7 +27,7 @@ mlp_hidden = 12
 horizon = 8
 [split]
 devices = 3
-keep_ratio = 0.5
+random_keep = 0.5
 mask_seed = 2
 [data]
 synthetic_length = 700

@@ -16,7 +16,7 @@ import pytest
 
 from codegen.build import build
 from codegen.compile import CompileOptions, compile_model
-from codegen.partition import kept_count
+from codegen.onnx_model import load_model
 from codegen.plan.io import load_plan
 from codegen.vtestbed.run import run_sim
 from models import config_for_tokens, make_model_dir
@@ -45,15 +45,14 @@ def test_generated_c_matches_reference(tmp_path, devices, keep, tokens, width):
     for rec in r.records:
         if rec.event == "sg" and rec.fields["point"] != "head":
             sent[rec.node] = sent.get(rec.node, 0) + int(rec.fields["tx"])
-    d_head = cfg.d_model // cfg.heads
+    masks = load_model(model).masks
     for k in range(devices):
-        if devices == 1:
-            expected = 0
-        else:
-            heads = plan.meta["partition"]["heads_per_device"][k]
-            lo, hi = plan.meta["partition"]["hidden_cols"][k]
-            per_layer = 3 * kept_count(heads * d_head, keep) + kept_count(hi - lo, keep)
-            expected = cfg.layers * cfg.tokens * per_layer
+        expected = 0 if devices == 1 else cfg.tokens * sum(len(layer[k][p]) for layer in masks for p in layer[k])
         assert sent.get(k, 0) == expected * len(x), f"node {k}"
+    # the network-wide share is the requested keep as exactly as whole columns allow
+    if devices > 1:
+        share = sum(sent.values()) / len(x) / (cfg.tokens * cfg.layers * (3 * cfg.d_model + cfg.mlp_hidden))
+        assert abs(share - keep) <= 0.5 / (cfg.layers * (3 * cfg.d_model + cfg.mlp_hidden))
+        assert plan.meta["realised_keep"] == pytest.approx(share)
     assert math.isclose(sum(sent.values()) / len(x),
                         sum(s.msg_bytes[k] for s in plan.sgs if s.point != "head" for k in range(devices)))

@@ -45,7 +45,7 @@ heads = 16
 ln_eps = 1e-6
 [split]
 devices = 16
-keep_ratio = 0.5
+random_keep = 0.5
 [data]
 source = "csv"
 path = "data/ETTh2.csv"
@@ -54,7 +54,7 @@ columns = ["OT"]
 lr = 1      # ints are fine for floats
 schedule = "constant"
 """))
-    assert cfg.model.lookback == 336 and cfg.model.ln_eps == 1e-6 and cfg.split.keep_ratio == 0.5
+    assert cfg.model.lookback == 336 and cfg.model.ln_eps == 1e-6 and cfg.split.random_keep == 0.5
     assert cfg.data.columns == ("OT",) and cfg.train.lr == 1.0 and isinstance(cfg.train.lr, float)
     assert Path(cfg.data.path) == tmp_path / "data" / "ETTh2.csv"  # relative to the config file
     assert cfg.to_dict()["data"]["columns"] == ["OT"]
@@ -76,7 +76,7 @@ def test_typo_key_suggests_the_closest(tmp_path: Path) -> None:
     ("[model]\nrevin = 1\n", ["revin", "true or false"]),
     ("[model]\nlookback = 9.5\n", ["lookback", "an integer"]),
     ('[data]\ncolumns = "OT"\n', ["columns", "a list of strings"]),
-    ("[split]\nkeep_ratio = 0\n", ["keep_ratio", "(0, 1]"]),
+    ("[split]\nrandom_keep = 0\n", ["random_keep", "(0, 1]"]),
     ('[train]\nschedule = "linear"\n', ["schedule", "cosine"]),
     ("[model]\nd_model = 30\n", ["d_model", "multiple of heads"]),
     ('[data]\nsource = "parquet"\n', ["source", "synthetic"]),

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 
 from codegen.compile import CompileOptions, compile_model  # noqa: E402
 from codegen.onnx_model import load_model  # noqa: E402
-from codegen.partition import POINTS, kept_count  # noqa: E402
+from codegen.partition import POINTS, keep_counts  # noqa: E402
 from codegen.train.api import run_train  # noqa: E402
 from codegen.train.model import SplitPatchTST  # noqa: E402
 from codegen.train.pruning import CONSUMERS, consumer_row_owner  # noqa: E402
@@ -42,7 +42,7 @@ test_samples = 8
 threads = 1
 [prune]
 method = "{method}"
-target_keep = 0.5
+keep = 0.5
 step = 0.25
 epochs_per_step = 1
 finetune_epochs = 1
@@ -71,10 +71,12 @@ def test_somegather_run_exports_pruned_masks_and_compiles(runs, tmp_path: Path) 
     model = load_model(out / "model.onnx")
     split = model.split
     assert model.keep_ratio == 0.5 and model.devices == 3
-    for k in range(3):
-        for p in POINTS:
-            lo, hi = split.own_cols(k, p)
-            assert len(model.masks[0][k][p]) == kept_count(hi - lo, 0.5) < hi - lo
+    exact = keep_counts(split, model.config.layers, 0.5)
+    for l in range(model.config.layers):
+        for k in range(3):
+            for p in POINTS:
+                lo, hi = split.own_cols(k, p)
+                assert len(model.masks[l][k][p]) == exact[l][k][p] < hi - lo
     # pruned cross-device weights are zero in the dense initializers, and the graph equals torch
     for p in POINTS:
         bc = np.zeros(split.width(p), bool)
@@ -124,10 +126,11 @@ def test_pruned_dropout_model_runs_bit_exact_on_the_testbed_and_sends_what_it_ke
     for k in range(3):
         sent = sum(int(rec.fields["tx"]) for rec in r.records
                    if rec.node == k and rec.event == "sg" and rec.fields["point"] != "head") // r.inferences
-        kept = sum(len(model.masks[0][k][p]) for p in POINTS)
-        own = sum(hi - lo for p in POINTS for lo, hi in [model.split.own_cols(k, p)])
+        kept = sum(len(layer[k][p]) for layer in model.masks for p in POINTS)
+        own = model.config.layers * sum(hi - lo for p in POINTS for lo, hi in [model.split.own_cols(k, p)])
         assert sent == tokens * kept  # every kept column, every token, once per round
-        assert kept == sum(kept_count(hi - lo, 0.5) for p in POINTS for lo, hi in [model.split.own_cols(k, p)])
+        exact = keep_counts(model.split, model.config.layers, 0.5)
+        assert kept == sum(layer[k][p] for layer in exact for p in POINTS)
         assert kept < own
 
 
@@ -173,8 +176,10 @@ def test_cli_says_what_pruning_kept_and_the_lossy_mse(tmp_path: Path, method: st
     lines = p.stdout.splitlines()
     assert lines[0].endswith("model.onnx" if method == "somegather" else "train.json")
     comm = summary["communication"]
-    assert f"{method} pruning: the nodes send {100 * comm['ratio_to_allgather']:.1f} % of an allgather's columns" \
-           in lines[1]
+    pr = summary["prune"]
+    assert pr["keep"] == 0.5 and pr["realised_keep"] == comm["ratio_to_allgather"] == 0.5
+    assert (f"{method} pruning: keep 0.5 requested, realised 0.5000 -- the nodes send {comm['broadcast_columns']} of "
+            f"an allgather's {comm['allgather_columns']} columns") in lines[1]
     assert ("no model.onnx" in lines[1]) == (method == "normal")
     rate = "up to q = 0.2" if method == "somegather" else "message loss 0.1/0/0 (link/receiver/sender)"
     assert rate in lines[2] and lines[2].endswith(f"{summary['test_mse_lossy']:.4f}")

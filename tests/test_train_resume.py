@@ -34,7 +34,7 @@ mlp_hidden = 12
 horizon = 8
 [split]
 devices = 2
-keep_ratio = 0.5
+random_keep = 0.5
 [data]
 synthetic_length = 600
 synthetic_channels = 2
@@ -162,7 +162,7 @@ def _tiny_model(cfg_text: str, tmp_path: Path):
     cfg = load_config(tmp_path / "c.toml")
     m, s = cfg.model, cfg.split
     split = Split.even(s.devices, m.heads, m.d_model, m.mlp_hidden)
-    masks = make_masks(split, m.layers, s.keep_ratio, s.mask_seed)
+    masks = make_masks(split, m.layers, s.random_keep, s.mask_seed)
     data, _ = build_data(cfg)
 
     def fresh() -> SplitPatchTST:

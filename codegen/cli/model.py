@@ -24,15 +24,25 @@ from .options import loss_options, loss_rates, say, sweep_values
               help="Folder for the per-epoch checkpoint. Default: .OUT.cisl-train next to the output folder.")
 @click.option("--epochs", type=click.IntRange(min=0), default=None, help="Override [train] epochs.")
 @click.option("--devices", type=click.IntRange(min=1), default=None, help="Override [split] devices.")
-@click.option("--keep-ratio", type=click.FloatRange(0.0, 1.0, min_open=True), default=None,
-              help="Override [split] keep_ratio (fraction of own columns each device broadcasts).")
+@click.option("--prune", "prune", type=click.Choice(["somegather", "normal", "none"]), default=None,
+              help="Override [prune] method: somegather = the paper's communication-aware pruning (trained masks, "
+                   "each node keeps using its own pruned columns); normal = the baseline that removes whole columns; "
+                   "none = no pruning.")
+@click.option("--keep", type=click.FloatRange(0.0, 1.0, min_open=True), default=None,
+              help="Override [prune] keep: the network-wide share of an allgather's columns the nodes still send "
+                   "(needs --prune; realised as exactly as whole columns allow and printed).")
+@click.option("--random-keep", type=click.FloatRange(0.0, 1.0, min_open=True), default=None,
+              help="Override [split] random_keep: RANDOM untrained masks sending this share (an ablation, not the "
+                   "paper's pruning).")
+@click.option("--keep-ratio", hidden=True, default=None, expose_value=True,
+              help="Removed: it drew random masks; see --prune/--keep and --random-keep.")
 @click.option("--seed", type=click.IntRange(min=0), default=None, help="Override [train] seed.")
 @click.option("--dropout", "dropout_file", type=click.Path(path_type=Path), default=None,
               help="Take [dropout] from this TOML file, e.g. the one `cisl radio loss -o` writes.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
 def train(config: Path | None, out_dir: Path, data: Path | None, resume: bool, work_dir: Path | None,
-          epochs: int | None, devices: int | None, keep_ratio: float | None, seed: int | None,
-          dropout_file: Path | None, quiet: bool) -> None:
+          epochs: int | None, devices: int | None, prune: str | None, keep: float | None, random_keep: float | None,
+          keep_ratio: str | None, seed: int | None, dropout_file: Path | None, quiet: bool) -> None:
     """Train the split model described by CONFIG (TOML; omit it for the defaults).
 
     Writes OUT/model.onnx (float, cisl metadata in metadata_props), OUT/calibration.npy,
@@ -42,9 +52,12 @@ def train(config: Path | None, out_dir: Path, data: Path | None, resume: bool, w
     """
     from ..train.launch import train_from_options
 
+    if keep_ratio is not None:
+        raise click.UsageError("--keep-ratio was removed: it drew RANDOM masks. For the paper's pruning use "
+                               "--prune somegather --keep K; for random masks --random-keep K")
     s = train_from_options(config, data, out_dir, resume=resume, work_dir=work_dir, epochs=epochs, devices=devices,
-                           keep_ratio=keep_ratio, seed=seed, dropout_file=dropout_file, progress=not quiet,
-                           note=say(quiet))
+                           prune=prune, keep=keep, random_keep=random_keep, seed=seed, dropout_file=dropout_file,
+                           progress=not quiet, note=say(quiet))
     if s.get("stopped"):
         click.echo(f"stopped after epoch {s['epochs_done']} of {s['epochs']} ([train] stop_after_epochs); "
                    f"checkpoint {s['checkpoint']}; continue with the same command and --resume")
@@ -52,10 +65,11 @@ def train(config: Path | None, out_dir: Path, data: Path | None, resume: bool, w
     target = out_dir / "model.onnx" if s["onnx"] else out_dir / "train.json"
     click.echo(f"trained {s['params']} parameters in {s['seconds']:.1f} s: "
                f"val MSE {s['val_mse']:.4f}, test MSE {s['test_mse']:.4f} -> {target}")
-    comm, drop = s["communication"], s["dropout"]
-    if s["prune"]["method"] != "none":
-        click.echo(f"{s['prune']['method']} pruning: the nodes send {100 * comm['ratio_to_allgather']:.1f} % of an "
-                   f"allgather's columns ({comm['broadcast_columns']} of {comm['allgather_columns']} per inference)"
+    comm, drop, pr = s["communication"], s["dropout"], s["prune"]
+    if pr["masks"] != "full" and comm["allgather_columns"]:
+        what = f"{pr['method']} pruning" if pr["method"] != "none" else "random masks"
+        click.echo(f"{what}: keep {pr['keep']:g} requested, realised {pr['realised_keep']:.4f} -- the nodes send "
+                   f"{comm['broadcast_columns']} of an allgather's {comm['allgather_columns']} columns per inference"
                    + ("" if s["onnx"] else "; normal pruning is scored in float only, no model.onnx"))
     if "test_mse_lossy" in s:
         rate = (f"loss drawn per window up to q = {drop['q_max']:g} (scored at q_max)" if "q_max" in drop else

@@ -43,7 +43,7 @@ from codegen.errors import UserError
 from codegen.lossmodel import LossRates
 from codegen.modelspec import ModelConfig
 from codegen.onnx_model import build_onnx
-from codegen.partition import Masks, Split, full_masks, random_masks
+from codegen.partition import Masks, Split, full_masks, random_masks, realised_keep
 from codegen.train.config import DataConfig, TrainConfig, load_config
 from codegen.train.dropout import LossRange, evaluate_with_loss
 from codegen.train.loop import checkpoint_meta, evaluate, fit, load_checkpoint
@@ -203,7 +203,7 @@ def _prune(cfg: TrainConfig, model: SplitPatchTST, data: Splits, train_idx: np.n
         model.load_state_dict(res.best_state)
         return {"epochs": epochs, "best_epoch": res.best_epoch, "val_mse": res.best_val, "history": res.history}
 
-    return run_pruning(model, p.method, p.target_keep, p.step, p.epochs_per_step, p.finetune_epochs, retrain)
+    return run_pruning(model, p.method, p.keep, p.step, p.epochs_per_step, p.finetune_epochs, retrain)
 
 
 def _resume_meta(cfg: TrainConfig, data_desc: dict[str, Any]) -> dict[str, Any]:
@@ -271,7 +271,7 @@ def run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, o
         _check_resumable(ckpt_path, checkpoint_meta(state), meta)
 
     split = Split.even(s.devices, m.heads, m.d_model, m.mlp_hidden)
-    masks = make_masks(split, m.layers, s.keep_ratio, s.mask_seed)
+    masks = make_masks(split, m.layers, s.random_keep, s.mask_seed)
     with _torch_settings(t.threads), torch.random.fork_rng(devices=[]):
         torch.manual_seed(t.seed)
         model = SplitPatchTST(cfg=m, split=split, masks=masks)
@@ -309,8 +309,9 @@ def run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, o
     config_record["data"]["manifest"] = Path(cfg.data.manifest).name if cfg.data.manifest else ""
     config_record["train"].pop("stop_after_epochs", None)  # run control: a resumed run records the same model
     pr = cfg.prune
-    keep_ratio = pr.target_keep if pr.method != "none" else s.keep_ratio
-    pruning = {"method": pr.method, "target_keep": keep_ratio, "step": pr.step, "epochs_per_step": pr.epochs_per_step,
+    keep_ratio = pr.keep if pr.method != "none" else s.random_keep
+    pruning = {"method": pr.method, "masks": "trained" if pr.method != "none" else ("random" if keep_ratio < 1 else "full"),
+               "keep": keep_ratio, "realised_keep": realised_keep(split, masks), "step": pr.step, "epochs_per_step": pr.epochs_per_step,
                "finetune_epochs": pr.finetune_epochs,
                "stages": sum(1 for h in prune_history if h["stage"] != "finetune"),
                "epochs": sum(h.get("epochs", 0) for h in prune_history)}

@@ -21,9 +21,10 @@ from codegen.config_schema import BOOL, INT, NUMBER, STR, STR_LIST, check_value,
 @dataclass(frozen=True)
 class SplitConfig:
     devices: int = 4
-    # Seeded random masks broadcasting this fraction of own columns (1 = allgather), for tests and quick
-    # runs; [prune] trains the masks instead and supersedes it (setting both is an error).
-    keep_ratio: float = 1.0
+    # Seeded RANDOM masks (untrained, not the paper's pruning) broadcasting this network-wide share of an
+    # allgather's columns (1 = allgather), for tests and ablations; the paper's method is [prune] method
+    # = "somegather" with keep (setting both is an error).
+    random_keep: float = 1.0
     mask_seed: int = 0
 
 
@@ -60,8 +61,8 @@ PRUNE_METHODS = ("none", "somegather", "normal")
 class PruneConfig:
     """Stepwise pruning after the [train] epochs (codegen.train.pruning)."""
 
-    method: str = "none"  # "none" | "somegather" (cisl) | "normal" (the Q3 baseline: whole columns, float only)
-    target_keep: float = 1.0  # fraction of its own columns a device still broadcasts at the end
+    method: str = "none"  # "none" | "somegather" (cisl, the paper's §4.2) | "normal" (the Q3 baseline: whole columns)
+    keep: float = 1.0  # network-wide share of an allgather's columns still broadcast at the end (exact to a column)
     step: float = 0.1  # fraction of a device's own columns pruned per stage (at least one)
     epochs_per_step: int = 1  # retraining epochs after every stage
     finetune_epochs: int = 0  # epochs after the last stage
@@ -128,7 +129,7 @@ def _range_problems(cfg: TrainConfig) -> list[tuple[str, str]]:
     s, d, t, pr, dr = cfg.split, cfg.data, cfg.train, cfg.prune, cfg.dropout
     checks = [
         ("split.devices", s.devices >= 1, "must be >= 1"),
-        ("split.keep_ratio", 0.0 < s.keep_ratio <= 1.0, "must be in (0, 1]"),
+        ("split.random_keep", 0.0 < s.random_keep <= 1.0, "must be in (0, 1]"),
         ("data.source", d.source in DATA_SOURCES, 'must be "synthetic", "csv", "tsf" or "icd"'),
         ("data.columns", not (d.columns and d.source == "tsf"), "does not apply to tsf (every series is one channel)"),
         ("data.manifest", not d.manifest or d.source == "icd", 'applies only to source = "icd"'),
@@ -148,7 +149,7 @@ def _range_problems(cfg: TrainConfig) -> list[tuple[str, str]]:
         ("split.mask_seed", s.mask_seed >= 0, "must be >= 0"),
         ("data.synthetic_seed", d.synthetic_seed >= 0, "must be >= 0"),
         ("prune.method", pr.method in PRUNE_METHODS, 'must be "none", "somegather" or "normal"'),
-        ("prune.target_keep", 0.0 < pr.target_keep <= 1.0, "must be in (0, 1]"),
+        ("prune.keep", 0.0 < pr.keep <= 1.0, "must be in (0, 1]"),
         ("prune.step", 0.0 < pr.step <= 1.0, "must be in (0, 1]"),
         ("prune.epochs_per_step", pr.epochs_per_step >= 0, "must be >= 0"),
         ("prune.finetune_epochs", pr.finetune_epochs >= 0, "must be >= 0"),
@@ -171,6 +172,12 @@ def _flatten_overrides(overrides: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
+RENAMED = {("split", "keep_ratio"): "it drew RANDOM masks and is now [split] random_keep; for the paper's pruning "
+                                    "use [prune] method = \"somegather\" and keep (cisl train --prune somegather --keep K)",
+           ("prune", "target_keep"): "it is now [prune] keep (the network-wide share, exact to a column)"}
+"""Keys of earlier versions: a config that still uses one gets a line saying what to write instead."""
+
+
 def _apply(where: str, tables: dict[str, Any], base: TrainConfig) -> TrainConfig:
     sections = {}
     for section, table in tables.items():
@@ -185,6 +192,8 @@ def _apply(where: str, tables: dict[str, Any], base: TrainConfig) -> TrainConfig
         fields = [f.name for f in dataclasses.fields(cls)]
         changes = {}
         for key, value in sections.get(section, {}).items():
+            if (section, key) in RENAMED:
+                raise UserError(f"{where}: [{section}] {key} was renamed: {RENAMED[(section, key)]}")
             if key not in fields:
                 hint = " (tokens follows from lookback, patch_len, stride and padding)" if key == "tokens" else ""
                 raise UserError(f"{where}: unknown key '{key}' in [{section}]{hint}; {_suggest(key, fields)}")
@@ -204,12 +213,12 @@ def _validate(where: str, cfg: TrainConfig) -> None:
         raise UserError(f"{where}: [split] devices = {cfg.split.devices} exceeds [model] heads = {cfg.model.heads}; "
                         "every device needs at least one head: use devices <= heads")
     pr, dr = cfg.prune, cfg.dropout
-    if pr.method != "none" and cfg.split.keep_ratio < 1.0:
-        raise UserError(f"{where}: [prune] method = \"{pr.method}\" trains the masks and supersedes [split] keep_ratio "
-                        f"= {cfg.split.keep_ratio}; remove keep_ratio (or set [prune] method = \"none\")")
-    if pr.method == "none" and pr.target_keep < 1.0:
-        raise UserError(f"{where}: [prune] target_keep = {pr.target_keep} needs a method: set [prune] method = "
-                        "\"somegather\" or \"normal\"")
+    if pr.method != "none" and cfg.split.random_keep < 1.0:
+        raise UserError(f"{where}: [prune] method = \"{pr.method}\" trains the masks; [split] random_keep = "
+                        f"{cfg.split.random_keep} draws random ones: remove random_keep (or set [prune] method = \"none\")")
+    if pr.method == "none" and pr.keep < 1.0:
+        raise UserError(f"{where}: [prune] keep = {pr.keep} needs a method: set [prune] method = \"somegather\" "
+                        "(the paper's pruning; --prune somegather) or \"normal\"")
     if dr.q > 0 and (dr.q_link > 0 or dr.q_recv > 0 or dr.q_send > 0):
         raise UserError(f"{where}: [dropout] q = {dr.q} sets all three loss modes; set either q or q_link, q_recv "
                         "and q_send")

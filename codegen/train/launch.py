@@ -32,16 +32,21 @@ def dropout_overrides(dropout_file: Path) -> dict:
     return {f"dropout.{key}": value for key, value in section.items()}
 
 
-def train_overrides(epochs: int | None = None, devices: int | None = None, keep_ratio: float | None = None,
-                    seed: int | None = None, dropout_file: Path | None = None) -> dict:
+def train_overrides(epochs: int | None = None, devices: int | None = None, prune: str | None = None,
+                    keep: float | None = None, random_keep: float | None = None, seed: int | None = None,
+                    dropout_file: Path | None = None) -> dict:
     """The command line's overrides of the config, by dotted key."""
     overrides: dict = {}
     if epochs is not None:
         overrides["train.epochs"] = epochs
     if devices is not None:
         overrides["split.devices"] = devices
-    if keep_ratio is not None:
-        overrides["split.keep_ratio"] = keep_ratio
+    if prune is not None:
+        overrides["prune.method"] = prune
+    if keep is not None:
+        overrides["prune.keep"] = keep
+    if random_keep is not None:
+        overrides["split.random_keep"] = random_keep
     if seed is not None:
         overrides["train.seed"] = seed
     if dropout_file is not None:
@@ -51,7 +56,8 @@ def train_overrides(epochs: int | None = None, devices: int | None = None, keep_
 
 def train_from_options(config: Path | None, data: Path | None, out_dir: Path, *, resume: bool = False,
                        work_dir: Path | None = None, epochs: int | None = None, devices: int | None = None,
-                       keep_ratio: float | None = None, seed: int | None = None, dropout_file: Path | None = None,
+                       prune: str | None = None, keep: float | None = None, random_keep: float | None = None,
+                       seed: int | None = None, dropout_file: Path | None = None,
                        progress: bool = True, note: Callable[[str], None] = lambda s: None) -> dict:
     """`cisl train`: check the inputs, tell ``note`` when a fresh run overwrites an earlier run's
     checkpoint, apply the overrides and train (torch is imported only here). Returns run_train's summary."""
@@ -62,5 +68,5 @@ def train_from_options(config: Path | None, data: Path | None, out_dir: Path, *,
     if not resume and checkpoint.is_file():
         note(f"note: starting from scratch; the checkpoint of an earlier run in {checkpoint.parent} will be "
              "overwritten (pass --resume to continue that run instead)")
-    overrides = train_overrides(epochs, devices, keep_ratio, seed, dropout_file)
+    overrides = train_overrides(epochs, devices, prune, keep, random_keep, seed, dropout_file)
     return run_train(config, data, out_dir, overrides or None, progress=progress, resume=resume, work_dir=work_dir)

@@ -16,8 +16,10 @@ Two methods, one schedule:
   methods send the same number of columns per round.
 
 Schedule: every stage removes a fixed fraction ``step`` of each device's own columns (rounded, at
-least one while above the target) and never goes below ``partition.kept_count(w, target_keep)``;
-stages continue until every device and point is at its target. After each stage the model is
+least one while above the target) and never goes below the cell's share of
+``partition.keep_counts(split, layers, target_keep)`` (the network-wide keep ratio as exact as
+whole columns allow, spread over layers, devices and points); stages continue until every cell is at
+its target. After each stage the model is
 retrained (`run_pruning`'s ``train`` callback).
 
 Everything but `run_pruning` is pure numpy on the weight dict of `modelspec.weight_shapes`.
@@ -31,15 +33,15 @@ from typing import Any
 
 import numpy as np
 
-from codegen.partition import POINTS, Masks, Split, kept_count
+from codegen.partition import POINTS, Masks, Split, keep_counts
 
 METHODS = ("none", "somegather", "normal")
 
 CONSUMERS: dict[str, tuple[str, ...]] = {"x": ("wq", "wk", "wv"), "h": ("wo",), "y": ("w1",), "z": ("w2",)}
 """The weight matrices ([out, in], as nn.Linear) that consume each somegather point's columns."""
 
-Counts = list[dict[str, int]]
-"""counts[device][point]: how many of its own columns a device keeps (broadcasts) at that point."""
+Counts = list[list[dict[str, int]]]
+"""counts[layer][device][point]: how many of its own columns a device keeps (broadcasts) there."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -90,37 +92,40 @@ def keep_top(cols: list[int], scores: np.ndarray, count: int) -> list[int]:
 # Schedule
 # --------------------------------------------------------------------------------------------
 
-def schedule(width: int, target_keep: float, step: float) -> list[int]:
-    """Columns kept after each stage, from ``width`` down to ``kept_count(width, target_keep)``.
+def schedule(width: int, target: int, step: float, start: int | None = None) -> list[int]:
+    """Columns kept after each stage, from ``start`` (default ``width``) down to ``target`` columns.
 
     Each stage removes round(step · width) columns, at least one, never going below the target.
     """
     if not 0.0 < step <= 1.0:
         raise ValueError("step must be in (0, 1]")
-    target = kept_count(width, target_keep)
     per_stage = max(1, math.floor(step * width + 0.5))
-    counts, c = [], width
+    counts, c = [], width if start is None else start
     while c > target:
         c = max(target, c - per_stage)
         counts.append(c)
     return counts
 
 
-def stage_counts(split: Split, target_keep: float, step: float) -> list[Counts]:
-    """stages[s][device][point]: kept columns after stage s+1 (devices at their target stay there)."""
-    per = {(k, p): schedule(hi - lo, target_keep, step)
-           for k in range(split.devices) for p in POINTS for lo, hi in [split.own_cols(k, p)]}
+def stage_counts(split: Split, layers: int, target_keep: float, step: float, method: str = "somegather",
+                 start: Counts | None = None) -> list[Counts]:
+    """stages[s][layer][device][point]: kept columns after stage s+1, from ``start`` (default: all
+    columns; e.g. the counts of a larger keep already reached) to `keep_counts` (the network-wide keep
+    ratio as exact as whole columns allow); cells at their target stay there. Normal pruning keeps one
+    residual column set (x = y, the same in every layer)."""
+    final = keep_counts(split, layers, target_keep, tied_residual=method == "normal")
+    if start is not None and any(final[l][k][p] > start[l][k][p] for l in range(layers)
+                                 for k in range(split.devices) for p in POINTS):
+        raise ValueError(f"keep {target_keep} needs more columns than the starting counts have somewhere")
+    per = {(l, k, p): schedule(hi - lo, final[l][k][p], step, None if start is None else start[l][k][p])
+           for l in range(layers) for k in range(split.devices) for p in POINTS for lo, hi in [split.own_cols(k, p)]}
     n = max((len(v) for v in per.values()), default=0)
     stages = []
     for s in range(n):
-        counts = []
-        for k in range(split.devices):
-            entry = {}
-            for p in POINTS:
-                seq = per[(k, p)]
-                lo, hi = split.own_cols(k, p)
-                entry[p] = seq[min(s, len(seq) - 1)] if seq else hi - lo
-            counts.append(entry)
+        counts = [[{} for _ in range(split.devices)] for _ in range(layers)]
+        for (l, k, p), seq in per.items():
+            lo, hi = split.own_cols(k, p)
+            counts[l][k][p] = seq[min(s, len(seq) - 1)] if seq else (hi - lo if start is None else start[l][k][p])
         stages.append(counts)
     return stages
 
@@ -130,11 +135,11 @@ def stage_counts(split: Split, target_keep: float, step: float) -> list[Counts]:
 # --------------------------------------------------------------------------------------------
 
 def prune_somegather(weights: dict[str, np.ndarray], split: Split, masks: Masks, counts: Counts) -> Masks:
-    """New masks: every device broadcasts its ``counts[k][p]`` best-ranked currently broadcast columns."""
+    """New masks: every device broadcasts its ``counts[l][k][p]`` best-ranked currently broadcast columns."""
     out: Masks = []
     for l, layer in enumerate(masks):
         scores = {p: somegather_scores(weights, split, l, p) for p in POINTS}
-        out.append([{p: keep_top(list(entry[p]), scores[p], counts[k][p]) for p in POINTS}
+        out.append([{p: keep_top(list(entry[p]), scores[p], counts[l][k][p]) for p in POINTS}
                     for k, entry in enumerate(layer)])
     return out
 
@@ -149,14 +154,14 @@ def prune_normal(weights: dict[str, np.ndarray], split: Split, masks: Masks, cou
     scores = normal_scores(weights, split, layers)
     residual = []
     for k in range(split.devices):
-        if counts[k]["x"] != counts[k]["y"]:
-            raise ValueError("normal pruning keeps one residual column set: x and y counts must agree")
-        residual.append(keep_top(list(masks[0][k]["x"]), scores["r"], counts[k]["x"]))
+        if any(counts[l][k][p] != counts[0][k]["x"] for l in range(layers) for p in ("x", "y")):
+            raise ValueError("normal pruning keeps one residual column set: x and y counts must agree in every layer")
+        residual.append(keep_top(list(masks[0][k]["x"]), scores["r"], counts[0][k]["x"]))
     out: Masks = []
     for l in range(layers):
         out.append([{"x": list(residual[k]), "y": list(residual[k]),
-                     "h": keep_top(list(masks[l][k]["h"]), scores["h"][l], counts[k]["h"]),
-                     "z": keep_top(list(masks[l][k]["z"]), scores["z"][l], counts[k]["z"])}
+                     "h": keep_top(list(masks[l][k]["h"]), scores["h"][l], counts[l][k]["h"]),
+                     "z": keep_top(list(masks[l][k]["z"]), scores["z"][l], counts[l][k]["z"])}
                     for k in range(split.devices)])
     return out
 
@@ -280,14 +285,14 @@ def run_pruning(model, method: str, target_keep: float, step: float, epochs_per_
     split = model.split
     prune_own = method == "normal"
     history: list[dict[str, Any]] = []
-    stages = stage_counts(split, target_keep, step)
+    stages = stage_counts(split, len(model.masks), target_keep, step, method)
     for s, counts in enumerate(stages, start=1):
         weights = drop_pruned_weights(state_to_numpy(model), split, model.masks, method)
         masks = prune_step(method, weights, split, model.masks, counts)
         model.set_masks(masks, prune_own=prune_own)
         model.load_numpy(drop_pruned_weights(weights, split, masks, method))
-        record: dict[str, Any] = {"stage": s, "of": len(stages), "kept": [dict(c) for c in counts],
-                                  "broadcast_columns": sum(sum(c.values()) for c in counts) * len(masks)}
+        record: dict[str, Any] = {"stage": s, "of": len(stages), "kept": [[dict(c) for c in layer] for layer in counts],
+                                  "broadcast_columns": sum(sum(c.values()) for layer in counts for c in layer)}
         if epochs_per_step > 0:
             record.update(train(f"prune {s}/{len(stages)}", epochs_per_step))
         history.append(record)

@@ -1,7 +1,9 @@
 """Benchmark (issue 3): training for the split on ETTh2 — the paper's Fig. 7 and Fig. 8.
 
-Units of work, each written as one JSON file under docs/results/split_training/runs/ and skipped
-when that file exists (so the study can be interrupted and continued):
+Units of work run on `codegen.sweep` (joblib here, or a SLURM job array through submitit): each
+writes one content-addressed record docs/results/split_training/records/<id>.json (the id covers the
+unit, the protocol, the torch threads, the code version and the ETTh2 file's content) and is skipped
+when its record exists, so the study can be interrupted and continued, locally or on a cluster:
 
 * ``fig7-D{D}-s{seed}-dense``: the unpruned (allgather) model.
 * ``fig7-D{D}-s{seed}-{method}``: stepwise pruning from that dense model, method ``somegather``
@@ -22,7 +24,8 @@ random subset of the training windows and few epochs (see PROTOCOL). MSE is on t
 scale over the whole ETTh2 test split (19 495 channel windows).
 
     python bench/split_training.py run [--only fig7-D8-s0-dense ...] [--seeds 0 1 2]
-    python bench/split_training.py run --workers 2 --threads 1   # two units at a time (2 cores)
+    python bench/split_training.py run --jobs 2 --threads 1      # two units at a time (2 cores)
+    python bench/split_training.py run --backend slurm --jobs 16 --slurm-partition cpu   # on a cluster
     python bench/split_training.py report          # tables and plots into docs/results/
     python bench/split_training.py run --smoke /tmp/st --seeds 0 --only fig7-D8-s0-dense ...  # plumbing check
 """
@@ -40,8 +43,10 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results" / "split_training"
-RUNS = RESULTS / "runs"
+RUNS = RESULTS / "runs"  # records of the study before issue 16 (one file per unit name), read by the report
+RECORDS = RESULTS / "records"  # codegen.sweep records (<id>.json)
 WORK = ROOT / "bench" / "work" / "split_training"
+SELF = str(Path(__file__).resolve())
 ETTH2 = ROOT.parent / "shared" / "data" / "ett" / "ETTh2.csv"
 
 PROTOCOL = {
@@ -138,38 +143,37 @@ class Session:
         return float(evaluate_with_loss(model, windows, self.cfg.model.revin, LossRates.uniform(q), loss_seed))
 
 
-def _save(name: str, record: dict) -> None:
-    RUNS.mkdir(parents=True, exist_ok=True)
-    record = {"unit": name, "protocol": PROTOCOL, "threads": THREADS, **record}
-    (RUNS / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n")
-    print(f"== {name}: done", flush=True)
-
-
-def _dense(s: Session):
-    """The unpruned model of (devices, seed): trained once, cached for the other units."""
+def _dense(s: Session, ctx, dense_unit=None):
+    """The unpruned model of (devices, seed), saved in the dense unit's work folder for the units that
+    start from it (retrained, deterministically, if that folder was cleaned)."""
     import torch
 
-    name = f"fig7-D{s.devices}-s{s.seed}-dense"
-    state = WORK / f"{name}.pt"
+    state = (ctx.work if dense_unit is None else ctx.work_of(dense_unit)) / "dense.pt"
     model = s.new_model()
-    if state.is_file() and (RUNS / f"{name}.json").is_file():
+    if state.is_file():
         model.load_state_dict(torch.load(state))
-        return model
+        return model, None
     rec = s.fit(model, PROTOCOL["dense_epochs"], "dense")
-    WORK.mkdir(parents=True, exist_ok=True)
-    torch.save(model.state_dict(), state)
-    _save(name, {"devices": s.devices, "seed": s.seed, "train": rec, "test_mse": s.test_mse(model)})
-    return model
+    state.parent.mkdir(parents=True, exist_ok=True)
+    tmp = state.with_suffix(f".tmp{__import__('os').getpid()}")
+    torch.save(model.state_dict(), tmp)
+    tmp.replace(state)
+    return model, rec
 
 
-def fig7_method(s: Session, method: str) -> None:
+def dense_unit(s: Session, ctx) -> dict:
+    model, rec = _dense(s, ctx)
+    if rec is None:  # the state was there already (a rerun after the record was removed): score it again
+        rec = {"epochs": PROTOCOL["dense_epochs"], "note": "state reused"}
+    return {"devices": s.devices, "seed": s.seed, "train": rec, "test_mse": s.test_mse(model)}
+
+
+def fig7_method(s: Session, method: str, ctx, dense) -> dict:
     from codegen.train.model import state_to_numpy
     from codegen.train.pruning import column_counts, communication, drop_pruned_weights, prune_step, stage_counts
 
     name = f"fig7-D{s.devices}-s{s.seed}-{method}"
-    if (RUNS / f"{name}.json").is_file():
-        return
-    model = _dense(s)
+    model, _ = _dense(s, ctx, dense)
     dense_comm = communication(model.split, model.masks, s.cfg.model.tokens, s.cfg.model.horizon)
     split = model.split
     layers = s.cfg.model.layers
@@ -190,24 +194,21 @@ def fig7_method(s: Session, method: str) -> None:
                        "test_mse": s.test_mse(model), "communication": comm})
         print(f"   {name} keep {keep} (realised {comm['ratio_to_allgather']:.4f}): test MSE "
               f"{points[-1]['test_mse']:.4f}", flush=True)
-    _save(name, {"devices": s.devices, "seed": s.seed, "method": method, "dense_communication": dense_comm,
-                 "points": points})
+    return {"devices": s.devices, "seed": s.seed, "method": method, "dense_communication": dense_comm,
+            "points": points}
 
 
-def fig8(s: Session, q: float, q_max: float = 0.0) -> None:
+def fig8(s: Session, q: float, ctx, dense, q_max: float = 0.0) -> dict:
     """Train at loss rate q (0: the dense model), or at a rate per window from [0, q_max]; score at every rate."""
     from codegen.train.dropout import LossRange
 
-    name = f"fig8-D{s.devices}-s{s.seed}-" + (f"qmax{q_max:g}" if q_max else f"q{q:g}")
-    if (RUNS / f"{name}.json").is_file():
-        return
     if q_max:
         model = s.new_model()
         model.set_message_dropout(LossRange(q_max))
         train = s.fit(model, PROTOCOL["dropout_epochs"], f"dropout range {q_max}")
     elif q == 0.0:
-        model = _dense(s)
-        train = json.loads((RUNS / f"fig7-D{s.devices}-s{s.seed}-dense.json").read_text())["train"]
+        model, _ = _dense(s, ctx, dense)
+        train = ctx.record_of(dense)["result"]["train"]
     else:
         model = s.new_model(q)
         train = s.fit(model, PROTOCOL["dropout_epochs"], f"dropout {q}")
@@ -216,12 +217,11 @@ def fig8(s: Session, q: float, q_max: float = 0.0) -> None:
     # the validation split too: on ETTh2's test split a damped forecast scores better (see
     # split_training_shrinkage.py), which flatters every model that loses messages
     val = {f"{qd:g}": s.test_mse(model, qd, loss_seed=s.seed, split="val") for qd in PROTOCOL["loss_rates"]}
-    _save(name, {"devices": s.devices, "seed": s.seed, "q_train": q, **({"q_max_train": q_max} if q_max else {}),
-                 "train": train, "test_mse_at_q": deploy,
-                 "val_mse_at_q": val})
+    return {"devices": s.devices, "seed": s.seed, "q_train": q, **({"q_max_train": q_max} if q_max else {}),
+            "train": train, "test_mse_at_q": deploy, "val_mse_at_q": val}
 
 
-def deploy_unit() -> None:
+def deploy_unit() -> dict:
     """Prune (somegather, keep 0.1) + dropout (q = 0.1) through `cisl train`, then int8 and the testbed."""
     import tempfile
 
@@ -233,9 +233,6 @@ def deploy_unit() -> None:
     from codegen.vtestbed.run import run_sim
     from codegen.train.api import build_data, run_train
 
-    name = "deploy-D8"
-    if (RUNS / f"{name}.json").is_file():
-        return
     p = PROTOCOL
     overrides = {"model": dict(p["model"]), "split": {"devices": 8},
                  "train": {"epochs": p["dense_epochs"], "batch_size": p["batch_size"], "lr": p["lr"], "seed": 0,
@@ -261,10 +258,12 @@ def deploy_unit() -> None:
         allgather = {k: sum(plan.cfg.tokens * (hi - lo) for sg in plan.sgs if sg.point != "head"
                             for lo, hi in [plan.meta["partition"]["hidden_cols" if sg.point == "z" else "model_cols"][k]])
                      for k in range(plan.devices)}
-    _save(name, {"train": summary, "int8": {"mse_float": acc.mse_float, "mse_int8": acc.mse_int8,
-                                            "relative_increase": acc.relative_increase},
-                 "sim": {"bit_exact": sim.bit_exact, "problems": sim.problems, "inferences": sim.inferences,
-                         "bytes_sent_per_inference": sent, "allgather_bytes_per_inference": allgather}})
+    summary = {k: v for k, v in summary.items() if k != "seconds"}  # wall time: the record's run.seconds
+    return {"train": summary, "int8": {"mse_float": acc.mse_float, "mse_int8": acc.mse_int8,
+                                       "relative_increase": acc.relative_increase},
+            "sim": {"bit_exact": sim.bit_exact, "problems": sim.problems, "inferences": sim.inferences,
+                    "bytes_sent_per_inference": {str(k): v for k, v in sent.items()},
+                    "allgather_bytes_per_inference": {str(k): v for k, v in allgather.items()}}}
 
 
 def units_in_order(seeds: list[int]) -> list[tuple[str, int]]:
@@ -281,7 +280,7 @@ def units_in_order(seeds: list[int]) -> list[tuple[str, int]]:
     return out
 
 
-def _needs(unit: str) -> str | None:
+def _dense_name(unit: str) -> str | None:
     """The unit whose model this one starts from: pruning and the q = 0 row start from the dense model."""
     if unit.startswith("fig7-") and not unit.endswith("-dense") or unit.startswith("fig8-") and unit.endswith("-q0"):
         d, s = unit.split("-")[1:3]
@@ -289,88 +288,70 @@ def _needs(unit: str) -> str | None:
     return None
 
 
-def _done(unit: str) -> bool:
-    return (RUNS / f"{unit}.json").is_file()
+def sweep_unit(name: str):
+    """The codegen.sweep unit of a study unit: the protocol and thread count are part of its id."""
+    from codegen.sweep import Unit
+
+    dense = _dense_name(name)
+    return Unit(f"{SELF}:unit_fn", {"name": name, "protocol": PROTOCOL, "threads": THREADS,
+                                   "smoke": bool(PROTOCOL.get("eval_windows"))},
+                data=(str(ETTH2),), needs=(sweep_unit(dense),) if dense else (), label=name)
 
 
-def run(seeds: list[int], only: list[str] | None) -> None:
-    todo = [(u, seed) for u, seed in units_in_order(seeds) if not _done(u) and (not only or u in only)]
-    sessions: dict[tuple[int, int], Session] = {}
-    for u, seed in todo:
-        if u == "deploy-D8":
-            deploy_unit()
-            continue
-        devices = int(u.split("-")[1][1:])
-        if (devices, seed) not in sessions:
-            sessions[(devices, seed)] = Session(devices, seed)
-        s = sessions[(devices, seed)]
-        print(f"== {u}", flush=True)
-        if u.endswith("-dense"):
-            _dense(s)
-        elif u.startswith("fig7-"):
-            fig7_method(s, u.rsplit("-", 1)[1])
-        elif "-qmax" in u:
-            fig8(s, 0.0, q_max=float(u.rsplit("-qmax", 1)[1]))
-        else:
-            fig8(s, float(u.rsplit("-q", 1)[1]))
+def unit_fn(params: dict, ctx) -> dict:
+    """One study unit in a worker process (joblib, submitit): the protocol comes with the unit."""
+    global THREADS
+    import torch
+
+    PROTOCOL.clear()
+    PROTOCOL.update(params["protocol"])
+    THREADS = params["threads"]
+    torch.set_num_threads(THREADS)
+    u = params["name"]
+    print(f"== {u}", flush=True)
+    if u == "deploy-D8":
+        return {"unit": u, "threads": THREADS, **deploy_unit()}
+    devices, seed = int(u.split("-")[1][1:]), int(u.split("-")[2][1:])
+    s = Session(devices, seed)
+    dense = sweep_unit(_dense_name(u)) if _dense_name(u) else None
+    if u.endswith("-dense"):
+        out = dense_unit(s, ctx)
+    elif u.startswith("fig7-"):
+        out = fig7_method(s, u.rsplit("-", 1)[1], ctx, dense)
+    elif "-qmax" in u:
+        out = fig8(s, 0.0, ctx, dense, q_max=float(u.rsplit("-qmax", 1)[1]))
+    else:
+        out = fig8(s, float(u.rsplit("-q", 1)[1]), ctx, dense)
+    return {"unit": u, "protocol": PROTOCOL, "threads": THREADS, **out}
 
 
-def run_workers(seeds: list[int], only: list[str] | None, workers: int, threads: int, smoke: Path | None) -> None:
-    """Run the units in ``workers`` processes at once, each unit once its dense model exists.
+def run(seeds: list[int], only: list[str] | None, backend: str, jobs: int, slurm: dict) -> None:
+    from codegen.sweep import run_sweep
 
-    Every unit runs as ``run --only UNIT`` in a child process (log: bench/work/.../logs/UNIT.log), so
-    an interrupted study loses only the units in flight and continues where it stopped.
-    """
-    import subprocess
-    import sys
-
-    todo = [(u, seed) for u, seed in units_in_order(seeds) if not _done(u) and (not only or u in only)]
-    logs = WORK / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    running: dict[str, tuple[subprocess.Popen, float]] = {}
-    failed = []
-    print(f"{len(todo)} unit(s) to run, {workers} at a time", flush=True)
-    while todo or running:
-        for u, (proc, t0) in list(running.items()):
-            if proc.poll() is not None:
-                del running[u]
-                ok = proc.returncode == 0 and _done(u)
-                print(f"{'done' if ok else 'FAILED'} {u} ({(time.time() - t0) / 60:.1f} min; log {logs / u}.log)",
-                      flush=True)
-                if not ok:
-                    failed.append(u)
-        waiting = {n for n, _ in todo} | set(running) | set(failed)
-        ready = [(u, seed) for u, seed in todo if _needs(u) is None or _done(_needs(u)) or _needs(u) not in waiting]
-        while ready and len(running) < workers:
-            u, seed = ready.pop(0)
-            todo.remove((u, seed))
-            cmd = [sys.executable, str(Path(__file__).resolve()), "run", "--threads", str(threads), "--seeds",
-                   str(seed), "--only", u] + (["--smoke", str(smoke)] if smoke else [])
-            with open(logs / f"{u}.log", "w") as log:
-                running[u] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), time.time())
-            print(f"start {u}", flush=True)
-        if not ready and not running and todo:  # only units whose dense model failed are left
-            break
-        time.sleep(2 if smoke else 10)
-    if failed or todo:
-        raise SystemExit(f"failed: {', '.join(failed)}; not run: {', '.join(u for u, _ in todo) or 'none'}")
+    units = [sweep_unit(u) for u, _ in units_in_order(seeds) if not only or u in only]
+    run_sweep(units, RECORDS, WORK, backend, jobs, slurm)
 
 
 def main() -> None:
-    global RUNS, WORK, THREADS
+    global RECORDS, WORK, THREADS
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
     r.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     r.add_argument("--only", nargs="*", default=None)
-    r.add_argument("--workers", type=int, default=1,
-                   help="run this many units at once, each in its own process (use --threads 1 with 2 on 2 cores)")
+    r.add_argument("--backend", choices=["joblib", "local", "slurm"], default="joblib",
+                   help="joblib: processes here; local: submitit's local executor; slurm: a job array per wave")
+    r.add_argument("--jobs", type=int, default=1,
+                   help="units at once (use --threads 1 with 2 on 2 cores); slurm: the array's parallelism")
+    r.add_argument("--slurm-partition", default=None)
+    r.add_argument("--slurm-time", type=int, default=12 * 60, help="slurm: minutes per unit")
     r.add_argument("--threads", type=int, default=THREADS,
                    help="torch threads of this run (on 2 cores, two 1-thread runs side by side do ~9 %% more than one 2-thread run)")
     r.add_argument("--smoke", type=Path, default=None,
                    help="check the script end to end with a tiny model, writing results to this folder")
     rep = sub.add_parser("report")
-    rep.add_argument("--runs", type=Path, default=None, help="records to report (default: the committed ones)")
+    rep.add_argument("--runs", type=Path, default=None, help="legacy per-name records (default: the committed ones)")
+    rep.add_argument("--records", type=Path, default=None, help="sweep records (default: the committed ones)")
     rep.add_argument("--out", type=Path, default=None, help="folder for the tables and plots")
     args = ap.parse_args()
     if args.cmd == "run":
@@ -379,18 +360,18 @@ def main() -> None:
         THREADS = args.threads
         torch.set_num_threads(THREADS)  # Session.fit calls the training loop directly
     if args.cmd == "run" and args.smoke:
-        RUNS, WORK = args.smoke / "runs", args.smoke / "work"
+        RECORDS, WORK = args.smoke / "records", args.smoke / "work"
         PROTOCOL.update(model={**PROTOCOL["model"], "layers": 1, "d_model": 32, "mlp_hidden": 32},
                         max_train_windows=512, dense_epochs=1, dropout_epochs=1, finetune_epochs=1,
                         keeps=[0.5, 0.25], loss_rates=[0.0, 0.1], eval_windows=256)
-    if args.cmd == "run" and args.workers > 1:
-        run_workers(args.seeds, args.only, args.workers, args.threads, args.smoke)
-    elif args.cmd == "run":
-        run(args.seeds, args.only)
+    if args.cmd == "run":
+        slurm = {"timeout_min": args.slurm_time, "cpus_per_task": max(1, args.threads),
+                 **({"partition": args.slurm_partition} if args.slurm_partition else {})}
+        run(args.seeds, args.only, args.backend, args.jobs, slurm)
     else:
         from split_training_report import report  # noqa: PLC0415 (bench-local module)
 
-        report(args.runs or RUNS, args.out or RESULTS.parent)
+        report(args.runs or RUNS, args.out or RESULTS.parent, args.records or RECORDS)
 
 
 if __name__ == "__main__":

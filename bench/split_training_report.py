@@ -10,11 +10,30 @@ from pathlib import Path
 
 import numpy as np
 
+from codegen.fsutil import write_text_atomic
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load(runs: Path) -> dict[str, dict]:
-    return {p.stem: json.loads(p.read_text()) for p in sorted(runs.glob("*.json"))}
+def _load(runs: Path, records: Path | None = None) -> tuple[dict[str, dict], list[str]]:
+    """The study's units by name, and the code versions their results come from.
+
+    ``runs``: the records of the study before issue 16 (one file per unit name); ``records``:
+    codegen.sweep records (<id>.json, labelled with the unit name), which replace a legacy record of
+    the same name. Two sweep records with one name (from different code versions) are refused."""
+    out = {p.stem: json.loads(p.read_text()) for p in sorted(runs.glob("*.json"))} if runs.is_dir() else {}
+    versions = ["before issue 16 (no code version recorded)"] if out else []
+    seen: dict[str, str] = {}
+    for p in sorted(records.glob("*.json")) if records is not None and records.is_dir() else []:
+        rec = json.loads(p.read_text())
+        name = rec["label"]
+        if name in seen:
+            raise SystemExit(f"{p}: a second record of {name} (the other: {seen[name]}); the records folder mixes "
+                             "code versions or protocols: keep one set")
+        seen[name] = p.name
+        out[name] = rec["result"]
+        versions.append(rec["unit"]["code"])
+    return out, sorted(set(versions))
 
 
 def _ms(values: list[float]) -> str:
@@ -342,21 +361,24 @@ def criteria(runs: dict[str, dict]) -> list[str]:
             "criterion under Fig. 8.", ""] + lines + [""]
 
 
-def report(runs_dir: Path, out: Path) -> None:
-    runs = _load(runs_dir)
+def report(runs_dir: Path, out: Path, records: Path | None = None) -> None:
+    runs, versions = _load(runs_dir, records)
     proto = {k: v for k, v in next(iter(runs.values()))["protocol"].items() if k != "threads"} if runs else {}
     threads = sorted({r.get("threads", r["protocol"].get("threads")) for r in runs.values()} - {None})
     lines = ["# Training for the split on ETTh2 (issue 3)", "",
              "Produced by `python bench/split_training.py run` and `python bench/split_training_report.py` "
-             "from the per-run records in `split_training/runs/`.", "",
+             "from the per-run records in `split_training/records/` (codegen.sweep, one per unit id) and, for "
+             "units not rerun since issue 16, `split_training/runs/`.", "",
              f"Protocol: {json.dumps(proto)}", "",
+             f"Code version(s) of the results: {', '.join(versions) or 'none'}.", "",
              f"Each run used {' or '.join(map(str, threads))} torch thread(s) (field `threads` of its record); the "
              "thread count changes only float rounding.", ""]
     lines += criteria(runs)
     lines += fig7(runs, out) + fig8(runs, out) + deploy(runs) + walltime(runs_dir.parent / "walltime.json")
-    (out / "split_training.md").write_text("\n".join(lines) + "\n")
+    write_text_atomic(out / "split_training.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
 if __name__ == "__main__":
-    report(ROOT / "docs" / "results" / "split_training" / "runs", ROOT / "docs" / "results")
+    base = ROOT / "docs" / "results" / "split_training"
+    report(base / "runs", ROOT / "docs" / "results", base / "records")

@@ -31,30 +31,31 @@ def bench(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_smoke_run_writes_every_unit_and_the_report(tmp_path: Path) -> None:
-    out = bench("run", "--smoke", str(tmp_path), "--workers", "2", "--threads", "1", "--seeds", "0", "--only", *UNITS)
+    out = bench("run", "--smoke", str(tmp_path), "--jobs", "2", "--threads", "1", "--seeds", "0", "--only", *UNITS)
     lines = out.stdout.splitlines()
-    assert lines[0] == f"{len(UNITS)} unit(s) to run, 2 at a time"
-    started = [ln.split()[1] for ln in lines if ln.startswith("start ")]
-    finished = [ln.split()[1] for ln in lines if ln.startswith("done ")]
-    assert sorted(started) == sorted(finished) == sorted(UNITS)
-    dense_done = next(i for i, ln in enumerate(lines) if ln.startswith("done fig7-D8-s0-dense "))
-    for unit in UNITS[1:4]:  # pruning and the q = 0 row start only once the dense model is done
-        assert dense_done < lines.index(f"start {unit}")
-    assert lines.index("start fig8-D8-s0-q0.1") < dense_done  # a dropout model needs no dense model: 2 at once
-    runs = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "runs").glob("*.json")}
+    # codegen.sweep runs the units in waves: the dense model and the dropout models first, then what
+    # starts from the dense model (pruning and the q = 0 row)
+    waves = [ln for ln in lines if ln.startswith("sweep: ") and "unit(s) to run" in ln]
+    assert waves == ["sweep: 3 unit(s) to run on joblib, 2 at a time"] * 2
+    done = [ln.split()[2] for ln in lines if ln.startswith("sweep: done ")]
+    assert sorted(done) == sorted(UNITS)
+    assert set(done[:3]) == {"fig7-D8-s0-dense", "fig8-D8-s0-q0.1", "fig8-D8-s0-qmax0.2"}
+    records = [json.loads(p.read_text()) for p in (tmp_path / "records").glob("*.json")]
+    assert all(r["format"] == "cisl-sweep-record" and (tmp_path / "records" / f"{r['id']}.json").is_file()
+               for r in records)
+    runs = {r["label"]: r["result"] for r in records}
     assert sorted(runs) == sorted(UNITS)
     for method in ("somegather", "normal"):
         pts = runs[f"fig7-D8-s0-{method}"]["points"]
         assert [p["keep"] for p in pts] == [0.5, 0.25]
-        # D = 8 devices own 4 of the 32 columns each: keep 0.5 -> 2 of 4, keep 0.25 -> 1 of 4
-        assert [p["communication"]["ratio_to_allgather"] for p in pts] == [0.5, 0.25]
+        assert [p["communication"]["ratio_to_allgather"] for p in pts] == [0.5, 0.25] == [p["realised_keep"] for p in pts]
     rng = runs["fig8-D8-s0-qmax0.2"]
     assert rng["q_max_train"] == 0.2 and set(rng["test_mse_at_q"]) == {"0", "0.1"} and rng["threads"] == 1
     # a second run finds every record and trains nothing
     again = bench("run", "--smoke", str(tmp_path), "--threads", "1", "--seeds", "0", "--only", *UNITS)
-    assert "train" not in again.stderr and "== " not in again.stdout
+    assert "train" not in again.stderr and "== " not in again.stdout and "sweep:" not in again.stdout
 
-    bench("report", "--runs", str(tmp_path / "runs"), "--out", str(tmp_path))
+    bench("report", "--runs", str(tmp_path / "none"), "--records", str(tmp_path / "records"), "--out", str(tmp_path))
     md = (tmp_path / "split_training.md").read_text()
     assert "Paired by seed" in md and "| 0.25 | " in md
     assert "| 0–20 % per window (1 seed(s)) |" in md and "| 10 % (1 seed(s)) |" in md

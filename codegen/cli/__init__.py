@@ -8,6 +8,7 @@ never loads torch.
 
     app.py      the `cisl` group: errors, SIGTERM, -v/--verbose
     model.py    train, eval, compile, fit
+    sweep.py    sweep (cisl train over a grid, on joblib or SLURM)
     nodes.py    build, qemu, estimate, sim
     radio.py    radio loss
     testbed.py  testbed scan/sim/check/stop, flash, logs, report
@@ -16,7 +17,7 @@ never loads torch.
 
 from __future__ import annotations
 
-from . import demo, model, nodes, radio, testbed  # noqa: F401  (they add their commands to main)
+from . import demo, model, nodes, radio, sweep, testbed  # noqa: F401  (they add their commands to main)
 from .app import main
 
 __all__ = ["main"]

@@ -1,0 +1,90 @@
+"""`cisl sweep`: train a grid of models on this machine (joblib) or on a SLURM cluster (submitit)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..errors import UserError
+from .app import main
+from .options import say
+
+
+def _values(option: str, text: str | None, kind, low: float, high: float, high_open: bool = False) -> list | None:
+    if text is None:
+        return None
+    try:
+        values = [kind(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise UserError(f"{option} {text!r}: expected comma-separated numbers such as "
+                        f"{'0,1,2' if kind is int else '1,0.5,0.1'}") from None
+    bad = [v for v in values if not (low <= v < high if high_open else low <= v <= high)]
+    if not values or bad:
+        raise UserError(f"{option} {text!r}: every value must be in [{low:g}, {high:g}{')' if high_open else ']'}")
+    return list(dict.fromkeys(values))
+
+
+@main.command()
+@click.argument("config", required=False, type=click.Path(path_type=Path))
+@click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), default=Path("sweep"), show_default=True,
+              help="Sweep folder: records/<id>.json (one per finished unit) and work/<id>/model.")
+@click.option("--data", type=click.Path(path_type=Path), default=None, help="As for `cisl train`.")
+@click.option("--seeds", default=None, metavar="S1,S2,...", help="Training seeds ([train] seed), e.g. 0,1,2.")
+@click.option("--keep", default=None, metavar="K1,K2,...",
+              help="Network-wide keep ratios ([prune] keep) with --prune, e.g. 1,0.5,0.1.")
+@click.option("--prune", type=click.Choice(["somegather", "normal"]), default=None,
+              help="Pruning method of every unit whose keep is below 1.")
+@click.option("--q", "rates", default=None, metavar="Q1,Q2,...", help="Message dropout rates ([dropout] q), e.g. 0,0.1.")
+@click.option("--devices", type=click.IntRange(min=1), default=None, help="Override [split] devices.")
+@click.option("--epochs", type=click.IntRange(min=1), default=None, help="Override [train] epochs.")
+@click.option("--backend", type=click.Choice(["joblib", "local", "slurm"]), default="joblib", show_default=True,
+              help="joblib: processes here; local: submitit's local executor; slurm: a SLURM job array per wave.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Units at a time (joblib, local) or the job array's parallelism (slurm).")
+@click.option("--slurm-partition", default=None, help="slurm: partition.")
+@click.option("--slurm-time", type=click.IntRange(min=1), default=240, show_default=True, help="slurm: minutes per unit.")
+@click.option("--slurm-cpus", type=click.IntRange(min=1), default=2, show_default=True, help="slurm: CPUs per unit.")
+@click.option("--dry-run", is_flag=True, help="List the units, their ids and whether they are done; run nothing.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress output.")
+def sweep(config: Path | None, out_dir: Path, data: Path | None, seeds: str | None, keep: str | None,
+          prune: str | None, rates: str | None, devices: int | None, epochs: int | None, backend: str, jobs: int,
+          slurm_partition: str | None, slurm_time: int, slurm_cpus: int, dry_run: bool, quiet: bool) -> None:
+    """Train CONFIG (as `cisl train` would) at every point of a grid of seeds, keep ratios and loss rates.
+
+    Every point is a unit with a content-addressed id (config and data content, overrides, code
+    version); its record OUT/records/<id>.json is written atomically when it finishes, and a
+    finished id is skipped, so an interrupted sweep continues where it stopped and the same records
+    come out on every backend. Prints one line per unit: its grid point, MSEs and realised keep.
+    """
+    from ..sweep import is_done, record_path, run_sweep, unit_id
+    from ..train.sweep import grid_units
+
+    axes: dict[str, list] = {}
+    for option, key, text, kind, lo, hi, open_ in (("--seeds", "train.seed", seeds, int, 0, 2 ** 31, False),
+                                                   ("--keep", "prune.keep", keep, float, 1e-9, 1.0, False),
+                                                   ("--q", "dropout.q", rates, float, 0.0, 1.0, True)):
+        values = _values(option, text, kind, lo, hi, open_)
+        if values is not None:
+            axes[key] = values
+    if "prune.keep" in axes and prune is None and any(k < 1 for k in axes["prune.keep"]):
+        raise UserError("--keep below 1 needs --prune somegather (the paper's pruning) or --prune normal")
+    fixed = {k: v for k, v in (("split.devices", devices), ("train.epochs", epochs)) if v is not None}
+    units = grid_units(config, data, axes, fixed)
+    if prune is not None:  # keep 1 means no pruning: no method, so it is the same unit as the unpruned run
+        units = [u if u.params["overrides"].get("prune.keep", 1.0) >= 1 else
+                 type(u)(u.fn, {**u.params, "overrides": {**u.params["overrides"], "prune.method": prune}}, u.data,
+                         u.needs, u.label) for u in units]
+    records, work = out_dir / "records", out_dir / "work"
+    if dry_run:
+        for u in units:
+            click.echo(f"{unit_id(u)}  {'done' if is_done(records, u) else 'todo'}  {u.label}")
+        return
+    slurm = {"partition": slurm_partition, "timeout_min": slurm_time, "cpus_per_task": slurm_cpus}
+    results = run_sweep(units, records, work, backend, jobs, {k: v for k, v in slurm.items() if v is not None},
+                        say(quiet))
+    for u, rec in zip(units, results):
+        s = rec["result"]["summary"]
+        pr = s["prune"]
+        click.echo(f"{u.label}: val MSE {s['val_mse']:.4f}, test MSE {s['test_mse']:.4f}, keep "
+                   f"{pr['realised_keep']:.4f} ({pr['masks']} masks) -> {record_path(records, u)}")

@@ -1,0 +1,324 @@
+"""Sweeps: many units of work with content-addressed records, run on joblib or on SLURM (submitit).
+
+A *unit* is one call of a function with JSON parameters: ``Unit("codegen.sweep_units:train",
+{"config": ..., "overrides": {...}})``. Its id is the sha256 of the function, the parameters, the
+code version (cisl's version and the content of every ``codegen`` source file, plus the file that
+defines the function) and the sha256 of every data file it names — so a changed config, code or
+data set gives a new id and is run again, and a finished id is never run twice. Each unit writes
+``RECORDS/<id>.json`` atomically when it finishes (nothing for a unit that fails); artefacts go to
+``WORK/<id>/``. A unit may name units it needs (e.g. pruning needs the dense model): the sweep runs
+them in waves, a unit only after every unit it needs has its record.
+
+The same records come out whichever backend runs them:
+
+* ``joblib``  — processes on this machine (``jobs`` at a time);
+* ``local``   — submitit's local executor (one subprocess per unit, the way a cluster runs them);
+* ``slurm``   — a SLURM job array per wave through submitit (``slurm`` options: partition, time, …).
+
+Apart from the result, a record holds only what defines the unit; how it ran (seconds, backend,
+host) is kept beside it in ``run`` so that records from different backends compare equal without it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from codegen import __version__
+from codegen.errors import UserError
+from codegen.fsutil import write_text_atomic
+
+BACKENDS = ("joblib", "local", "slurm")
+RECORD_FORMAT = "cisl-sweep-record"
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One unit of work: ``fn`` is ``module:function`` or ``/path/to/file.py:function``; the function
+    is called as ``fn(params, ctx)`` with a `Context` and returns a JSON-serialisable result."""
+
+    fn: str
+    params: dict = field(default_factory=dict)
+    data: tuple[str, ...] = ()  # files (or folders) whose content enters the id
+    needs: tuple["Unit", ...] = ()
+    label: str = ""  # a readable name for progress lines (not part of the id)
+
+    def key(self) -> dict:
+        return {"fn": self.fn, "params": self.params, "code": code_version(self.fn),
+                "data": {Path(p).name: data_hash(p) for p in self.data},
+                "needs": sorted(unit_id(u) for u in self.needs)}
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a unit gets besides its parameters."""
+
+    unit_id: str
+    work: Path  # WORK/<id>/, created on demand: the unit's artefacts (models, checkpoints)
+    records: Path
+    work_root: Path
+
+    def record_of(self, unit: Unit) -> dict:
+        """The record of a unit this one needs (it exists: the sweep ran that unit first)."""
+        return load_record(self.records, unit)
+
+    def work_of(self, unit: Unit) -> Path:
+        return self.work_root / unit_id(unit)
+
+
+# --------------------------------------------------------------------------------------------
+# ids
+# --------------------------------------------------------------------------------------------
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def _fn_file(fn: str) -> Path | None:
+    target = fn.rsplit(":", 1)[0]
+    if target.endswith(".py"):
+        return Path(target)
+    spec = importlib.util.find_spec(target)
+    return Path(spec.origin) if spec and spec.origin else None
+
+
+@lru_cache(maxsize=None)
+def _package_hash() -> str:
+    h = hashlib.sha256(__version__.encode())
+    root = Path(__file__).resolve().parent
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+@lru_cache(maxsize=None)
+def code_version(fn: str = "") -> str:
+    """cisl's version, every codegen source file, and the file defining ``fn`` (if outside codegen)."""
+    h = hashlib.sha256(_package_hash().encode())
+    path = _fn_file(fn) if fn else None
+    if path is not None and path.is_file() and Path(__file__).resolve().parent not in path.resolve().parents:
+        h.update(path.read_bytes())
+    return f"{__version__}+{h.hexdigest()[:12]}"
+
+
+@lru_cache(maxsize=None)
+def _hash_file(path: str, size: int, mtime: int) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def data_hash(path: str | Path) -> str:
+    """sha256 of a file, or of a folder's files (names and contents, sorted)."""
+    p = Path(path)
+    if p.is_file():
+        st = p.stat()
+        return _hash_file(str(p.resolve()), st.st_size, st.st_mtime_ns)
+    if p.is_dir():
+        h = hashlib.sha256()
+        for f in sorted(x for x in p.rglob("*") if x.is_file()):
+            h.update(str(f.relative_to(p)).encode())
+            h.update(data_hash(f).encode())
+        return h.hexdigest()
+    raise UserError(f"{p}: data file not found; a sweep unit names it as its input")
+
+
+def unit_id(unit: Unit) -> str:
+    return hashlib.sha256(_canonical(unit.key()).encode()).hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------------------------
+# records
+# --------------------------------------------------------------------------------------------
+
+def record_path(records: Path, unit: Unit) -> Path:
+    return Path(records) / f"{unit_id(unit)}.json"
+
+
+def load_record(records: Path, unit: Unit) -> dict:
+    path = record_path(records, unit)
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{path}: no record for unit {unit.label or unit.fn}; run the sweep that makes it") from None
+
+
+def is_done(records: Path, unit: Unit) -> bool:
+    return record_path(records, unit).is_file()
+
+
+def resolve(fn: str) -> Callable[[dict, Context], Any]:
+    """The function named ``module:function`` or ``/path/file.py:function``."""
+    target, _, name = fn.rpartition(":")
+    if not target or not name:
+        raise UserError(f"sweep unit function {fn!r} must be 'module:function' or 'path/file.py:function'")
+    if target.endswith(".py"):
+        path = Path(target)
+        mod_name = f"cisl_sweep_{hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:8]}_{path.stem}"
+        module = sys.modules.get(mod_name)
+        if module is None:
+            spec = importlib.util.spec_from_file_location(mod_name, path)
+            if spec is None or spec.loader is None:
+                raise UserError(f"{path}: cannot load the sweep unit's module")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[mod_name] = module
+            sys.path.insert(0, str(path.parent))  # its sibling modules, as when run as a script
+            spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(target)
+    try:
+        return getattr(module, name)
+    except AttributeError:
+        raise UserError(f"sweep unit function {fn!r}: {target} has no {name}") from None
+
+
+def run_unit(unit: Unit, records: Path, work: Path, backend: str = "inline") -> dict:
+    """Run one unit unless its record exists; returns the record. Called in the worker process."""
+    records, work = Path(records), Path(work)
+    path = record_path(records, unit)
+    if path.is_file():
+        return json.loads(path.read_text())
+    uid = unit_id(unit)
+    ctx = Context(uid, work / uid, records, work)
+    t0 = time.time()
+    result = resolve(unit.fn)(unit.params, ctx)
+    record = {"format": RECORD_FORMAT, "id": uid, "label": unit.label, "unit": unit.key(), "result": result,
+              "run": {"seconds": round(time.time() - t0, 3), "backend": backend, "host": platform.node(),
+                      "pid": os.getpid()}}
+    records.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, json.dumps(record, indent=1, sort_keys=True, default=str) + "\n")
+    return record
+
+
+def same_record(a: dict, b: dict) -> bool:
+    """Records equal in everything but how they ran (``run``)."""
+    return {k: v for k, v in a.items() if k != "run"} == {k: v for k, v in b.items() if k != "run"}
+
+
+# --------------------------------------------------------------------------------------------
+# the sweep
+# --------------------------------------------------------------------------------------------
+
+def waves(units: Iterable[Unit]) -> list[list[Unit]]:
+    """Every unit and the units it needs (each once), grouped so that a wave needs only earlier waves."""
+    depth: dict[str, int] = {}
+    by_id: dict[str, Unit] = {}
+
+    def visit(u: Unit, stack: tuple[str, ...]) -> int:
+        uid = unit_id(u)
+        if uid in stack:
+            raise UserError(f"sweep unit {u.label or u.fn} needs itself (a cycle of needs)")
+        if uid not in depth:
+            depth[uid] = 1 + max((visit(n, stack + (uid,)) for n in u.needs), default=-1)
+            by_id[uid] = u
+        return depth[uid]
+
+    order = []
+    for u in units:
+        visit(u, ())
+        order.append(unit_id(u))
+    levels: list[list[Unit]] = [[] for _ in range(max(depth.values(), default=-1) + 1)]
+    seen = set()
+    for uid in list(depth):  # insertion order: needs first, then the order given
+        if uid not in seen:
+            seen.add(uid)
+            levels[depth[uid]].append(by_id[uid])
+    return levels
+
+
+def _submitit_executor(backend: str, logs: Path, jobs: int, slurm: dict | None):
+    try:
+        import submitit
+    except ImportError:
+        raise UserError("the local and slurm sweep backends need submitit: pip install 'cisl[train]'") from None
+    ex = submitit.AutoExecutor(folder=str(logs), cluster="local" if backend == "local" else "slurm")
+    opts = dict(slurm or {})
+    if backend == "slurm":
+        params = {"slurm_array_parallelism": jobs}
+        for key, value in opts.items():
+            params[key if key.startswith(("slurm_", "timeout_min", "cpus_per_task", "mem_gb", "gpus_per_node",
+                                          "nodes", "tasks_per_node", "name")) else f"slurm_{key}"] = value
+        ex.update_parameters(**params)
+    else:
+        ex.update_parameters(timeout_min=int(opts.get("timeout_min", 24 * 60)))
+    return ex
+
+
+def run_sweep(units: Iterable[Unit], records: Path, work: Path, backend: str = "joblib", jobs: int = 1,
+              slurm: dict | None = None, say: Callable[[str], None] = print) -> list[dict]:
+    """Run every unit not yet recorded (and what it needs), wave by wave; returns the units' records.
+
+    A failed unit writes no record; the sweep runs what it can and then raises a UserError naming the
+    failed units (run it again to retry them: finished units are skipped).
+    """
+    if backend not in BACKENDS:
+        raise UserError(f"sweep backend {backend!r}: use one of {', '.join(BACKENDS)}")
+    units = list(units)
+    records, work = Path(records), Path(work)
+    failed: dict[str, str] = {}
+    for level in waves(units):
+        blocked = [u for u in level if any(unit_id(n) in failed or not is_done(records, n) for n in u.needs)]
+        for u in blocked:
+            failed[unit_id(u)] = "a unit it needs failed"
+        todo = [u for u in level if u not in blocked and not is_done(records, u)]
+        if not todo:
+            continue
+        say(f"sweep: {len(todo)} unit(s) to run on {backend}" + (f", {jobs} at a time" if jobs > 1 else ""))
+        for u, error in zip(todo, _run_level(todo, records, work, backend, jobs, slurm)):
+            name = u.label or unit_id(u)
+            if error is None and is_done(records, u):
+                say(f"sweep: done {name} -> {record_path(records, u)}")
+            else:
+                failed[unit_id(u)] = error or "no record written"
+                say(f"sweep: FAILED {name}: {failed[unit_id(u)]}")
+    if failed:
+        raise UserError(f"sweep: {len(failed)} unit(s) failed ({'; '.join(sorted(set(failed.values())))[:300]}); "
+                        "run the sweep again to retry them (finished units are skipped)")
+    return [load_record(records, u) for u in units]
+
+
+def _guarded(unit: Unit, records: str, work: str, backend: str) -> str | None:
+    """run_unit in a worker; the error as one line instead of a lost traceback."""
+    try:
+        run_unit(unit, Path(records), Path(work), backend)
+        return None
+    except Exception as e:  # noqa: BLE001 -- reported per unit; the sweep goes on
+        return f"{type(e).__name__}: {e}".splitlines()[0][:200]
+
+
+def _run_level(todo: list[Unit], records: Path, work: Path, backend: str, jobs: int,
+               slurm: dict | None) -> list[str | None]:
+    if backend == "joblib":
+        from joblib import Parallel, delayed
+
+        if jobs == 1:
+            return [_guarded(u, str(records), str(work), backend) for u in todo]
+        return Parallel(n_jobs=jobs)(delayed(_guarded)(u, str(records), str(work), backend) for u in todo)
+    ex = _submitit_executor(backend, work / "submitit", jobs, slurm)
+    # SLURM limits the array's parallelism itself; the local executor starts every job at once
+    chunk = len(todo) if backend == "slurm" else jobs
+    out = []
+    for lo in range(0, len(todo), chunk):
+        part = todo[lo:lo + chunk]
+        n = len(part)
+        for job in ex.map_array(_guarded, part, [str(records)] * n, [str(work)] * n, [backend] * n):
+            try:
+                out.append(job.result())
+            except Exception as e:  # noqa: BLE001 -- a job that died (killed, out of time)
+                why = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+                out.append(f"job {job.job_id} ended without a result: {why}")
+    return out

@@ -1,0 +1,46 @@
+"""`cisl sweep`: `cisl train` over a grid (seeds × keep ratios × loss rates …) as sweep units.
+
+Each grid point is one `codegen.sweep` unit calling `train_unit`: `run_train` with the config and the
+point's overrides, the model written to ``WORK/<id>/model``. The record's result is the training
+summary without its wall time (which lives in the record's ``run``), so every backend writes the same
+record for the same unit.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+from codegen.errors import UserError
+from codegen.sweep import Context, Unit
+
+TRAIN_FN = "codegen.train.sweep:train_unit"
+
+
+def train_unit(params: dict, ctx: Context) -> dict:
+    from codegen.train.api import run_train
+
+    out = ctx.work / "model"
+    summary = run_train(params.get("config"), params.get("data"), out, params["overrides"] or None, progress=False)
+    summary = {k: v for k, v in summary.items() if k != "seconds"}
+    return {"model_dir": f"{ctx.unit_id}/model", "summary": summary}  # relative to the sweep's work folder
+
+
+def grid_units(config: Path | None, data: Path | None, axes: dict[str, list[Any]],
+               fixed: dict[str, Any] | None = None) -> list[Unit]:
+    """One training unit per point of the grid ``axes`` ({dotted config key: values}), with ``fixed``
+    overrides in every unit. The config and data files enter each unit's id by content."""
+    for path, what in ((config, "config"), (data, "data")):
+        if path is not None and not Path(path).exists():
+            raise UserError(f"{path}: {what} not found")
+    keys = list(axes)
+    files = tuple(str(p) for p in (config, data) if p is not None)
+    units = []
+    for values in itertools.product(*(axes[k] for k in keys)):
+        overrides = {**(fixed or {}), **dict(zip(keys, values))}
+        label = " ".join(f"{k.split('.')[-1]}={v:g}" if isinstance(v, float) else f"{k.split('.')[-1]}={v}"
+                         for k, v in zip(keys, values)) or "train"
+        units.append(Unit(TRAIN_FN, {"config": str(config) if config else None, "data": str(data) if data else None,
+                                     "overrides": overrides}, data=files, label=label))
+    return units

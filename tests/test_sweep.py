@@ -1,0 +1,145 @@
+"""Sweeps (issue 16): content-addressed unit records, skipped when done, the same on joblib and on
+submitit's local executor; `cisl sweep` trains a grid."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from codegen import __version__
+from codegen.errors import UserError
+from codegen.sweep import Unit, is_done, record_path, run_sweep, same_record, unit_id, waves
+
+FNS = str(Path(__file__).resolve().parent / "sweep_fns.py")
+
+
+def unit(tmp: Path, x: int, **extra) -> Unit:
+    return Unit(f"{FNS}:square", {"x": x, "calls": str(tmp / "calls.txt"), **extra}, label=f"x={x}")
+
+
+def calls(tmp: Path) -> list[str]:
+    p = tmp / "calls.txt"
+    return p.read_text().split() if p.is_file() else []
+
+
+@pytest.mark.unit
+def test_ids_follow_content_not_names(tmp_path: Path) -> None:
+    data = tmp_path / "d.csv"
+    data.write_text("a,b\n1,2\n")
+    a = Unit(f"{FNS}:square", {"x": 1}, data=(str(data),), label="one")
+    assert unit_id(a) == unit_id(Unit(f"{FNS}:square", {"x": 1}, data=(str(data),), label="another label"))
+    assert unit_id(a) != unit_id(Unit(f"{FNS}:square", {"x": 2}, data=(str(data),)))
+    copy = tmp_path / "sub"
+    copy.mkdir()
+    (copy / "d.csv").write_text("a,b\n1,2\n")
+    assert unit_id(a) == unit_id(Unit(f"{FNS}:square", {"x": 1}, data=(str(copy / "d.csv"),)))  # same content
+    data.write_text("a,b\n1,3\n")
+    assert unit_id(a) != unit_id(Unit(f"{FNS}:square", {"x": 1}, data=(str(copy / "d.csv"),)))
+    assert a.key()["code"].startswith(__version__ + "+")
+
+
+@pytest.mark.unit
+def test_finished_units_are_skipped_and_needs_run_first(tmp_path: Path) -> None:
+    base = unit(tmp_path, 3)
+    top = unit(tmp_path, 4, base=1, base_unit=None)
+    top = Unit(top.fn, {**top.params, "base_unit": base}, needs=(base,), label="x=4")
+    assert [[u.label for u in w] for w in waves([top, unit(tmp_path, 5)])] == [["x=3", "x=5"], ["x=4"]]
+    recs = run_sweep([top, unit(tmp_path, 5)], tmp_path / "r", tmp_path / "w", say=lambda s: None)
+    assert recs[0]["result"] == {"x": 4, "square": 16, "plus_base": 25} and recs[1]["result"]["square"] == 25
+    assert (tmp_path / "w" / unit_id(base) / "artefact.txt").read_text() == "9"
+    assert len(calls(tmp_path)) == 3
+    again = run_sweep([top, unit(tmp_path, 5)], tmp_path / "r", tmp_path / "w", say=lambda s: None)
+    assert len(calls(tmp_path)) == 3 and again == recs  # nothing ran twice
+    rec = json.loads(record_path(tmp_path / "r", base).read_text())
+    assert rec["id"] == unit_id(base) and rec["unit"]["params"]["x"] == 3 and rec["run"]["backend"] == "joblib"
+    assert not list((tmp_path / "r").glob("*.tmp*"))
+
+
+@pytest.mark.unit
+def test_a_failed_unit_writes_nothing_blocks_what_needs_it_and_is_retried(tmp_path: Path) -> None:
+    bad = unit(tmp_path, 2, fail=True)
+    needy = Unit(bad.fn, {"x": 7, "calls": bad.params["calls"]}, needs=(bad,), label="x=7")
+    good = unit(tmp_path, 6)
+    lines: list[str] = []
+    with pytest.raises(UserError, match=r"2 unit\(s\) failed .*told to fail"):
+        run_sweep([bad, needy, good], tmp_path / "r", tmp_path / "w", jobs=2, say=lines.append)
+    assert is_done(tmp_path / "r", good) and not is_done(tmp_path / "r", bad) and not is_done(tmp_path / "r", needy)
+    assert any(line.startswith("sweep: FAILED x=2: RuntimeError: unit 2 was told to fail") for line in lines)
+    with pytest.raises(UserError, match="backend 'pbs'"):
+        run_sweep([good], tmp_path / "r", tmp_path / "w", backend="pbs")
+
+
+@pytest.mark.unit
+def test_submitit_local_executor_writes_the_same_records_as_joblib(tmp_path: Path) -> None:
+    units = [unit(tmp_path, x) for x in (1, 2, 3)]
+    a = run_sweep(units, tmp_path / "ra", tmp_path / "wa", backend="joblib", jobs=2, say=lambda s: None)
+    b = run_sweep(units, tmp_path / "rb", tmp_path / "wb", backend="local", jobs=2, say=lambda s: None)
+    assert all(same_record(x, y) for x, y in zip(a, b)) and [r["run"]["backend"] for r in b] == ["local"] * 3
+    assert sorted(p.name for p in (tmp_path / "ra").iterdir()) == sorted(p.name for p in (tmp_path / "rb").iterdir())
+
+
+TINY = """
+[model]
+lookback = 32
+patch_len = 8
+stride = 4
+d_model = 16
+heads = 4
+layers = 1
+mlp_hidden = 12
+horizon = 8
+[split]
+devices = 2
+[data]
+synthetic_length = 400
+synthetic_channels = 2
+[train]
+epochs = 1
+batch_size = 64
+max_train_windows = 64
+calibration_samples = 8
+test_samples = 4
+threads = 1
+"""
+
+
+def cisl(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "codegen.cli", *args], cwd=cwd, capture_output=True, text=True)
+
+
+@pytest.mark.train
+def test_cisl_sweep_smoke_grid_is_the_same_on_joblib_and_submitit_local(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    (tmp_path / "c.toml").write_text(TINY)
+    grid = ["sweep", "c.toml", "--seeds", "0,1", "--keep", "1,0.5", "--prune", "somegather", "-j", "2", "-q"]
+    j = cisl(tmp_path, *grid, "-o", "j")
+    assert j.returncode == 0, j.stderr
+    lines = j.stdout.splitlines()
+    assert len(lines) == 4 and lines[1].startswith("seed=0 keep=0.5: val MSE") and "keep 0.5000 (trained masks)" in lines[1]
+    assert "keep 1.0000 (full masks)" in lines[0]
+    loc = cisl(tmp_path, *grid, "-o", "l", "--backend", "local")
+    assert loc.returncode == 0, loc.stderr
+    names = sorted(p.name for p in (tmp_path / "j" / "records").iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "l" / "records").iterdir()) and len(names) == 4
+    for n in names:
+        a, b = (json.loads((tmp_path / d / "records" / n).read_text()) for d in ("j", "l"))
+        assert same_record(a, b), n
+        assert (tmp_path / "j" / "work" / a["result"]["model_dir"] / "model.onnx").is_file()
+    dry = cisl(tmp_path, *grid, "-o", "j", "--dry-run")
+    assert dry.returncode == 0 and dry.stdout.count(" done ") == 4
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("args,needle", [
+    (["--keep", "1,0.5"], "--keep below 1 needs --prune somegather"),
+    (["--seeds", "0,x"], "--seeds '0,x': expected comma-separated numbers"),
+    (["--q", "0,1.5"], "--q '0,1.5': every value must be in [0, 1)"),
+])
+def test_sweep_mistakes_are_one_line_errors(tmp_path: Path, args: list[str], needle: str) -> None:
+    p = cisl(tmp_path, "sweep", *args, "-o", "s")
+    assert p.returncode == 2 and needle in p.stderr and "Traceback" not in p.stderr
+    assert not (tmp_path / "s").exists()

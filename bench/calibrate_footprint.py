@@ -48,7 +48,9 @@ def main() -> None:
         for i, (d, keep, n, f, t) in enumerate(CASES):
             work = Path(tmp) / f"c{i}"
             cfg = config_for_tokens(n, f, layers=t)
-            model = make_model_dir(work / "model", cfg, d, keep, seed=i, calibration=8, tests=4)
+            # models from cisl train rescale what arrives (D > 1); a few cases without, as older models
+            model = make_model_dir(work / "model", cfg, d, keep, seed=i, calibration=8, tests=4,
+                                   rescale=d > 1 and i % 4 != 3)
             compile_model(model, work / "build", CompileOptions(board=plan_board, max_calibration=8))
             plan = load_plan(work / "build")
             nodes = sorted({0, d - 1, d // 2})

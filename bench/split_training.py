@@ -47,6 +47,11 @@ RUNS = RESULTS / "runs"  # records of the study before issue 16 (one file per un
 RECORDS = RESULTS / "records"  # codegen.sweep records (<id>.json)
 WORK = ROOT / "bench" / "work" / "split_training"
 SELF = str(Path(__file__).resolve())
+# what a training unit's result depends on (its code version; codegen.sweep Unit.code): the deploy
+# unit compiles and runs the testbed, so it depends on everything
+TRAINING_CODE = ("train/model.py", "train/loop.py", "train/dropout.py", "train/revin.py", "train/config.py",
+                 "train/api.py", "train/pruning.py", "data", "lossmodel.py", "partition.py", "modelspec.py",
+                 "plan/structure.py", "errors.py", "config_schema.py", "optional.py")
 ETTH2 = ROOT.parent / "shared" / "data" / "ett" / "ETTh2.csv"
 
 PROTOCOL = {
@@ -118,7 +123,7 @@ class Session:
         m = self.cfg.model
         split = Split.even(self.devices, m.heads, m.d_model, m.mlp_hidden)
         torch.manual_seed(self.seed)
-        model = SplitPatchTST(cfg=m, split=split, masks=full_masks(split, m.layers))
+        model = SplitPatchTST(cfg=m, split=split, masks=full_masks(split, m.layers), rescale=True)
         model.set_message_dropout(LossRates.uniform(q))
         return model
 
@@ -295,7 +300,8 @@ def sweep_unit(name: str):
     dense = _dense_name(name)
     return Unit(f"{SELF}:unit_fn", {"name": name, "protocol": PROTOCOL, "threads": THREADS,
                                    "smoke": bool(PROTOCOL.get("eval_windows"))},
-                data=(str(ETTH2),), needs=(sweep_unit(dense),) if dense else (), label=name)
+                data=(str(ETTH2),), needs=(sweep_unit(dense),) if dense else (), label=name,
+                code=() if name.startswith("deploy") else TRAINING_CODE)
 
 
 def unit_fn(params: dict, ctx) -> dict:

@@ -31,7 +31,7 @@ def _load(runs: Path, records: Path | None = None) -> tuple[dict[str, dict], lis
             raise SystemExit(f"{p}: a second record of {name} (the other: {seen[name]}); the records folder mixes "
                              "code versions or protocols: keep one set")
         seen[name] = p.name
-        out[name] = rec["result"]
+        out[name] = {**rec["result"], "_fresh": True}
         versions.append(rec["unit"]["code"])
     return out, sorted(set(versions))
 
@@ -218,12 +218,46 @@ def fig8(runs: dict[str, dict], out: Path) -> list[str]:
     fig.tight_layout()
     fig.savefig(out / "fig8_dropout.png", dpi=120)
     plt.close(fig)
-    lines += ["", "Messages that do not arrive are left out, without rescaling (a lost column is excluded from the "
-              "receiver's LayerNorm and reads as zero; a lost head partial is left out of the sink's sum), as in "
-              "training. A model trained with dropout therefore expects about (1 − q)³ of its inputs and is best "
-              "when the deployed loss matches the trained one (the paper's observation); with no loss at all it "
-              "sees more input than it learned to expect.", "", "![Fig. 8](fig8_dropout.png)", ""]
+    lines += ["", "Messages that do not arrive are left out (a lost column is excluded from the receiver's LayerNorm; "
+              "a lost head partial is left out of the sink's sum), as in training. Since issue 16 what did arrive "
+              "from the other nodes is scaled by expected / delivered columns (docs/design/decisions.md §9), so "
+              "a model trained with dropout sees the same input mass on a lossy and a loss-free round; before, "
+              "nothing was rescaled and such a model expected about (1 − q)³ of its inputs.", "",
+              "![Fig. 8](fig8_dropout.png)", ""]
     return lines + _range_rows(q_dep, test_means, val_means) + _criterion_per_seed(every)
+
+
+def before_after(runs: dict[str, dict], legacy: dict[str, dict], q: float = 0.1) -> list[str]:
+    """Issue 16's dropout target next to the models before it (legacy records of the same units).
+
+    The model trained at q must be within 3 % of the no-dropout model's MSE at q = 0, and at least as
+    robust at q as the q-trained model before rescaling (its MSE at q no higher)."""
+    fresh = {k for k in runs if runs[k].get("_fresh")}
+    seeds = sorted({runs[k]["seed"] for k in fresh if k.startswith("fig8-D8-") and k.endswith(f"-q{q:g}")
+                    and f"fig8-D8-s{runs[k]['seed']}-q0" in fresh})
+    if not seeds:
+        return []
+    qs = f"{q:g}"
+    lines = [f"## Message dropout after issue 16 (rescaled), next to before", "",
+             f"Target: the model trained at q = {100 * q:g} % is within 3 % of the no-dropout model's MSE at q = 0, "
+             f"and at q = {100 * q:g} % at least as good as the q-trained model was before. Test / validation MSE.", "",
+             f"| seed | no dropout, q = 0 | trained at {100 * q:g} %, q = 0 | vs no dropout | before: trained at "
+             f"{100 * q:g} %, q = 0 | trained at {100 * q:g} %, q = {100 * q:g} % | before | within 3 % / as robust |",
+             "|---|---|---|---|---|---|---|---|"]
+    for s in seeds:
+        nd, dr = runs[f"fig8-D8-s{s}-q0"], runs[f"fig8-D8-s{s}-q{qs}"]
+        old = legacy.get(f"fig8-D8-s{s}-q{qs}")
+
+        def pair(r: dict | None, at: str) -> str:
+            return "—" if r is None else f"{r['test_mse_at_q'][at]:.4f} / {r['val_mse_at_q'][at]:.4f}"
+
+        rel = [dr[k]["0"] / nd[k]["0"] - 1 for k in ("test_mse_at_q", "val_mse_at_q")]
+        within = " / ".join("yes" if r <= 0.03 else "no" for r in rel)
+        robust = "—" if old is None else " / ".join(
+            "yes" if dr[k][qs] <= old[k][qs] else "no" for k in ("test_mse_at_q", "val_mse_at_q"))
+        lines.append(f"| {s} | {pair(nd, '0')} | {pair(dr, '0')} | {100 * rel[0]:+.1f} % / {100 * rel[1]:+.1f} % | "
+                     f"{pair(old, '0')} | {pair(dr, qs)} | {pair(old, qs)} | {within}; {robust} |")
+    return lines + [""]
 
 
 def _criterion_per_seed(rows: list[dict], q: float = 0.1) -> list[str]:
@@ -363,6 +397,7 @@ def criteria(runs: dict[str, dict]) -> list[str]:
 
 def report(runs_dir: Path, out: Path, records: Path | None = None) -> None:
     runs, versions = _load(runs_dir, records)
+    legacy, _ = _load(runs_dir)
     proto = {k: v for k, v in next(iter(runs.values()))["protocol"].items() if k != "threads"} if runs else {}
     threads = sorted({r.get("threads", r["protocol"].get("threads")) for r in runs.values()} - {None})
     lines = ["# Training for the split on ETTh2 (issue 3)", "",
@@ -374,6 +409,7 @@ def report(runs_dir: Path, out: Path, records: Path | None = None) -> None:
              f"Each run used {' or '.join(map(str, threads))} torch thread(s) (field `threads` of its record); the "
              "thread count changes only float rounding.", ""]
     lines += criteria(runs)
+    lines += before_after(runs, legacy)
     lines += fig7(runs, out) + fig8(runs, out) + deploy(runs) + walltime(runs_dir.parent / "walltime.json")
     write_text_atomic(out / "split_training.md", "\n".join(lines) + "\n")
     print("\n".join(lines))

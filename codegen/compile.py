@@ -155,7 +155,7 @@ def _compile(model_path: Path, out_dir: Path, opts: CompileOptions, say: Callabl
     realised = realised_keep(split, masks)
     say(f"partition: {split.devices} devices, heads {list(split.heads_per_device)}, keep {model.keep_ratio:g} "
         f"(realised {realised:.4f} of an allgather's columns)")
-    st = build_structure(cfg, split, masks, model.keep_ratio)
+    st = build_structure(cfg, split, masks, model.keep_ratio, rescale=model.rescale, prune_own=model.prune_own)
     say(f"calibrate: {len(cal)} windows")
     q = calibrate(st, model.weights, cal)
     consts = quantize(st, model.weights, q)
@@ -176,7 +176,7 @@ def _compile(model_path: Path, out_dir: Path, opts: CompileOptions, say: Callabl
         "source": {"model": Path(model_path).name, "model_sha256": model.sha256, "calibration": cal_path.name,
                    "calibration_samples": int(len(cal))},
         "board": board.name, "model": cfg.to_json(), "devices": split.devices, "sink": SINK,
-        "keep_ratio": model.keep_ratio, "realised_keep": realised,
+        "keep_ratio": model.keep_ratio, "realised_keep": realised, "rescale": st.rescale, "prune_own": st.prune_own,
         "partition": {"heads_per_device": list(split.heads_per_device),
                       "model_cols": [list(split.model_cols(k)) for k in range(split.devices)],
                       "hidden_cols": [list(split.hidden_cols(k)) for k in range(split.devices)]},

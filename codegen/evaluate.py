@@ -119,7 +119,8 @@ def evaluate_sweep(model: CislModel, data: EvalSet, int8: bool, rates: list[Loss
         ex = _executor(plan, "int8")
     else:  # the float split model needs no quantisation: run the plan's structure directly
         split, masks = choose_split(model, devices)
-        st = build_structure(model.config, split, masks, model.keep_ratio)
+        st = build_structure(model.config, split, masks, model.keep_ratio, rescale=model.rescale,
+                             prune_own=model.prune_own)
         ex = PlanExecutor([n.tensors for n in st.nodes], [n.ops for n in st.nodes], st.sgs, "float",
                           weights=model.weights)
     out = []

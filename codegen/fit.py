@@ -71,7 +71,7 @@ def structure_facts(cfg: ModelConfig, devices: int, keep: float, seed: int = 0,
 
     split = Split.even(devices, cfg.heads, cfg.d_model, cfg.mlp_hidden)
     masks = full_masks(split, cfg.layers) if keep >= 1.0 else random_masks(split, cfg.layers, keep, seed)
-    st = build_structure(cfg, split, masks, keep)
+    st = build_structure(cfg, split, masks, keep, rescale=True)  # as cisl train makes models
     policy = policy or RoundPolicy(linger=max(4, devices))  # callers pass the board's (plan_policy)
     exchanges = [[dict(r) for r in _exchange(tuple(sg.msg_bytes), policy)] for sg in st.sgs]
     rounds = [r for ex in exchanges for r in ex]
@@ -243,7 +243,7 @@ def confirm(board: Board, c: Candidate, devices: int, heads: int, keep: float, s
     cfg = model_config(c.tokens, c.width, c.layers, heads)
     tag = f"N{c.tokens}-F{c.width}-T{c.layers}"
     d = work / tag
-    model = make_model_dir(d / "model", cfg, devices, keep, seed=seed, calibration=4, tests=4)
+    model = make_model_dir(d / "model", cfg, devices, keep, seed=seed, calibration=4, tests=4, rescale=True)
     try:
         compile_model(model, d / "build", CompileOptions(devices=devices, board=plan_board(board), max_calibration=4))
     except UserError as e:  # said, not skipped silently: the next candidate is tried

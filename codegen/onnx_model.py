@@ -24,7 +24,7 @@ from onnx import TensorProto, helper, numpy_helper
 from codegen import __version__
 from codegen.errors import UserError
 from codegen.modelspec import ModelConfig, patch_index, weight_shapes
-from codegen.partition import POINTS, Masks, Split, gathered_cols, realised_keep, validate_masks
+from codegen.partition import POINTS, Masks, Split, gathered_cols, realised_keep, residual_problem, validate_masks
 
 FORMAT = "cisl-model"
 FORMAT_VERSION = 1
@@ -107,13 +107,15 @@ def _device_attention(g: _GraphBuilder, q: str, k: str, v: str, heads: int, d: i
     return g.op("Reshape", [ctx, merge_shape], f"{name}.out")
 
 
-def _layer(g: _GraphBuilder, cfg: ModelConfig, split: Split, masks: Masks, l: int, x: str) -> str:
-    """One pre-norm layer, device by device; returns the name of the global output X'."""
+def _layer(g: _GraphBuilder, cfg: ModelConfig, split: Split, masks: Masks, l: int, x: str,
+           prune_own: bool = False) -> str:
+    """One pre-norm layer, device by device; returns the name of the global output X'.
+    ``prune_own`` (normal pruning): a device holds only the broadcast ones of its own columns."""
     p = f"layers.{l}."
     D = split.devices
 
     def cols(point: str, k: int) -> str:
-        return g.idx(f"idx.l{l}.{point}.d{k}", gathered_cols(split, masks, l, point, k))
+        return g.idx(f"idx.l{l}.{point}.d{k}", gathered_cols(split, masks, l, point, k, prune_own))
 
     def model_rows(k: int) -> str:
         return g.idx(f"idx.model.d{k}", range(*split.model_cols(k)))
@@ -175,7 +177,7 @@ def _json(value: Any) -> str:
 
 
 def build_onnx(cfg: ModelConfig, weights: dict[str, np.ndarray], split: Split, masks: Masks,
-               keep_ratio: float, training: dict) -> onnx.ModelProto:
+               keep_ratio: float, training: dict, rescale: bool = False, prune_own: bool = False) -> onnx.ModelProto:
     """The split model as an ONNX graph with dense weights and the cisl metadata (decisions.md §4)."""
     _check_inputs(cfg, weights, split, masks)
     g = _GraphBuilder()
@@ -187,7 +189,7 @@ def build_onnx(cfg: ModelConfig, weights: dict[str, np.ndarray], split: Split, m
     x = g.op("Add", [g.op("MatMul", [patches, emb_t], "embed.mm"), "embed.bias"], "embed")
     x = g.op("Add", [x, "pos"], "X0")
     for l in range(cfg.layers):
-        x = _layer(g, cfg, split, masks, l, x)
+        x = _layer(g, cfg, split, masks, l, x, prune_own)
 
     flat = g.op("Reshape", [x, g.init("shape.flatten", np.array([0, -1], dtype=np.int64))], "head.flat")
     head_t = g.op("Transpose", ["head.weight"], "head.wT", perm=[1, 0])
@@ -210,7 +212,8 @@ def build_onnx(cfg: ModelConfig, weights: dict[str, np.ndarray], split: Split, m
         "cisl.devices": _json(split.devices),
         "cisl.heads_per_device": _json(list(split.heads_per_device)),
         "cisl.masks": _json({"keep_ratio": float(keep_ratio), "realised_keep": realised_keep(split, masks),
-                             "broadcast": broadcast}),
+                             "broadcast": broadcast, **({"rescale": True} if rescale else {}),
+                             **({"prune_own": True} if prune_own else {})}),
         "cisl.training": _json(training),
     }
     helper.set_model_props(model, meta)
@@ -239,6 +242,8 @@ class CislModel:
     keep_ratio: float
     weights: dict[str, np.ndarray]
     training: dict
+    rescale: bool = False  # cisl.masks.rescale: received columns scaled by expected / delivered
+    prune_own: bool = False  # cisl.masks.prune_own: normal pruning, unbroadcast columns dead for their owner
 
     @property
     def split(self) -> Split:
@@ -275,7 +280,7 @@ def _parse_config(fail: Fail, raw: Any) -> ModelConfig:
     return cfg
 
 
-def _parse_masks(fail: Fail, raw: Any, split: Split, layers: int) -> tuple[Masks, float]:
+def _parse_masks(fail: Fail, raw: Any, split: Split, layers: int) -> tuple[Masks, float, bool, bool]:
     if not isinstance(raw, dict) or "keep_ratio" not in raw or "broadcast" not in raw:
         fail('metadata cisl.masks must be an object with "keep_ratio" and "broadcast"')
     keep = raw["keep_ratio"]
@@ -292,7 +297,17 @@ def _parse_masks(fail: Fail, raw: Any, split: Split, layers: int) -> tuple[Masks
     problem = validate_masks(split, bc, layers)
     if problem:
         fail(f"metadata cisl.masks is invalid: {problem}")
-    return [[{p: list(e[p]) for p in POINTS} for e in layer] for layer in bc], float(keep)
+    flags = {}
+    for key in ("rescale", "prune_own"):
+        flags[key] = raw.get(key, False)
+        if not isinstance(flags[key], bool):
+            fail(f"metadata cisl.masks {key} must be true or false, got {flags[key]!r}")
+    out = [[{p: list(e[p]) for p in POINTS} for e in layer] for layer in bc]
+    if flags["prune_own"]:
+        problem = residual_problem(out)
+        if problem:
+            fail(f"metadata cisl.masks prune_own: {problem}")
+    return out, float(keep), flags["rescale"], flags["prune_own"]
 
 
 def load_model(path: str | Path) -> CislModel:
@@ -350,7 +365,7 @@ def load_model(path: str | Path) -> CislModel:
     if hpd != list(split.heads_per_device):
         fail(f"metadata cisl.heads_per_device {hpd!r} is inconsistent with {devices} devices and "
              f"{cfg.heads} heads (expected {list(split.heads_per_device)})")
-    masks, keep = _parse_masks(fail, meta["cisl.masks"], split, cfg.layers)
+    masks, keep, rescale, prune_own = _parse_masks(fail, meta["cisl.masks"], split, cfg.layers)
     training = meta["cisl.training"]
     if not isinstance(training, dict):
         fail("metadata cisl.training must be a JSON object")
@@ -374,4 +389,5 @@ def load_model(path: str | Path) -> CislModel:
             fail(f"weight {name!r} holds {bad} NaN or infinite values")
 
     return CislModel(path=path, sha256=hashlib.sha256(data).hexdigest(), config=cfg, devices=devices,
-                     heads_per_device=list(hpd), masks=masks, keep_ratio=keep, weights=weights, training=training)
+                     heads_per_device=list(hpd), masks=masks, keep_ratio=keep, weights=weights, training=training,
+                     rescale=rescale, prune_own=prune_own)

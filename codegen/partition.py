@@ -223,14 +223,29 @@ def masks_are_full(split: Split, masks: Masks) -> bool:
     )
 
 
-def gathered_cols(split: Split, masks: Masks, layer: int, point: str, k: int) -> list[int]:
-    """Ascending global columns device k holds after the somegather at (layer, point)."""
+def gathered_cols(split: Split, masks: Masks, layer: int, point: str, k: int, prune_own: bool = False) -> list[int]:
+    """Ascending global columns device k holds after the somegather at (layer, point).
+
+    ``prune_own`` (normal pruning): a column its owner does not broadcast is dead for the owner too,
+    so of its own columns a device holds only the broadcast ones."""
     lo, hi = split.own_cols(k, point)
-    cols = set(range(lo, hi))
+    cols = set(masks[layer][k][point]) if prune_own else set(range(lo, hi))
     for j in range(split.devices):
         if j != k:
             cols.update(masks[layer][j][point])
     return sorted(cols)
+
+
+def residual_problem(masks: Masks) -> str | None:
+    """Normal pruning keeps one residual column set per device: its x and y masks are the same in
+    every layer. None if they are, else what differs."""
+    for l, layer in enumerate(masks):
+        for k, entry in enumerate(layer):
+            for p in ("x", "y"):
+                if sorted(entry[p]) != sorted(masks[0][k]["x"]):
+                    return (f"device {k} keeps other residual columns at layer {l} point '{p}' than at layer 0 "
+                            "point 'x'; normal pruning removes a residual column everywhere")
+    return None
 
 
 def gather_matrix(split: Split, masks: Masks, layer: int, point: str) -> np.ndarray:

@@ -60,12 +60,13 @@ def windows(cfg: ModelConfig, count: int, seed: int) -> tuple[np.ndarray, np.nda
 
 
 def make_model_dir(out: Path, cfg: ModelConfig, devices: int, keep_ratio: float, seed: int = 0,
-                   calibration: int = 48, tests: int = 16) -> Path:
+                   calibration: int = 48, tests: int = 16, rescale: bool = False) -> Path:
     """Write out/model.onnx, calibration.npy, test_windows.npy, test_targets.npy; return the onnx path."""
     split = Split.even(devices, cfg.heads, cfg.d_model, cfg.mlp_hidden)
     masks = full_masks(split, cfg.layers) if keep_ratio >= 1.0 else random_masks(split, cfg.layers, keep_ratio, seed)
     out.mkdir(parents=True, exist_ok=True)
-    save_onnx(build_onnx(cfg, random_weights(cfg, seed), split, masks, keep_ratio, {"source": "tests/models.py"}),
+    save_onnx(build_onnx(cfg, random_weights(cfg, seed), split, masks, keep_ratio, {"source": "tests/models.py"},
+                         rescale=rescale),
               out / "model.onnx")
     cal, _ = windows(cfg, calibration, seed + 1)
     tx, ty = windows(cfg, tests, seed + 2)

@@ -53,9 +53,13 @@ class Unit:
     data: tuple[str, ...] = ()  # files (or folders) whose content enters the id
     needs: tuple["Unit", ...] = ()
     label: str = ""  # a readable name for progress lines (not part of the id)
+    # the parts of codegen (files or folders, relative to the package) whose content is the code
+    # version; empty: the whole package. A long study names what its result depends on, so that a
+    # change elsewhere (the C emitter, the radio) does not invalidate hours of training
+    code: tuple[str, ...] = ()
 
     def key(self) -> dict:
-        return {"fn": self.fn, "params": self.params, "code": code_version(self.fn),
+        return {"fn": self.fn, "params": self.params, "code": code_version(self.fn, self.code),
                 "data": {Path(p).name: data_hash(p) for p in self.data},
                 "needs": sorted(unit_id(u) for u in self.needs)}
 
@@ -94,19 +98,26 @@ def _fn_file(fn: str) -> Path | None:
 
 
 @lru_cache(maxsize=None)
-def _package_hash() -> str:
+def _package_hash(parts: tuple[str, ...] = ()) -> str:
     h = hashlib.sha256(__version__.encode())
     root = Path(__file__).resolve().parent
-    for path in sorted(root.rglob("*.py")):
+    files = set()
+    for part in parts or (".",):
+        p = root / part
+        if not p.exists():
+            raise UserError(f"sweep unit code part {part!r} is not in the codegen package ({root})")
+        files |= set(p.rglob("*.py")) if p.is_dir() else {p}
+    for path in sorted(files):
         h.update(str(path.relative_to(root)).encode())
         h.update(path.read_bytes())
     return h.hexdigest()
 
 
 @lru_cache(maxsize=None)
-def code_version(fn: str = "") -> str:
-    """cisl's version, every codegen source file, and the file defining ``fn`` (if outside codegen)."""
-    h = hashlib.sha256(_package_hash().encode())
+def code_version(fn: str = "", parts: tuple[str, ...] = ()) -> str:
+    """cisl's version, the codegen source files (all, or ``parts``), and the file defining ``fn``
+    (if outside codegen)."""
+    h = hashlib.sha256(_package_hash(tuple(parts)).encode())
     path = _fn_file(fn) if fn else None
     if path is not None and path.is_file() and Path(__file__).resolve().parent not in path.resolve().parents:
         h.update(path.read_bytes())

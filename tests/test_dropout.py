@@ -269,3 +269,52 @@ def test_evaluate_with_loss_draws_the_patterns_cisl_eval_draws() -> None:
     clean = _mse(ex, EvalSet.from_raw(x, y, True), None, None, 32, None)
     assert evaluate_with_loss(net, Raw(), True, LossRates(), seed=7) == pytest.approx(clean, rel=1e-5)
     assert abs(ref - clean) > 1e-3 * clean
+
+
+# --------------------------------------------------------------------------------------------
+# Rescaling what arrived (issue 16): torch == the float plan executor, and what it changes
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.unit
+@pytest.mark.parametrize("devices,keep", [(2, 0.5), (3, 0.5), (4, 0.25), (6, 1.0)])
+def test_rescaled_losses_equal_the_float_plan_executor(devices: int, keep: float) -> None:
+    net, w, split, masks = split_model(CFG, devices, keep, seed=devices)
+    net.rescale = True
+    st = build_structure(CFG, split, masks, keep, rescale=True)
+    assert sum(op.kind == "rescale" for n in st.nodes for op in n.ops) == 4 * CFG.layers * devices
+    ex = PlanExecutor([n.tensors for n in st.nodes], [n.ops for n in st.nodes], st.sgs, "float", weights=w)
+    plain = build_structure(CFG, split, masks, keep)
+    ex0 = PlanExecutor([n.tensors for n in plain.nodes], [n.ops for n in plain.nodes], plain.sgs, "float", weights=w)
+    x = windows(24)
+    lost = sample_rounds_numpy(np.random.default_rng(devices), len(st.sgs), len(x), devices, LossRates(0.2, 0.1, 0.1))
+    ref = ex.run(x, lost=lost).output
+    with torch.no_grad():
+        got = net(torch.from_numpy(x), lost=lost_from_numpy(lost)).numpy()
+    assert np.max(np.abs(got - ref)) < 1e-4
+    change = np.max(np.abs(ref - ex0.run(x, lost=lost).output))
+    # with two devices a receiver has one sender: all or nothing arrives, and nothing is scaled
+    assert change > 1e-2 if devices > 2 else change == 0.0
+    assert np.max(np.abs(ex.run(x).output - ex0.run(x).output)) == 0.0  # and nothing without loss
+
+
+@pytest.mark.unit
+def test_rescale_kernel_rounds_half_away_from_zero_and_saturates() -> None:
+    from codegen.ops.rescale import rescale_float
+    from codegen.quant.kernels import rescale_s8
+
+    # 6 columns: own [2, 4); the others expect 4 received, 3 arrived (column 5 lost): factor 4/3
+    x = np.array([[[3, -3, 9, 9, 100, 7]]], dtype=np.int8)
+    valid = np.array([[True, True, True, True, True, False]])
+    y = rescale_s8(x, valid, 2, 4, zero_point=0)
+    # 3 * 4 / 3 = 4; -3 -> -4; own untouched; 100 * 4 / 3 = 133.3 -> 127; the lost column untouched
+    assert y.tolist() == [[[4, -4, 9, 9, 127, 7]]]
+    assert rescale_s8(x, valid, 2, 4, zero_point=-3)[0, 0, :2].tolist() == [5, -3]  # around the zero point
+    # x - zp = 6, 6 * 4 / 3 = 8 -> 5; x - zp = 0 stays
+    everything = np.ones((1, 6), dtype=bool)
+    assert np.array_equal(rescale_s8(x, everything, 2, 4, 0), x)  # all arrived: unchanged
+    nothing = np.array([[False, False, True, True, False, False]])
+    assert np.array_equal(rescale_s8(x, nothing, 2, 4, 0), x)  # nothing arrived: nothing to scale
+    np.testing.assert_allclose(rescale_float(x.astype(np.float32), valid, 2, 4)[0, 0], [4, -4, 9, 9, 400 / 3, 7])
+    # ties: 3 arrived of 4 expected with x = 3k/4 + 1/2 is never exact; 2 of 4: x * 2, exact
+    half = np.array([[True, False, True, True, True, False]])
+    assert rescale_s8(np.array([[[5, 0, 0, 0, -5, 0]]], np.int8), half, 2, 4, 0).tolist() == [[[10, 0, 0, 0, -10, 0]]]

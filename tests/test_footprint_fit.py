@@ -41,7 +41,7 @@ def test_mixer_state_formula_equals_sizeof(tmp_path, nodes, g, p, pool):
 @pytest.mark.parametrize("devices,keep", [(4, 0.5), (1, 1.0), (3, 1.0)])
 def test_structure_facts_equal_the_compiled_plan(tmp_path, devices, keep):
     cfg = model_config(16, 64, 2, 16)
-    model = make_model_dir(tmp_path / "m", cfg, devices, keep, seed=4, calibration=4, tests=4)
+    model = make_model_dir(tmp_path / "m", cfg, devices, keep, seed=4, calibration=4, tests=4, rescale=True)
     compile_model(model, tmp_path / "b", CompileOptions(board="nrf52840dk", max_calibration=4))
     plan = load_plan(tmp_path / "b")
     from codegen.fit import plan_policy

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def plan_dir(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("schema")
     model = make_model_dir(root / "m", config_for_tokens(8, 32, heads=4, layers=1), devices=2, keep_ratio=0.5,
-                           seed=3, tests=2)
+                           seed=3, tests=2, rescale=True)
     compile_model(model, root / "b", CompileOptions(devices=2))
     return root / "b"
 

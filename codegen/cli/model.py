@@ -62,15 +62,14 @@ def train(config: Path | None, out_dir: Path, data: Path | None, resume: bool, w
         click.echo(f"stopped after epoch {s['epochs_done']} of {s['epochs']} ([train] stop_after_epochs); "
                    f"checkpoint {s['checkpoint']}; continue with the same command and --resume")
         return
-    target = out_dir / "model.onnx" if s["onnx"] else out_dir / "train.json"
+    target = out_dir / "model.onnx"
     click.echo(f"trained {s['params']} parameters in {s['seconds']:.1f} s: "
                f"val MSE {s['val_mse']:.4f}, test MSE {s['test_mse']:.4f} -> {target}")
     comm, drop, pr = s["communication"], s["dropout"], s["prune"]
     if pr["masks"] != "full" and comm["allgather_columns"]:
         what = f"{pr['method']} pruning" if pr["method"] != "none" else "random masks"
         click.echo(f"{what}: keep {pr['keep']:g} requested, realised {pr['realised_keep']:.4f} -- the nodes send "
-                   f"{comm['broadcast_columns']} of an allgather's {comm['allgather_columns']} columns per inference"
-                   + ("" if s["onnx"] else "; normal pruning is scored in float only, no model.onnx"))
+                   f"{comm['broadcast_columns']} of an allgather's {comm['allgather_columns']} columns per inference")
     if "test_mse_lossy" in s:
         rate = (f"loss drawn per window up to q = {drop['q_max']:g} (scored at q_max)" if "q_max" in drop else
                 f"message loss {drop['q_link']:g}/{drop['q_recv']:g}/{drop['q_send']:g} (link/receiver/sender)")

@@ -79,6 +79,8 @@ class Structure:
     keep_ratio: float
     sgs: list[SomegatherPoint]
     nodes: list[NodePlan]
+    rescale: bool = False  # received columns scaled by expected / delivered (the `rescale` op)
+    prune_own: bool = False  # normal pruning: unbroadcast columns are dead for their owner too
 
 
 def runs_from_pairs(pairs: list[tuple[int, int]]) -> list[list[int]]:
@@ -117,8 +119,27 @@ class _NodeBuilder:
         self.ops.append(Op(kind, ins, outs, attrs))
 
 
-def build_structure(cfg: ModelConfig, split: Split, masks: Masks, keep_ratio: float) -> Structure:
-    """Derive every node's tensors and schedule from the split and the somegather masks."""
+def build_structure(cfg: ModelConfig, split: Split, masks: Masks, keep_ratio: float, rescale: bool = False,
+                    prune_own: bool = False) -> Structure:
+    """Derive every node's tensors and schedule from the split and the somegather masks.
+
+    ``rescale`` (models trained with it, cisl.masks.rescale): what arrived from the other nodes is
+    scaled by expected / delivered columns before its consumer (the `rescale` op). ``prune_own``
+    (normal pruning, cisl.masks.prune_own): a column nobody broadcasts is dead for its owner too:
+    no node holds it after a somegather, so LayerNorm statistics and consumers leave it out (its
+    producers' weights are zero, so the own tensors hold 0 there)."""
+
+    def held(l: int, point: str, k: int) -> list[int]:
+        return gathered_cols(split, masks, l, point, k, prune_own)
+    rescaled = rescale and split.devices > 1
+
+    def scale(b: _NodeBuilder, t: str, valid: str, point: str, l: int, k: int) -> None:
+        if rescaled:
+            G = held(l, point, k)
+            lo, hi = split.own_cols(k, point)
+            own_lo = sum(c < lo for c in G)  # own columns are contiguous in G (the others lie outside [lo, hi))
+            b.op("rescale", [t, valid], [t], own_lo=own_lo, own_hi=own_lo + sum(lo <= c < hi for c in G))
+
     N, d, D = cfg.tokens, cfg.d_head, split.devices
     sgs: list[SomegatherPoint] = []
     for l in range(cfg.layers):
@@ -154,12 +175,13 @@ def build_structure(cfg: ModelConfig, split: Split, masks: Masks, keep_ratio: fl
             x = f"l{l}.x@{k}"
             # -- attention block (its communication counts towards the block, as in the paper's Fig. 6)
             b.op("block_begin", [], [], block="attn", layer=l)
-            gx = _somegather(b, cfg, split, masks, sg_of[f"l{l}.x"], k, x, with_valid=True)
-            G = gathered_cols(split, masks, l, "x", k)
+            gx = _somegather(b, cfg, split, masks, sg_of[f"l{l}.x"], k, x, with_valid=True, prune_own=prune_own)
+            G = held(l, "x", k)
             ln1 = b.tensor(f"l{l}.ln1@{k}", (N, len(G)), qgroup=f"l{l}.ln1@{k}")
             b.op("layernorm", [gx, f"l{l}.xv@{k}"], [ln1],
                  gamma={"name": f"layers.{l}.ln1.weight", "rows": G},
                  beta={"name": f"layers.{l}.ln1.bias", "rows": G}, eps=cfg.ln_eps)
+            scale(b, ln1, f"l{l}.xv@{k}", "x", l, k)
             hbuf = b.tensor(f"l{l}.h@{k}", (N, s_k), qgroup=f"l{l}.h")
             h0, h1 = split.head_range(k)
             for h in range(h0, h1):
@@ -178,8 +200,9 @@ def build_structure(cfg: ModelConfig, split: Split, masks: Masks, keep_ratio: fl
                 o = b.tensor(f"l{l}.o{h}", (N, d), qgroup=f"l{l}.h")
                 b.op("bmm", [pr, vt], [o], alpha=1.0)
                 b.op("copy_cols", [o], [hbuf], dst_col=(h - h0) * d)
-            gh = _somegather(b, cfg, split, masks, sg_of[f"l{l}.h"], k, hbuf, with_valid=False)
-            Gh = gathered_cols(split, masks, l, "h", k)
+            gh = _somegather(b, cfg, split, masks, sg_of[f"l{l}.h"], k, hbuf, with_valid=rescaled, prune_own=prune_own)
+            scale(b, gh, f"l{l}.hv@{k}", "h", l, k)
+            Gh = held(l, "h", k)
             ao = b.tensor(f"l{l}.ao@{k}", (N, s_k), qgroup=f"l{l}.ao@{k}")
             b.op("fc", [gh], [ao], weight={"name": f"layers.{l}.wo.weight", "rows": own_model, "cols": Gh},
                  bias={"name": f"layers.{l}.wo.bias", "rows": own_model}, relu=False)
@@ -189,18 +212,20 @@ def build_structure(cfg: ModelConfig, split: Split, masks: Masks, keep_ratio: fl
 
             # -- MLP block
             b.op("block_begin", [], [], block="mlp", layer=l)
-            gy = _somegather(b, cfg, split, masks, sg_of[f"l{l}.y"], k, y, with_valid=True)
-            Gy = gathered_cols(split, masks, l, "y", k)
+            gy = _somegather(b, cfg, split, masks, sg_of[f"l{l}.y"], k, y, with_valid=True, prune_own=prune_own)
+            Gy = held(l, "y", k)
             ln2 = b.tensor(f"l{l}.ln2@{k}", (N, len(Gy)), qgroup=f"l{l}.ln2@{k}")
             b.op("layernorm", [gy, f"l{l}.yv@{k}"], [ln2],
                  gamma={"name": f"layers.{l}.ln2.weight", "rows": Gy},
                  beta={"name": f"layers.{l}.ln2.bias", "rows": Gy}, eps=cfg.ln_eps)
+            scale(b, ln2, f"l{l}.yv@{k}", "y", l, k)
             hlo, hhi = split.hidden_cols(k)
             z = b.tensor(f"l{l}.z@{k}", (N, hhi - hlo), qgroup=f"l{l}.z")
             b.op("fc", [ln2], [z], weight={"name": f"layers.{l}.w1.weight", "rows": list(range(hlo, hhi)), "cols": Gy},
                  bias={"name": f"layers.{l}.w1.bias", "rows": list(range(hlo, hhi))}, relu=True)
-            gz = _somegather(b, cfg, split, masks, sg_of[f"l{l}.z"], k, z, with_valid=False)
-            Gz = gathered_cols(split, masks, l, "z", k)
+            gz = _somegather(b, cfg, split, masks, sg_of[f"l{l}.z"], k, z, with_valid=rescaled, prune_own=prune_own)
+            scale(b, gz, f"l{l}.zv@{k}", "z", l, k)
+            Gz = held(l, "z", k)
             mo = b.tensor(f"l{l}.mo@{k}", (N, s_k), qgroup=f"l{l}.mo@{k}")
             b.op("fc", [gz], [mo], weight={"name": f"layers.{l}.w2.weight", "rows": own_model, "cols": Gz},
                  bias={"name": f"layers.{l}.w2.bias", "rows": own_model}, relu=False)
@@ -227,17 +252,17 @@ def build_structure(cfg: ModelConfig, split: Split, masks: Masks, keep_ratio: fl
             b.op("block_end", [], [], block="head", layer=-1)
         b.op("finish", [part] if k != SINK else ["output"], [])
         nodes.append(NodePlan(k, b.tensors, b.ops))
-    return Structure(cfg, split, masks, keep_ratio, sgs, nodes)
+    return Structure(cfg, split, masks, keep_ratio, sgs, nodes, rescaled, prune_own)
 
 
 def _somegather(b: _NodeBuilder, cfg: ModelConfig, split: Split, masks: Masks,
-                sg: SomegatherPoint, k: int, own: str, with_valid: bool) -> str:
+                sg: SomegatherPoint, k: int, own: str, with_valid: bool, prune_own: bool = False) -> str:
     """Emit the somegather op of device k at point ``sg``: pack own broadcast columns into the
     message, exchange, and assemble the gathered tensor (own + received columns, ascending)."""
     N = cfg.tokens
     lo, hi = split.own_cols(k, sg.point)
     own_cols = list(range(lo, hi))
-    G = gathered_cols(split, masks, sg.layer, sg.point, k) if split.devices > 1 else own_cols
+    G = gathered_cols(split, masks, sg.layer, sg.point, k, prune_own) if split.devices > 1 else own_cols
     qgroup = f"l{sg.layer}.{sg.point}"
     out = b.tensor(f"l{sg.layer}.{sg.point}g@{k}", (N, len(G)), qgroup=qgroup)
     ins = [own]
@@ -256,5 +281,5 @@ def _somegather(b: _NodeBuilder, cfg: ModelConfig, split: Split, masks: Masks,
     outs = [out] + ([valid] if valid else []) + ([send] if send else [])
     b.op("somegather", ins, outs, sg=sg.sg, name=sg.name, gathered=out, valid=valid, send=send,
          pack_runs=runs_from_pairs([(c - lo, i) for i, c in enumerate(sg.send_cols[k])]) if send else [],
-         own_runs=runs_between(own_cols, G), recv=recv)
+         own_runs=runs_from_pairs([(c - lo, i) for i, c in enumerate(G) if lo <= c < hi]), recv=recv)
     return out

@@ -410,3 +410,29 @@ def crc32(data: bytes | bytearray | memoryview | npt.NDArray[np.generic]) -> int
     if isinstance(data, np.ndarray):
         data = np.ascontiguousarray(data).tobytes()
     return zlib.crc32(data) & 0xFFFFFFFF
+
+
+def rescale_delivered(valid: np.ndarray, own_lo: int, own_hi: int) -> np.ndarray:
+    """[batch]: received columns that arrived (valid outside the own range)."""
+    v = np.asarray(valid, dtype=bool)
+    return v[..., :own_lo].sum(axis=-1) + v[..., own_hi:].sum(axis=-1)
+
+
+def rescale_s8(x: np.ndarray, valid: np.ndarray, own_lo: int, own_hi: int, zero_point: int) -> np.ndarray:
+    """cisl_rescale_s8 on x [batch, rows, cols] with valid [batch, cols] (bool)."""
+    x = np.asarray(x)
+    cols = x.shape[-1]
+    expected = cols - (own_hi - own_lo)
+    got = rescale_delivered(valid, own_lo, own_hi).astype(np.int64)  # [batch]
+    scale = (got > 0) & (got < expected)
+    out = x.copy()
+    if not scale.any() or expected == 0:
+        return out
+    cross = np.ones(cols, dtype=bool)
+    cross[own_lo:own_hi] = False
+    sel = scale[:, None] & np.asarray(valid, dtype=bool) & cross[None, :]  # [batch, cols]
+    num = (x.astype(np.int64) - zero_point) * expected
+    r = np.where(got > 0, got, 1)[:, None, None]
+    q = np.sign(num) * ((np.abs(num) + r // 2) // r)
+    y = np.clip(zero_point + q, -128, 127).astype(np.int8)
+    return np.where(sel[:, None, :], y, out).astype(np.int8)

@@ -7,8 +7,9 @@ Outputs (written atomically into ``out_dir``):
   test_targets.npy    float32 [n_test, horizon]: their targets, normalised the same way
   train.json          summary + resolved config + per-epoch history (+ pruning stages and final masks)
 
-[prune] method = "normal" (the Q3 baseline) writes no model.onnx: its LayerNorms skip pruned own
-columns, which the ONNX/plan contract cannot express; it is evaluated in float here (train.json).
+[prune] method = "normal" (the Q3 baseline) is exported like any model, with cisl.masks.prune_own:
+a column nobody broadcasts is dead for its owner too (LayerNorms and consumers leave it out), so it
+compiles, runs in int8 and on the testbed like a somegather-pruned model.
 
 While training, a checkpoint is saved after every epoch into the run's work folder (by default the
 hidden sibling ``.<out name>.cisl-train/`` of ``out_dir``); ``resume=True`` continues from it and
@@ -274,7 +275,7 @@ def run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, o
     masks = make_masks(split, m.layers, s.random_keep, s.mask_seed)
     with _torch_settings(t.threads), torch.random.fork_rng(devices=[]):
         torch.manual_seed(t.seed)
-        model = SplitPatchTST(cfg=m, split=split, masks=masks)
+        model = SplitPatchTST(cfg=m, split=split, masks=masks, rescale=cfg.dropout.rescale)
         rates = LossRates(*cfg.dropout.rates())
         # message dropout: losses drawn in every training step (at a rate per sample with q_max)
         model.set_message_dropout(LossRange(cfg.dropout.q_max) if cfg.dropout.q_max > 0 else rates)
@@ -324,8 +325,8 @@ def run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, o
     training = {"data": data_desc, "epochs": t.epochs, "best_epoch": result.best_epoch, "seed": t.seed,
                 **metrics, "history": result.history, "config": config_record, "prune": pruning,
                 "prune_history": prune_history, "dropout": dropout, "communication": comm}
-    onnx_bytes = (build_onnx(m, weights, split, masks, keep_ratio, training).SerializeToString()
-                  if pr.method != "normal" else None)
+    onnx_bytes = build_onnx(m, weights, split, masks, keep_ratio, training, rescale=cfg.dropout.rescale,
+                            prune_own=model.prune_own).SerializeToString()
 
     calib, _, _ = model_inputs(data.train, data.train.evenly_spaced(t.calibration_samples), m.revin)
     test_x, test_y, test_scale = model_inputs(data.test, data.test.evenly_spaced(t.test_samples), m.revin)
@@ -333,20 +334,18 @@ def run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, o
                "seconds": round(time.perf_counter() - started, 3), "params": params,
                "windows": {"train": int(len(train_idx)), "val": len(data.val), "test": len(data.test)},
                "data": data_desc, "resumed_from_epoch": result.resumed_from, "prune": pruning,
-               "communication": comm, "dropout": dropout, "onnx": onnx_bytes is not None}
+               "communication": comm, "dropout": dropout, "onnx": True}
     report = {"summary": summary, "config": config_record, "history": result.history, "prune_history": prune_history,
               "masks": {"keep_ratio": keep_ratio, "prune_own": model.prune_own, "columns": column_counts(masks),
                         "broadcast": masks}}
     write_atomically(out_dir, {
-        **({"model.onnx": onnx_bytes} if onnx_bytes is not None else {}),
+        "model.onnx": onnx_bytes,
         "calibration.npy": _npy_bytes(calib),
         "test_windows.npy": _npy_bytes(test_x),
         "test_targets.npy": _npy_bytes(test_y),
         "test_scale.npy": _npy_bytes(test_scale),
         "train.json": (json.dumps(report, indent=2) + "\n").encode(),
     })
-    if onnx_bytes is None:  # a model.onnx of an earlier run would not belong to this train.json
-        (out_dir / "model.onnx").unlink(missing_ok=True)
     ckpt_path.unlink(missing_ok=True)  # the outputs are complete: nothing left to resume
     try:
         work.rmdir()

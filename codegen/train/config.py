@@ -79,6 +79,9 @@ class DropoutConfig:
     # a range instead of one rate: every sample draws its own q uniformly from [0, q_max] (all
     # three modes), so one model serves any loss rate up to q_max (a fixed q tunes it to that q)
     q_max: float = 0.0
+    # scale what arrived from the other devices by expected / delivered columns, in training, the int8
+    # reference and the C alike (the `rescale` op): a model trained at loss q also holds at q = 0
+    rescale: bool = True
 
     def rates(self) -> tuple[float, float, float]:
         """(link, receiver, sender), as codegen.lossmodel.LossRates takes them."""

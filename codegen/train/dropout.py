@@ -118,13 +118,28 @@ def check_lost(lost: LostRounds, layers: int, batch: int, devices: int) -> None:
             raise ValueError(f"lost[{sg}] has shape {tuple(v.shape)}, expected {(batch, devices, devices)}")
 
 
+def sample_rounds_range(rng: np.random.Generator, rounds: int, batch: int, devices: int,
+                        q_max: float) -> dict[int, np.ndarray]:
+    """numpy patterns of a `LossRange`: window b draws q_b ~ U(0, q_max), then every round loses
+    messages at q_b in all three modes (link | receiver | sender; the diagonal never)."""
+    q = rng.uniform(0.0, q_max, batch)[:, None, None]
+    eye = np.eye(devices, dtype=bool)
+    out = {}
+    for r in range(rounds):
+        lost = ((rng.random((batch, devices, devices)) < q) | (rng.random((batch, devices, 1)) < q)
+                | (rng.random((batch, 1, devices)) < q))
+        out[r] = lost & ~eye
+    return out
+
+
 @torch.no_grad()
-def evaluate_with_loss(model, windows, revin: bool, rates: LossRates, seed: int, idx: np.ndarray | None = None,
-                       batch: int = 1024) -> float:
+def evaluate_with_loss(model, windows, revin: bool, rates: LossRates | LossRange, seed: int,
+                       idx: np.ndarray | None = None, batch: int = 1024) -> float:
     """MSE (samples x horizon, the data's scaled units as `loop.evaluate`) under sampled message loss.
 
     Patterns come from ``codegen.lossmodel.sample_rounds`` with ``numpy.random.default_rng(seed)``,
-    one call per batch of ``batch`` windows, as ``cisl eval`` draws them for the float plan.
+    one call per batch of ``batch`` windows, as ``cisl eval`` draws them for the float plan (a
+    `LossRange`: `sample_rounds_range`).
     """
     idx = np.arange(len(windows)) if idx is None else idx
     rng = np.random.default_rng(seed)
@@ -137,7 +152,9 @@ def evaluate_with_loss(model, windows, revin: bool, rates: LossRates, seed: int,
             x, y = windows.take(idx[lo:lo + batch])
             xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
             lost = None
-            if rates.any and D > 1:
+            if isinstance(rates, LossRange) and rates.any and D > 1:
+                lost = lost_from_numpy(sample_rounds_range(rng, rounds_of(model.cfg.layers), len(x), D, rates.q_max))
+            elif rates.any and D > 1:
                 lost = lost_from_numpy(sample_rounds_numpy(rng, rounds_of(model.cfg.layers), len(x), D, rates))
             if revin:
                 xn, mean, std = revin_torch(xt)

@@ -46,6 +46,17 @@ def evaluate(model: SplitPatchTST, windows: Windows | SegmentWindows, revin: boo
     return total / max(count, 1)
 
 
+def validate(model: SplitPatchTST, windows: Windows | SegmentWindows, revin: bool, seed: int) -> float:
+    """The validation MSE that picks the best epoch: under the model's training loss (message
+    dropout at its rates, or a rate per window from its range; the same patterns every epoch, drawn
+    from ``seed``), because the model will deploy on a lossy link; without dropout, loss-free."""
+    from codegen.train.dropout import evaluate_with_loss
+
+    if model.loss_rates is None or model.split.devices == 1:
+        return evaluate(model, windows, revin)
+    return evaluate_with_loss(model, windows, revin, model.loss_rates, seed=seed + 7919)
+
+
 @dataclass
 class FitResult:
     best_state: dict[str, Tensor]
@@ -170,7 +181,7 @@ def fit(model: SplitPatchTST, train: Windows | SegmentWindows, train_idx: np.nda
                     scheduler.step()
                 loss_sum += loss * len(x)
                 bar.update(1)
-            val_mse = evaluate(model, val, revin)
+            val_mse = validate(model, val, revin, opts.seed)
             best.history.append({"epoch": epoch, "train_loss": loss_sum / len(order), "val_mse": val_mse})
             bar.set_postfix(epoch=epoch, val_mse=f"{val_mse:.4f}")
             if val_mse < best.best_val or not best.best_state:  # the first epoch counts even if val is NaN

@@ -159,9 +159,14 @@ def receiver_matmul(x: Tensor, g: Tensor, w: Tensor, owner: Tensor) -> Tensor:
 
 
 def local_ln_linear(x: Tensor, g: Tensor, gamma: Tensor, beta: Tensor, weight: Tensor, bias: Tensor,
-                    owner: Tensor, eps: float) -> Tensor:
-    """Device-local LayerNorm over the held columns, then each output's owner's slice of the weight."""
+                    owner: Tensor, eps: float, gs: Tensor | None = None) -> Tensor:
+    """Device-local LayerNorm over the held columns, then each output's owner's slice of the weight.
+
+    ``gs`` (per sample, with message loss and rescaling): the gather matrix with every received
+    column's factor E / R, applied to the normalised columns; the statistics use ``g``."""
     xc, mu, rstd = _stats(x, g, eps)
+    if gs is not None and g.dim() == 3:
+        g = gs
     D = g.shape[-2]
     # Per-device statistics reach the outputs through one-hot matmuls [D, O]: their backward is a
     # matmul too (the scatter-add behind rstd[..., owner] is slow).
@@ -205,8 +210,10 @@ class SplitLayer(nn.Module):
         self.w2 = nn.Linear(Fh, F)
 
     def forward(self, x: Tensor, g: dict[str, Tensor], owner_model: Tensor, owner_hidden: Tensor,
-                alive: dict[str, Tensor] | None = None) -> Tensor:
-        """``alive`` (normal pruning): 0/1 masks "r" (residual), "h", "z" of the live columns."""
+                alive: dict[str, Tensor] | None = None, gs: dict[str, Tensor] | None = None) -> Tensor:
+        """``alive`` (normal pruning): 0/1 masks "r" (residual), "h", "z" of the live columns.
+        ``gs``: the per-sample gathers with the rescaling factors (`SplitPatchTST.rescale`)."""
+        gs = g if gs is None else gs
         cfg = self.cfg
         B, N, F = x.shape
         wv, bv = self.wv.weight, self.wv.bias
@@ -221,12 +228,13 @@ class SplitLayer(nn.Module):
         w_qkv = torch.cat([self.wq.weight, self.wk.weight, wv])
         b_qkv = torch.cat([self.wq.bias, self.wk.bias, bv])
         qkv = local_ln_linear(x, g["x"], self.ln1.weight, self.ln1.bias, w_qkv, b_qkv,
-                              owner_model.repeat(3), cfg.ln_eps)
+                              owner_model.repeat(3), cfg.ln_eps, gs["x"])
         q, k, v = (t.view(B, N, cfg.heads, cfg.d_head).transpose(1, 2) for t in qkv.split(F, dim=-1))
         h = Fn.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(B, N, F)
-        y = x + masked_linear(h, g["h"], wo, bo, owner_model)
-        z = torch.relu(local_ln_linear(y, g["y"], self.ln2.weight, self.ln2.bias, w1, b1, owner_hidden, cfg.ln_eps))
-        return y + masked_linear(z, g["z"], w2, b2, owner_model)
+        y = x + masked_linear(h, gs["h"], wo, bo, owner_model)
+        z = torch.relu(local_ln_linear(y, g["y"], self.ln2.weight, self.ln2.bias, w1, b1, owner_hidden, cfg.ln_eps,
+                                       gs["y"]))
+        return y + masked_linear(z, gs["z"], w2, b2, owner_model)
 
 
 class SplitPatchTST(nn.Module):
@@ -238,7 +246,8 @@ class SplitPatchTST(nn.Module):
     for every step. ``forward(window, gathers)`` takes explicit (per-sample) gather matrices.
     """
 
-    def __init__(self, cfg: ModelConfig, split: Split, masks: Masks, prune_own: bool = False) -> None:
+    def __init__(self, cfg: ModelConfig, split: Split, masks: Masks, prune_own: bool = False,
+                 rescale: bool = False) -> None:
         super().__init__()
         problems = cfg.problems()
         if problems:
@@ -254,6 +263,9 @@ class SplitPatchTST(nn.Module):
         self.register_buffer("owner_model", torch.from_numpy(split.owner_of("x")), persistent=False)
         self.register_buffer("owner_hidden", torch.from_numpy(split.owner_of("z")), persistent=False)
         self.loss_rates: LossRates | msgdrop.LossRange | None = None
+        # what arrived from the other devices is scaled by expected / delivered columns (the plan's
+        # `rescale` op): a lost message then does not shrink the consumers' input
+        self.rescale = rescale
         self.set_masks(masks, prune_own)
 
     # ------------------------------------------------------------------ masks
@@ -309,10 +321,12 @@ class SplitPatchTST(nn.Module):
         if alive_r is not None:
             x = x * alive_r
         for l, (layer, g) in enumerate(zip(self.layers, base)):
+            gs = None
             if lost is not None and D > 1:
-                g = {p: self._lost_gather(g[p], lost.get(msgdrop.round_of(l, p)), p) for p in POINTS}
+                both = {p: self._lost_gather(g[p], lost.get(msgdrop.round_of(l, p)), p) for p in POINTS}
+                g, gs = {p: v[0] for p, v in both.items()}, {p: v[1] for p, v in both.items()}
             alive = ({"r": alive_r, "h": layer.alive_h, "z": layer.alive_z} if alive_r is not None else None)
-            x = layer(x, g, self.owner_model, self.owner_hidden, alive)
+            x = layer(x, g, self.owner_model, self.owner_hidden, alive, gs)
         cols = alive_r  # which columns of X_T reach the forecast
         head_lost = lost.get(msgdrop.head_round(self.cfg.layers)) if lost is not None and D > 1 else None
         if head_lost is not None and bool(head_lost.any()):
@@ -323,13 +337,25 @@ class SplitPatchTST(nn.Module):
             x = x * cols
         return self.head(x.flatten(1))
 
-    def _lost_gather(self, g: Tensor, lost: Tensor | None, point: str) -> Tensor:
-        """Per-sample gathers [B, D, width]: a lost message clears the sender's columns for the receiver."""
+    def _lost_gather(self, g: Tensor, lost: Tensor | None, point: str) -> tuple[Tensor, Tensor]:
+        """Per-sample gathers [B, D, width]: a lost message clears the sender's columns for the receiver.
+
+        Returns (held columns, the same with the factor E / R on every received column when
+        `rescale` is on: E the columns the receiver expects from the others, R those that arrived)."""
         if lost is None or not bool(lost.any()):
-            return g
+            return g, g
         owner = self.owner_hidden if point == "z" else self.owner_model
         keep = msgdrop.keep_matrix(lost)[:, :, owner]  # [B, receiver, column]: the column's sender got through
-        return g * keep if g.dim() == 3 else g.unsqueeze(0) * keep
+        held = g * keep if g.dim() == 3 else g.unsqueeze(0) * keep
+        if not self.rescale:
+            return held, held
+        D = held.shape[1]
+        cross = (owner[None, :] != torch.arange(D, device=owner.device)[:, None]).to(held.dtype)  # [D, width]
+        base = g if g.dim() == 3 else g.unsqueeze(0)
+        expected = (base * cross).sum(-1)  # [B or 1, D]
+        got = (held * cross).sum(-1)  # [B, D]
+        factor = torch.where((got > 0) & (got < expected), expected / got.clamp_min(1.0), torch.ones_like(got))
+        return held, held * (1.0 + (factor.unsqueeze(-1) - 1.0) * cross)
 
     def load_numpy(self, weights: dict[str, np.ndarray]) -> None:
         """Load weights named as in `weight_shapes` (e.g. from a model.onnx)."""

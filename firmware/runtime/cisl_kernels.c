@@ -109,6 +109,37 @@ static inline int8_t cisl_ln_value(int32_t d, int32_t inv, int64_t round, int32_
     return (int8_t)((y < -128) ? -128 : ((y > 127) ? 127 : y));
 }
 
+void cisl_rescale_s8(int8_t *x, uint16_t rows, uint16_t cols, const uint8_t *valid, uint16_t own_lo, uint16_t own_hi,
+                     int32_t zp)
+{
+    const int32_t expected = (int32_t)cols - ((int32_t)own_hi - (int32_t)own_lo);
+    int32_t got = 0;
+    uint16_t r;
+    uint16_t c;
+
+    for (c = 0; c < cols; c++)
+        if ((c < own_lo || c >= own_hi) && valid[c])
+            got++;
+    if (got == 0 || got >= expected)
+        return;
+    for (r = 0; r < rows; r++)
+    {
+        int8_t *xr = x + (size_t)r * cols;
+        for (c = 0; c < cols; c++)
+        {
+            int32_t num;
+            int32_t q;
+            int32_t y;
+            if ((c >= own_lo && c < own_hi) || !valid[c])
+                continue;
+            num = ((int32_t)xr[c] - zp) * expected; /* |num| <= 255 * 32767: fits int32 */
+            q = (num >= 0 ? num + got / 2 : num - got / 2) / got; /* C division truncates: half away from 0 */
+            y = zp + q;
+            xr[c] = (int8_t)((y < -128) ? -128 : ((y > 127) ? 127 : y));
+        }
+    }
+}
+
 void cisl_layernorm_s8(const int8_t *x,
                        int8_t *y,
                        uint16_t rows,

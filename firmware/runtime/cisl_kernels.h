@@ -44,6 +44,16 @@ void cisl_layernorm_s8(const int8_t *x,
                        const int32_t *beta_q);
 
 /*
+ * Scale what arrived from the other nodes by expected / delivered (issue 16), in place on
+ * x[rows][cols]: the columns outside [own_lo, own_hi) that valid[] marks present (nonzero bytes)
+ * become clamp(zp + round((x - zp) * E / R)), rounding half away from zero, where E = cols -
+ * (own_hi - own_lo) columns are expected from the others and R arrived. Own columns, absent
+ * columns, and rounds where nothing or everything arrived are left as they are.
+ */
+void cisl_rescale_s8(int8_t *x, uint16_t rows, uint16_t cols, const uint8_t *valid, uint16_t own_lo, uint16_t own_hi,
+                     int32_t zp);
+
+/*
  * out[o] = wrap32(sum_i (x[i] + in_offset) * w[o][i]) for o < n_out, i < k;
  * w is row-major [n_out][k]. No bias, no requantisation (head partial sums).
  */

@@ -13,6 +13,7 @@ import pytest
 from codegen import __version__
 from codegen.errors import UserError
 from codegen.sweep import Unit, is_done, record_path, run_sweep, same_record, unit_id, waves
+from models import tiny_train_config
 
 FNS = str(Path(__file__).resolve().parent / "sweep_fns.py")
 
@@ -82,29 +83,7 @@ def test_submitit_local_executor_writes_the_same_records_as_joblib(tmp_path: Pat
     assert sorted(p.name for p in (tmp_path / "ra").iterdir()) == sorted(p.name for p in (tmp_path / "rb").iterdir())
 
 
-TINY = """
-[model]
-lookback = 32
-patch_len = 8
-stride = 4
-d_model = 16
-heads = 4
-layers = 1
-mlp_hidden = 12
-horizon = 8
-[split]
-devices = 2
-[data]
-synthetic_length = 400
-synthetic_channels = 2
-[train]
-epochs = 1
-batch_size = 64
-max_train_windows = 64
-calibration_samples = 8
-test_samples = 4
-threads = 1
-"""
+TINY = tiny_train_config(devices=2)
 
 
 def cisl(cwd: Path, *args: str) -> subprocess.CompletedProcess:

@@ -197,10 +197,41 @@ def fig7_method(s: Session, method: str, ctx, dense) -> dict:
         comm = communication(split, model.masks, s.cfg.model.tokens, s.cfg.model.horizon)
         points.append({"keep": keep, "realised_keep": comm["ratio_to_allgather"], "stage": i, "finetune": ft,
                        "test_mse": s.test_mse(model), "communication": comm})
+        if keep == min(PROTOCOL["keeps"]):
+            points[-1]["deployment"] = deployment(s, model, method, keep, ctx.work / f"deploy-{keep:g}")
         print(f"   {name} keep {keep} (realised {comm['ratio_to_allgather']:.4f}): test MSE "
               f"{points[-1]['test_mse']:.4f}", flush=True)
     return {"devices": s.devices, "seed": s.seed, "method": method, "dense_communication": dense_comm,
             "points": points}
+
+
+def deployment(s: Session, model, method: str, keep: float, work: Path) -> dict:
+    """Fig. 7 beyond MSE (issue 16): the pruned model exported, compiled for nRF52840 DK boards and
+    linked; flash and RAM of the largest node from its ELF, latency and energy per inference from
+    `cisl estimate` (central values of the cycle model and the radio simulation, policy done)."""
+    from codegen.build import build
+    from codegen.compile import CompileOptions, compile_model
+    from codegen.onnx_model import build_onnx, save_onnx
+    from codegen.timing.estimate import estimate
+    from codegen.train.api import model_inputs
+    from codegen.train.model import state_to_numpy
+    from codegen.train.pruning import drop_pruned_weights
+
+    split = model.split
+    weights = drop_pruned_weights(state_to_numpy(model), split, model.masks, method)
+    work.mkdir(parents=True, exist_ok=True)
+    save_onnx(build_onnx(s.cfg.model, weights, split, model.masks, keep, {"source": "bench/split_training.py"},
+                         rescale=True, prune_own=method == "normal"), work / "model.onnx")
+    cal, _, _ = model_inputs(s.data.train, s.data.train.evenly_spaced(64), s.cfg.model.revin)
+    np.save(work / "calibration.npy", cal)
+    compile_model(work / "model.onnx", work / "build", CompileOptions(board="nrf52840dk", max_calibration=64))
+    build(work / "build")
+    sizes = [json.loads(p.read_text())["elf"] for p in sorted((work / "build").glob("node_*/size.json"))]
+    est = estimate(work / "build")
+    return {"board": "nrf52840dk", "flash_bytes_max": max(z["flash"] for z in sizes),
+            "ram_bytes_max": max(z["ram"] for z in sizes), "latency_ms": est.latency_ms[1],
+            "latency_ms_range": [est.latency_ms[0], est.latency_ms[2]], "comm_ms": est.comm_ms[1],
+            "energy_uj": est.network_energy_uj[1]}
 
 
 def fig8(s: Session, q: float, ctx, dense, q_max: float = 0.0) -> dict:

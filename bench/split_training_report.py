@@ -115,7 +115,31 @@ def fig7(runs: dict[str, dict], out: Path) -> list[str]:
               "does: they train ETTh1/ETTh2 with d_model 16, 4 heads and dropout 0.3, against d_model 128 for the "
               "four times longer ETTm series; normal pruning at keep 0.1 and D = 8 leaves exactly such a 16-wide "
               "model (2 live columns per device).", ""]
-    return lines
+    return lines + _deployments(runs)
+
+
+def _deployments(runs: dict[str, dict]) -> list[str]:
+    """Fig. 7 by flash, RAM, latency and energy (issue 16): the last keep of each pruning run, compiled
+    for nRF52840 DK boards and estimated."""
+    rows = []
+    for k, r in sorted(runs.items()):
+        if not k.startswith("fig7-") or k.endswith("-dense"):
+            continue
+        for pt in r.get("points", []):
+            d = pt.get("deployment")
+            if d:
+                rows.append((r["devices"], r["method"], pt["keep"], r["seed"], d))
+    if not rows:
+        return []
+    lines = ["**Deployed** (`bench/split_training.py`: exported, `cisl compile --board nrf52840dk`, `cisl build`, "
+             "`cisl estimate`, central values; flash and RAM of the largest node's linked image):", "",
+             "| D | method | keep | seed | flash (KB) | RAM (KB) | latency (ms) | of it communication (ms) | "
+             "network energy (µJ) |", "|---|---|---|---|---|---|---|---|---|"]
+    for D, method, keep, seed, d in rows:
+        lines.append(f"| {D} | {method} | {keep:g} | {seed} | {d['flash_bytes_max'] / 1024:.1f} | "
+                     f"{d['ram_bytes_max'] / 1024:.1f} | {d['latency_ms']:.1f} | {d['comm_ms']:.1f} | "
+                     f"{d['energy_uj']:.0f} |")
+    return lines + [""]
 
 
 def _paired(runs: dict[str, dict], D: int, keeps: list[float]) -> list[str]:

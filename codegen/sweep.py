@@ -54,8 +54,10 @@ class Unit:
     needs: tuple["Unit", ...] = ()
     label: str = ""  # a readable name for progress lines (not part of the id)
     # the parts of codegen (files or folders, relative to the package) whose content is the code
-    # version; empty: the whole package. A long study names what its result depends on, so that a
-    # change elsewhere (the C emitter, the radio) does not invalidate hours of training
+    # version; empty: the whole package and the file defining ``fn``. A long study names what its
+    # result depends on (then the defining file is not hashed: its parameters carry the protocol),
+    # so that a change elsewhere (the C emitter, the radio, the study's report) does not invalidate
+    # hours of training
     code: tuple[str, ...] = ()
 
     def key(self) -> dict:
@@ -115,10 +117,10 @@ def _package_hash(parts: tuple[str, ...] = ()) -> str:
 
 @lru_cache(maxsize=None)
 def code_version(fn: str = "", parts: tuple[str, ...] = ()) -> str:
-    """cisl's version, the codegen source files (all, or ``parts``), and the file defining ``fn``
-    (if outside codegen)."""
+    """cisl's version, the codegen source files (all, or ``parts``), and (without ``parts``) the file
+    defining ``fn`` if it lies outside codegen."""
     h = hashlib.sha256(_package_hash(tuple(parts)).encode())
-    path = _fn_file(fn) if fn else None
+    path = _fn_file(fn) if fn and not parts else None
     if path is not None and path.is_file() and Path(__file__).resolve().parent not in path.resolve().parents:
         h.update(path.read_bytes())
     return f"{__version__}+{h.hexdigest()[:12]}"

@@ -7,6 +7,7 @@ the per-seed tables and plots) from rotting between runs.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,8 +17,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 ETTH2 = ROOT.parent / "shared" / "data" / "ett" / "ETTh2.csv"
 
-pytestmark = [pytest.mark.data, pytest.mark.train,
-              pytest.mark.skipif(not ETTH2.is_file(), reason="needs ../shared/data/ett/ETTh2.csv")]
+pytestmark = [pytest.mark.data, pytest.mark.train, pytest.mark.arm,
+              pytest.mark.skipif(not ETTH2.is_file(), reason="needs ../shared/data/ett/ETTh2.csv"),
+              pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None,
+                                 reason="the pruned models are deployed for nrf52840dk: needs arm-none-eabi-gcc")]
 
 UNITS = ["fig7-D8-s0-dense", "fig7-D8-s0-somegather", "fig7-D8-s0-normal", "fig8-D8-s0-q0", "fig8-D8-s0-q0.1",
          "fig8-D8-s0-qmax0.2"]
@@ -49,6 +52,10 @@ def test_smoke_run_writes_every_unit_and_the_report(tmp_path: Path) -> None:
         pts = runs[f"fig7-D8-s0-{method}"]["points"]
         assert [p["keep"] for p in pts] == [0.5, 0.25]
         assert [p["communication"]["ratio_to_allgather"] for p in pts] == [0.5, 0.25] == [p["realised_keep"] for p in pts]
+        # the last keep is deployed: compiled for nRF52840 DK boards, linked and estimated (issue 16)
+        dep = pts[-1]["deployment"]
+        assert dep["board"] == "nrf52840dk" and 0 < dep["flash_bytes_max"] < 1 << 20 and dep["latency_ms"] > 0
+        assert "deployment" not in pts[0]
     rng = runs["fig8-D8-s0-qmax0.2"]
     assert rng["q_max_train"] == 0.2 and set(rng["test_mse_at_q"]) == {"0", "0.1"} and rng["threads"] == 1
     # a second run finds every record and trains nothing
@@ -58,6 +65,8 @@ def test_smoke_run_writes_every_unit_and_the_report(tmp_path: Path) -> None:
     bench("report", "--runs", str(tmp_path / "none"), "--records", str(tmp_path / "records"), "--out", str(tmp_path))
     md = (tmp_path / "split_training.md").read_text()
     assert "Paired by seed" in md and "| 0.25 | " in md
+    assert "| 8 | normal | 0.25 | 0 |" in md and "| 8 | somegather | 0.25 | 0 |" in md  # deployed
+    assert "## Message dropout after issue 16 (rescaled), next to before" in md
     assert "| 0–20 % per window (1 seed(s)) |" in md and "| 10 % (1 seed(s)) |" in md
     assert "* D = 8, keep 0.25, vs the unpruned model (1 seed(s)): somegather " in md
     assert "Seed(s) trained at every rate: [0]" in md

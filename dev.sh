@@ -105,7 +105,7 @@ setup_python() {
   else
     "${pip[@]}" torch==2.13.0
   fi
-  "${pip[@]}" -e '.[train,test]'
+  "${pip[@]}" -e '.[train,test,sweep]'
   echo "$want" > "$stamp"
 }
 

@@ -38,6 +38,7 @@ from typing import Any
 from codegen import __version__
 from codegen.errors import UserError
 from codegen.fsutil import write_text_atomic
+from codegen.optional import require
 
 BACKENDS = ("joblib", "local", "slurm")
 RECORD_FORMAT = "cisl-sweep-record"
@@ -254,10 +255,7 @@ def waves(units: Iterable[Unit]) -> list[list[Unit]]:
 
 
 def _submitit_executor(backend: str, logs: Path, jobs: int, slurm: dict | None):
-    try:
-        import submitit
-    except ImportError:
-        raise UserError("the local and slurm sweep backends need submitit: pip install 'cisl[train]'") from None
+    submitit = require("submitit", f"the {backend} sweep backend", "sweep")
     ex = submitit.AutoExecutor(folder=str(logs), cluster="local" if backend == "local" else "slurm")
     opts = dict(slurm or {})
     if backend == "slurm":
@@ -316,7 +314,8 @@ def _guarded(unit: Unit, records: str, work: str, backend: str) -> str | None:
 def _run_level(todo: list[Unit], records: Path, work: Path, backend: str, jobs: int,
                slurm: dict | None) -> list[str | None]:
     if backend == "joblib":
-        from joblib import Parallel, delayed
+        joblib = require("joblib", "the joblib sweep backend", "sweep")
+        Parallel, delayed = joblib.Parallel, joblib.delayed
 
         if jobs == 1:
             return [_guarded(u, str(records), str(work), backend) for u in todo]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import secrets
 import shutil
 import tempfile
 from pathlib import Path
@@ -112,17 +113,22 @@ def atomic_output_dir(target: Path, kind: str, entries: Callable[[str], bool],
         yield from _atomic_output_dir(target, kind, entries, legacy)
 
 
+def temp_sibling(target: Path) -> Path:
+    """The name of a temporary sibling of ``target``, chosen *before* it is created: a signal that
+    strikes while it is being created (SIGTERM raises in cisl's main thread at any bytecode, even
+    inside tempfile.mkdtemp) cannot leave a file or folder whose name the cleanup does not know."""
+    return target.parent / f".{target.name}.tmp-{secrets.token_hex(6)}"
+
+
 def _atomic_output_dir(target: Path, kind: str, entries: Callable[[str], bool],
                        legacy: Callable[[Path], bool] | None) -> Iterator[Path]:
     check_output_dir(target, kind, entries, legacy)  # again, under the lock
+    tmp = temp_sibling(target)  # under the lock no such name exists (the lock removed killed runs' leftovers)
     try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    except OSError as e:
-        raise UserError(f"{target}: cannot create it ({e.strerror}); choose another output with -o") from None
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the output should not be
-    try:
+        try:
+            tmp.mkdir()  # the umask's mode, as any folder the user makes
+        except OSError as e:
+            raise UserError(f"{target}: cannot create it ({e.strerror}); choose another output with -o") from None
         (tmp / OWNER_FILE).write_text(f"cisl {kind}\n", encoding="ascii")
         yield tmp
     except BaseException:
@@ -152,12 +158,13 @@ def write_text_atomic(path: Path, text: str) -> None:
     path = Path(path)
     if path.is_dir():
         raise UserError(f"{path}: is a folder; give a file name for the output")
+    tmp = temp_sibling(path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
-    except OSError as e:
-        raise UserError(f"{path}: cannot write there ({e.strerror}); choose another output") from None
-    try:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies
+        except OSError as e:
+            raise UserError(f"{path}: cannot write there ({e.strerror}); choose another output") from None
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.replace(tmp, path)

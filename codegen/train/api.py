@@ -23,7 +23,6 @@ import io
 import json
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -41,6 +40,7 @@ from codegen.data.protocol import SegmentWindows, Splits, Windows, make_splits
 from codegen.data.revin import revin_normalize
 from codegen.data.synthetic import synthetic_series
 from codegen.errors import UserError
+from codegen.fsutil import temp_sibling
 from codegen.lossmodel import LossRates
 from codegen.modelspec import ModelConfig
 from codegen.onnx_model import build_onnx
@@ -142,24 +142,18 @@ def write_atomically(out_dir: Path, files: dict[str, bytes]) -> None:
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"{out_dir} exists and is not a directory; choose another output folder")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    tmp = temp_sibling(out_dir)  # named before it exists, so an interrupt cannot leave it behind
     try:
+        tmp.mkdir()
         for name, data in files.items():
             (tmp / name).write_bytes(data)
         if not out_dir.exists():
-            tmp.chmod(0o777 & ~_umask())  # mkdtemp makes it private; give it a normal folder's mode
             tmp.rename(out_dir)
             return
         for name in files:
             (tmp / name).replace(out_dir / name)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 # --------------------------------------------------------------------------------------------

@@ -430,6 +430,9 @@ def report(runs_dir: Path, out: Path, records: Path | None = None) -> None:
              "units not rerun since issue 16, `split_training/runs/`.", "",
              f"Protocol: {json.dumps(proto)}", "",
              f"Code version(s) of the results: {', '.join(versions) or 'none'}.", "",
+             *([f"**MIXED: these tables combine results of {len(versions)} code versions** (e.g. models trained "
+                "before and after issue 16's rescaling); rerun the study before reading them as one.", ""]
+               if len(versions) > 1 else []),
              f"Each run used {' or '.join(map(str, threads))} torch thread(s) (field `threads` of its record); the "
              "thread count changes only float rounding.", ""]
     lines += criteria(runs)

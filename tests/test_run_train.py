@@ -14,18 +14,9 @@ pytest.importorskip("torch")
 from codegen.errors import UserError  # noqa: E402
 from codegen.onnx_model import load_model  # noqa: E402
 from codegen.train.api import OUTPUT_FILES, run_train, write_atomically  # noqa: E402
+from models import TINY_MODEL  # noqa: E402
 
-TINY = """
-[model]
-lookback = 32
-patch_len = 8
-stride = 4
-d_model = 16
-heads = 4
-layers = 1
-mlp_hidden = 12
-horizon = 8
-[split]
+TINY = TINY_MODEL + """[split]
 devices = 3
 random_keep = 0.5
 mask_seed = 2

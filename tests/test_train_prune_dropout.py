@@ -17,18 +17,9 @@ from codegen.partition import POINTS, keep_counts  # noqa: E402
 from codegen.train.api import run_train  # noqa: E402
 from codegen.train.model import SplitPatchTST  # noqa: E402
 from codegen.train.pruning import CONSUMERS, consumer_row_owner  # noqa: E402
+from models import TINY_MODEL  # noqa: E402
 
-TINY = """
-[model]
-lookback = 32
-patch_len = 8
-stride = 4
-d_model = 16
-heads = 4
-layers = 1
-mlp_hidden = 12
-horizon = 8
-[split]
+TINY = TINY_MODEL + """[split]
 devices = 3
 [data]
 synthetic_length = 600

@@ -19,20 +19,11 @@ from codegen.train.api import CHECKPOINT_NAME, OUTPUT_FILES, build_data, default
 from codegen.train.config import load_config  # noqa: E402
 from codegen.train.loop import fit, load_checkpoint, predict, train_step  # noqa: E402
 from codegen.train.model import SplitPatchTST  # noqa: E402
+from models import TINY_MODEL  # noqa: E402
 
 pytestmark = pytest.mark.train
 
-TINY = """
-[model]
-lookback = 32
-patch_len = 8
-stride = 4
-d_model = 16
-heads = 4
-layers = 1
-mlp_hidden = 12
-horizon = 8
-[split]
+TINY = TINY_MODEL + """[split]
 devices = 2
 random_keep = 0.5
 [data]

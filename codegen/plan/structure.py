@@ -238,11 +238,16 @@ def build_structure(cfg: ModelConfig, split: Split, masks: Masks, keep_ratio: fl
         xT = f"l{cfg.layers}.x@{k}"
         flat_cols = [n * cfg.d_model + f for n in range(N) for f in own_model]
         part = b.tensor(f"head.part@{k}", (cfg.horizon,), dtype="int32")
-        b.op("fc_s32", [xT], [part], weight={"name": "head.weight", "rows": list(range(cfg.horizon)), "cols": flat_cols})
         head = sg_of["head"]
+        own_part = part
+        if k == SINK and rescaled:  # the received partials are scaled apart from the own one
+            own_part = b.tensor(f"head.own@{k}", (cfg.horizon,), dtype="int32")
+        b.op("fc_s32", [xT], [own_part],
+             weight={"name": "head.weight", "rows": list(range(cfg.horizon)), "cols": flat_cols})
         if k == SINK:
-            b.op("reduce_recv", [part], [part], sg=head.sg, name="head",
-                 senders=[j for j in range(D) if head.msg_bytes[j] > 0])
+            senders = [j for j in range(D) if head.msg_bytes[j] > 0]
+            weights = [split.own_cols(j, "x")[1] - split.own_cols(j, "x")[0] for j in senders] if rescaled else []
+            b.op("reduce_recv", [own_part], [part], sg=head.sg, name="head", senders=senders, weights=weights)
             b.tensor("output", (cfg.horizon,), qgroup="output")
             b.op("reduce_requant", [part], ["output"], bias={"name": "head.bias", "rows": list(range(cfg.horizon))})
             b.op("block_end", [], [], block="head", layer=-1)

@@ -330,12 +330,27 @@ class SplitPatchTST(nn.Module):
         cols = alive_r  # which columns of X_T reach the forecast
         head_lost = lost.get(msgdrop.head_round(self.cfg.layers)) if lost is not None and D > 1 else None
         if head_lost is not None and bool(head_lost.any()):
-            partial_kept = msgdrop.keep_matrix(head_lost)[:, SINK, :]  # [B, D]: the sink got device j's partial
+            partial_kept = msgdrop.keep_matrix(head_lost)[:, SINK, :].to(x.dtype)  # [B, D]: the sink got j's partial
+            if self.rescale:  # the received partials times E / R (the plan's reduce_recv weights)
+                partial_kept = partial_kept * self._head_factor(partial_kept)
             cols = partial_kept[:, self.owner_model] * (1.0 if alive_r is None else alive_r)
             x = x * cols.unsqueeze(1)
         elif cols is not None:
             x = x * cols
         return self.head(x.flatten(1))
+
+    def _head_factor(self, partial_kept: Tensor) -> Tensor:
+        """[B, D] factors for the head's partial sums: E / R on the other devices' partials, 1 on
+        the sink's own (E: the columns the sink expects partials for, R: those that arrived)."""
+        D = partial_kept.shape[1]
+        cols = torch.bincount(self.owner_model, minlength=D).to(partial_kept.dtype)  # columns per device
+        others = torch.ones(D, dtype=partial_kept.dtype, device=partial_kept.device)
+        others[SINK] = 0.0
+        weights = cols * others
+        expected = weights.sum()
+        got = (partial_kept * weights).sum(-1, keepdim=True)  # [B, 1]
+        factor = torch.where((got > 0) & (got < expected), expected / got.clamp_min(1.0), torch.ones_like(got))
+        return 1.0 + (factor - 1.0) * others
 
     def _lost_gather(self, g: Tensor, lost: Tensor | None, point: str) -> tuple[Tensor, Tensor]:
         """Per-sample gathers [B, D, width]: a lost message clears the sender's columns for the receiver.

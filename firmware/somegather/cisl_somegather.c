@@ -185,14 +185,19 @@ static void reduce_on_rx(void *ctx, uint8_t sender, const uint8_t *data, uint32_
     }
 }
 
-int cisl_reduce_partials(uint16_t sg, uint32_t inference, int32_t *acc, uint32_t n, const uint8_t *senders,
-                         uint32_t nsenders, cisl_block *blk)
+int cisl_reduce_partials(uint16_t sg, uint32_t inference, int32_t *acc, const int32_t *own, uint32_t n,
+                         const uint8_t *senders, const uint16_t *weights, uint32_t nsenders, cisl_block *blk)
 {
     sg_timer t;
     sg_timer_start(&t);
     reduce_state s;
     for (uint32_t i = 0; i < CISL_MAX_NODES; i++) {
         s.got[i] = 0;
+    }
+    if (own != NULL) {
+        for (uint32_t i = 0; i < n; i++) {
+            acc[i] = 0; /* the received partials are summed apart, then scaled */
+        }
     }
     s.acc = acc;
     s.n = n;
@@ -202,6 +207,23 @@ int cisl_reduce_partials(uint16_t sg, uint32_t inference, int32_t *acc, uint32_t
     s.rx_bytes = 0;
     s.ignored = 0;
     const int rc = cisl_transport_round(sg, inference, NULL, 0, CISL_BROADCAST, reduce_on_rx, &s);
+    if (own != NULL) {
+        int64_t expected = 0;
+        int64_t arrived = 0;
+        for (uint32_t i = 0; i < nsenders; i++) {
+            expected += weights != NULL ? weights[i] : 1;
+            arrived += s.got[senders[i]] ? (weights != NULL ? weights[i] : 1) : 0;
+        }
+        const int scale = arrived > 0 && arrived < expected;
+        for (uint32_t i = 0; i < n; i++) {
+            int64_t v = acc[i];
+            if (scale) {
+                const int64_t num = v * expected; /* |S| <= 2^31, E < 2^16: fits int64 */
+                v = (num >= 0 ? num + arrived / 2 : num - arrived / 2) / arrived; /* half away from 0 */
+            }
+            acc[i] = (int32_t)((uint32_t)own[i] + (uint32_t)v); /* wraps like the reference */
+        }
+    }
     sg_timer_stop(&t, blk);
     report_sg(inference, -1, "head", &t, 0, s.rx_bytes, s.delivered, nsenders, s.ignored);
     return rc == 0 ? CISL_OK : CISL_ERR_TRANSPORT;

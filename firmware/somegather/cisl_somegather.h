@@ -51,9 +51,12 @@ int cisl_somegather(const cisl_sg_desc *d, uint32_t inference, const int8_t *own
 int cisl_send_partial(uint16_t sg, uint32_t inference, const int32_t *part, uint32_t n, uint8_t dest,
                       cisl_block *blk);
 
-/* Head reduction at the sink: adds (wrapping, order-independent) every expected sender's partial
- * sums into acc. Missing partials contribute nothing. */
-int cisl_reduce_partials(uint16_t sg, uint32_t inference, int32_t *acc, uint32_t n, const uint8_t *senders,
-                         uint32_t nsenders, cisl_block *blk);
+/* Head reduction at the sink. own == NULL: adds (wrapping, order-independent) every expected
+ * sender's partial sums into acc, which holds the own partial; missing partials contribute nothing.
+ * own != NULL (rescaled models; weights[i] = sender i's columns): acc = own + round(S * E / R),
+ * S the wrapped sum of the partials that arrived, E the sum of all weights, R that of the senders
+ * heard; the product is int64, rounding half away from zero, the addition wrapping. */
+int cisl_reduce_partials(uint16_t sg, uint32_t inference, int32_t *acc, const int32_t *own, uint32_t n,
+                         const uint8_t *senders, const uint16_t *weights, uint32_t nsenders, cisl_block *blk);
 
 #endif /* CISL_SOMEGATHER_H */

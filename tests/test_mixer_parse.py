@@ -127,11 +127,11 @@ def test_packet_length_formula(lib: ctypes.CDLL, n: int, g: int, p: int) -> None
 
 def state_bytes(lib: ctypes.CDLL, n: int, g: int, p: int) -> int:
     """MX_STATE_BYTES mirrored: header + 7 row sets + n request maps + 1 uint16 per node +
-    rank-up slots + the slot owners of the weighted pass + 2 scratch rows + the row pool."""
+    rank-up slots + the slot owners of the weighted pass + the row sources + 2 scratch rows + the row pool."""
     cvw, rw = (g + 31) // 32, (g + 31) // 32 + (p + 3) // 4
-    header = lib.mx_state_size() - (4 * (7 * 8 + 32 * 8) + 2 * 32 + 2 * 256 + (256 + 32) + 8 * (8 + 62)
+    header = lib.mx_state_size() - (4 * (7 * 8 + 32 * 8) + 2 * 32 + 2 * 256 + (256 + 32) + 256 + 8 * (8 + 62)
                                     + 4 * 256 * (8 + 62))
-    return header + 4 * (7 * cvw + n * cvw) + 2 * ((n + 1) & ~1) + 2 * (g + (g & 1)) + ((g + n + 3) & ~3) + 8 * rw \
+    return header + 4 * (7 * cvw + n * cvw) + 2 * ((n + 1) & ~1) + 2 * (g + (g & 1)) + ((g + n + 3) & ~3) + ((g + 3) & ~3) + 8 * rw \
         + 4 * g * rw
 
 

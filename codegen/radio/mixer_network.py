@@ -83,6 +83,7 @@ def library() -> ctypes.CDLL:
                                     POINTER(c_int16), POINTER(c_int8)]),
         ("mx_row_status", c_int, [st, c_uint16]), ("mx_stats", POINTER(_Counters), [st]),
         ("mx_heard_map", c_uint32, [st]), ("mx_synced", c_int, [st]),
+        ("mx_row_source", c_int, [st, c_uint16, c_uint16, c_uint8]), ("mx_silent_map", c_uint32, [st]),
     ]:
         f = getattr(lib, fn)
         f.restype, f.argtypes = res, args
@@ -101,6 +102,7 @@ class RoundResult:
     tx: np.ndarray  # [node] packets sent
     heard: np.ndarray  # [node] mx_heard_map: bit j = an intact packet from node j arrived
     synced: np.ndarray  # bool [node]: the node joined the round (heard a packet, or started it)
+    silent: np.ndarray | None = None  # [node] mx_silent_map: bit j = node j made absent inside the round
 
     @property
     def complete(self) -> bool:
@@ -124,9 +126,10 @@ class MixerNetwork:
 
     def __init__(self, channel: Channel, generation: int, payload: int, deadline: int | None = None,
                  termination: int = TERM_DONE, linger: int | None = None, initiator: int = 0,
-                 features: int = FEAT_DEFAULT, weighted: bool = True):
+                 features: int = FEAT_DEFAULT, weighted: bool = True, row_sources: bool = True):
         self.lib = library()
         self.weighted = weighted
+        self.row_sources = row_sources  # name every row's sender (mx_row_source), as the transport does
         self.channel = channel
         self.n = channel.n
         self.cfg = _Config(self.n, initiator, generation, payload, deadline or 3 * generation + 200, features,
@@ -170,6 +173,9 @@ class MixerNetwork:
             self.cfg.absent, self.cfg.initiator = absent[i], initiators[i]
             if self.lib.mx_init(self.ptrs[i], ctypes.byref(self.cfg), i) != 0:
                 raise RuntimeError("mx_init failed")
+            if self.row_sources:
+                for first, rows, node in _runs(owners):
+                    self.lib.mx_row_source(self.ptrs[i], first, rows, node)
         self.cfg.absent, self.cfg.initiator = 0, planned
         for row, owner in enumerate(owners):
             if row in weak_rows:
@@ -215,7 +221,7 @@ class MixerNetwork:
             slot += 1
         decoded = np.zeros((self.n, G), dtype=bool)
         data = np.zeros((self.n, G), dtype=bool)
-        frs, done, txc, heard = (np.zeros(self.n, dtype=np.int64) for _ in range(4))
+        frs, done, txc, heard, silent = (np.zeros(self.n, dtype=np.int64) for _ in range(5))
         synced = np.zeros(self.n, dtype=bool)
         for i in range(self.n):
             for row in range(G):
@@ -223,9 +229,21 @@ class MixerNetwork:
                 decoded[i, row] = status != ROW_MISSING
                 data[i, row] = status == ROW_DECODED
             heard[i] = self.lib.mx_heard_map(self.ptrs[i])
+            silent[i] = self.lib.mx_silent_map(self.ptrs[i])
             synced[i] = bool(self.lib.mx_synced(self.ptrs[i])) or i == initiators[i]
             c = self.lib.mx_stats(self.ptrs[i]).contents
             frs[i] = -1 if c.slot_full_rank == NO_SLOT else c.slot_full_rank
             done[i] = slot - 1 if c.slot_done == NO_SLOT else c.slot_done
             txc[i] = c.tx
-        return RoundResult(slot, deadline, decoded, data, frs, done, txc, heard, synced)
+        return RoundResult(slot, deadline, decoded, data, frs, done, txc, heard, synced, silent)
+
+
+def _runs(owners: list[int]) -> list[tuple[int, int, int]]:
+    """(first row, rows, node) for every run of consecutive rows with the same writer."""
+    out: list[tuple[int, int, int]] = []
+    for row, owner in enumerate(owners):
+        if out and out[-1][2] == owner and out[-1][0] + out[-1][1] == row:
+            out[-1] = (out[-1][0], out[-1][1] + 1, owner)
+        else:
+            out.append((row, 1, owner))
+    return out

@@ -32,6 +32,14 @@ const uint8_t mx_weak_zero[1] = {0};
 #define MX_REQUEST_MISSING(g) ((g) / 4u > 1u ? (g) / 4u : 1u)
 #endif
 
+/* In-round silence (mx_row_source): a node waits this many slots without progress, after the
+ * first pass, before it declares the nodes it never heard of silent. A live node's rows are coded
+ * into packets from its first owned slot on, so by then they have reached every node that has all
+ * the other rows; the margin covers a few hops of relaying (docs/design/dead-nodes.md). */
+#ifndef MX_SILENCE_SLOTS
+#define MX_SILENCE_SLOTS(n, g) (2u * (n) + (g) / 4u)
+#endif
+
 enum { PH_IDLE = 0, PH_RX, PH_TX, PH_GOT };
 #define MODE_NONE 0xFFu
 
@@ -516,6 +524,23 @@ int mx_write(mx_state *s, uint16_t row, const void *data, uint16_t len)
     }
     add_pivot(s, row);
     update_progress(s);
+    return MX_OK;
+}
+
+int mx_row_source(mx_state *s, uint16_t first_row, uint16_t rows, uint8_t node)
+{
+    unsigned i;
+    if (!s)
+        return MX_E_NULL;
+    if (s->h.mode != MODE_NONE)
+        return MX_E_STATE;
+    if (node >= s->h.cfg.num_nodes)
+        return MX_E_NODE_ID;
+    if ((unsigned)first_row + rows > s->h.cfg.generation_size)
+        return MX_E_ROW;
+    for (i = first_row; i < (unsigned)first_row + rows; ++i)
+        s->row_src[i] = (uint8_t)(node + 1u);
+    s->h.has_src = 1;
     return MX_OK;
 }
 
@@ -1132,8 +1157,10 @@ int mx_receive(mx_state *s, uint16_t slot, const uint8_t *p, uint16_t len)
                 }
             }
         }
-        if (learned)
+        if (learned) {
             h->wz_pending = 1;
+            h->weak_new = 1;
+        }
         break;
     }
     default:
@@ -1148,6 +1175,83 @@ int mx_receive(mx_state *s, uint16_t slot, const uint8_t *p, uint16_t len)
         h->fr_known = 1;
     update_progress(s);
     return h->rank > rank0 ? MX_RX_INNOVATIVE : MX_RX_OK;
+}
+
+/* Nodes that may be treated as absent: not this node, not the initiator, not already absent, never
+ * heard (an intact packet, accepted or not). */
+static uint32_t silence_candidates(const mx_state *s)
+{
+    const mx_header *h = &s->h;
+    return h->node_all & ~h->cfg.absent & ~h->heard & ~h->seen & ~(1u << h->id) & ~(1u << h->cfg.initiator);
+}
+
+static void make_absent(mx_state *s, uint32_t nodes)
+{
+    s->h.cfg.absent |= nodes;
+    s->h.silenced |= nodes;
+    s->h.gone |= nodes;
+}
+
+/* In-round silence (mx_row_source, MX_TERM_DONE). (1) A node whose rows this node learnt to be weak
+ * zeros from another node's map, and that it never heard, is absent. (2) After the first pass and
+ * MX_SILENCE_SLOTS without an innovative packet, if the only rows missing are those of candidates
+ * whose rows appear in no coding vector seen here, those nodes are declared silent: their rows
+ * become weak zeros (spread in the weak-zero map) and they are absent. Never contradicts what the
+ * node holds: a row in no seen coding vector is in no stored combination. */
+static void check_silence(mx_state *s)
+{
+    mx_header *h = &s->h;
+    const unsigned g = h->cfg.generation_size, n = h->cfg.num_nodes;
+    const unsigned first_pass = h->pass_len ? h->pass_len : n;
+    const unsigned wait = MX_SILENCE_SLOTS(n, g);
+    unsigned last, i;
+    uint32_t cand, full = 0, partly = 0, missing = 0;
+    if (!h->has_src || h->cfg.termination != MX_TERM_DONE || !h->synced)
+        return;
+    cand = silence_candidates(s);
+    if (!cand)
+        return;
+    if (h->weak_new) { /* (1) */
+        h->weak_new = 0;
+        for (i = 0; i < g; ++i) {
+            if (!s->row_src[i])
+                continue;
+            if (bit_get(s->weak, i))
+                full |= 1u << (s->row_src[i] - 1u);
+            else
+                partly |= 1u << (s->row_src[i] - 1u);
+        }
+        if (full & ~partly & cand) {
+            make_absent(s, full & ~partly & cand);
+            update_progress(s);
+            cand = silence_candidates(s);
+        }
+    }
+    last = h->fresh_slot == MX_NO_SLOT ? h->sync_slot : h->fresh_slot;
+    if (!cand || h->rank == g || h->cur_slot < first_pass + wait || h->cur_slot < last + wait)
+        return;
+    /* (2): which nodes' rows are missing, and are they all candidates never coded into a packet? */
+    reduce_full(s);
+    for (i = 0; i < g; ++i) {
+        unsigned src;
+        if (bit_get(s->decoded, i) || bit_get(s->weak, i))
+            continue;
+        src = s->row_src[i];
+        if (!src || !((cand >> (src - 1u)) & 1u) || bit_get(s->coded, i) || bit_get(s->pivots, i))
+            return; /* a row this node still waits for with reason */
+        missing |= 1u << (src - 1u);
+    }
+    for (i = 0; i < g; ++i) /* a silent node's every row must be unseen, not only the missing ones */
+        if (s->row_src[i] && ((missing >> (s->row_src[i] - 1u)) & 1u) && bit_get(s->coded, i))
+            return;
+    if (!missing)
+        return;
+    for (i = 0; i < g; ++i)
+        if (s->row_src[i] && ((missing >> (s->row_src[i] - 1u)) & 1u) && !bit_get(s->weak, i))
+            learn_weak(s, i);
+    h->wz_pending = 2;
+    make_absent(s, missing);
+    update_progress(s);
 }
 
 int mx_slot_end(mx_state *s, uint16_t slot)
@@ -1171,6 +1275,7 @@ int mx_slot_end(mx_state *s, uint16_t slot)
         return MX_OK;
     }
     h->next_slot = (uint16_t)(h->cur_slot + 1u);
+    check_silence(s);
     check_acks(s);
     if (h->cur_slot >= h->end_slot)
         finish(s, h->cur_slot);
@@ -1340,3 +1445,4 @@ uint16_t mx_row_slot(const mx_state *s, uint16_t row)
 
 uint32_t mx_full_rank_map(const mx_state *s) { return s ? s->h.fr_map : 0u; }
 uint32_t mx_heard_map(const mx_state *s) { return s ? s->h.seen : 0u; }
+uint32_t mx_silent_map(const mx_state *s) { return s ? s->h.silenced : 0u; }

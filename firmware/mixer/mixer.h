@@ -196,6 +196,7 @@ typedef struct {
     uint32_t req_from;      /* nodes whose request map is stored */
     uint32_t ack_map;       /* nodes known to know that every node has full rank */
     uint32_t seen;          /* nodes whose intact packets of this round arrived, accepted or not */
+    uint32_t silenced;      /* nodes made absent inside the round (in-round silence, mx_silent_map) */
     uint16_t cvw;           /* coding vector words */
     uint16_t pw;            /* payload words */
     uint16_t stride;        /* row words */
@@ -221,7 +222,9 @@ typedef struct {
     uint8_t scan_slot;      /* the current slot is a scan (not synchronised at mx_slot) */
     uint8_t acked;          /* this node has sent a packet with MX_PKT_ALL_FULL */
     uint8_t fr_known;       /* another node is known to know that this node has full rank */
-    uint8_t pad[1];
+    uint8_t has_src;        /* mx_row_source named row sources: in-round silence is on */
+    uint8_t weak_new;       /* weak rows were learnt from a map since the last silence check */
+    uint8_t pad[3];
     uint16_t pass_len;      /* slots of the weighted first pass (0: plain s mod n) */
     uint16_t prep_slot;     /* slot whose random combination mx_prepare built (MX_NO_SLOT: none) */
     uint16_t fresh_pivot;   /* pivot of the latest innovative reception ... */
@@ -242,6 +245,7 @@ typedef struct {
     uint16_t req_slot[(MX_MAX_NODES + 1u) & ~1u]; /* slot of that request (even: keeps words aligned) */
     uint16_t rank_up[(MX_MAX_G + 1u) & ~1u];    /* slot in which each row's pivot appeared */
     uint8_t owner_of[MX_OWNER_SLOTS];           /* owner of each slot of the first pass */
+    uint8_t row_src[(MX_MAX_G + 3u) & ~3u];     /* node + 1 whose message each row carries, 0: unknown */
     uint32_t scratch[2][MX_ROW_WORDS(MX_MAX_G, MX_MAX_P)]; /* RX reduction, TX combination */
     uint32_t pool[MX_POOL_WORDS];               /* rows: G * stride words */
 } mx_state;
@@ -250,7 +254,7 @@ typedef struct {
  * default pool gives). mx_state_size() returns sizeof(mx_state) of this build. */
 #define MX_STATE_BYTES(N, G, P)                                                                   \
     (sizeof(mx_header) + 4u * (7u * MX_CV_WORDS(G) + (N)*MX_CV_WORDS(G)) + 2u * (((N) + 1u) & ~1u) +         \
-     2u * (((G) + 1u) & ~1u) + ((((G) + (N)) + 3u) & ~3u) + 4u * 2u * MX_ROW_WORDS(G, P) + 4u * (G)*MX_ROW_WORDS(G, P))
+     2u * (((G) + 1u) & ~1u) + ((((G) + (N)) + 3u) & ~3u) + (((G) + 3u) & ~3u) + 4u * 2u * MX_ROW_WORDS(G, P) + 4u * (G)*MX_ROW_WORDS(G, P))
 #define MX_STATE_SIZE (sizeof(mx_state))
 
 /* ---- API -------------------------------------------------------------------------------- */
@@ -282,6 +286,14 @@ int mx_init(mx_state *s, const mx_config *cfg, uint8_t node_id);
 /* Write message `row` as a systematic row (coding vector e_row), zero-padded to P. data == NULL
  * marks a weak zero (needs MX_FEAT_WEAK_ZEROS; len ignored). Only before mx_arm. */
 int mx_write(mx_state *s, uint16_t row, const void *data, uint16_t len);
+/* Name the node whose message row `row` carries (first_row..first_row+rows-1 from node `node`).
+ * Only before mx_arm. With MX_TERM_DONE it enables in-round silence: a node that has every row
+ * but those of nodes it never heard and never saw in a coding vector, and has gained nothing for
+ * MX_SILENCE_SLOTS(n, G) slots after the first pass, declares them silent — their rows weak zeros,
+ * the nodes absent for the rest of the round (mx_silent_map) — and spreads the weak-zero map, so a
+ * node that died since the last round does not hold the round to its deadline
+ * (docs/design/dead-nodes.md). Every node must name the same sources. */
+int mx_row_source(mx_state *s, uint16_t first_row, uint16_t rows, uint8_t node);
 /* Arm as MX_ARM_INITIATOR, MX_ARM_LISTENER or MX_ARM_PASSIVE. */
 int mx_arm(mx_state *s, uint8_t mode);
 
@@ -374,6 +386,9 @@ uint32_t mx_full_rank_map(const mx_state *s);
  * have been dropped for contradicting this node's knowledge): the sign of life the layer above uses
  * to detect dead nodes across rounds. */
 uint32_t mx_heard_map(const mx_state *s);
+/* Nodes this node treated as absent for the rest of the round: declared silent (mx_row_source) or
+ * learnt so from another node's weak-zero map. Not including mx_config.absent. */
+uint32_t mx_silent_map(const mx_state *s);
 
 /* Stateless structural check of a packet (what any node of this configuration would accept
  * before looking at its own state): MX_OK or the MX_E_PKT_* reason. */

@@ -216,6 +216,17 @@ static int run_round(const cisl_mx_round *r, uint16_t sg, uint8_t part, uint32_t
     if (mx_init(&mixer, &cfg, cisl_node_id) != MX_OK) {
         return -1;
     }
+    /* every row's sender, so that a sender that died since the last round is declared silent inside
+     * this one instead of holding it to its deadline (docs/design/dead-nodes.md) */
+    if (mx_row_source(&mixer, 0, 1, initiator) != MX_OK) {
+        return -1;
+    }
+    for (uint8_t i = 0; i < r->nsenders; i++) {
+        const cisl_mx_frag *f = &r->senders[i];
+        if (mx_row_source(&mixer, f->first_row, f->rows, f->node) != MX_OK) {
+            return -1;
+        }
+    }
     uint8_t header[HEADER_BYTES];
     header_of(header, inference, sg, part);
     if (cisl_node_id == initiator && mx_write(&mixer, 0, header, HEADER_BYTES) != MX_OK) {

@@ -66,10 +66,25 @@ static struct {
     node nd[FZ_MAX_N];
     mx_config cfg;
     unsigned n, g, p, plen, cvb, shares_mode;
+    unsigned sources; /* rows' senders named (mx_row_source): in-round silence is on */
     uint8_t msg[FZ_MAX_G][FZ_MAX_P];
     uint8_t weak[FZ_MAX_G];  /* true weak zeros */
     uint8_t owner[FZ_MAX_G]; /* node that writes the row, FZ_MAX_N: nobody */
 } W;
+
+/* Nodes some node made absent inside the round (in-round silence): their rows may be weak zeros
+ * anywhere, and packets contradicting that view may be dropped. */
+static uint32_t silenced_any(void)
+{
+    uint32_t m = 0;
+    unsigned i;
+    for (i = 0; i < W.n; ++i)
+        m |= mx_silent_map(&W.nd[i].s);
+    return m;
+}
+
+/* The row's sender as named by mx_row_source (FZ_MAX_N: none named). */
+static unsigned row_source(unsigned row);
 
 /* The payload of coding vector cv (bytes) must be the XOR of the true messages it names. */
 static void check_combination(const uint8_t *cv, const uint8_t *payload)
@@ -93,9 +108,11 @@ static void check_row(node *x, unsigned row, int combine)
     uint8_t cv[MX_CV_BYTES(FZ_MAX_G)], pl[FZ_MAX_P];
     int has = mx_coded_row(&x->s, (uint16_t)row, cv, pl);
     CHECK(has == 0 || has == 1);
+    /* a silenced node's row is weak where it was declared silent, whatever its true message */
+    const int silenced = !W.weak[row] && row_source(row) < W.n && ((silenced_any() >> row_source(row)) & 1u);
     if (st == MX_ROW_WEAK) {
         CHECK(p == MX_WEAK_ZERO && len == 0);
-        CHECK(x->tainted || W.weak[row]);
+        CHECK(x->tainted || W.weak[row] || silenced);
     } else if (st == MX_ROW_DECODED) {
         CHECK(p && p != MX_WEAK_ZERO && len == W.p && has == 1);
         CHECK(((cv[row >> 3] >> (row & 7u)) & 1u) && memcmp(p, pl, W.p) == 0);
@@ -104,7 +121,7 @@ static void check_row(node *x, unsigned row, int combine)
     } else {
         CHECK(st == MX_ROW_MISSING && p == NULL && len == 0);
     }
-    if (has == 1 && !x->tainted && (combine || st == MX_ROW_DECODED))
+    if (has == 1 && !x->tainted && (combine || st == MX_ROW_DECODED) && !(st == MX_ROW_WEAK && silenced))
         check_combination(cv, pl);
 }
 
@@ -270,8 +287,10 @@ static void run_slot(reader *in, uint32_t rx_mask, uint32_t step_mask, unsigned 
                 CHECK(mx_synced(&x->s) == synced0);
                 if (len != W.plen)
                     CHECK(r == MX_E_PKT_LEN);
-                /* intact, between untainted synchronised nodes: must be accepted */
-                CHECK(corrupt || src->tainted || x->tainted || !synced0);
+                /* intact, between untainted synchronised nodes: must be accepted, unless in-round
+                 * silence gave the two nodes different views of whose rows are weak */
+                CHECK(corrupt || src->tainted || x->tainted || !synced0 ||
+                      (silenced_any() && (r == MX_E_PKT_CODING || r == MX_E_PKT_INFO || r == MX_E_PKT_FLAGS)));
             }
         }
     }
@@ -292,6 +311,15 @@ static void run_slot(reader *in, uint32_t rx_mask, uint32_t step_mask, unsigned 
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static unsigned OWN_MODE;
+
+static unsigned row_source(unsigned row)
+{
+    if (!W.sources)
+        return FZ_MAX_N;
+    return OWN_MODE == 0u ? row % W.n : OWN_MODE == 1u ? row * W.n / W.g : W.cfg.initiator;
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -327,6 +355,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     own_mode = rd(&in) % 3u;
     absent = rd(&in);
     passive = rd(&in);
+    /* bit 7 of the passive byte: every node names every row's sender, as the transport does */
+    W.sources = (passive >> 7) & 1u;
+    OWN_MODE = own_mode;
     wmask = (W.cfg.features & MX_FEAT_WEAK_ZEROS) ? rd(&in) : 0u;
 
     CHECK(mx_config_check(&W.cfg) == MX_OK);
@@ -373,6 +404,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 c.absent = 0;
         }
         CHECK(mx_init(&x->s, &c, (uint8_t)i) == MX_OK);
+        if (W.sources) {
+            unsigned row;
+            for (row = 0; row < W.g; ++row)
+                CHECK(mx_row_source(&x->s, (uint16_t)row, 1, (uint8_t)row_source(row)) == MX_OK);
+            CHECK(mx_row_source(&x->s, (uint16_t)W.g, 1, 0) == MX_E_ROW);
+            CHECK(mx_row_source(&x->s, 0, 1, (uint8_t)W.n) == MX_E_NODE_ID);
+        }
         x->tainted = 0;
         x->full_checked = 0;
         x->rank = 0;
@@ -400,6 +438,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (x->mode != MX_ARM_INITIATOR)
             CHECK(mx_arm(&x->s, MX_ARM_INITIATOR) == MX_E_MODE);
         CHECK(mx_arm(&x->s, x->mode) == MX_OK);
+        CHECK(mx_row_source(&x->s, 0, 1, 0) == MX_E_STATE);
         CHECK(mx_arm(&x->s, x->mode) == MX_E_STATE);
         CHECK(mx_write(&x->s, 0, W.msg[0], 1) == MX_E_STATE);
         check_node(x, i, 1);
@@ -442,7 +481,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             W.cfg.termination, W.cfg.round_length, T);
     for (i = 0; i < W.n; ++i)
         fprintf(stderr, " %u%s%s", mx_rank(&W.nd[i].s), W.nd[i].tainted ? "t" : "", mx_finished(&W.nd[i].s) ? "f" : "");
-    fprintf(stderr, "\n");
+    fprintf(stderr, " sources=%u silenced=%x\n", W.sources, (unsigned)silenced_any());
 #endif
     return 0;
 }

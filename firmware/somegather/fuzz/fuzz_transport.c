@@ -369,11 +369,15 @@ static void step_round(const mx_config *cfg, uint32_t stepped, uint32_t radio, i
             synced0 = mx_synced(st[i]);
             r = mx_receive(st[i], (uint16_t)t, TXB[src], plen);
             if (r < 0) {
+                uint32_t silenced = 0;
+                unsigned q;
+                for (q = 0; q < F.n; ++q)
+                    silenced |= mx_silent_map(st[q]);
                 X.rejected++;
                 /* an intact packet is dropped only where views of the dead differ: a node holds a
                  * row the sender thinks weak or the reverse, or the sender counts a node as done
                  * that the receiver waits for (MX_PKT_ALL_FULL before the receiver's full rank) */
-                CHECK(!synced0 || !agree);
+                CHECK(!synced0 || !agree || silenced); /* in-round silence differs between nodes too */
                 CHECK(!synced0 || r == MX_E_PKT_CODING || r == MX_E_PKT_INFO || r == MX_E_PKT_FLAGS);
             }
         }
@@ -512,6 +516,9 @@ int32_t cisl_board_mixer_round(mx_state *s, uint16_t sg, uint8_t part, uint32_t 
         weak_somewhere |= view[j];
         c.absent = view[j];
         CHECK(mx_init(&NODE[j], &c, (uint8_t)j) == MX_OK);
+        CHECK(mx_row_source(&NODE[j], 0, 1, (uint8_t)init) == MX_OK); /* as the transport names them */
+        for (i = 0; i < r->nsenders; ++i)
+            CHECK(mx_row_source(&NODE[j], r->senders[i].first_row, r->senders[i].rows, r->senders[i].node) == MX_OK);
         if (j == init)
             CHECK(mx_write(&NODE[j], 0, written, HEADER_BYTES) == MX_OK);
         for (i = 0; i < r->nsenders; ++i) {
@@ -542,6 +549,12 @@ int32_t cisl_board_mixer_round(mx_state *s, uint16_t sg, uint8_t part, uint32_t 
 
     if (WORK < FZ_BUDGET)
         step_round(cfg, stepped, radio, agree, loss, obs_loss);
+
+    /* nodes declared silent inside the round (by any node) may have weak rows anywhere */
+    weak_somewhere |= mx_silent_map(s);
+    for (j = 0; j < F.n; ++j)
+        if (j != F.obs && ((stepped >> j) & 1u))
+            weak_somewhere |= mx_silent_map(&NODE[j]);
 
     /* what the observed node has: the header, every sender's rows as their writer wrote them */
     p = mx_read(s, 0, &len);

@@ -1,0 +1,59 @@
+"""In-round silence (issue 15): with every row's sender named (mx_row_source, as the somegather
+transport does), a sender that is dead from the start of a round no longer holds the `done` round
+to its deadline; without a dead sender nobody is declared silent, even on a lossy channel."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from codegen.radio.channel import Channel
+from codegen.radio.mixer_network import MixerNetwork
+from codegen.radio.physics import ChannelParams, GilbertElliott
+from codegen.radio.topology import topology
+from clib import have_compiler
+
+pytestmark = [pytest.mark.hostc, pytest.mark.skipif(not have_compiler("gcc"), reason="gcc not installed")]
+
+G = 48
+
+
+def network(name: str, dead: int | None, loss: float = 0.0, sources: bool = True, seed: int = 3):
+    topo = topology(name, None if name == "hallway16" else 16, 0)
+    params = ChannelParams.for_phy("2M", **({"burst": GilbertElliott(0.0, 1.0, loss, loss)} if loss else {}))
+    ch = Channel(topo, params, seed=seed)
+    if dead is not None:
+        ch.fail(dead)
+    return MixerNetwork(ch, G, 32, row_sources=sources)
+
+
+OWNERS = sorted([0] + [1 + i % 15 for i in range(G - 1)])
+
+
+def live_end(res, dead: int) -> int:
+    return max(int(res.done_slot[k]) for k in range(16) if k != dead) + 1
+
+
+@pytest.mark.parametrize("name,dead", [("hallway16", 6), ("full_mesh", 15)])
+def test_a_dead_sender_is_declared_silent_and_the_round_ends_early(name: str, dead: int) -> None:
+    rows = [r for r in range(G) if OWNERS[r] != dead]
+    with_silence, without = network(name, dead), network(name, dead, sources=False)
+    for seed in range(3):
+        res = with_silence.run_round(OWNERS, seed=seed)
+        assert live_end(res, dead) < res.deadline / 2
+        for k in range(16):
+            if k != dead:
+                assert res.decoded[k, rows].all() and res.data[k, rows].all()  # every live row, with data
+                assert not res.data[k, [r for r in range(G) if OWNERS[r] == dead]].any()  # dead rows: weak
+                assert res.silent[k] == 1 << dead or res.silent[k] == 0  # 0: it learnt them from a map
+        assert any(res.silent[k] == 1 << dead for k in range(16) if k != dead)
+        old = without.run_round(OWNERS, seed=seed)
+        assert live_end(old, dead) >= old.deadline  # the behaviour without row sources
+
+
+def test_no_false_silence_on_a_lossy_mesh() -> None:
+    net = network("full_mesh", None, loss=0.3)
+    for seed in range(15):
+        res = net.run_round(OWNERS, seed=seed)
+        assert not res.silent.any()
+        assert res.complete and res.slots < res.deadline

@@ -113,7 +113,9 @@ class Session:
         self.train_idx = np.sort(np.random.default_rng([seed, 1]).choice(n, PROTOCOL["max_train_windows"],
                                                                          replace=False))
 
-    def new_model(self, q: float = 0.0):
+    def new_model(self, q: float = 0.0, rescale: bool | None = None):
+        """A fresh model trained at loss q; it rescales what arrived when it trains with dropout (the
+        product's [dropout] rescale = "auto") unless ``rescale`` says otherwise."""
         import torch
 
         from codegen.lossmodel import LossRates
@@ -123,7 +125,8 @@ class Session:
         m = self.cfg.model
         split = Split.even(self.devices, m.heads, m.d_model, m.mlp_hidden)
         torch.manual_seed(self.seed)
-        model = SplitPatchTST(cfg=m, split=split, masks=full_masks(split, m.layers), rescale=True)
+        model = SplitPatchTST(cfg=m, split=split, masks=full_masks(split, m.layers),
+                              rescale=q > 0 if rescale is None else rescale)
         model.set_message_dropout(LossRates.uniform(q))
         return model
 
@@ -146,6 +149,24 @@ class Session:
         if q == 0.0:
             return float(evaluate(model, windows, self.cfg.model.revin))
         return float(evaluate_with_loss(model, windows, self.cfg.model.revin, LossRates.uniform(q), loss_seed))
+
+
+def cached_dense(devices: int, seed: int):
+    """The dense model of (devices, seed) the study cached (bench/work/split_training/<id>/dense.pt),
+    for the diagnostics; exits with one line if `run` has not trained it under this code version."""
+    import torch
+
+    from codegen.sweep import unit_id
+
+    name = f"fig7-D{devices}-s{seed}-dense"
+    state = WORK / unit_id(sweep_unit(name)) / "dense.pt"
+    if not state.is_file():
+        raise SystemExit(f"{state} missing: run `python bench/split_training.py run --seeds {seed} --only {name}` "
+                         "first (with this code version)")
+    s = Session(devices, seed)
+    model = s.new_model()
+    model.load_state_dict(torch.load(state))
+    return s, model
 
 
 def _dense(s: Session, ctx, dense_unit=None):
@@ -221,7 +242,7 @@ def deployment(s: Session, model, method: str, keep: float, work: Path) -> dict:
     weights = drop_pruned_weights(state_to_numpy(model), split, model.masks, method)
     work.mkdir(parents=True, exist_ok=True)
     save_onnx(build_onnx(s.cfg.model, weights, split, model.masks, keep, {"source": "bench/split_training.py"},
-                         rescale=True, prune_own=method == "normal"), work / "model.onnx")
+                         rescale=model.rescale, prune_own=method == "normal"), work / "model.onnx")
     cal, _, _ = model_inputs(s.data.train, s.data.train.evenly_spaced(64), s.cfg.model.revin)
     np.save(work / "calibration.npy", cal)
     compile_model(work / "model.onnx", work / "build", CompileOptions(board="nrf52840dk", max_calibration=64))
@@ -239,7 +260,7 @@ def fig8(s: Session, q: float, ctx, dense, q_max: float = 0.0) -> dict:
     from codegen.train.dropout import LossRange
 
     if q_max:
-        model = s.new_model()
+        model = s.new_model(rescale=True)
         model.set_message_dropout(LossRange(q_max))
         train = s.fit(model, PROTOCOL["dropout_epochs"], f"dropout range {q_max}")
     elif q == 0.0:

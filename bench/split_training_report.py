@@ -257,8 +257,9 @@ def before_after(runs: dict[str, dict], legacy: dict[str, dict], q: float = 0.1)
     The model trained at q must be within 3 % of the no-dropout model's MSE at q = 0, and at least as
     robust at q as the q-trained model before rescaling (its MSE at q no higher)."""
     fresh = {k for k in runs if runs[k].get("_fresh")}
+    # the no-dropout model at q = 0 is the dense model (its test MSE and its best epoch's validation MSE)
     seeds = sorted({runs[k]["seed"] for k in fresh if k.startswith("fig8-D8-") and k.endswith(f"-q{q:g}")
-                    and f"fig8-D8-s{runs[k]['seed']}-q0" in fresh})
+                    and f"fig7-D8-s{runs[k]['seed']}-dense" in fresh})
     if not seeds:
         return []
     qs = f"{q:g}"
@@ -269,7 +270,8 @@ def before_after(runs: dict[str, dict], legacy: dict[str, dict], q: float = 0.1)
              f"{100 * q:g} %, q = 0 | trained at {100 * q:g} %, q = {100 * q:g} % | before | within 3 % / as robust |",
              "|---|---|---|---|---|---|---|---|"]
     for s in seeds:
-        nd, dr = runs[f"fig8-D8-s{s}-q0"], runs[f"fig8-D8-s{s}-q{qs}"]
+        dense, dr = runs[f"fig7-D8-s{s}-dense"], runs[f"fig8-D8-s{s}-q{qs}"]
+        nd = {"test_mse_at_q": {"0": dense["test_mse"]}, "val_mse_at_q": {"0": dense["train"]["val_mse"]}}
         old = legacy.get(f"fig8-D8-s{s}-q{qs}")
 
         def pair(r: dict | None, at: str) -> str:

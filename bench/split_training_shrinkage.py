@@ -6,7 +6,7 @@ forecast (one that moves less far from the look-back mean) is simply closer on t
 scaling the dense model's forecast towards the look-back mean, y_a = m + a (y - m), must lower the
 MSE for some a < 1. This scores the cached dense model of fig7 (bench/work/split_training/) for
 several a on the whole test split and on the validation split, and writes
-docs/results/split_training_shrinkage.md.
+docs/results/split_training_shrinkage.md (atomically).
 
     python bench/split_training_shrinkage.py [--devices 8] [--seeds 0 1 2]
 """
@@ -21,6 +21,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import split_training as st  # noqa: E402
+
+from codegen.fsutil import write_text_atomic  # noqa: E402
 
 ALPHAS = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.0)
 
@@ -49,15 +51,13 @@ def main() -> None:
     ap.add_argument("--devices", type=int, default=8)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0],
                     help="dense models to score (each must be cached by split_training.py)")
+    ap.add_argument("--threads", type=int, default=st.THREADS,
+                    help="the --threads the models were trained with (part of their id)")
     args = ap.parse_args()
+    st.THREADS = args.threads
     scores = {}
     for seed in args.seeds:
-        name = f"fig7-D{args.devices}-s{seed}-dense"
-        if not (st.WORK / f"{name}.pt").is_file():
-            sys.exit(f"{st.WORK / name}.pt missing: run `python bench/split_training.py run --seeds {seed} "
-                     f"--only {name}` first")
-        s = st.Session(args.devices, seed)
-        model = st._dense(s)
+        s, model = st.cached_dense(args.devices, seed)
         scores[seed] = (mse_by_alpha(model, s.data.test, s.cfg.model.revin),
                         mse_by_alpha(model, s.data.val, s.cfg.model.revin))
     names = ", ".join(f"`fig7-D{args.devices}-s{seed}-dense`" for seed in args.seeds)
@@ -72,8 +72,7 @@ def main() -> None:
         cells = [f"{test[a]:.4f} ({100 * (test[a] / test[1.0] - 1):+.1f} %) / {val[a]:.4f} "
                  f"({100 * (val[a] / val[1.0] - 1):+.1f} %)" for test, val in scores.values()]
         lines.append(f"| {a:g} | " + " | ".join(cells) + " |")
-    out = st.ROOT / "docs" / "results" / "split_training_shrinkage.md"
-    out.write_text("\n".join(lines) + "\n")
+    write_text_atomic(st.ROOT / "docs" / "results" / "split_training_shrinkage.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -79,3 +79,18 @@ q_send = 0.01
 ])
 def test_mistakes_are_one_line_errors(tmp_path: Path, text: str, needle: str) -> None:
     assert needle in error(tmp_path, text)
+
+
+@pytest.mark.unit
+def test_rescale_follows_dropout_unless_forced(tmp_path: Path) -> None:
+    """[dropout] rescale = "auto" (the default) rescales exactly the models trained with message
+    dropout (docs/results/split_training_rescale.md: a model trained without loss is better with lost
+    columns at zero); true / false force it; anything else is one line."""
+    assert DropoutConfig().rescale == "auto" and not DropoutConfig().rescaled()
+    assert DropoutConfig(q=0.1).rescaled() and DropoutConfig(q_max=0.2).rescaled()
+    assert DropoutConfig(q_send=0.05).rescaled()
+    assert load_config(write(tmp_path, "[dropout]\nq = 0.1\nrescale = false\n")).dropout.rescaled() is False
+    assert load_config(write(tmp_path, "[dropout]\nrescale = true\n")).dropout.rescaled() is True
+    assert load_config(write(tmp_path, '[dropout]\nq = 0.1\nrescale = "auto"\n')).dropout.rescaled() is True
+    msg = error(tmp_path, '[dropout]\nrescale = "sometimes"\n')
+    assert "[dropout] rescale" in msg and '"auto"' in msg

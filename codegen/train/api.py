@@ -269,7 +269,7 @@ def run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, o
     masks = make_masks(split, m.layers, s.random_keep, s.mask_seed)
     with _torch_settings(t.threads), torch.random.fork_rng(devices=[]):
         torch.manual_seed(t.seed)
-        model = SplitPatchTST(cfg=m, split=split, masks=masks, rescale=cfg.dropout.rescale)
+        model = SplitPatchTST(cfg=m, split=split, masks=masks, rescale=cfg.dropout.rescaled())
         rates = LossRates(*cfg.dropout.rates())
         # message dropout: losses drawn in every training step (at a rate per sample with q_max)
         model.set_message_dropout(LossRange(cfg.dropout.q_max) if cfg.dropout.q_max > 0 else rates)
@@ -319,7 +319,7 @@ def run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, o
     training = {"data": data_desc, "epochs": t.epochs, "best_epoch": result.best_epoch, "seed": t.seed,
                 **metrics, "history": result.history, "config": config_record, "prune": pruning,
                 "prune_history": prune_history, "dropout": dropout, "communication": comm}
-    onnx_bytes = build_onnx(m, weights, split, masks, keep_ratio, training, rescale=cfg.dropout.rescale,
+    onnx_bytes = build_onnx(m, weights, split, masks, keep_ratio, training, rescale=cfg.dropout.rescaled(),
                             prune_own=model.prune_own).SerializeToString()
 
     calib, _, _ = model_inputs(data.train, data.train.evenly_spaced(t.calibration_samples), m.revin)

@@ -80,8 +80,17 @@ class DropoutConfig:
     # three modes), so one model serves any loss rate up to q_max (a fixed q tunes it to that q)
     q_max: float = 0.0
     # scale what arrived from the other devices by expected / delivered columns, in training, the int8
-    # reference and the C alike (the `rescale` op): a model trained at loss q also holds at q = 0
-    rescale: bool = True
+    # reference and the C alike (the `rescale` ops and the head's scaled sum): a model trained at loss
+    # q then also holds at q = 0. "auto" (default): on exactly when the model trains with message
+    # dropout — a model trained without loss does better with lost columns left at zero
+    # (docs/results/split_training_rescale.md); true / false force it.
+    rescale: bool | str = "auto"
+
+    def rescaled(self) -> bool:
+        """Whether the model rescales what arrived (`rescale`, resolved)."""
+        if isinstance(self.rescale, bool):
+            return self.rescale
+        return self.q_max > 0 or any(r > 0 for r in self.rates())
 
     def rates(self) -> tuple[float, float, float]:
         """(link, receiver, sender), as codegen.lossmodel.LossRates takes them."""
@@ -119,6 +128,8 @@ def _suggest(name: str, choices: list[str], what: str = "keys") -> str:
 def _coerce(where: str, key: str, value: Any, default: Any) -> Any:
     """Check the TOML value against the type of the field's default; ints are accepted as floats."""
     typ = type(default)
+    if default == "auto" and isinstance(value, bool):  # true, false or "auto"
+        return value
     check_value(where, key, value, _KINDS[typ])
     if typ is float:
         return float(value)
@@ -156,6 +167,7 @@ def _range_problems(cfg: TrainConfig) -> list[tuple[str, str]]:
         ("prune.step", 0.0 < pr.step <= 1.0, "must be in (0, 1]"),
         ("prune.epochs_per_step", pr.epochs_per_step >= 0, "must be >= 0"),
         ("prune.finetune_epochs", pr.finetune_epochs >= 0, "must be >= 0"),
+        ("dropout.rescale", isinstance(dr.rescale, bool) or dr.rescale == "auto", 'must be true, false or "auto"'),
     ] + [(f"dropout.{k}", 0.0 <= getattr(dr, k) < 1.0, "must be in [0, 1)")
          for k in ("q", "q_link", "q_recv", "q_send", "q_max")]
     return [(key, why) for key, ok, why in checks if not ok]

@@ -27,7 +27,7 @@ from .plan.io import NodeData, Plan
 from .plan.memory import align
 from .plan.mixer_layout import cv_words, mixer_maxima, row_words
 
-MX_HEADER_BYTES = 200  # sizeof(mx_header), firmware/mixer/mixer.h (the build checks the formula)
+MX_HEADER_BYTES = 208  # sizeof(mx_header), firmware/mixer/mixer.h (the build checks the formula)
 
 # sizes of the generated Mixer tables' elements (arm-none-eabi, 32-bit): see templates/mixer.c.j2;
 # the somegather descriptors are their op's (codegen/ops/somegather.py)
@@ -55,7 +55,7 @@ def mx_state_bytes(nodes: int, g: int, p: int, pool_words: int | None = None) ->
     """sizeof(mx_state) for -DMX_MAX_NODES=nodes -DMX_MAX_G=g -DMX_MAX_P=p [-DMX_POOL_WORDS]."""
     pool = g * row_words(g, p) if pool_words is None else pool_words
     return (MX_HEADER_BYTES + 4 * (7 * cv_words(g) + nodes * cv_words(g)) + 2 * ((nodes + 1) & ~1)
-            + 2 * ((g + 1) & ~1) + ((g + nodes + 3) & ~3) + 4 * 2 * row_words(g, p) + 4 * pool)
+            + 2 * ((g + 1) & ~1) + ((g + nodes + 3) & ~3) + ((g + 3) & ~3) + 4 * 2 * row_words(g, p) + 4 * pool)
 
 
 def table_bytes(exchanges: list, ops: list) -> int:

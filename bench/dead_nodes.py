@@ -9,9 +9,11 @@ reached their deadline at a live node (the detection rounds, then any later one)
 events (every live node declares d dead once); messages delivered.
 
 Then, at the Mixer level (codegen/radio's MixerNetwork over the simulated channel, G = 128 rows of
-P = 64 bytes, one row block per sender), rounds with one dead sender with and without in-round
-silence (mx_row_source), and rounds without a dead node to count false silences, on hallway16, a
-16-node line and a full mesh with 30 % extra loss. Writes docs/results/dead_nodes.md.
+P = 64 bytes, one row block per sender, the initiator's header in row 0), rounds with one dead node —
+the initiator or a sender — with and without the in-round mechanisms (silence, mx_row_source; the
+backup initiator, takeover_slots as the planner sets them), and rounds without a dead node to count
+false silences and takeovers, on hallway16, a 16-node line and a full mesh with 30 % extra loss.
+Writes docs/results/dead_nodes.md.
 
     python bench/dead_nodes.py [--inferences 4] [--rounds 100] [--out docs/results]
 """
@@ -30,6 +32,7 @@ from codegen.compile import CompileOptions, compile_model
 from codegen.radio.channel import Channel
 from codegen.radio.mixer_network import MixerNetwork
 from codegen.radio.peers import DEAD_AFTER_ROUNDS
+from codegen.plan.mixer_schedule import takeover_slots
 from codegen.radio.physics import ChannelParams, GilbertElliott
 from codegen.radio.topology import topology
 from codegen.randmodel import config_for_tokens, make_model_dir
@@ -38,28 +41,32 @@ from codegen.vtestbed.run import run_sim
 ROOT = Path(__file__).resolve().parents[1]
 TOPOLOGIES = ("full_mesh", "hallway16")
 # (label, topology, extra, G, iid loss, dead nodes to try): the Mixer-level silence study
-SILENCE_CASES = [("hallway16", "hallway16", {}, 128, 0.0, (5, 15)),
-                 ("line16 (8 m)", "line", {"spacing": 8.0}, 128, 0.0, (7, 15)),
-                 ("full mesh, 30 % loss", "full_mesh", {}, 48, 0.3, (3, 9))]
+SILENCE_CASES = [("hallway16", "hallway16", {}, 128, 0.0, (0, 5, 15)),
+                 ("line16 (8 m)", "line", {"spacing": 8.0}, 128, 0.0, (0, 7, 15)),
+                 ("full mesh, 30 % loss", "full_mesh", {}, 48, 0.3, (0, 3, 9))]
 
 
 def silence_rounds(topo_name: str, extra: dict, g: int, loss: float, dead: int | None, rounds: int,
                    sources: bool, seed: int = 1) -> dict:
-    """Rounds of G rows from all 16 nodes with node ``dead`` radio-dead: slots until the last live
-    node is done, rounds at the deadline, live nodes that miss a live row, false silences."""
+    """Rounds of G rows from all 16 nodes (row 0 the initiator's, node 0) with node ``dead``
+    radio-dead; ``sources``: in-round silence and the backup initiator on. Slots until the last live
+    node is done, rounds at the deadline, live nodes that miss a live row, false silences, rounds
+    the backup took over."""
     topo = topology(topo_name, None if topo_name == "hallway16" else 16, 0, **extra)
     params = ChannelParams.for_phy("2M", **({"burst": GilbertElliott(0.0, 1.0, loss, loss)} if loss else {}))
     ch = Channel(topo, params, seed=seed)
     if dead is not None:
         ch.fail(dead)
     n = topo.n
-    owners = sorted([0] + [1 + (i % (n - 1)) for i in range(g - 1)])
+    owners = sorted([0] + [i % n for i in range(g - 1)])  # node 0: the header and its own rows
     net = MixerNetwork(ch, g, 64, row_sources=sources)
+    take = takeover_slots(n, 3 * g + 200) if sources else 0
     live = [k for k in range(n) if k != dead]
     rows = [r for r in range(g) if owners[r] != dead]
-    slots, late, incomplete, false = [], 0, 0, 0
+    slots, late, incomplete, false, taken = [], 0, 0, 0, 0
     for r in range(rounds):
-        res = net.run_round(owners, seed=r)
+        res = net.run_round(owners, seed=r, takeover=take)
+        taken += bool(res.taken_over[live].any())
         end = int(max(res.done_slot[k] for k in live)) + 1
         slots.append(end)
         late += end >= res.deadline
@@ -68,7 +75,7 @@ def silence_rounds(topo_name: str, extra: dict, g: int, loss: float, dead: int |
         false += sum(int(res.silent[k]) & ~expect != 0 for k in live)
     a = np.array(slots)
     return {"mean": float(a.mean()), "p999": float(np.quantile(a, 0.999)), "late": late, "rounds": rounds,
-            "incomplete": incomplete, "false": false, "deadline": 3 * g + 200}
+            "incomplete": incomplete, "false": false, "taken": taken, "deadline": 3 * g + 200}
 
 
 def main() -> None:
@@ -119,25 +126,28 @@ def main() -> None:
     late_other = sum(len(r["late"]) for r in rows if r["dead"] != 0)
     lines += ["", f"All runs bit-exact: {'yes' if all(r['bit_exact'] for r in rows) else 'NO'}. Rounds that "
               f"reached the deadline at a live node: {late_all} of {sum(r['rounds'] for r in rows)} — "
-              f"{late_other} with a dead node other than node 0 (the initiator; in-round silence), "
-              f"{late_all - late_other} with node 0 dead (its detection rounds never start: "
-              "docs/design/dead-nodes.md). Rounds after detection that reached the deadline: "
-              f"{after} of {total}."]
+              f"{late_other} with a dead node other than node 0 (in-round silence), "
+              f"{late_all - late_other} with node 0 dead (the initiator and sink: its backup starts the rounds "
+              "until it is declared dead, docs/design/dead-nodes.md). Rounds after detection that reached the "
+              f"deadline: {after} of {total}."]
     lines += ["", "## In-round silence at the Mixer level", "",
               f"`MixerNetwork` over the simulated channel (BLE 2M, radio seed {a.seed}), all 16 nodes send, P = 64; "
-              f"{a.rounds} rounds per cell. *Slots*: until the last live node is done. *Late*: rounds in which a "
+              f"{a.rounds} rounds per cell; node 0 is the initiator. *In-round*: silence (mx_row_source) and "
+              f"the backup initiator (node 1, after takeover_slots = {takeover_slots(16, 584)} scan slots at G = 128), "
+              "both on or both off. *Slots*: until the last live node is done. *Late*: rounds in which a "
               "live node reached the 3G + 200 deadline. *Incomplete*: live nodes missing a live node's row, "
               "summed over rounds. *False silences*: live nodes that declared a live node silent, summed over "
-              "rounds.", "",
-              "| channel | G | dead node | silence | slots mean / p99.9 | late | incomplete | false silences |",
-              "|---|---|---|---|---|---|---|---|"]
+              "rounds. *Taken over*: rounds the backup started (only right when node 0 is dead).", "",
+              "| channel | G | dead node | in-round | slots mean / p99.9 | late | incomplete | false silences | "
+              "taken over |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for label, name, extra, g, loss, deads in SILENCE_CASES:
         for d, sources in [(None, True)] + [(d, s) for d in deads for s in (False, True)]:
             rounds = a.rounds if sources else max(a.rounds // 10, 3)  # without silence every round is long
             c = silence_rounds(name, extra, g, loss, d, rounds, sources, a.seed)
             lines.append(f"| {label} | {g} | {'none' if d is None else d} | {'on' if sources else 'off'} | "
                          f"{c['mean']:.1f} / {c['p999']:.0f} | {c['late']} of {c['rounds']} | {c['incomplete']} | "
-                         f"{c['false']} |")
+                         f"{c['false']} | {c['taken']} |")
             print(lines[-1], flush=True)
     a.out.mkdir(parents=True, exist_ok=True)
     out = a.out / "dead_nodes.md"

@@ -142,7 +142,8 @@ def board_defines(board: Board, plan: Plan) -> list[str]:
         out.append(f"-DCISL_RADIO_PHY_MBIT={int(phy.rstrip('M'))}")
         for key, macro in (("frequency_mhz", "CISL_RADIO_FREQUENCY_MHZ"), ("txpower_dbm", "CISL_RADIO_TXPOWER_DBM"),
                            ("start_guard_us", "CISL_RADIO_START_GUARD_US"),
-                           ("scan_timeout_ms", "CISL_RADIO_SCAN_TIMEOUT_MS")):
+                           ("scan_timeout_ms", "CISL_RADIO_SCAN_TIMEOUT_MS"),
+                           ("takeover_ms", "CISL_RADIO_TAKEOVER_MS")):
             if key in radio:
                 out.append(f"-D{macro}={int(radio[key])}")
     if "security" in f:  # boards/nrf52840dk/startup.c: open (default) or protected debug port

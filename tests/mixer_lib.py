@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from clib import FIRMWARE, STRICT_FLAGS, build_shared_lib, load
+from codegen.radio.mixer_network import MixerConfig
 
 MIXER_DIR = FIRMWARE / "mixer"
 MIXER_SOURCES = [MIXER_DIR / "mixer.c"]
@@ -39,20 +40,7 @@ E = {
 }  # fmt: skip
 
 
-class Config(Structure):
-    _fields_ = [
-        ("num_nodes", c_uint8),
-        ("initiator", c_uint8),
-        ("generation_size", c_uint16),
-        ("payload_size", c_uint16),
-        ("round_length", c_uint16),
-        ("features", c_uint8),
-        ("termination", c_uint8),
-        ("linger_slots", c_uint16),
-        ("seed", c_uint32),
-        ("absent", c_uint32),
-        ("slot_shares", ctypes.c_uint8 * 32),
-    ]
+Config = MixerConfig  # firmware/mixer/mixer.h mx_config, as the product's ctypes mirror declares it
 
 
 class Counters(Structure):
@@ -79,7 +67,7 @@ TXDONE_FN = ctypes.CFUNCTYPE(c_int, c_void_p)
 
 class RadioHal(Structure):
     _fields_ = [("wait_slot", WAIT_FN), ("transmit", TX_FN), ("receive", RX_FN), ("sync", SYNC_FN), ("off", OFF_FN),
-                ("listen", LISTEN_FN), ("tx_done", TXDONE_FN)]
+                ("listen", LISTEN_FN), ("tx_done", TXDONE_FN), ("initiate", OFF_FN)]
 
 
 def config(n: int, g: int, p: int, r: int, *, initiator: int = 0, features: int = FEAT_ALL,

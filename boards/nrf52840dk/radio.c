@@ -41,6 +41,9 @@
 #ifndef CISL_RADIO_SCAN_TIMEOUT_MS
 #define CISL_RADIO_SCAN_TIMEOUT_MS 10000 /* a listener's first scan of a round waits this long */
 #endif
+#ifndef CISL_RADIO_TAKEOVER_MS
+#define CISL_RADIO_TAKEOVER_MS 1000 /* the backup initiator's first scan (board.toml [radio] takeover_ms) */
+#endif
 
 #if CISL_RADIO_FREQUENCY_MHZ < 2400 || CISL_RADIO_FREQUENCY_MHZ > 2500
 #error "CISL_RADIO_FREQUENCY_MHZ must be 2400..2500 (board.toml [radio] frequency_mhz)"
@@ -84,6 +87,7 @@ typedef struct {
     uint32_t rx_half;    /* half the receive window, ticks */
     uint32_t slot_start; /* start of the current slot */
     int first_scan;
+    int backup;          /* this node is the round's backup initiator: its first scan is the takeover wait */
     uint32_t late;       /* slots whose radio start was missed because processing overran */
     uint32_t rx_deadline; /* hal_listen -> hal_receive: when an ADDRESS event can no longer come */
     int tx_armed;         /* hal_transmit -> hal_tx_done: the transmission was armed in time */
@@ -221,7 +225,8 @@ static int hal_listen(void *ctx, int scan)
     PPI(CHENSET) = NRF_FV(NRF_FLD_PPI_CHENSET_CH2, 1u);
     if (scan) {
         RADIO(TASKS_RXEN) = 1u;
-        const uint32_t wait_us = c->first_scan ? CISL_RADIO_SCAN_TIMEOUT_MS * 1000u : c->slot_ticks / TICKS_PER_US;
+        const uint32_t first_us = (c->backup ? CISL_RADIO_TAKEOVER_MS : CISL_RADIO_SCAN_TIMEOUT_MS) * 1000u;
+        const uint32_t wait_us = c->first_scan ? first_us : c->slot_ticks / TICKS_PER_US;
         c->first_scan = 0;
         c->rx_deadline = now() + wait_us * TICKS_PER_US;
     } else {
@@ -277,8 +282,16 @@ static void hal_off(void *ctx)
     radio_disable();
 }
 
+/* The backup starts the round (the initiator is silent): slot 0 as soon as the radio can make it; the
+ * other nodes are already scanning, so no start guard is needed. */
+static void hal_initiate(void *ctx)
+{
+    radio_ctx *c = (radio_ctx *)ctx;
+    c->grid0 = now() + (RAMP_US + SETUP_US) * TICKS_PER_US + c->rx_half;
+}
+
 static const mx_radio_hal nrf_hal = {hal_wait_slot, hal_transmit, hal_receive, hal_sync, hal_off, hal_listen,
-                                     hal_tx_done};
+                                     hal_tx_done, hal_initiate};
 
 /* ---- somegather over Mixer: board hooks ----------------------------------------------------- */
 
@@ -294,6 +307,7 @@ int32_t cisl_board_mixer_round(mx_state *s, uint16_t sg, uint8_t part, uint32_t 
     /* receive window: 2 (3 DT + 2 jitter + 5 us), DT = slot / 1000 (boards/nrf52840dk/README.md) */
     c.rx_half = (3u * slot_us / 1000u + 2u * 4u + 5u) * TICKS_PER_US;
     c.first_scan = 1;
+    c.backup = s->h.cfg.takeover_slots && s->h.cfg.backup == cisl_node_id;
     c.late = 0;
     c.slot_start = 0;
     c.grid0 = 0;

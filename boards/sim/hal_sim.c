@@ -505,7 +505,7 @@ static void sim_off(void *ctx)
 }
 
 static const mx_radio_hal sim_hal = {sim_wait_slot, sim_transmit, sim_receive, sim_sync, sim_off, sim_listen,
-                                     sim_tx_done};
+                                     sim_tx_done, NULL /* the medium's slots are the grid */};
 
 int32_t cisl_board_mixer_round(mx_state *s, uint16_t sg, uint8_t part, uint32_t inference, uint32_t slot_us)
 {

@@ -112,10 +112,11 @@ def plan_schema() -> dict:
               "required": ["node", "first_row", "rows", "nbytes", "offset"]}
     mround = {"type": "object", "properties": {"exchange": _NAT, "part": _NAT, "parts": _NAT, "generation": _NAT,
                                                "payload": _NAT, "deadline_slots": _NAT, "slot_us": _NAT,
+                                               "takeover_slots": _NAT,
                                                "senders": {"type": "array", "items": sender},
                                                "weak_rows": {"type": "array", "items": _NAT}},
               "required": ["exchange", "part", "parts", "generation", "payload", "deadline_slots", "slot_us",
-                           "senders", "weak_rows"]}
+                           "takeover_slots", "senders", "weak_rows"]}
     mixer = {"type": "object", "properties": {
         "initiator": _NAT,
         "policy": {"type": "object", "properties": {"kind": {"enum": ["done", "fixed"]}, "linger": _NAT,

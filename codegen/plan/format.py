@@ -2,4 +2,4 @@
 describes it)."""
 
 PLAN_FORMAT = "cisl-plan"
-PLAN_VERSION = 1
+PLAN_VERSION = 2  # 2: Mixer rounds carry takeover_slots (the backup initiator)

@@ -142,6 +142,7 @@ class MixerRound:
     estimated_slots: int
     senders: list[Fragments] = field(default_factory=list)
     weak_rows: list[int] = field(default_factory=list)
+    takeover_slots: int = 0  # scan slots after which the backup starts the round (takeover_slots())
 
     @property
     def estimated_us(self) -> int:
@@ -151,6 +152,17 @@ class MixerRound:
         d = asdict(self)
         d["estimated_us"] = self.estimated_us
         return d
+
+
+def takeover_slots(nodes: int, deadline: int) -> int:
+    """Scan slots after which the backup initiator starts a round it has heard nothing of
+    (firmware/mixer mx_config.takeover_slots; docs/design/dead-nodes.md). The initiator sends in
+    slot 0 and its neighbours relay from slot 1 on, so a live round reaches the backup (the next
+    node) within a few slots even on lossy links; 2n + 8 leaves room for a long chain of losses,
+    and costs a round whose initiator died no more than that. On a board the backup's first scan
+    lasts ``[radio] takeover_ms`` (the compute skew); in the lockstep sim every node starts the
+    round in the same slot."""
+    return min(deadline - 1, 2 * nodes + 8)
 
 
 def _rows(nbytes: int, payload: int) -> int:
@@ -292,9 +304,11 @@ def _schedule_exchange(exchange: int, msg_bytes: list[int], policy: RoundPolicy,
         for part, senders in enumerate(groups):
             generation = senders[-1].first_row + senders[-1].rows
             length = packet_length(n, generation, payload)
-            rounds.append(MixerRound(exchange, part, len(groups), generation, payload, policy.deadline(generation),
+            deadline = policy.deadline(generation)
+            rounds.append(MixerRound(exchange, part, len(groups), generation, payload, deadline,
                                      policy.slot_us(length, generation, payload),
-                                     policy.estimated_slots(generation), senders, []))
+                                     policy.estimated_slots(generation), senders, [],
+                                     takeover_slots(n, deadline)))
         total = _cost(rounds, policy)
         if best is None or total < best[0]:
             best = (total, rounds)

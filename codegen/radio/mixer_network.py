@@ -34,11 +34,14 @@ ROW_MISSING, ROW_DECODED, ROW_WEAK = 0, 1, 2
 NO_SLOT = 0xFFFF
 
 
-class _Config(Structure):
+class MixerConfig(Structure):
+    """firmware/mixer/mixer.h mx_config (the tests' ctypes harness uses it too)."""
+
     _fields_ = [("num_nodes", c_uint8), ("initiator", c_uint8), ("generation_size", c_uint16),
                 ("payload_size", c_uint16), ("round_length", c_uint16), ("features", c_uint8),
                 ("termination", c_uint8), ("linger_slots", c_uint16), ("seed", c_uint32), ("absent", c_uint32),
-                ("slot_shares", c_uint8 * 32)]
+                ("slot_shares", c_uint8 * 32), ("takeover_slots", c_uint16), ("backup", c_uint8),
+                ("reserved", c_uint8)]
 
 
 class _Counters(Structure):
@@ -75,8 +78,8 @@ def library() -> ctypes.CDLL:
     lib = ctypes.CDLL(str(so))
     st = c_void_p
     for fn, res, args in [
-        ("mx_state_size", c_size_t, []), ("mx_packet_len", c_uint16, [POINTER(_Config)]),
-        ("mx_init", c_int, [st, POINTER(_Config), c_uint8]), ("mx_write", c_int, [st, c_uint16, c_void_p, c_uint16]),
+        ("mx_state_size", c_size_t, []), ("mx_packet_len", c_uint16, [POINTER(MixerConfig)]),
+        ("mx_init", c_int, [st, POINTER(MixerConfig), c_uint8]), ("mx_write", c_int, [st, c_uint16, c_void_p, c_uint16]),
         ("mx_arm", c_int, [st, c_uint8]), ("mx_finished", c_int, [st]),
         ("mx_slot_batch", None, [POINTER(c_void_p), c_uint16, c_uint16, POINTER(c_int8), POINTER(c_uint8), c_uint16]),
         ("mx_deliver_batch", None, [POINTER(c_void_p), c_uint16, c_uint16, POINTER(c_uint8), c_uint16,
@@ -84,6 +87,7 @@ def library() -> ctypes.CDLL:
         ("mx_row_status", c_int, [st, c_uint16]), ("mx_stats", POINTER(_Counters), [st]),
         ("mx_heard_map", c_uint32, [st]), ("mx_synced", c_int, [st]),
         ("mx_row_source", c_int, [st, c_uint16, c_uint16, c_uint8]), ("mx_silent_map", c_uint32, [st]),
+        ("mx_backup_header", c_int, [st, c_void_p, c_uint16]), ("mx_taken_over", c_int, [st]),
     ]:
         f = getattr(lib, fn)
         f.restype, f.argtypes = res, args
@@ -103,6 +107,7 @@ class RoundResult:
     heard: np.ndarray  # [node] mx_heard_map: bit j = an intact packet from node j arrived
     synced: np.ndarray  # bool [node]: the node joined the round (heard a packet, or started it)
     silent: np.ndarray | None = None  # [node] mx_silent_map: bit j = node j made absent inside the round
+    taken_over: np.ndarray | None = None  # bool [node] mx_taken_over: the node knows the backup started the round
 
     @property
     def complete(self) -> bool:
@@ -132,7 +137,7 @@ class MixerNetwork:
         self.row_sources = row_sources  # name every row's sender (mx_row_source), as the transport does
         self.channel = channel
         self.n = channel.n
-        self.cfg = _Config(self.n, initiator, generation, payload, deadline or 3 * generation + 200, features,
+        self.cfg = MixerConfig(self.n, initiator, generation, payload, deadline or 3 * generation + 200, features,
                            termination, max(self.n, 4) if linger is None else linger, 1)
         self.plen = self.lib.mx_packet_len(ctypes.byref(self.cfg))
         if self.plen == 0:
@@ -147,19 +152,24 @@ class MixerNetwork:
 
     def run_round(self, owners: list[int], seed: int, weak_rows: set[int] = frozenset(),
                   absent: list[int] | None = None, initiators: list[int] | None = None,
-                  shares: list[int] | None = None) -> RoundResult:
+                  shares: list[int] | None = None, takeover: int = 0,
+                  backups: list[int] | None = None) -> RoundResult:
         """One round: row i is written by node owners[i] (random payload), or is a weak zero.
 
         ``absent[k]``: the nodes node k knows to be dead (a bit set, mx_config.absent); k writes their
         rows as weak zeros itself. ``initiators[k]``: the round's initiator in node k's view (default:
         the configured one); a node that sees itself as initiator starts the round. ``shares``: the
         weighted first pass (mx_config.slot_shares); by default every node's rows but row 0, as the
-        somegather transport sets them (``weighted=False``: none, slot s is node s mod n's)."""
+        somegather transport sets them (``weighted=False``: none, slot s is node s mod n's).
+        ``takeover`` > 0: the backup initiator (``backups[k]`` in node k's view; default the node
+        after its initiator) starts the round after that many scan slots without a packet, with the
+        same header (mx_backup_header), as the transport arms it."""
         G, P = self.cfg.generation_size, self.cfg.payload_size
         if len(owners) != G:
             raise ValueError("owners must name the writer of every row")
         absent = absent or [0] * self.n
         initiators = initiators or [self.cfg.initiator] * self.n
+        backups = backups or [(initiators[i] + 1) % self.n for i in range(self.n)]
         planned = self.cfg.initiator
         self.cfg.seed = seed & 0xFFFFFFFF
         if shares is None:
@@ -171,12 +181,14 @@ class MixerNetwork:
         rng = np.random.default_rng(seed)
         for i in range(self.n):
             self.cfg.absent, self.cfg.initiator = absent[i], initiators[i]
+            on = takeover > 0 and backups[i] != initiators[i]
+            self.cfg.takeover_slots, self.cfg.backup = (takeover, backups[i]) if on else (0, 0)
             if self.lib.mx_init(self.ptrs[i], ctypes.byref(self.cfg), i) != 0:
                 raise RuntimeError("mx_init failed")
             if self.row_sources:
                 for first, rows, node in _runs(owners):
                     self.lib.mx_row_source(self.ptrs[i], first, rows, node)
-        self.cfg.absent, self.cfg.initiator = 0, planned
+        self.cfg.absent, self.cfg.initiator, self.cfg.takeover_slots, self.cfg.backup = 0, planned, 0, 0
         for row, owner in enumerate(owners):
             if row in weak_rows:
                 self.lib.mx_write(self.ptrs[owner], row, None, 0)
@@ -189,6 +201,8 @@ class MixerNetwork:
                     for i in range(self.n):
                         if i != owner and initiators[i] == i:
                             self.lib.mx_write(self.ptrs[i], 0, data, P)
+                        elif takeover > 0 and backups[i] == i and initiators[i] != i:
+                            self.lib.mx_backup_header(self.ptrs[i], data, P)  # the same header
             for i in range(self.n):
                 # a dead sender's rows are weak zeros at the nodes that know it dead; never the header
                 # (row 0): the firmware writes it only at a node that starts the round, so a node that
@@ -206,7 +220,8 @@ class MixerNetwork:
         while slot < deadline:
             if all(self.lib.mx_finished(self.ptrs[i]) for i in range(self.n)):
                 break
-            self.lib.mx_slot_batch(self.ptrs, self.n, slot, ac, pk, self.plen)
+            # every node its own next slot: after a takeover the backup's grid starts later
+            self.lib.mx_slot_batch(self.ptrs, self.n, NO_SLOT, ac, pk, self.plen)
             tx = {int(i): self.plen for i in np.flatnonzero(self.actions == ACT_TX)}
             rx = [int(i) for i in np.flatnonzero(self.actions == ACT_RX)]
             self.frm.fill(-1)
@@ -215,7 +230,7 @@ class MixerNetwork:
             if tx and rx:
                 for r, s in self.channel.slot(tx, rx).items():
                     self.frm[r] = s
-            self.lib.mx_deliver_batch(self.ptrs, self.n, slot, pk, self.plen,
+            self.lib.mx_deliver_batch(self.ptrs, self.n, NO_SLOT, pk, self.plen,
                                       self.frm.ctypes.data_as(POINTER(c_int16)),
                                       self.rx_status.ctypes.data_as(POINTER(c_int8)))
             slot += 1
@@ -223,6 +238,7 @@ class MixerNetwork:
         data = np.zeros((self.n, G), dtype=bool)
         frs, done, txc, heard, silent = (np.zeros(self.n, dtype=np.int64) for _ in range(5))
         synced = np.zeros(self.n, dtype=bool)
+        taken = np.zeros(self.n, dtype=bool)
         for i in range(self.n):
             for row in range(G):
                 status = self.lib.mx_row_status(self.ptrs[i], row)
@@ -230,12 +246,15 @@ class MixerNetwork:
                 data[i, row] = status == ROW_DECODED
             heard[i] = self.lib.mx_heard_map(self.ptrs[i])
             silent[i] = self.lib.mx_silent_map(self.ptrs[i])
+            taken[i] = bool(self.lib.mx_taken_over(self.ptrs[i]))
             synced[i] = bool(self.lib.mx_synced(self.ptrs[i])) or i == initiators[i]
             c = self.lib.mx_stats(self.ptrs[i]).contents
-            frs[i] = -1 if c.slot_full_rank == NO_SLOT else c.slot_full_rank
-            done[i] = slot - 1 if c.slot_done == NO_SLOT else c.slot_done
+            # slots of the channel: a round the backup started is on a grid `takeover` slots later
+            shift = takeover if taken[i] else 0
+            frs[i] = -1 if c.slot_full_rank == NO_SLOT else c.slot_full_rank + shift
+            done[i] = slot - 1 if c.slot_done == NO_SLOT else c.slot_done + shift
             txc[i] = c.tx
-        return RoundResult(slot, deadline, decoded, data, frs, done, txc, heard, synced, silent)
+        return RoundResult(slot, deadline, decoded, data, frs, done, txc, heard, synced, silent, taken)
 
 
 def _runs(owners: list[int]) -> list[tuple[int, int, int]]:

@@ -4,7 +4,8 @@ Each node keeps, per peer, how many consecutive rounds the peer's rows were due 
 life (an intact packet from it, or one of its rows decoded). After ``DEAD_AFTER_ROUNDS`` such rounds
 the peer is declared dead: its rows are written as weak zeros, the round's ``absent`` mask names
 it (the done policy stops waiting for it, its owned slots are free), and if it was the initiator
-the next live node starts the rounds. A sign of life revives it. docs/design/dead-nodes.md has the
+the next live node starts the rounds. Inside a round, the next live node after the initiator (its
+backup) starts the round itself when it hears nothing of it (the takeover). A sign of life revives it. docs/design/dead-nodes.md has the
 contract; cisl estimate and the qemu-m4 board time use this class so they simulate exactly what
 the firmware does.
 """
@@ -46,6 +47,16 @@ class PeerView:
             if not self.dead >> j & 1:
                 return j
         return self.me
+
+    def backup(self) -> int:
+        """The node that starts the round if the initiator does not (the next live node after it;
+        the initiator itself when nobody else is alive: no backup)."""
+        init = self.initiator()
+        for k in range(1, self.n):
+            j = (init + k) % self.n
+            if not self.dead >> j & 1:
+                return j
+        return init
 
     def after_round(self, inference: int, due: int, alive: int, synced: bool, initiator: int) -> None:
         """``due``: nodes whose rows were in the round (live senders and the initiator); ``alive``:

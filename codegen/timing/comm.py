@@ -103,19 +103,20 @@ def rx_slot_on_us(slot_us: int, packet_len: int, phy: str = "2M", packet: bool =
 
 
 def node_radio_on_us(tx_slots: int, rx_slots: int, initiator: bool, sync: int | None, packets: int, busy: int,
-                     slot_us: int, packet_len: int, phy: str = "2M") -> tuple[int, int, int, int]:
+                     slot_us: int, packet_len: int, phy: str = "2M", scan_before: int = 0) -> tuple[int, int, int, int]:
     """One node's radio in one round: (scan slots, TX-on µs, RX-on µs central, RX-on µs low).
 
     ``rx_slots`` counts every slot with the receiver on (scanning included); ``sync`` is the slot of
     the packet that synchronised the node (None: never, or the initiator, which needs none);
     ``packets``/``busy``: synchronised RX slots with a packet decoded / with a transmission on air
-    but nothing decoded. The costs are the module docstring's; the sim medium uses this same
+    but nothing decoded; ``scan_before``: an initiator that scanned that many slots before it
+    started the round (the backup taking over). The costs are the module docstring's; the sim medium uses this same
     function for the `sg` lines' ``tx_on_us``/``rx_on_us``, so the two cannot drift apart."""
     air = air_time_us(packet_len, phy)
     rx_pkt = rx_slot_on_us(slot_us, packet_len, phy, packet=True)
     rx_empty = rx_slot_on_us(slot_us, packet_len, phy, packet=False)
     if initiator:
-        scan, lead = 0, 0
+        scan, lead = scan_before, (RAMP_US + scan_before * slot_us if scan_before else 0)
     elif sync is None:   # never synchronised: scanned all its RX slots
         scan, lead = rx_slots, (RAMP_US + rx_slots * slot_us if rx_slots else 0)
     else:
@@ -381,6 +382,7 @@ def comm_schedule(plan: Plan, topology: str | None = None, policy: str | None = 
                     net = nets[key] = MixerNetwork(channel, r["generation"], r["payload"], r["deadline_slots"],
                                                    TERM_DONE if kind == "done" else TERM_DEADLINE, linger, initiator)
                 inits = [v.initiator() for v in views]
+                backups = [v.backup() for v in views]
                 absent = [v.dead for v in views]
                 # row 0 (the header) is the initiator's: the one most nodes agree on
                 owners = [max(set(inits), key=inits.count)] * r["generation"]
@@ -391,7 +393,8 @@ def comm_schedule(plan: Plan, topology: str | None = None, policy: str | None = 
                     shares[f["node"]] += f["rows"]
                 channel.log = []
                 res = net.run_round(owners, seed=mixer_seed(inf, sg, r["part"]), weak_rows=set(r["weak_rows"]),
-                                    absent=absent, initiators=inits, shares=shares)
+                                    absent=absent, initiators=inits, shares=shares,
+                                    takeover=int(r.get("takeover_slots", 0)), backups=backups)
                 for k, v in enumerate(views):
                     due = 1 << inits[k]
                     alive = int(res.heard[k])
@@ -400,11 +403,12 @@ def comm_schedule(plan: Plan, topology: str | None = None, policy: str | None = 
                             due |= 1 << f["node"]
                         if res.data[k, f["first_row"]:f["first_row"] + f["rows"]].any():
                             alive |= 1 << f["node"]
-                    if res.data[k, 0]:
+                    if res.data[k, 0] and not res.taken_over[k]:  # the initiator's header: it started the round
                         alive |= 1 << inits[k]
                     v.after_round(inf, due & ~(1 << k), alive, bool(res.synced[k]), inits[k])
                 samples.setdefault((sg, r["part"]), []).append(
-                    _sample(inf, net, res, channel.log, r, phy, inits, sgs[sg].point == "head", sink, pieces))
+                    _sample(inf, net, res, channel.log, r, phy, inits, sgs[sg].point == "head", sink, pieces,
+                            backups))
     out = []
     for sg in order:
         s = sgs[sg]
@@ -424,7 +428,7 @@ def comm_schedule(plan: Plan, topology: str | None = None, policy: str | None = 
 
 
 def _sample(inf: int, net: MixerNetwork, res, log, r: dict, phy: str, inits: list[int], head: bool,
-            sink: int, pieces: dict[tuple[int, int], bool]) -> RoundSample:
+            sink: int, pieces: dict[tuple[int, int], bool], backups: list[int]) -> RoundSample:
     """One round's sample; ``pieces`` carries, from round to round of the exchange, whether each
     receiver has every piece so far of a message split over rounds."""
     n, slot_us = net.n, int(r["slot_us"])
@@ -432,22 +436,29 @@ def _sample(inf: int, net: MixerNetwork, res, log, r: dict, phy: str, inits: lis
     packets = [0] * n
     busy = [0] * n
     stats = [net.lib.mx_stats(net.ptrs[i]).contents for i in range(n)]
-    sync = [None if (c.slot_synced == NO_SLOT or i == inits[i]) else int(c.slot_synced)
-            for i, c in enumerate(stats)]
+    # a backup that took over is the round's initiator from channel slot `takeover` on; its grid
+    # (and that of every node that synchronised to it) starts there
+    takeover = int(r.get("takeover_slots", 0))
+    taker = [bool(res.taken_over[i]) and i != inits[i] and i == backups[i] and c.slot_synced == 0
+             for i, c in enumerate(stats)]
+    sync = [None if (c.slot_synced == NO_SLOT or i == inits[i] or taker[i]) else
+            int(c.slot_synced) + (takeover if res.taken_over[i] else 0) for i, c in enumerate(stats)]
     for t, on_air, listeners, got in log:
         for k in listeners:
-            if k == inits[k] or (sync[k] is not None and t > sync[k]):
+            if k == inits[k] or (taker[k] and t >= takeover) or (sync[k] is not None and t > sync[k]):
                 if k in got:
                     packets[k] += 1
                 elif on_air:
                     busy[k] += 1
+    # a round its backup started loses the initiator's message (cisl_mixer_transport.c run_round)
     header_ok = res.data[:, 0]
     nodes = []
     for k, c in enumerate(stats):
         tx = int(c.tx)
         rx = int(c.radio_on_slots) - tx
-        scan, tx_us, rx_central, rx_low = node_radio_on_us(tx, rx, k == inits[k], sync[k], packets[k], busy[k],
-                                                           slot_us, plen, phy)
+        scan, tx_us, rx_central, rx_low = node_radio_on_us(tx, rx, k == inits[k] or taker[k], sync[k], packets[k],
+                                                           busy[k], slot_us, plen, phy,
+                                                           takeover if taker[k] else 0)
         delivered = expected = 0
         missing = []
         for f in r["senders"]:
@@ -455,7 +466,7 @@ def _sample(inf: int, net: MixerNetwork, res, log, r: dict, phy: str, inits: lis
             if j == k or (head and k != sink):
                 continue
             rows = res.data[k, f["first_row"]:f["first_row"] + f["rows"]]  # a dead sender's weak rows are lost
-            got = bool(header_ok[k] and rows.all())
+            got = bool(header_ok[k] and rows.all() and not (res.taken_over[k] and j == inits[k]))
             if f["offset"] > 0:  # a later piece: the message has arrived only if every piece has
                 got = pieces.pop((k, j)) and got
             if f["offset"] + f["rows"] * int(r["payload"]) < f["nbytes"]:

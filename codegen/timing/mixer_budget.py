@@ -193,7 +193,7 @@ def run_round(elf: Path, generation: int, payload: int, nodes: int, owners: list
     if features is None:
         em._switch("query")
         features = em.call("bench_features", [])
-    cfg = mixer_network._Config(nodes, INITIATOR, generation, payload, deadline, features, termination, linger,
+    cfg = mixer_network.MixerConfig(nodes, INITIATOR, generation, payload, deadline, features, termination, linger,
                                 seed & 0xFFFFFFFF)
     for j, share in enumerate(mixer_network.slot_shares(nodes, [max(o, 0) for o in owners],
                                                          {i for i, o in enumerate(owners) if o < 0})):

@@ -245,17 +245,19 @@ class RadioMedium:
 class _RadioCount:
     """One node's radio in one round, counted from its slot actions exactly as the cycle model's
     slot-level simulation counts them (codegen/timing/comm.py node_radio_on_us): a node that
-    transmits before it has heard anything is the initiator; any other node scans until the packet
-    that synchronises it."""
+    transmits before it has heard anything is the initiator (after scanning, the backup that took the
+    round over); any other node scans until the packet that synchronises it."""
 
     def __init__(self) -> None:
         self.tx = self.rx = self.packets = self.busy = 0
         self.sync: int | None = None
         self.initiator = False
+        self.scan_before = 0
 
     def transmit(self) -> None:
         if self.sync is None and not self.tx:
             self.initiator = True
+            self.scan_before = self.rx
         self.tx += 1
 
     def listen(self, slot: int, decoded: bool, on_air: bool) -> None:
@@ -270,7 +272,7 @@ class _RadioCount:
         from ..timing.comm import node_radio_on_us
 
         return node_radio_on_us(self.tx, self.rx, self.initiator, self.sync, self.packets, self.busy, slot_us,
-                                packet_len, phy)
+                                packet_len, phy, self.scan_before)
 
 
 def _draw_losses(nodes: int, rates: LossRates, seed: int, inference: int, sg: int) -> np.ndarray:

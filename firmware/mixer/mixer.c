@@ -220,6 +220,9 @@ int mx_config_check(const mx_config *c)
         return MX_E_TERMINATION;
     if ((c->num_nodes < 32u && (c->absent >> c->num_nodes) != 0u) || ((c->absent >> c->initiator) & 1u))
         return MX_E_ABSENT;
+    if (c->takeover_slots && (c->takeover_slots >= c->round_length || c->backup >= c->num_nodes ||
+                              c->backup == c->initiator || ((c->absent >> c->backup) & 1u)))
+        return MX_E_BACKUP;
     {
         unsigned j, pass = 0;
         for (j = 0; j < MX_SHARE_NODES; ++j) {
@@ -544,6 +547,56 @@ int mx_row_source(mx_state *s, uint16_t first_row, uint16_t rows, uint8_t node)
     return MX_OK;
 }
 
+int mx_backup_header(mx_state *s, const void *data, uint16_t len)
+{
+    mx_header *h;
+    uint32_t *r;
+    if (!s || !data)
+        return MX_E_NULL;
+    h = &s->h;
+    if (h->mode != MODE_NONE)
+        return MX_E_STATE;
+    if (!h->cfg.takeover_slots || h->id != h->cfg.backup)
+        return MX_E_MODE;
+    if (bit_get(s->pivots, 0u) || h->reserve)
+        return MX_E_DUPLICATE;
+    if (len > h->cfg.payload_size)
+        return MX_E_LEN;
+    /* row 0's place in the pool: no row can arrive there before the node has synchronised, and
+     * once it has, the reserve is never used */
+    r = row_ptr(s, 0u);
+    memset(r, 0, h->stride * sizeof(uint32_t));
+    memcpy((uint8_t *)(r + h->cvw), data, len);
+    h->reserve = 1;
+    return MX_OK;
+}
+
+/* The backup starts the round: slot 0 is now, the header it holds in reserve becomes its own row 0,
+ * and the round ends takeover_slots slots earlier than its grid would allow, so that it keeps the
+ * deadline. Its packets are marked MX_PKT_TAKEOVER, and no node takes packets of both kinds
+ * (mx_receive): if the initiator was only late (or in another round) and starts a grid of its own,
+ * each node stays on one grid, so two versions of row 0 never meet in one node's rows. */
+static void take_over(mx_state *s)
+{
+    mx_header *h = &s->h;
+    bit_set(row_ptr(s, 0u), 0u);
+    bit_set(s->own, 0u);
+    bit_set(s->coded, 0u);
+    bit_set(s->unsent, 0u);
+    h->reserve = 0;
+    h->taken_over = 1;
+    s->row_src[0] = 0; /* the header no longer comes from the planned initiator */
+    h->mode = MX_ARM_INITIATOR;
+    h->synced = 1;
+    h->cur_slot = 0;
+    h->sync_slot = 0;
+    h->next_slot = 0;
+    h->st.slot_synced = 0;
+    h->end_slot = (uint16_t)(h->cfg.round_length - 1u - h->cfg.takeover_slots);
+    add_pivot(s, 0u);
+    update_progress(s);
+}
+
 int mx_arm(mx_state *s, uint8_t mode)
 {
     mx_header *h;
@@ -602,14 +655,12 @@ static uint32_t node_set_from_info(const uint8_t *info, unsigned nbytes)
     return m;
 }
 
-int mx_packet_check(const mx_config *c, const uint8_t *p, uint16_t len)
+/* The structural packet check of a configuration known to be valid (a node's: mx_init checked it,
+ * and only `absent` changes during a round — it may then name the initiator, after a takeover). */
+static int check_packet(const mx_config *c, const uint8_t *p, uint16_t len)
 {
     unsigned n, g, cvb, ib, slot, sender, flags, type;
     const uint8_t *cv, *pl, *info;
-    if (!c || !p)
-        return MX_E_NULL;
-    if (mx_config_check(c) != MX_OK)
-        return MX_E_STATE;
     n = c->num_nodes;
     g = c->generation_size;
     cvb = MX_CV_BYTES(g);
@@ -624,7 +675,7 @@ int mx_packet_check(const mx_config *c, const uint8_t *p, uint16_t len)
     if (slot >= c->round_length)
         return MX_E_PKT_SLOT;
     type = flags & MX_PKT_INFO_MASK;
-    if (flags & MX_PKT_RESERVED)
+    if ((flags & MX_PKT_TAKEOVER) && !c->takeover_slots)
         return MX_E_PKT_FLAGS;
     if (type > MX_INFO_WEAK_ZEROS)
         return MX_E_PKT_FLAGS;
@@ -667,6 +718,15 @@ int mx_packet_check(const mx_config *c, const uint8_t *p, uint16_t len)
     }
     }
     return MX_OK;
+}
+
+int mx_packet_check(const mx_config *c, const uint8_t *p, uint16_t len)
+{
+    if (!c || !p)
+        return MX_E_NULL;
+    if (mx_config_check(c) != MX_OK)
+        return MX_E_STATE;
+    return check_packet(c, p, len);
 }
 
 /* Union of the fresh row requests of active nodes (requests answered in this slot). */
@@ -819,6 +879,8 @@ static int build_packet(mx_state *s, uint8_t *out)
         if (next_owned_slot(s, h->cur_slot) > h->end_slot)
             flags |= MX_PKT_SILENT;
     }
+    if (h->taken_over)
+        flags |= MX_PKT_TAKEOVER;
     flags |= type;
 
     out[0] = (uint8_t)(h->cur_slot & 0xFFu);
@@ -1038,7 +1100,7 @@ int mx_receive(mx_state *s, uint16_t slot, const uint8_t *p, uint16_t len)
         return MX_E_STATE;
     if (!h->scan_slot && slot != h->cur_slot)
         return MX_E_SLOT;
-    r = mx_packet_check(&h->cfg, p, len);
+    r = check_packet(&h->cfg, p, len);
     if (r != MX_OK) {
         h->st.rx_malformed++;
         return r;
@@ -1055,6 +1117,12 @@ int mx_receive(mx_state *s, uint16_t slot, const uint8_t *p, uint16_t len)
     if (sender == h->id) {
         h->st.rx_malformed++;
         return MX_E_PKT_SENDER;
+    }
+    if (h->synced && !(flags & MX_PKT_TAKEOVER) != !h->taken_over) {
+        /* a packet of the other grid (the backup's, or the late initiator's): never mixed in, so
+         * that no node holds rows of two starters; nor a sign of life in this round */
+        h->st.rx_malformed++;
+        return MX_E_PKT_FLAGS;
     }
     h->seen |= bit; /* an intact packet of this network: the sender is alive */
     if (!h->scan_slot && pslot != h->cur_slot) {
@@ -1098,6 +1166,12 @@ int mx_receive(mx_state *s, uint16_t slot, const uint8_t *p, uint16_t len)
         h->cur_slot = (uint16_t)pslot;
         h->sync_slot = (uint16_t)pslot;
         h->st.slot_synced = (uint16_t)pslot;
+        h->reserve = 0;
+        if (flags & MX_PKT_TAKEOVER) { /* the backup's round: it ends takeover_slots earlier on its grid */
+            h->taken_over = 1;
+            s->row_src[0] = 0; /* the header comes from the backup */
+            h->end_slot = (uint16_t)(h->cfg.round_length - 1u - h->cfg.takeover_slots);
+        }
     }
     rank0 = h->rank;
     h->st.rx_ok++;
@@ -1177,12 +1251,14 @@ int mx_receive(mx_state *s, uint16_t slot, const uint8_t *p, uint16_t len)
     return h->rank > rank0 ? MX_RX_INNOVATIVE : MX_RX_OK;
 }
 
-/* Nodes that may be treated as absent: not this node, not the initiator, not already absent, never
- * heard (an intact packet, accepted or not). */
+/* Nodes that may be treated as absent: not this node, not the initiator (unless the backup started
+ * the round: then the initiator is a sender like any other), not already absent, never heard (an
+ * intact packet, accepted or not). */
 static uint32_t silence_candidates(const mx_state *s)
 {
     const mx_header *h = &s->h;
-    return h->node_all & ~h->cfg.absent & ~h->heard & ~h->seen & ~(1u << h->id) & ~(1u << h->cfg.initiator);
+    const uint32_t initiator = h->taken_over ? 0u : 1u << h->cfg.initiator; /* it started the round */
+    return h->node_all & ~h->cfg.absent & ~h->heard & ~h->seen & ~(1u << h->id) & ~initiator;
 }
 
 static void make_absent(mx_state *s, uint32_t nodes)
@@ -1270,6 +1346,11 @@ int mx_slot_end(mx_state *s, uint16_t slot)
     if (!h->synced) {
         if (h->scan_left)
             h->scan_left--;
+        if (h->reserve && h->mode == MX_ARM_LISTENER &&
+            (unsigned)(h->cfg.round_length - h->scan_left) >= h->cfg.takeover_slots) {
+            take_over(s); /* nothing heard: the initiator is dead (or far too late) */
+            return MX_OK;
+        }
         if (!h->scan_left)
             finish(s, MX_NO_SLOT);
         return MX_OK;
@@ -1305,6 +1386,7 @@ int mx_prepare(mx_state *s)
 
 int mx_finished(const mx_state *s) { return s ? s->h.finished : 1; }
 int mx_synced(const mx_state *s) { return s ? s->h.synced : 0; }
+int mx_taken_over(const mx_state *s) { return s ? s->h.taken_over : 0; }
 uint16_t mx_next_slot(const mx_state *s) { return s ? s->h.next_slot : 0u; }
 
 void mx_slot_batch(mx_state *const *states, uint16_t count, uint16_t slot, int8_t *actions, uint8_t *packets,
@@ -1313,7 +1395,8 @@ void mx_slot_batch(mx_state *const *states, uint16_t count, uint16_t slot, int8_
     unsigned i;
     for (i = 0; i < count; ++i) {
         uint16_t len = 0;
-        actions[i] = (int8_t)mx_slot(states[i], slot, packets + (size_t)i * stride, &len);
+        const uint16_t t = slot == MX_NO_SLOT ? states[i]->h.next_slot : slot;
+        actions[i] = (int8_t)mx_slot(states[i], t, packets + (size_t)i * stride, &len);
     }
 }
 
@@ -1323,12 +1406,13 @@ void mx_deliver_batch(mx_state *const *states, uint16_t count, uint16_t slot, co
     unsigned i;
     for (i = 0; i < count; ++i) {
         mx_state *s = states[i];
+        const uint16_t t = slot == MX_NO_SLOT ? s->h.cur_slot : slot;
         int r = 127;
         if (from && from[i] >= 0 && s->h.phase == PH_RX)
-            r = mx_receive(s, slot, packets + (size_t)from[i] * stride, s->h.pkt_len);
+            r = mx_receive(s, t, packets + (size_t)from[i] * stride, s->h.pkt_len);
         if (rx_status)
             rx_status[i] = (int8_t)r;
-        (void)mx_slot_end(s, slot);
+        (void)mx_slot_end(s, t);
     }
 }
 
@@ -1379,6 +1463,8 @@ int32_t mx_start(mx_state *s, const mx_radio_hal *hal, void *ctx)
                 hal->sync(ctx, s->h.cur_slot, t);
         }
         (void)mx_slot_end(s, s->h.cur_slot);
+        if (!synced && s->h.synced && s->h.mode == MX_ARM_INITIATOR && hal->initiate)
+            hal->initiate(ctx); /* the backup took over: slot 0 is next */
     }
     hal->off(ctx);
     /* a node that was never done (it heard too little) still ends its round normally: its last

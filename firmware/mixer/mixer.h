@@ -60,7 +60,7 @@
  *   byte 0-1  slot number, little-endian
  *   byte 2    sender id
  *   byte 3    flags: bits 0-3 info type, bit 4 SILENT, bit 5 ALL_FULL (the two forecast bits),
- *             bit 6 FULL_RANK, bit 7 reserved (0)
+ *             bit 6 FULL_RANK, bit 7 TAKEOVER (the round was started by the backup initiator)
  *   then      coding vector, MX_CV_BYTES(G): row i = byte i/8, bit i%8 (LSB first)
  *   then      payload, P bytes
  *   then      info vector, MX_INFO_BYTES(n, G): a row set (request, weak-zero map; bit i = row i)
@@ -74,7 +74,7 @@
 #define MX_PKT_SILENT 0x10u   /* forecast: the sender's round ends before its next owned slot */
 #define MX_PKT_ALL_FULL 0x20u /* forecast: the sender knows every node has full rank (it ends soon) */
 #define MX_PKT_FULL_RANK 0x40u /* the sender has full rank */
-#define MX_PKT_RESERVED 0x80u
+#define MX_PKT_TAKEOVER 0x80u /* the round was started by cfg.backup (only with takeover_slots > 0) */
 
 #define MX_NO_SLOT 0xFFFFu /* "never" in slot-valued statistics; also the largest round length + 1 */
 
@@ -118,6 +118,12 @@ typedef struct {
                                * round's first pass (its rows to inject, usually); the pass has
                                * sum(shares) <= MX_OWNER_SLOTS slots, spread evenly, then slot s is
                                * owned by (s - pass) mod n. All zero: slot s is owned by s mod n. */
+    uint16_t takeover_slots;  /* > 0: a backup initiator starts the round if it has heard nothing of it
+                               * after this many scan slots (the initiator is dead, docs/design/
+                               * dead-nodes.md); < round_length. 0: no backup. The same at every node. */
+    uint8_t backup;           /* the backup initiator (with takeover_slots): not the initiator, not
+                               * absent; it must be given the header row (mx_backup_header) */
+    uint8_t reserved;         /* 0 */
 } mx_config;
 
 /* ---- status codes ----------------------------------------------------------------------- */
@@ -145,11 +151,13 @@ typedef enum {
     MX_E_HAL = -19,        /* the radio HAL reported an error */
     MX_E_ABSENT = -20,     /* absent names an unknown node, this node or the initiator */
     MX_E_SHARES = -21,     /* slot_shares: a share for a node >= n, or a pass longer than MX_OWNER_SLOTS */
+    MX_E_BACKUP = -22,     /* takeover_slots >= round_length, or backup is >= n, the initiator or absent */
     /* mx_receive: the packet was dropped (counted in rx_malformed unless noted) */
     MX_E_PKT_LEN = -32,     /* length != mx_packet_len */
     MX_E_PKT_SENDER = -33,  /* sender >= n, or sender == own id */
     MX_E_PKT_SLOT = -34,    /* slot number >= round_length */
-    MX_E_PKT_FLAGS = -35,   /* reserved bit, unknown or disabled info type, inconsistent flags */
+    MX_E_PKT_FLAGS = -35,   /* unknown or disabled info type, TAKEOVER without a backup, inconsistent flags;
+                             * in mx_receive also a packet of the other starter's grid (TAKEOVER) */
     MX_E_PKT_CODING = -36,  /* coding vector bits >= G, bits on known weak rows, or payload without
                              * coding vector */
     MX_E_PKT_INFO = -37,    /* info vector out of range or contradicting what this node knows */
@@ -224,7 +232,9 @@ typedef struct {
     uint8_t fr_known;       /* another node is known to know that this node has full rank */
     uint8_t has_src;        /* mx_row_source named row sources: in-round silence is on */
     uint8_t weak_new;       /* weak rows were learnt from a map since the last silence check */
-    uint8_t pad[3];
+    uint8_t taken_over;     /* this node is on the backup's grid: it took over, or synchronised to its packet */
+    uint8_t reserve;        /* the backup holds the header row in reserve (mx_backup_header) */
+    uint8_t pad[1];
     uint16_t pass_len;      /* slots of the weighted first pass (0: plain s mod n) */
     uint16_t prep_slot;     /* slot whose random combination mx_prepare built (MX_NO_SLOT: none) */
     uint16_t fresh_pivot;   /* pivot of the latest innovative reception ... */
@@ -262,7 +272,7 @@ typedef struct {
 /* Arm modes. */
 #define MX_ARM_INITIATOR 0u /* send in slot 0 (only the configured initiator) */
 #define MX_ARM_LISTENER 1u  /* scan until the first valid packet, adopt its slot; give up after
-                             * round_length slots of scanning */
+                             * round_length slots of scanning (the backup: see mx_backup_header) */
 #define MX_ARM_PASSIVE 2u   /* like a listener but never transmits (monitor / sink / tests) */
 
 /* Slot actions returned by mx_slot. */
@@ -294,6 +304,17 @@ int mx_write(mx_state *s, uint16_t row, const void *data, uint16_t len);
  * node that died since the last round does not hold the round to its deadline
  * (docs/design/dead-nodes.md). Every node must name the same sources. */
 int mx_row_source(mx_state *s, uint16_t first_row, uint16_t rows, uint8_t node);
+/* The backup initiator's header row (cfg.backup, with cfg.takeover_slots; only before mx_arm):
+ * row 0 as the initiator writes it. It is held in reserve and becomes this node's own row only if
+ * the backup, armed as a listener, has heard nothing of the round after takeover_slots scan slots
+ * (the initiator is dead): it then starts the round itself (slot 0 of its own grid) and marks
+ * every packet MX_PKT_TAKEOVER. A node takes packets of one kind only, those of the grid it
+ * synchronised to (or started): if the initiator was only late and starts a grid of its own, no
+ * node mixes rows of both, so a node can lose messages but never decode a wrong row, even if the
+ * two headers differ. In a round the backup started the planned initiator can be declared silent
+ * like any sender (mx_row_source), and every node ends takeover_slots slots earlier, so the round
+ * keeps its deadline. */
+int mx_backup_header(mx_state *s, const void *data, uint16_t len);
 /* Arm as MX_ARM_INITIATOR, MX_ARM_LISTENER or MX_ARM_PASSIVE. */
 int mx_arm(mx_state *s, uint8_t mode);
 
@@ -310,7 +331,9 @@ int mx_synced(const mx_state *s);
 /* The slot the node steps next (after synchronisation). */
 uint16_t mx_next_slot(const mx_state *s);
 
-/* Step `count` instances through one slot. Phase 1: actions[i] = mx_slot(states[i], slot,
+/* Step `count` instances through one slot (slot == MX_NO_SLOT: each synchronised instance its own
+ * next slot, as mx_start does — instances on different grids, e.g. after a backup took over, step
+ * together). Phase 1: actions[i] = mx_slot(states[i], slot,
  * packets + i * stride, ...) (packets of non-transmitters are left as they are). Phase 2: instance
  * i receives packets + from[i] * stride if from[i] >= 0 (and its action was MX_ACT_RX), then
  * mx_slot_end; rx_status[i] (may be NULL) is mx_receive's result, or 127 if nothing was received.
@@ -344,6 +367,9 @@ typedef struct {
      * next packet is combined while this slot's packet is on the air. */
     int (*listen)(void *ctx, int scan);
     int (*tx_done)(void *ctx);
+    /* Optional: this node, the backup initiator, starts the round now (mx_backup_header): put
+     * slot 0 on the grid as the board does before mx_start for the initiator. NULL: nothing to do. */
+    void (*initiate)(void *ctx);
 } mx_radio_hal;
 
 /* Run the armed round to its end. Returns the node's last slot (>= 0: the slot it was done in, or,
@@ -389,6 +415,9 @@ uint32_t mx_heard_map(const mx_state *s);
 /* Nodes this node treated as absent for the rest of the round: declared silent (mx_row_source) or
  * learnt so from another node's weak-zero map. Not including mx_config.absent. */
 uint32_t mx_silent_map(const mx_state *s);
+/* 1 if this node is on the backup initiator's grid (it took over, or synchronised to a packet marked
+ * MX_PKT_TAKEOVER), 0 if not: its row 0 is then the backup's copy of the header. */
+int mx_taken_over(const mx_state *s);
 
 /* Stateless structural check of a packet (what any node of this configuration would accept
  * before looking at its own state): MX_OK or the MX_E_PKT_* reason. */

@@ -36,6 +36,18 @@ static uint8_t round_initiator(const cisl_mx_schedule *plan)
     return cisl_node_id;
 }
 
+/* The node that starts the round if `initiator` does not: the next live node after it. */
+static uint8_t round_backup(const cisl_mx_schedule *plan, uint8_t initiator)
+{
+    for (uint8_t k = 1; k < plan->nodes; k++) {
+        const uint8_t j = (uint8_t)((initiator + k) % plan->nodes);
+        if (!((peers.dead >> j) & 1u)) {
+            return j;
+        }
+    }
+    return initiator; /* nobody else is alive: no backup */
+}
+
 static void peer_event(uint32_t inference, uint8_t j, const char *state, uint32_t rounds)
 {
     cisl_line l;
@@ -135,9 +147,10 @@ static int write_pieces(const cisl_mx_round *r, const uint8_t *msg, uint32_t len
 
 /* After round r: copy every other sender's piece into the reassembly buffer and hand each message
  * whose last piece this was to on_rx, if all its fragments (in every round) decoded. `header_ok`:
- * the round's header arrived, so its rows are this round's. < 0 if the plan breaks the order. */
-static int take_pieces(const cisl_mx_round *r, int header_ok, cisl_mx_rx *rx, uint8_t *got, uint16_t *slot,
-                       cisl_rx_fn on_rx, void *ctx)
+ * the round's header arrived, so its rows are this round's; `lost`: a sender whose piece counts as
+ * lost (NO_MESSAGE: none). < 0 if the plan breaks the order. */
+static int take_pieces(const cisl_mx_round *r, int header_ok, uint8_t lost, cisl_mx_rx *rx, uint8_t *got,
+                       uint16_t *slot, cisl_rx_fn on_rx, void *ctx)
 {
     for (uint8_t i = 0; i < r->nsenders; i++) {
         const cisl_mx_frag *f = &r->senders[i];
@@ -158,7 +171,7 @@ static int take_pieces(const cisl_mx_round *r, int header_ok, cisl_mx_rx *rx, ui
         if (f->offset >= end || end > cisl_mx_plan.max_message) {
             return -1;
         }
-        rx->complete = (uint8_t)(rx->complete && header_ok);
+        rx->complete = (uint8_t)(rx->complete && header_ok && f->node != lost);
         uint16_t last = mx_row_slot(&mixer, 0);
         for (uint16_t k = 0; k < f->rows && rx->complete; k++) {
             uint16_t plen = 0;
@@ -207,6 +220,12 @@ static int run_round(const cisl_mx_round *r, uint16_t sg, uint8_t part, uint32_t
     /* a different seed every round; every node derives the same from the schedule */
     cfg.seed = 0x9E3779B9u * (inference + 1u) ^ ((uint32_t)sg << 8) ^ part;
     cfg.absent = peers.dead;
+    /* a dead initiator is taken over inside the round by the next live node (docs/design/dead-nodes.md) */
+    const uint8_t backup = round_backup(plan, initiator);
+    if (backup != initiator && r->takeover > 0u && r->takeover < r->deadline) {
+        cfg.backup = backup;
+        cfg.takeover_slots = r->takeover;
+    }
     /* every sender owns as many slots of the round's first pass as it has rows (row 0, the header,
      * goes out in the initiator's slot 0): from the plan alone, so that every node, whatever its
      * view of who is dead, derives the same slot owners */
@@ -232,6 +251,11 @@ static int run_round(const cisl_mx_round *r, uint16_t sg, uint8_t part, uint32_t
     if (cisl_node_id == initiator && mx_write(&mixer, 0, header, HEADER_BYTES) != MX_OK) {
         return -1;
     }
+    /* the backup holds the same header (the plan's), in case it must start the round itself */
+    if (cfg.takeover_slots && cisl_node_id == cfg.backup && mx_backup_header(&mixer, header, HEADER_BYTES) != MX_OK) {
+        return -1;
+    }
+
     uint32_t due = 1u << initiator;
     for (uint8_t i = 0; i < r->nsenders; i++) {
         const cisl_mx_frag *f = &r->senders[i];
@@ -269,13 +293,15 @@ static int run_round(const cisl_mx_round *r, uint16_t sg, uint8_t part, uint32_t
     uint16_t hlen = 0;
     const uint8_t *h = mx_read(&mixer, 0, &hlen);
     const int header_ok = h != NULL && h != MX_WEAK_ZERO && memcmp(h, header, HEADER_BYTES) == 0;
-    if (header_ok) {
+    const int taken = mx_taken_over(&mixer); /* the backup started it: its header is no sign of the initiator */
+    if (header_ok && !taken) {
         alive |= 1u << initiator;
     }
     track_peers(inference, due & ~(1u << cisl_node_id), alive, mx_synced(&mixer) || cisl_node_id == initiator,
                 initiator);
-    /* a round whose header is not this round's delivers nothing, and loses the pieces it carried */
-    return take_pieces(r, header_ok, rx, got, slot, on_rx, ctx);
+    /* a round whose header is not this round's delivers nothing, and loses the pieces it carried; a
+     * round the backup started loses the initiator's (it was dead, late, or in another round) */
+    return take_pieces(r, header_ok, taken ? initiator : NO_MESSAGE, rx, got, slot, on_rx, ctx);
 }
 
 int cisl_mixer_exchange(uint16_t sg, uint32_t inference, const uint8_t *msg, uint32_t len, cisl_rx_fn on_rx,

@@ -33,6 +33,7 @@ typedef struct {
     uint32_t slot_us;     /* slot length on the PHY */
     const cisl_mx_frag *senders;
     uint8_t nsenders;
+    uint16_t takeover;    /* scan slots after which the backup starts the round (mx_config.takeover_slots) */
 } cisl_mx_round;
 
 typedef struct {

@@ -8,7 +8,8 @@
  * (small G and P); this harness runs real rounds at the full size the firmware supports:
  *   n 1..16 nodes, G 1..MX_MAX_G (256) rows, P 1..min(240, the payload MX_MAX_PACKET_LEN leaves),
  *   all MX_FEAT_* combinations (coordinated TX, row requests, weak zeros), both termination
- *   policies, any linger, initiator, listeners, a passive node, round lengths up to 1024.
+ *   policies, any linger, initiator, listeners, a passive node, round lengths up to 1024, in-round
+ *   silence, and a backup initiator that takes a round over (the initiator stepped or silent).
  *
  * Input: a configuration header, then one byte per event (see the comments at the reader calls):
  *   a slot in which every node steps and each receiving node hears one of the transmitters, a slot
@@ -67,6 +68,10 @@ static struct {
     mx_config cfg;
     unsigned n, g, p, plen, cvb, shares_mode;
     unsigned sources; /* rows' senders named (mx_row_source): in-round silence is on */
+    unsigned takeover; /* a backup initiator is configured (cfg.backup, cfg.takeover_slots) */
+    unsigned silent_init; /* the initiator is never stepped: its backup must take the round over */
+    int32_t take_off;  /* the backup's slot numbers minus the global slot once it took over */
+    unsigned taken;    /* the backup took over */
     uint8_t msg[FZ_MAX_G][FZ_MAX_P];
     uint8_t weak[FZ_MAX_G];  /* true weak zeros */
     uint8_t owner[FZ_MAX_G]; /* node that writes the row, FZ_MAX_N: nobody */
@@ -143,7 +148,9 @@ static void check_node(node *x, unsigned idx, int full)
         CHECK((mx_full_rank_map(&x->s) >> idx) & 1u);
     if (mx_finished(&x->s)) {
         uint16_t last = st->slot_done;
-        if (last != MX_NO_SLOT && last + 1u < W.cfg.round_length) {
+        /* a round the backup started ends takeover_slots earlier on its grid */
+        const unsigned deadline = W.cfg.round_length - (mx_taken_over(&x->s) ? W.cfg.takeover_slots : 0u);
+        if (last != MX_NO_SLOT && last + 1u < deadline) {
             /* ended before the deadline: only MX_TERM_DONE, with full rank, knowing all have it */
             CHECK(W.cfg.termination == MX_TERM_DONE);
             CHECK(rank == W.g && st->slot_all_full != MX_NO_SLOT);
@@ -278,7 +285,7 @@ static void run_slot(reader *in, uint32_t rx_mask, uint32_t step_mask, unsigned 
                 if (!synced0) { /* a listener adopts the packet's slot */
                     x->slot = (uint16_t)((unsigned)pkt[0] + 256u * pkt[1]);
                     x->off = (int32_t)x->slot - (int32_t)T;
-                    CHECK(x->off == 0 || x->tainted);
+                    CHECK(x->off == 0 || x->tainted || (W.taken && x->off == W.take_off));
                 }
                 CHECK(mx_receive(&x->s, x->slot, pkt, len) == MX_E_STATE); /* one per slot */
             } else {
@@ -290,7 +297,10 @@ static void run_slot(reader *in, uint32_t rx_mask, uint32_t step_mask, unsigned 
                 /* intact, between untainted synchronised nodes: must be accepted, unless in-round
                  * silence gave the two nodes different views of whose rows are weak */
                 CHECK(corrupt || src->tainted || x->tainted || !synced0 ||
-                      (silenced_any() && (r == MX_E_PKT_CODING || r == MX_E_PKT_INFO || r == MX_E_PKT_FLAGS)));
+                      (silenced_any() && (r == MX_E_PKT_CODING || r == MX_E_PKT_INFO || r == MX_E_PKT_FLAGS)) ||
+                      /* two grids: the initiator was stepped but its backup heard nothing of it */
+                      (W.taken && !W.silent_init &&
+                       (r == MX_E_PKT_WRONG_SLOT || r == MX_E_PKT_FLAGS)));
             }
         }
     }
@@ -301,8 +311,17 @@ static void run_slot(reader *in, uint32_t rx_mask, uint32_t step_mask, unsigned 
         if (!x->scan) /* the wrong slot changes nothing */
             CHECK(mx_slot_end(&x->s, (uint16_t)(x->slot + 1u)) == MX_E_SLOT);
         CHECK(mx_slot_end(&x->s, x->slot) == MX_OK);
-        if (mx_synced(&x->s))
+        if (x->scan && mx_synced(&x->s) && x->act == MX_ACT_RX && !W.taken && mx_taken_over(&x->s) &&
+            i == W.cfg.backup && mx_stats(&x->s)->rx_ok == 0u) {
+            /* the backup heard nothing for takeover_slots scan slots: it starts its own grid */
+            CHECK(mx_stats(&x->s)->slots == W.cfg.takeover_slots);
+            CHECK(mx_next_slot(&x->s) == 0u);
+            W.taken = 1;
+            W.take_off = -(int32_t)(T + 1u);
+            x->off = W.take_off;
+        } else if (mx_synced(&x->s)) {
             CHECK(mx_next_slot(&x->s) == (uint16_t)(x->slot + 1u));
+        }
     }
     for (i = 0; i < W.n; ++i)
         check_node(&W.nd[i], i, 0);
@@ -318,6 +337,8 @@ static unsigned row_source(unsigned row)
 {
     if (!W.sources)
         return FZ_MAX_N;
+    if (W.takeover && row == 0u)
+        return W.cfg.initiator; /* the header */
     return OWN_MODE == 0u ? row % W.n : OWN_MODE == 1u ? row * W.n / W.g : W.cfg.initiator;
 }
 
@@ -357,6 +378,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     passive = rd(&in);
     /* bit 7 of the passive byte: every node names every row's sender, as the transport does */
     W.sources = (passive >> 7) & 1u;
+    /* bit 6: a backup initiator (one more byte: its takeover slots and which node); bit 5: the
+     * initiator is never stepped (dead), so only the backup can start the round */
+    W.takeover = ((passive >> 6) & 1u) && W.n >= 2u && W.cfg.round_length >= 2u;
+    W.silent_init = W.takeover && ((passive >> 5) & 1u);
+    W.taken = 0;
+    W.take_off = 0;
+    if (W.takeover) {
+        unsigned tk = rd(&in), lim = W.cfg.round_length - 1u < 96u ? W.cfg.round_length - 1u : 96u;
+        W.cfg.takeover_slots = (uint16_t)(1u + tk % lim);
+        W.cfg.backup = (uint8_t)((W.cfg.initiator + 1u + (tk >> 5) % (W.n - 1u)) % W.n);
+    }
     OWN_MODE = own_mode;
     wmask = (W.cfg.features & MX_FEAT_WEAK_ZEROS) ? rd(&in) : 0u;
 
@@ -368,7 +400,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* bit 7 of the absent byte: the others know the absent node is dead (mx_config.absent, its rows
      * weak zeros everywhere, as the transport does after detecting it) and it is never stepped */
     dead = (absent & 0x80u) && absent % 32u < W.n && absent % 32u != W.cfg.initiator &&
-                   (W.cfg.features & MX_FEAT_WEAK_ZEROS)
+                   (!W.takeover || absent % 32u != W.cfg.backup) && (W.cfg.features & MX_FEAT_WEAK_ZEROS)
                ? absent % 32u
                : FZ_MAX_N;
     for (i = 0; i < W.g; ++i) {
@@ -376,6 +408,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (W.owner[i] == absent % 32u)
             W.owner[i] = FZ_MAX_N; /* nobody writes it: full rank is out of reach */
         W.weak[i] = (uint8_t)((wmask >> (i & 7u)) & 1u);
+        if (W.takeover && i == 0u) { /* row 0 is the initiator's header, which its backup also holds */
+            W.owner[0] = W.cfg.initiator;
+            W.weak[0] = 0;
+        }
         if (dead < W.n && W.owner[i] == FZ_MAX_N && (own_mode == 0u ? i % W.n : own_mode == 1u ? i * W.n / W.g
                                                                                           : W.cfg.initiator) == dead)
             W.weak[i] = 1; /* the dead node's row: a weak zero at every live node */
@@ -428,6 +464,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         CHECK(r == MX_OK);
         CHECK(mx_write(&W.nd[W.owner[i]].s, (uint16_t)i, W.msg[i], 1) == MX_E_DUPLICATE);
     }
+    if (W.takeover) { /* the backup holds the initiator's header */
+        node *bk = &W.nd[W.cfg.backup];
+        CHECK(mx_backup_header(&W.nd[W.cfg.initiator].s, W.msg[0], (uint16_t)W.p) == MX_E_MODE);
+        CHECK(mx_backup_header(&bk->s, W.msg[0], (uint16_t)(W.p + 1u)) == MX_E_LEN);
+        CHECK(mx_backup_header(&bk->s, W.msg[0], (uint16_t)W.p) == MX_OK);
+        CHECK(mx_backup_header(&bk->s, W.msg[0], (uint16_t)W.p) == MX_E_DUPLICATE);
+    } else {
+        CHECK(mx_backup_header(&W.nd[0].s, W.msg[0], 1) == MX_E_MODE); /* no backup configured */
+    }
+
 #ifdef FZ_SELFTEST_WRONG_MESSAGE /* the tests check that the harness notices a wrong row */
     W.msg[0][0] ^= 1u;
     W.weak[0] = 0;
@@ -445,6 +491,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
 
     all = ((1u << W.n) - 1u) & ~(dead < W.n ? 1u << dead : 0u); /* a dead node is never stepped */
+    if (W.silent_init)
+        all &= ~(1u << W.cfg.initiator);
     T = 0;
     WORK = 0;
     while (in.i < in.n && events++ < FZ_MAX_EVENTS && T < W.cfg.round_length + 4u && WORK < FZ_BUDGET) {
@@ -481,7 +529,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             W.cfg.termination, W.cfg.round_length, T);
     for (i = 0; i < W.n; ++i)
         fprintf(stderr, " %u%s%s", mx_rank(&W.nd[i].s), W.nd[i].tainted ? "t" : "", mx_finished(&W.nd[i].s) ? "f" : "");
-    fprintf(stderr, " sources=%u silenced=%x\n", W.sources, (unsigned)silenced_any());
+    fprintf(stderr, " sources=%u silenced=%x takeover=%u/%u taken=%u\n", W.sources, (unsigned)silenced_any(),
+            W.takeover, W.silent_init, W.taken);
 #endif
     return 0;
 }

@@ -110,7 +110,7 @@ static struct {
      * events the last round must produce */
     uint32_t dead, expect_dead, expect_alive;
     uint8_t miss[FZ_MAX_N];
-    unsigned events, deliveries, rounds, rejected;
+    unsigned events, deliveries, rounds, rejected, takeovers;
 } X;
 
 static mx_state NODE[FZ_MAX_N]; /* the other nodes (NODE[obs] unused: the transport's `mixer`) */
@@ -309,6 +309,18 @@ static unsigned expected_initiator(void)
     return F.obs;
 }
 
+/* The backup the transport must arm: the next live node after the round's initiator. */
+static unsigned expected_backup(unsigned init)
+{
+    unsigned k;
+    for (k = 1; k < F.n; ++k) {
+        unsigned j = (init + k) % F.n;
+        if (!((X.dead >> j) & 1u))
+            return j;
+    }
+    return init;
+}
+
 /* Row k of piece f as its sender wrote it from its message of inference inf: P bytes, zero-padded. */
 static void check_piece_row(const uint8_t *p, uint16_t len, const cisl_mx_frag *f, unsigned k, unsigned P,
                             unsigned sg, uint32_t inf)
@@ -326,6 +338,16 @@ static void check_header_row(const uint8_t *p, uint16_t len, const uint8_t *h, u
     CHECK(memcmp(p, h, HEADER_BYTES) == 0);
     for (i = HEADER_BYTES; i < P; ++i)
         CHECK(p[i] == 0u);
+}
+
+/* Whether any node knows the round was taken over by the backup. */
+static int taken_any(mx_state *const *st)
+{
+    unsigned i;
+    for (i = 0; i < F.n; ++i)
+        if (mx_taken_over(st[i]))
+            return 1;
+    return 0;
 }
 
 /* Step the n nodes slot by slot: `stepped` nodes run; only `radio` nodes are heard and hear. */
@@ -377,7 +399,9 @@ static void step_round(const mx_config *cfg, uint32_t stepped, uint32_t radio, i
                 /* an intact packet is dropped only where views of the dead differ: a node holds a
                  * row the sender thinks weak or the reverse, or the sender counts a node as done
                  * that the receiver waits for (MX_PKT_ALL_FULL before the receiver's full rank) */
-                CHECK(!synced0 || !agree || silenced); /* in-round silence differs between nodes too */
+                /* in-round silence differs between nodes too, and so does row 0 once the backup started
+                 * the round while the initiator was alive (weak at one node, coded at another) */
+                CHECK(!synced0 || !agree || silenced || taken_any(st));
                 CHECK(!synced0 || r == MX_E_PKT_CODING || r == MX_E_PKT_INFO || r == MX_E_PKT_FLAGS);
             }
         }
@@ -403,7 +427,7 @@ int32_t cisl_board_mixer_round(mx_state *s, uint16_t sg, uint8_t part, uint32_t 
     uint32_t all = (1u << F.n) - 1u, radio = 0, stepped, view[FZ_MAX_N] = {0}, weak_somewhere, life, due, b;
     unsigned i, j, k, b0, b1, b2, mode, stale, hkind, obs_loss, loss, init;
     uint32_t rows_inf = inference;
-    int agree = 1, has_header, hdr_ok, synced;
+    int agree = 1, has_header, hdr_ok, synced, taken;
     uint16_t len;
     const uint8_t *p;
 
@@ -421,6 +445,10 @@ int32_t cisl_board_mixer_round(mx_state *s, uint16_t sg, uint8_t part, uint32_t 
     CHECK(cfg->payload_size == r->payload && cfg->round_length == r->deadline && cfg->linger_slots == r->linger);
     CHECK(cfg->termination == PLAN.termination && cfg->features == MX_FEAT_DEFAULT);
     CHECK(cfg->absent == X.dead);
+    if (r->takeover && expected_backup(init) != init && r->takeover < r->deadline)
+        CHECK(cfg->takeover_slots == r->takeover && cfg->backup == expected_backup(init));
+    else
+        CHECK(cfg->takeover_slots == 0u);
     CHECK(mx_config_check(cfg) == MX_OK);
     { /* the weighted first pass: every sender's rows in this round, from the plan alone */
         unsigned share[MX_SHARE_NODES] = {0};
@@ -468,7 +496,10 @@ int32_t cisl_board_mixer_round(mx_state *s, uint16_t sg, uint8_t part, uint32_t 
 #else
     mode = b2 & 3u;
 #endif
-    stale = init != F.obs ? (b2 >> 2) & 3u : 0u;
+    /* a stale network: only where the observed node can check it, as a listener of the initiator's
+     * header; a node that starts the round (the initiator, or the backup taking over) writes the
+     * header itself and cannot tell stale rows from current ones */
+    stale = init != F.obs && !(cfg->takeover_slots && cfg->backup == F.obs) ? (b2 >> 2) & 3u : 0u;
     hkind = b2 >> 4;
     b = mode == 2u ? rd16(IN) : 0u;
 
@@ -515,12 +546,16 @@ int32_t cisl_board_mixer_round(mx_state *s, uint16_t sg, uint8_t part, uint32_t 
                   ~(1u << init);
         weak_somewhere |= view[j];
         c.absent = view[j];
+        if ((view[j] >> c.backup) & 1u)
+            c.takeover_slots = 0; /* it thinks the backup dead: it has none (and drops TAKEOVER packets) */
         CHECK(mx_init(&NODE[j], &c, (uint8_t)j) == MX_OK);
         CHECK(mx_row_source(&NODE[j], 0, 1, (uint8_t)init) == MX_OK); /* as the transport names them */
         for (i = 0; i < r->nsenders; ++i)
             CHECK(mx_row_source(&NODE[j], r->senders[i].first_row, r->senders[i].rows, r->senders[i].node) == MX_OK);
         if (j == init)
             CHECK(mx_write(&NODE[j], 0, written, HEADER_BYTES) == MX_OK);
+        if (c.takeover_slots && j == c.backup) /* in the same round as the initiator: its header */
+            CHECK(mx_backup_header(&NODE[j], written, HEADER_BYTES) == MX_OK);
         for (i = 0; i < r->nsenders; ++i) {
             const cisl_mx_frag *f = &r->senders[i];
             for (k = 0; k < f->rows; ++k) {
@@ -547,8 +582,12 @@ int32_t cisl_board_mixer_round(mx_state *s, uint16_t sg, uint8_t part, uint32_t 
                 (((view[i] >> j) & 1u) || ((view[i] ^ view[j]) & radio & stepped & ~(1u << i) & ~(1u << j))))
                 agree = 0;
 
-    if (WORK < FZ_BUDGET)
-        step_round(cfg, stepped, radio, agree, loss, obs_loss);
+    if (WORK < FZ_BUDGET) {
+        /* the configuration as armed: the state's own copy changes in the round (silence adds to
+         * absent, which may then name the initiator: no longer a configuration mx_packet_check takes) */
+        const mx_config armed = *cfg;
+        step_round(&armed, stepped, radio, agree, loss, obs_loss);
+    }
 
     /* nodes declared silent inside the round (by any node) may have weak rows anywhere */
     weak_somewhere |= mx_silent_map(s);
@@ -559,13 +598,16 @@ int32_t cisl_board_mixer_round(mx_state *s, uint16_t sg, uint8_t part, uint32_t 
     /* what the observed node has: the header, every sender's rows as their writer wrote them */
     p = mx_read(s, 0, &len);
     CHECK(p != MX_WEAK_ZERO);
+    taken = mx_taken_over(s);
     if (p != NULL) {
-        CHECK(has_header);
-        check_header_row(p, len, init == F.obs ? header : written, P);
+        CHECK(has_header || taken);
+        /* the backup's copy is the observed node's own if it took over, else the network's view */
+        check_header_row(p, len, init == F.obs || (taken && cfg->backup == F.obs) ? header : written, P);
     }
     hdr_ok = p != NULL && memcmp(p, header, HEADER_BYTES) == 0;
     synced = mx_synced(s) || init == F.obs;
-    life = mx_heard_map(s) | (hdr_ok ? 1u << init : 0u);
+    life = mx_heard_map(s) | (hdr_ok && !taken ? 1u << init : 0u); /* the backup's header: no sign of it */
+    X.takeovers += (unsigned)taken;
     due = 1u << init;
     for (i = 0; i < r->nsenders; ++i) {
         const cisl_mx_frag *f = &r->senders[i];
@@ -595,7 +637,7 @@ int32_t cisl_board_mixer_round(mx_state *s, uint16_t sg, uint8_t part, uint32_t 
             continue;
         if (f->offset == 0u)
             X.ok[jn] = 1;
-        X.ok[jn] = (uint8_t)(X.ok[jn] && piece && hdr_ok);
+        X.ok[jn] = (uint8_t)(X.ok[jn] && piece && hdr_ok && !(taken && jn == init)); /* lost when taken over */
         if (f->nbytes - f->offset <= (uint32_t)f->rows * P) { /* its last piece */
             X.deliverable[jn] = X.ok[jn];
             X.slot[jn] = X.ok[jn] ? last : MX_NO_SLOT;
@@ -741,6 +783,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             rr->deadline = (uint16_t)((db & 3u) == 0u ? 3u * rr->generation + 200u : rr->generation + 8u + (db >> 2));
             rr->linger = (uint16_t)(lb % 16u < rr->deadline ? lb % 16u : rr->deadline - 1u); /* < R */
             rr->slot_us = 300u + 4u * p + 17u * k;
+            /* bit 4 of the linger byte: a backup initiator, after the planner's 2n + 8 scan slots or
+             * (bit 5) after 1..4 (it then often starts the round although the initiator is alive) */
+            if (lb & 0x10u) {
+                const unsigned t = (lb & 0x20u) ? 1u + (lb >> 6) : 2u * F.n + 8u;
+                rr->takeover = (uint16_t)(t < rr->deadline ? t : rr->deadline - 1u);
+            }
             rr->senders = F.frag[e][k];
         }
         F.ex[e].rounds = nr ? F.round[e] : NULL;
@@ -773,8 +821,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             INFO.sink, PLAN.termination, c, X.rounds);
     for (e = 0; e < F.nex; ++e)
         fprintf(stderr, " ex%u:P=%u,rounds=%u", e, F.ex[e].nrounds ? F.round[e][0].payload : 0u, F.ex[e].nrounds);
-    fprintf(stderr, " delivered=%u events=%u dead=%#x rejected=%u work=%u\n", X.deliveries, X.events, X.dead,
-            X.rejected, WORK);
+    fprintf(stderr, " delivered=%u events=%u dead=%#x rejected=%u taken=%u work=%u\n", X.deliveries, X.events,
+            X.dead, X.rejected, X.takeovers, WORK);
 #endif
     free(reassembly);
     return 0;

@@ -115,11 +115,13 @@ class Session:
 
     def new_model(self, q: float = 0.0, rescale: bool | None = None):
         """A fresh model trained at loss q; it rescales what arrived when it trains with dropout (the
-        product's [dropout] rescale = "auto") unless ``rescale`` says otherwise."""
+        product's [dropout] rescale = "auto") unless ``rescale`` says otherwise, and, as the product
+        does, trains a share [dropout] clean of its windows loss-free."""
         import torch
 
         from codegen.lossmodel import LossRates
         from codegen.partition import Split, full_masks
+        from codegen.train.config import DropoutConfig
         from codegen.train.model import SplitPatchTST
 
         m = self.cfg.model
@@ -127,7 +129,7 @@ class Session:
         torch.manual_seed(self.seed)
         model = SplitPatchTST(cfg=m, split=split, masks=full_masks(split, m.layers),
                               rescale=q > 0 if rescale is None else rescale)
-        model.set_message_dropout(LossRates.uniform(q))
+        model.set_message_dropout(LossRates.uniform(q), clean=DropoutConfig().clean)
         return model
 
     def fit(self, model, epochs: int, tag: str) -> dict:
@@ -257,11 +259,12 @@ def deployment(s: Session, model, method: str, keep: float, work: Path) -> dict:
 
 def fig8(s: Session, q: float, ctx, dense, q_max: float = 0.0) -> dict:
     """Train at loss rate q (0: the dense model), or at a rate per window from [0, q_max]; score at every rate."""
+    from codegen.train.config import DropoutConfig
     from codegen.train.dropout import LossRange
 
     if q_max:
         model = s.new_model(rescale=True)
-        model.set_message_dropout(LossRange(q_max))
+        model.set_message_dropout(LossRange(q_max), clean=DropoutConfig().clean)
         train = s.fit(model, PROTOCOL["dropout_epochs"], f"dropout range {q_max}")
     elif q == 0.0:
         model, _ = _dense(s, ctx, dense)

@@ -117,6 +117,37 @@ def test_loss_range_draws_one_rate_per_sample_held_in_every_round() -> None:
     assert not LossRange(0.0).any
 
 
+@pytest.mark.unit
+def test_clean_windows_lose_nothing_in_any_round_and_validation_weighs_the_mixture() -> None:
+    """[dropout] clean: a share of the samples loses nothing in every round, the others lose at the
+    rates; the best epoch is chosen on clean · loss-free MSE + (1 − clean) · lossy MSE."""
+    from codegen.train.dropout import evaluate_with_loss
+    from codegen.train.loop import evaluate, validate
+
+    B, D = 4000, 4
+    lost = sample_rounds(CFG.layers, B, D, LossRates.uniform(0.3), torch.Generator().manual_seed(4), clean=0.5)
+    stack = np.stack([v.numpy() for v in lost.values()])  # [rounds, B, D, D]
+    lossless = ~stack.any(axis=(0, 2, 3))
+    assert abs(lossless.mean() - 0.5) < 0.03  # the clean half (a lossy sample losing nothing is rare)
+    eye = np.eye(D, dtype=bool)
+    lossy_rate = stack[:, ~lossless][:, :, ~eye].mean()
+    assert abs(lossy_rate - LossRates.uniform(0.3).effective_link_loss) < 0.01  # the rest: the rates
+    from codegen.data.protocol import Windows
+
+    model = split_model(CFG, 4, 1.0)[0]
+    model.set_message_dropout(LossRates.uniform(0.2), clean=0.25)
+    series = np.random.default_rng(3).standard_normal((CFG.lookback + CFG.horizon + 12, 2)).astype(np.float32)
+    x = Windows(series, CFG.lookback, CFG.horizon)
+    want = 0.25 * evaluate(model, x, CFG.revin) + 0.75 * evaluate_with_loss(model, x, CFG.revin, model.loss_rates,
+                                                                           seed=7 + 7919)
+    assert want != pytest.approx(evaluate(model, x, CFG.revin), rel=1e-3)  # the loss matters here
+    assert validate(model, x, CFG.revin, seed=7) == pytest.approx(want, rel=1e-6)
+    with pytest.raises(ValueError, match="clean"):
+        model.set_message_dropout(LossRates.uniform(0.2), clean=1.0)
+    model.set_message_dropout(None, clean=0.5)
+    assert model.loss_clean == 0.0  # no dropout: nothing to mix
+
+
 # --------------------------------------------------------------------------------------------
 # Per-sample gathers
 # --------------------------------------------------------------------------------------------

@@ -82,6 +82,16 @@ def test_mistakes_are_one_line_errors(tmp_path: Path, text: str, needle: str) ->
 
 
 @pytest.mark.unit
+def test_half_the_dropout_windows_are_clean_by_default(tmp_path: Path) -> None:
+    """[dropout] clean: the share of loss-free training windows (docs/design/decisions.md §9), 0.5
+    unless set; out of [0, 1) is one line."""
+    assert DropoutConfig().clean == 0.5
+    assert load_config(write(tmp_path, "[dropout]\nq = 0.1\nclean = 0\n")).dropout.clean == 0.0
+    msg = error(tmp_path, "[dropout]\nq = 0.1\nclean = 1.0\n")
+    assert "[dropout] clean" in msg and "[0, 1)" in msg
+
+
+@pytest.mark.unit
 def test_rescale_follows_dropout_unless_forced(tmp_path: Path) -> None:
     """[dropout] rescale = "auto" (the default) rescales exactly the models trained with message
     dropout (docs/results/split_training_rescale.md: a model trained without loss is better with lost

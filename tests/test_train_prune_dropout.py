@@ -87,7 +87,7 @@ def test_somegather_run_exports_pruned_masks_and_compiles(runs, tmp_path: Path) 
     assert summary["prune"]["method"] == "somegather" and summary["prune"]["stages"] == 2
     assert summary["prune"]["epochs"] == 3 and np.isfinite(summary["test_mse_lossy"])
     assert summary["dropout"] == {"q_link": 0.1, "q_recv": 0.1, "q_send": 0.1,
-                                  "effective_link_loss": pytest.approx(1 - 0.9 ** 3)}
+                                  "effective_link_loss": pytest.approx(1 - 0.9 ** 3), "clean": 0.5}
     comm = summary["communication"]
     assert comm["broadcast_columns"] == sum(len(e[p]) for e in model.masks[0] for p in POINTS)
     assert comm["allgather_columns"] == 3 * 16 + 12 and comm["ratio_to_allgather"] < 0.6

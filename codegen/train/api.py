@@ -272,7 +272,8 @@ def run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, o
         model = SplitPatchTST(cfg=m, split=split, masks=masks, rescale=cfg.dropout.rescaled())
         rates = LossRates(*cfg.dropout.rates())
         # message dropout: losses drawn in every training step (at a rate per sample with q_max)
-        model.set_message_dropout(LossRange(cfg.dropout.q_max) if cfg.dropout.q_max > 0 else rates)
+        model.set_message_dropout(LossRange(cfg.dropout.q_max) if cfg.dropout.q_max > 0 else rates,
+                                  clean=cfg.dropout.clean)
         n_train = len(data.train)
         train_idx = np.arange(n_train)
         if 0 < t.max_train_windows < n_train:  # a random subset, fixed by the seed
@@ -315,6 +316,8 @@ def run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, o
     if cfg.dropout.q_max > 0:
         dropout = {"q_max": cfg.dropout.q_max,
                    "effective_link_loss_max": LossRates.uniform(cfg.dropout.q_max).effective_link_loss}
+    if cfg.dropout.q_max > 0 or rates.any:
+        dropout["clean"] = cfg.dropout.clean  # the share of loss-free training windows
     comm = communication(split, masks, m.tokens, m.horizon)
     training = {"data": data_desc, "epochs": t.epochs, "best_epoch": result.best_epoch, "seed": t.seed,
                 **metrics, "history": result.history, "config": config_record, "prune": pruning,

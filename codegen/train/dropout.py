@@ -91,9 +91,14 @@ def sample_lost(batch: int, devices: int, rates: LossRates | LossRange, generato
 
 
 def sample_rounds(layers: int, batch: int, devices: int, rates: LossRates | LossRange,
-                  generator: torch.Generator | None = None) -> LostRounds:
-    """Independent patterns for every round of a model with ``layers`` layers, keyed by sg."""
+                  generator: torch.Generator | None = None, clean: float = 0.0) -> LostRounds:
+    """Independent patterns for every round of a model with ``layers`` layers, keyed by sg.
+
+    ``clean``: the probability that a sample loses nothing in any round — the training mixes the
+    loss-free link in, so that a model trained at q also holds at q = 0 ([dropout] clean)."""
     lost = sample_lost(batch, devices, rates, generator, rounds=rounds_of(layers))
+    if clean > 0:
+        lost &= ~(torch.rand(batch, generator=generator) < clean).view(1, batch, 1, 1)
     return {r: lost[r] for r in range(lost.shape[0])}
 
 

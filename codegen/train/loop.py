@@ -49,12 +49,15 @@ def evaluate(model: SplitPatchTST, windows: Windows | SegmentWindows, revin: boo
 def validate(model: SplitPatchTST, windows: Windows | SegmentWindows, revin: bool, seed: int) -> float:
     """The validation MSE that picks the best epoch: under the model's training loss (message
     dropout at its rates, or a rate per window from its range; the same patterns every epoch, drawn
-    from ``seed``), because the model will deploy on a lossy link; without dropout, loss-free."""
+    from ``seed``; with a share ``clean`` of loss-free windows, that mixture: clean · loss-free MSE +
+    (1 − clean) · lossy MSE), because the model will deploy on such links; without dropout, loss-free."""
     from codegen.train.dropout import evaluate_with_loss
 
     if model.loss_rates is None or model.split.devices == 1:
         return evaluate(model, windows, revin)
-    return evaluate_with_loss(model, windows, revin, model.loss_rates, seed=seed + 7919)
+    lossy = evaluate_with_loss(model, windows, revin, model.loss_rates, seed=seed + 7919)
+    clean = model.loss_clean
+    return clean * evaluate(model, windows, revin) + (1.0 - clean) * lossy if clean > 0 else lossy
 
 
 @dataclass

@@ -263,6 +263,7 @@ class SplitPatchTST(nn.Module):
         self.register_buffer("owner_model", torch.from_numpy(split.owner_of("x")), persistent=False)
         self.register_buffer("owner_hidden", torch.from_numpy(split.owner_of("z")), persistent=False)
         self.loss_rates: LossRates | msgdrop.LossRange | None = None
+        self.loss_clean = 0.0  # share of loss-free training samples (set_message_dropout)
         # what arrived from the other devices is scaled by expected / delivered columns (the plan's
         # `rescale` op): a lost message then does not shrink the consumers' input
         self.rescale = rescale
@@ -298,10 +299,14 @@ class SplitPatchTST(nn.Module):
         """The installed gather matrices; message dropout derives per-sample ones from these."""
         return [{p: getattr(layer, f"gather_{p}") for p in POINTS} for layer in self.layers]
 
-    def set_message_dropout(self, rates: LossRates | msgdrop.LossRange | None) -> None:
+    def set_message_dropout(self, rates: LossRates | msgdrop.LossRange | None, clean: float = 0.0) -> None:
         """Draw message losses at these rates (or a rate per sample from this range) in every
-        training-mode forward (None/zero: off)."""
+        training-mode forward (None/zero: off); each sample is loss-free with probability ``clean``
+        (`codegen.train.dropout.sample_rounds`)."""
         self.loss_rates = rates if rates is not None and rates.any else None
+        if not 0.0 <= clean < 1.0:
+            raise ValueError(f"clean={clean} must be in [0, 1)")
+        self.loss_clean = clean if self.loss_rates is not None else 0.0
 
     # ---------------------------------------------------------------- forward
     def forward(self, window: Tensor, gathers: Gathers | None = None,
@@ -310,7 +315,7 @@ class SplitPatchTST(nn.Module):
         if gathers is not None and lost is not None:
             raise ValueError("pass either gathers or lost, not both")
         if gathers is None and lost is None and self.training and self.loss_rates is not None and D > 1:
-            lost = msgdrop.sample_rounds(self.cfg.layers, B, D, self.loss_rates)
+            lost = msgdrop.sample_rounds(self.cfg.layers, B, D, self.loss_rates, clean=self.loss_clean)
         if lost is not None:  # numpy arrays (the executor's ``lost`` dict) are fine too
             lost = {int(sg): torch.as_tensor(v, dtype=torch.bool) for sg, v in lost.items()}
             msgdrop.check_lost(lost, self.cfg.layers, B, D)

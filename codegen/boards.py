@@ -23,6 +23,7 @@ _FOOTPRINT_LIB = Table({"flash_fixed": INT, "ram_fixed": INT})
 
 DEBUG_PORTS = ("open", "protected")
 DEBUG_PORT = Kind('"open" or "protected"', lambda v: v in DEBUG_PORTS)
+BUILD_LETTER = Kind("one capital letter, e.g. \"F\"", lambda v: isinstance(v, str) and len(v) == 1 and "A" <= v <= "Z")
 
 BOARD_SCHEMA = Table({
     "board": Table({
@@ -38,6 +39,7 @@ BOARD_SCHEMA = Table({
         "ldflags": STR_LIST, "sources": STR_LIST, "defines": STR_LIST,
         "hex": BOOL, "inputs": BOOL, "size_check": BOOL,
         "stack_bytes": INT,
+        "support": STR,  # folder (relative to this one) whose sources and headers this board builds
     }, required=("cc", "cflags", "sources", "output")),
     "serial": Table({"kind": STR}),
     "uart": Table({"peripheral": STR, "tx_pin": INT, "rx_pin": INT, "baud": INT}),
@@ -50,7 +52,9 @@ BOARD_SCHEMA = Table({
                     for name in ("per_packet_cycles", "slot_cycles")}),
     "node_id": Table({"uicr_word": STR}),
     # boards/nrf52840dk: "open" keeps the rev-3 debug port open across resets (docs/design/approtect.md)
-    "security": Table({"debug_port": DEBUG_PORT}),
+    "security": Table({"debug_port": DEBUG_PORT,
+                       # first build-code letter with the revision-3 access port protection ("F" nRF52840)
+                       "approtect_from_build": BUILD_LETTER}),
     "inputs": Table({"source": STR, "max_windows": INT, "inferences": INT}),
     "footprint": Table({"mixer": BOOL, "nnref": _FOOTPRINT_LIB, "cmsis-nn": _FOOTPRINT_LIB,
                         "ops": Table(values=INT)}),  # bytes per op kind of the schedule, and 'default'
@@ -85,6 +89,27 @@ class Board:
     @property
     def build(self) -> dict[str, Any]:
         return self.facts["build"]
+
+    @property
+    def support(self) -> Path:
+        """The folder of the board's C sources and headers: its own, or the one ``[build] support``
+        names (boards/nrf52833dk builds boards/nrf52840dk's code with its own memory map)."""
+        rel = self.build.get("support")
+        return (self.path / rel).resolve() if rel else self.path
+
+    @property
+    def models(self) -> str | None:
+        """The board whose timing, power and budgets a virtual board's nodes stand in for (sim and
+        qemu-m4: nrf52840dk), None for a real board."""
+        m = self.facts.get("timing", {}).get("models")
+        return str(m) if m else None
+
+    @property
+    def part(self) -> str:
+        """The MCU as its maker writes it, for messages ("nRF52840"); the board name when board.toml
+        names none."""
+        mcu = str(self.facts["board"].get("mcu", self.name))
+        return "nRF" + mcu[3:] if mcu.startswith("nrf") else mcu
 
 
 def available_boards() -> list[str]:

@@ -101,7 +101,8 @@ def prefix_maps(fw: Path, board: Board, lib: KernelLib) -> list[str]:
     __FILE__, so an image does not depend on where cisl, the board or CMSIS-NN are installed. The
     job's own map of its working directory (and the node folder's) come after these: the last
     matching map wins."""
-    maps = [f"-ffile-prefix-map={fw}=cisl/firmware", f"-ffile-prefix-map={board.path}=cisl/boards/{board.name}"]
+    maps = [f"-ffile-prefix-map={fw}=cisl/firmware",
+            f"-ffile-prefix-map={board.support}=cisl/boards/{board.support.name}"]
     if lib.kind == "cmsis-nn":
         maps.append(f"-ffile-prefix-map={lib.root}=CMSIS-NN")
     return maps
@@ -148,6 +149,10 @@ def board_defines(board: Board, plan: Plan) -> list[str]:
                 out.append(f"-D{macro}={int(radio[key])}")
     if "security" in f:  # boards/nrf52840dk/startup.c: open (default) or protected debug port
         out.append(f"-DCISL_DEBUG_PORT_OPEN={int(f['security'].get('debug_port', 'open') == 'open')}")
+        if "approtect_from_build" in f["security"]:
+            out.append(f"-DCISL_APPROTECT_FROM_BUILD='{f['security']['approtect_from_build']}'")
+    if board.support != board.path:  # shared board code prints the name of the board it runs on
+        out.append(f'-DCISL_BOARD_NAME="{board.name}"')
     inputs = f.get("inputs", {})
     if "inferences" in inputs:
         out.append(f"-DCISL_INPUTS_INFERENCES={int(inputs['inferences'])}")
@@ -184,43 +189,84 @@ def _overflows(text: str) -> dict[str, int]:
 
 
 def image_dir(build_dir: Path, device: int, board: Board, plan_board: str) -> Path:
-    """Where a node's image goes: node_NN/ for the plan's board, node_NN/<board>/ for a board that
-    builds plans compiled for another one (qemu-m4 builds nrf52840dk plans)."""
+    """Where a node's image goes: node_NN/ for the board the node is compiled for (``plan_board``:
+    `node_target`), node_NN/<board>/ for a board that builds plans compiled for another one
+    (qemu-m4 builds nrf52840dk plans)."""
     nd = Path(build_dir) / f"node_{device:02d}"
     return nd if board.name == plan_board else nd / board.name
+
+
+def node_target(plan: Plan, device: int) -> str:
+    """The board node ``device``'s own image (node_NN/firmware.elf) is built for: the plan's board,
+    or in a mixed testbed's plan for real boards, the node's own board."""
+    target = plan.meta["board"]
+    if plan.meta.get("node_boards") and load_board(target).models is None:
+        return str(plan.meta["node_boards"][device])
+    return target
 
 
 def build(build_dir: Path, board_name: str | None = None, jobs: int | None = None,
           say: Callable[[str], None] = lambda s: None, nodes: list[int] | None = None,
           extra_cflags: list[str] | None = None, link_script: Path | None = None) -> dict:
     """Build every node in ``build_dir`` (or only ``nodes``); returns the summary also written to
-    build.json (build-<board>.json when building for another board than the plan's).
+    build.json (build-<board>.json when building for another board than the plan's). A mixed
+    testbed's plan builds each node for its own board (one build.json lists them all).
     ``extra_cflags`` (e.g. -DCISL_PROFILE_OPS for benchmarks) go to all of cisl's own code.
     ``link_script`` (benchmarks only) replaces the board's linker script, e.g. one with a larger
     flash to time a model that does not fit the part."""
-    with output_lock(Path(build_dir)):  # two builds of one folder at once would mix their objects
-        return _build(Path(build_dir), board_name, jobs, say, nodes, extra_cflags, link_script)
+    build_dir = Path(build_dir)
+    with output_lock(build_dir):  # two builds of one folder at once would mix their objects
+        plan = load_plan(build_dir)
+        known = [n.device for n in plan.nodes]
+        if nodes is not None:
+            bad = [k for k in nodes if k not in known]
+            if bad:
+                raise UserError(f"--node {bad[0]}: the plan has nodes 0..{len(known) - 1}")
+        selected = known if nodes is None else [k for k in known if k in nodes]
+        if board_name is not None:
+            return _build(build_dir, plan, load_board(board_name), jobs, say, selected, extra_cflags, link_script)
+        groups: dict[str, list[int]] = {}
+        for k in selected:
+            groups.setdefault(node_target(plan, k), []).append(k)
+        if len(groups) <= 1:
+            return _build(build_dir, plan, load_board(node_target(plan, selected[0]) if selected else plan.meta["board"]),
+                          jobs, say, selected, extra_cflags, link_script)
+        (build_dir / "build.json").unlink(missing_ok=True)
+        parts = [_build(build_dir, plan, load_board(name), jobs, say, group, extra_cflags, link_script,
+                        summary_name=None) for name, group in sorted(groups.items())]
+        name = "+".join(p["board"] for p in parts)
+        summary = {**parts[0], "board": name, "plan_board": name,
+                   "boards": {p["board"]: [n["node"] for n in p["nodes"]] for p in parts},
+                   "nodes": sorted((n for p in parts for n in p["nodes"]), key=lambda n: n["node"])}
+        write_text_atomic(build_dir / "build.json", json.dumps(summary, indent=1) + "\n")
+        return summary
 
 
-def _build(build_dir: Path, board_name: str | None, jobs: int | None, say: Callable[[str], None],
-           nodes: list[int] | None, extra_cflags: list[str] | None, link_script: Path | None) -> dict:
-    plan = load_plan(build_dir)
+def _build(build_dir: Path, plan: Plan, board: Board, jobs: int | None, say: Callable[[str], None],
+           nodes: list[int], extra_cflags: list[str] | None, link_script: Path | None,
+           summary_name: str | None = "") -> dict:
+    """Build ``nodes`` for ``board``; write the summary to ``summary_name`` ("" for the default
+    name, None: the caller merges the summaries of a mixed testbed)."""
     plan_board = plan.meta["board"]
-    board = load_board(board_name or plan_board)
-    if board.name != plan_board and plan_board not in board.facts["board"].get("builds_plans_for", []):
+    own = {node_target(plan, n.device) for n in plan.nodes}
+    if (board.name not in own and plan_board not in board.facts["board"].get("builds_plans_for", [])
+            and board.name != plan_board):
         raise UserError(f"{build_dir}: compiled for board '{plan_board}', not '{board.name}'; "
                         f"recompile with `cisl compile --board {board.name}`")
-    known = [n.device for n in plan.nodes]
-    if nodes is not None:
-        bad = [k for k in nodes if k not in known]
-        if bad:
-            raise UserError(f"--node {bad[0]}: the plan has nodes 0..{len(known) - 1}")
-    selected = [n for n in plan.nodes if nodes is None or n.device in nodes]
+    for k in nodes:
+        if plan.meta.get("node_boards") and board.name in own and node_target(plan, k) != board.name:
+            raise UserError(f"node {k} is a {node_target(plan, k)} in this plan, not a {board.name}; build it "
+                            f"without --board (each node for its own board), or for qemu-m4 or sim")
+    selected = [n for n in plan.nodes if n.device in nodes]
+    mine = board.name in own  # the images are the nodes' own (node_NN/), not a second board's (qemu-m4)
+    where = board.name if mine else plan_board
     # a build that fails must not leave the images of an earlier one looking current
-    summary_name = "build.json" if board.name == plan_board else f"build-{board.name}.json"
-    (build_dir / summary_name).unlink(missing_ok=True)
+    if summary_name == "":
+        summary_name = "build.json" if mine else f"build-{board.name}.json"
+    if summary_name:
+        (build_dir / summary_name).unlink(missing_ok=True)
     for node in selected:
-        (image_dir(build_dir, node.device, board, plan_board) / board.build["output"]).unlink(missing_ok=True)
+        (image_dir(build_dir, node.device, board, where) / board.build["output"]).unlink(missing_ok=True)
     cc = board.build["cc"]
     if shutil.which(cc) is None:
         hint = ARM_APT if cc.startswith("arm-none-eabi") else "sudo apt-get install --no-install-recommends gcc"
@@ -236,13 +282,13 @@ def _build(build_dir: Path, board_name: str | None, jobs: int | None, say: Calla
     extra = list(extra_cflags or [])
     # board.toml [build] defines: macros the board needs in cisl's own code (e.g. the op hook)
     cflags = cpu + list(board.build["cflags"]) + [f"-D{d}" for d in board.build.get("defines", [])] + mx_defs + extra
-    board_flags = cflags + includes + [f"-I{board.path}"] + board_defines(board, plan)
+    board_flags = cflags + includes + [f"-I{board.support}"] + board_defines(board, plan)
     obj_dir = absb / "_obj" / board.name
     if obj_dir.exists():
         shutil.rmtree(obj_dir)
     obj_dir.mkdir(parents=True)
     for node in selected:
-        (image_dir(build_dir, node.device, board, plan_board) / "build.log").unlink(missing_ok=True)
+        (image_dir(build_dir, node.device, board, where) / "build.log").unlink(missing_ok=True)
     common_log = obj_dir / "build.log"
 
     jobs_list: list[CompileJob] = []
@@ -265,7 +311,7 @@ def _build(build_dir: Path, board_name: str | None, jobs: int | None, say: Calla
         jobs_list.append(CompileJob(src, obj_dir / "runtime" / (src.stem + ".o"), flags + maps + [cwd_map(obj_dir)],
                                     common_log, obj_dir, "runtime", cacheable=True))
     for rel in board.build["sources"]:
-        src = board.path / rel
+        src = board.support / rel
         jobs_list.append(CompileJob(src, obj_dir / "board" / (src.stem + ".o"), board_flags + maps + [cwd_map(obj_dir)],
                                     common_log, obj_dir, "board", cacheable=True))
     inputs_text = None
@@ -286,7 +332,7 @@ def _build(build_dir: Path, board_name: str | None, jobs: int | None, say: Calla
     node_objs: dict[int, list[Path]] = {}
     for node in selected:
         nd = absb / f"node_{node.device:02d}"
-        out_dir = image_dir(absb, node.device, board, plan_board)
+        out_dir = image_dir(absb, node.device, board, where)
         out_dir.mkdir(parents=True, exist_ok=True)
         node_headers = b"".join(p.name.encode() + p.read_bytes() for p in sorted(nd.glob("*.h")))
         node_objs[node.device] = []
@@ -311,7 +357,7 @@ def _build(build_dir: Path, board_name: str | None, jobs: int | None, say: Calla
         log_command([cc, "--version"])
     cc_id = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout if cache else ""
     headers = _headers_digest([lib.include, lib.include.parent / "Include" / "Internal", fw / "runtime",
-                               fw / "somegather", fw / "mixer", board.path, fw / "nnref" / "Source",
+                               fw / "somegather", fw / "mixer", board.support, fw / "nnref" / "Source",
                                lib.root / "Source"]) if cache else b""
 
     def compile_one(j: CompileJob) -> tuple[CompileJob, bool, str]:
@@ -350,7 +396,7 @@ def _build(build_dir: Path, board_name: str | None, jobs: int | None, say: Calla
     objcopy = board.build.get("objcopy") if board.build.get("hex") else None
 
     def link(device: int) -> tuple[int, bool, str, Path]:
-        out_dir = image_dir(absb, device, board, plan_board)
+        out_dir = image_dir(absb, device, board, where)
         out = out_dir / board.build["output"]
         out.unlink(missing_ok=True)
         mapfile = [f"-Wl,-Map={out.with_suffix('.map')}"] if cpu else []
@@ -385,17 +431,18 @@ def _build(build_dir: Path, board_name: str | None, jobs: int | None, say: Calla
                               f"{s['estimate']['ram']} of {board.ram_bytes} B){more}")
     for device, ok, text, _ in links:
         if not ok:
-            log = image_dir(build_dir, device, board, plan_board) / "build.log"
+            log = image_dir(build_dir, device, board, where) / "build.log"
             raise CheckFailed(f"linking node {device} failed: {text.strip().splitlines()[-1] if text.strip() else ''} "
                               f"(full log: {log})")
-    summary = {"board": board.name, "plan_board": plan_board, "plan": plan.sha256[:16], "compiler": cc,
+    summary = {"board": board.name, "plan_board": where, "plan": plan.sha256[:16], "compiler": cc,
                "kernels": lib.kind, "kernels_root": lib.given,
                **({"kernels_commit": lib.commit} if lib.commit else {}), "mixer_maxima": maxima,
                "nodes": [{"node": d, "image": str(p.relative_to(absb)), "bytes": p.stat().st_size,
                           "sha256": sha256_file(p),
                           **({"flash": sizes[d]["elf"]["flash"], "ram": sizes[d]["elf"]["ram"]} if d in sizes else {})}
                          for d, _, _, p in links]}
-    write_text_atomic(build_dir / summary_name, json.dumps(summary, indent=1) + "\n")
+    if summary_name:
+        write_text_atomic(build_dir / summary_name, json.dumps(summary, indent=1) + "\n")
     return summary
 
 
@@ -419,6 +466,8 @@ def write_standalone(out_dir: Path, nd: Path, jobs: list[CompileJob], cc: str, c
         write_text_atomic(out_dir / INPUTS_SOURCE, inputs_text)
     var_paths = [(nd, "$(NODE_DIR)"), (out_dir, "$(IMAGE_DIR)"), (fw, "$(CISL_FIRMWARE)"),
                  (board.path, "$(CISL_BOARD)")]
+    if board.support != board.path:  # the sources and headers of another board's folder
+        var_paths.append((board.support, "$(CISL_BOARD_SUPPORT)"))
     if lib.kind == "cmsis-nn":
         var_paths.append((lib.root, "$(CMSIS_NN_ROOT)"))
     var_paths.sort(key=lambda kv: -len(str(kv[0])))
@@ -456,7 +505,7 @@ def write_standalone(out_dir: Path, nd: Path, jobs: list[CompileJob], cc: str, c
         "NODE_DIR ?= $(IMAGE_DIR)" if top else "NODE_DIR ?= $(abspath $(IMAGE_DIR)/..)",
         f"CISL_FIRMWARE ?= {fw}",
         f"CISL_BOARD ?= {board.path}",
-    ]
+    ] + ([f"CISL_BOARD_SUPPORT ?= {board.support}"] if board.support != board.path else [])
     if lib.kind == "cmsis-nn":
         lines.append(f"CMSIS_NN_ROOT ?= {lib.root}")
     lines += [f"CC := {cc}"] + ([f"OBJCOPY := {objcopy}"] if objcopy else []) + ["OBJ := $(IMAGE_DIR)/obj", ""]
@@ -485,7 +534,8 @@ def write_standalone(out_dir: Path, nd: Path, jobs: list[CompileJob], cc: str, c
 
     def expand(arg: str) -> str:
         for var, path in (("$(IMAGE_DIR)", out_dir), ("$(NODE_DIR)", nd), ("$(CISL_FIRMWARE)", fw),
-                          ("$(CISL_BOARD)", board.path), ("$(CMSIS_NN_ROOT)", lib.root), ("$(OBJ)", out_dir / "obj")):
+                          ("$(CISL_BOARD_SUPPORT)", board.support), ("$(CISL_BOARD)", board.path),
+                          ("$(CMSIS_NN_ROOT)", lib.root), ("$(OBJ)", out_dir / "obj")):
             arg = arg.replace(var, str(path))
         return arg
 

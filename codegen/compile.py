@@ -58,6 +58,10 @@ class CompileOptions:
     round_policy: str = "done"  # Mixer round length: "done" (end when all have full rank) or "fixed" (3G+200)
     phy: str = "2M"  # BLE PHY the Mixer slots are timed for
     max_generation: int = 256  # rows per Mixer round; larger exchanges (and messages) span several rounds
+    # per node, the board it runs on (a mixed testbed; `cisl compile --testbed`), or for a virtual
+    # board (sim, qemu-m4) the board it stands in for; None: every node is ``board``
+    node_boards: list[str] | None = None
+    testbed: Path | None = None  # a testbed file: node_boards from its [[node]] boards (or `models`)
 
 
 def _load_windows(path: Path, lookback: int, what: str) -> np.ndarray:
@@ -146,8 +150,15 @@ def _compile(model_path: Path, out_dir: Path, opts: CompileOptions, say: Callabl
         test_scale = np.load(ts, allow_pickle=False).astype(np.float32) if ts.is_file() else None
     sim_inputs = (test_x if test_x is not None else cal)[:SIM_INPUTS]
 
+    wanted = opts.node_boards
+    if opts.testbed is not None:
+        from .testbed.config import load_testbed, node_boards as testbed_boards
+
+        wanted = testbed_boards(load_testbed(opts.testbed), split.devices)
+    node_boards = check_node_boards(wanted, board, split.devices)
     options = {"devices": split.devices, "board": board.name, "max_calibration": opts.max_calibration,
-               "round_policy": opts.round_policy, "phy": opts.phy, "max_generation": opts.max_generation}
+               "round_policy": opts.round_policy, "phy": opts.phy, "max_generation": opts.max_generation,
+               **({"node_boards": node_boards} if node_boards else {})}
     input_hash = hashlib.sha256(json.dumps(
         {"model": model.sha256, "calibration": sha256_file(cal_path), "options": options, "tool": __version__},
         sort_keys=True).encode()).hexdigest()
@@ -175,7 +186,8 @@ def _compile(model_path: Path, out_dir: Path, opts: CompileOptions, say: Callabl
         "format": PLAN_FORMAT, "format_version": PLAN_VERSION, "tool_version": __version__, "input_hash": input_hash,
         "source": {"model": Path(model_path).name, "model_sha256": model.sha256, "calibration": cal_path.name,
                    "calibration_samples": int(len(cal))},
-        "board": board.name, "model": cfg.to_json(), "devices": split.devices, "sink": SINK,
+        "board": board.name, **({"node_boards": node_boards} if node_boards else {}),
+        "model": cfg.to_json(), "devices": split.devices, "sink": SINK,
         "keep_ratio": model.keep_ratio, "realised_keep": realised, "rescale": st.rescale, "prune_own": st.prune_own,
         "partition": {"heads_per_device": list(split.heads_per_device),
                       "model_cols": [list(split.model_cols(k)) for k in range(split.devices)],
@@ -202,10 +214,37 @@ def _compile(model_path: Path, out_dir: Path, opts: CompileOptions, say: Callabl
     return summary
 
 
+def check_node_boards(node_boards: list[str] | None, board, devices: int) -> list[str] | None:
+    """The per-node boards of a mixed testbed, checked: one known real board per node, each with
+    memory budgets and the target's CPU (its images must run the same generated code)."""
+    if not node_boards:
+        return None
+    if len(node_boards) != devices:
+        raise UserError(f"{len(node_boards)} node boards for {devices} nodes; name one board per node "
+                        f"(the testbed file's [[node]] tables, ids 0..{devices - 1})")
+    out = []
+    for k, name in enumerate(node_boards):
+        nb = load_board(name)
+        if nb.models is not None:
+            raise UserError(f"node {k}: board '{name}' is a virtual board; a node board names the hardware the node "
+                            f"is (or, on the virtual testbed, stands in for), e.g. nrf52840dk or nrf52833dk")
+        if not nb.build.get("size_check"):
+            raise UserError(f"node {k}: board '{name}' has no memory budget to plan against")
+        target = load_board(board.models) if board.models else board
+        if nb.build.get("cpu_flags") != target.build.get("cpu_flags"):
+            raise UserError(f"node {k}: board '{name}' has another CPU than '{board.name}' ({nb.build.get('cpu_flags')}"
+                            f" vs {target.build.get('cpu_flags')}); a mixed testbed's boards must share the core")
+        out.append(nb.name)
+    if board.models is None and board.name not in out:
+        raise UserError(f"--board {board.name} is none of the testbed's boards ({', '.join(sorted(set(out)))}); "
+                        f"compile with --board {out[0]} or --board sim for the virtual testbed")
+    return out
+
+
 def _budget_check(plan, board, summary: dict, say: Callable[[str], None]) -> None:
     """Boards with memory budgets: the planner's estimate per node, and a warning for each node that
     is estimated not to fit (`cisl build` then measures the linked images and fails on them)."""
-    if not board.build.get("size_check"):
+    if not board.build.get("size_check") and not plan.meta.get("node_boards"):
         return
     from .kernel_library import kernel_library
     from .footprint import estimate_plan
@@ -214,15 +253,19 @@ def _budget_check(plan, board, summary: dict, say: Callable[[str], None]) -> Non
         kernels = kernel_library().kind
     except UserError:
         kernels = "nnref"
-    est = estimate_plan(plan, board, kernels)
+    # each node against its own board (a mixed testbed's differ); one estimate per board
+    node_boards = {k: load_board(plan.meta["node_boards"][k]) if plan.meta.get("node_boards") else board
+                   for k in range(plan.devices)}
+    est = {b.name: estimate_plan(plan, b, kernels) for b in {nb.name: nb for nb in node_boards.values()}.values()}
     warnings = []
     for n in summary["nodes"]:
-        e = est[n["node"]]
+        nb = node_boards[n["node"]]
+        e = est[nb.name][n["node"]]
         n["estimated_flash"], n["estimated_ram"] = e.flash, e.ram
-        for region, used, budget in (("flash", e.flash, board.flash_bytes), ("RAM", e.ram, board.ram_bytes)):
+        for region, used, budget in (("flash", e.flash, nb.flash_bytes), ("RAM", e.ram, nb.ram_bytes)):
             if used > budget:
                 warnings.append(f"node {n['node']} is estimated at {used} B of {region}, over the {budget} B of "
-                                f"{board.name} by {used - budget} B")
+                                f"{nb.name} by {used - budget} B")
     if warnings:
         summary.setdefault("warnings", []).extend(warnings)
 
@@ -283,18 +326,29 @@ def _slot_work_us(board_name: str) -> tuple[float, float, float, float, float] |
     return _cycles_to_us(board, c)
 
 
-def round_policy(board_name: str, devices: int, kind: str = "done", phy: str = "2M") -> RoundPolicy:
-    """The round policy `cisl compile` plans with for ``devices`` nodes of a board (`cisl fit` too)."""
+def _slowest(terms: list) -> tuple[float, ...] | None:
+    """Per coefficient the largest of several boards' Mixer work models: a bound for every node."""
+    terms = [t for t in terms if t is not None]
+    return tuple(max(t[i] for t in terms) for i in range(len(terms[0]))) if terms else None
+
+
+def round_policy(board_name: str | list[str], devices: int, kind: str = "done", phy: str = "2M") -> RoundPolicy:
+    """The round policy `cisl compile` plans with for ``devices`` nodes of a board, or of a mixed
+    testbed's boards (every slot must fit the slowest node's CPU work); `cisl fit` too."""
+    names = [board_name] if isinstance(board_name, str) else sorted(set(board_name))
     # a node lingers at least n slots after learning that all have full rank, so that each slot
     # owner gets one chance to tell the others (firmware/mixer/mixer.h, MX_TERM_DONE)
-    guard = int(load_board(board_name).facts.get("radio", {}).get("start_guard_us", 0))
-    return RoundPolicy(kind=kind, phy=phy, linger=max(4, devices), per_packet_us=_per_packet_us(board_name),
-                       slot_work_us=_slot_work_us(board_name), round_guard_us=guard)
+    guard = max(int(load_board(b).facts.get("radio", {}).get("start_guard_us", 0)) for b in names)
+    return RoundPolicy(kind=kind, phy=phy, linger=max(4, devices),
+                       per_packet_us=_slowest([_per_packet_us(b) for b in names]),
+                       slot_work_us=_slowest([_slot_work_us(b) for b in names]), round_guard_us=guard)
 
 
 def _mixer_section(st, opts: CompileOptions) -> dict:
     """How every exchange runs over Mixer (codegen/plan/mixer_schedule.py), for radio transports."""
-    policy = round_policy(opts.board, st.split.devices, opts.round_policy, opts.phy)
+    real = load_board(opts.board).models is None  # a virtual board's slots are its own (host time)
+    policy = round_policy(opts.node_boards if (opts.node_boards and real) else opts.board, st.split.devices,
+                          opts.round_policy, opts.phy)
     try:
         rounds = schedule_plan([sg.msg_bytes for sg in st.sgs], policy, opts.max_generation)
     except ValueError as e:
@@ -342,7 +396,8 @@ def _summary(plan, board, model: CislModel, test_x, test_y, test_scale) -> dict:
     for node in plan.nodes:
         sent = sum(s.msg_bytes[node.device] for s in plan.sgs)
         nodes.append({"node": node.device, "param_bytes": int(sum(c.nbytes for c in node.constants.values())),
-                      "arena_bytes": node.arena_bytes, "bytes_sent_per_inference": int(sent)})
+                      "arena_bytes": node.arena_bytes, "bytes_sent_per_inference": int(sent),
+                      **({"board": plan.meta["node_boards"][node.device]} if plan.meta.get("node_boards") else {})})
     out = {"devices": plan.devices, "board": board.name, "plan_sha256": plan.sha256, "nodes": nodes}
     if test_x is not None:
         x = test_x[:256]

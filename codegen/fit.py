@@ -264,7 +264,7 @@ def fit(board_name: str, devices: int, heads: int = 16, keep: float = 1.0, seed:
 
     board = load_board(board_name)
     if not board.build.get("size_check"):
-        raise UserError(f"board {board.name} has no memory budget to fit against (use nrf52840dk)")
+        raise UserError(f"board {board.name} has no memory budget to fit against (use nrf52840dk or nrf52833dk)")
     if devices < 1 or devices > heads:
         raise UserError(f"--devices {devices}: must be 1..{heads} (each node needs at least one of the {heads} heads)")
     kernels = kernel_library().kind

@@ -162,9 +162,10 @@ def run_qemu(build_dir: Path, nodes: list[int] | None = None, inputs: np.ndarray
 
     build_dir = Path(build_dir)
     plan = load_plan(build_dir)
-    if plan.meta["board"] not in ("qemu-m4", "nrf52840dk"):
+    runs = ["qemu-m4"] + [b for b in load_board("qemu-m4").facts["board"].get("builds_plans_for", []) if b != "sim"]
+    if plan.meta["board"] not in runs:
         raise UserError(f"{build_dir}: compiled for board '{plan.meta['board']}'; QEMU runs qemu-m4 builds "
-                        f"(compile with --board nrf52840dk or --board qemu-m4)")
+                        f"(compile with --board {' or --board '.join(runs)})")
     if inputs is None:
         inputs = np.load(build_dir / "inputs.npy")
     xq = plan.quantize_input(np.asarray(inputs, dtype=np.float64))

@@ -55,7 +55,12 @@
 #error "unsupported CISL_UART_BAUD (board.toml [uart] baud)"
 #endif
 
-const char *cisl_board_name(void) { return "nrf52840dk"; }
+/* boards that build this folder's code with their own memory map (boards/nrf52833dk) name themselves */
+#ifndef CISL_BOARD_NAME
+#define CISL_BOARD_NAME "nrf52840dk"
+#endif
+
+const char *cisl_board_name(void) { return CISL_BOARD_NAME; }
 
 const char *cisl_board_clock(void) { return "dwt"; }
 

@@ -52,12 +52,19 @@ __attribute__((used, section(".vectors"))) const cisl_vector cisl_vectors[16u + 
 #endif
 
 #if CISL_DEBUG_PORT_OPEN
-/* The build-code letter, bits 15..8 of FICR.INFO.VARIANT ('F' in "AAF0"): 'F' and later have the
- * hardware-and-software access port protection; APPROTECT.DISABLE does not exist before. */
+/* The first build code with the new protection: nRF52840 'F' (revision 3), nRF52833 'B'
+ * (revision 2); board.toml [security] approtect_from_build. */
+#ifndef CISL_APPROTECT_FROM_BUILD
+#define CISL_APPROTECT_FROM_BUILD 'F'
+#endif
+
+/* The build-code letter, bits 15..8 of FICR.INFO.VARIANT ('F' in "AAF0"): that build code and
+ * later have the hardware-and-software access port protection; APPROTECT.DISABLE does not exist
+ * before. */
 static int cisl_new_approtect(void)
 {
     uint32_t build = (NRF_REG32(NRF_BASE_FICR, NRF_REG_FICR_INFO_VARIANT) >> 8) & 0xFFu;
-    return build >= (uint32_t)'F' && build <= (uint32_t)'Z';
+    return build >= (uint32_t)CISL_APPROTECT_FROM_BUILD && build <= (uint32_t)'Z';
 }
 
 static void cisl_nvmc_wait(void)

@@ -83,7 +83,12 @@ def train(config: Path | None, out_dir: Path, data: Path | None, resume: bool, w
 @click.option("--devices", type=click.IntRange(min=1), default=None,
               help="Number of nodes. Default: as the model was trained. A dense model (keep ratio 1) can be "
                    "split any number of ways up to its head count.")
-@click.option("-b", "--board", default="sim", show_default=True, help="Target board (a folder under boards/).")
+@click.option("-b", "--board", default=None,
+              help="Target board (a folder under boards/). Default: sim, or with --testbed the testbed's (sim for a "
+                   "virtual testbed, else node 0's board).")
+@click.option("--testbed", "testbed_file", type=click.Path(path_type=Path), default=None,
+              help="Testbed file whose [[node]] boards (virtual nodes: `models`) the nodes are planned for: a mixed "
+                   "testbed's nodes each get their own flash and RAM budget and are built for their own board.")
 @click.option("--calibration", type=click.Path(path_type=Path), default=None,
               help="Calibration windows (.npy float32 [n, lookback]). Default: calibration.npy next to MODEL.")
 @click.option("--max-calibration", type=click.IntRange(min=1), default=256, show_default=True,
@@ -95,8 +100,9 @@ def train(config: Path | None, out_dir: Path, data: Path | None, resume: bool, w
 @click.option("--max-generation", type=click.IntRange(2, 256), default=256, show_default=True,
               help="Rows per Mixer round (bounds Mixer's RAM); larger exchanges and messages run as several rounds.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
-def compile_cmd(model: Path, out_dir: Path, devices: int | None, board: str, calibration: Path | None,
-                max_calibration: int, round_policy: str, phy: str, max_generation: int, quiet: bool) -> None:
+def compile_cmd(model: Path, out_dir: Path, devices: int | None, board: str | None, testbed_file: Path | None,
+                calibration: Path | None, max_calibration: int, round_policy: str, phy: str, max_generation: int,
+                quiet: bool) -> None:
     """Quantise MODEL (ONNX from `cisl train`) to int8, partition it and emit C for every node.
 
     Writes OUT/plan.json (the partition plan: who holds and sends what, every quantisation
@@ -104,12 +110,21 @@ def compile_cmd(model: Path, out_dir: Path, devices: int | None, board: str, cal
     """
     from ..compile import CompileOptions, compile_model
 
+    if board is None:
+        board = "sim"
+        if testbed_file is not None:
+            from ..testbed.config import load_testbed
+
+            tb = load_testbed(testbed_file)
+            board = tb.nodes[0].board
     s = compile_model(model, out_dir, CompileOptions(devices, board, calibration, max_calibration, round_policy, phy,
-                                                     max_generation), say(quiet))
+                                                     max_generation, testbed=testbed_file), say(quiet))
     _print_resources(s)
     for w in s.get("warnings", []):
         click.echo(f"warning: {w}", err=True)
-    click.echo(f"compiled {s['devices']} nodes for board {s['board']} -> {out_dir / 'plan.json'}")
+    mixed = sorted({n["board"] for n in s["nodes"] if "board" in n})
+    click.echo(f"compiled {s['devices']} nodes for board {s['board']}"
+               + (f" (nodes of {', '.join(mixed)})" if mixed else "") + f" -> {out_dir / 'plan.json'}")
 
 
 def _print_resources(summary: dict) -> None:

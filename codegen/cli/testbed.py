@@ -63,17 +63,23 @@ def testbed_scan(out: Path | None, board: str, runner: str | None, baud: int, fo
 @click.option("-b", "--board", type=click.Choice(["sim", "qemu-m4"]), default="sim", show_default=True,
               help="sim: native node processes over the simulated radio; qemu-m4: every node on QEMU "
                    "mps2-an386 against the reference's transcript of what it receives.")
+@click.option("--models", default=None, metavar="BOARDS",
+              help="The boards the virtual nodes stand in for, e.g. nrf52840dk*8,nrf52833dk*8 (a mixed testbed: "
+                   "each node gets that board's flash, RAM, cycles and power). Default: nrf52840dk for all.")
 @click.option("--force", is_flag=True, help="Overwrite OUT if it exists.")
-def testbed_sim(nodes: int, out: Path, topology: str | None, seed: int, state: str, board: str, force: bool) -> None:
+def testbed_sim(nodes: int, out: Path, topology: str | None, seed: int, state: str, board: str, models: str | None,
+                force: bool) -> None:
     """Write a testbed file for the virtual testbed: runner sim, one pseudo-terminal port per node.
 
     `cisl flash BUILD --testbed OUT` then starts a background supervisor that gives every node
     process a pseudo-terminal as its UART; `cisl logs` reads them like boards. With --board qemu-m4
     the build must be compiled with --board qemu-m4; each node then runs on its own QEMU.
     """
+    from ..testbed.config import parse_board_list
     from ..vtestbed.bed import write_sim_testbed
 
-    write_sim_testbed(out, nodes, topology, seed, state, board, force)
+    write_sim_testbed(out, nodes, topology, seed, state, board, force,
+                      parse_board_list(models) if models else None)
     click.echo(f"virtual testbed of {nodes} nodes -> {out} (ports under {out.parent / state})")
 
 
@@ -84,9 +90,11 @@ def testbed_check(testbed_file: Path) -> None:
     from ..testbed.config import load_testbed
 
     tb = load_testbed(testbed_file)
-    click.echo(f"{'node':>4}  {'board':<12} {'runner':<9} {'probe':<14} {'baud':>7}  port")
+    click.echo(f"{'node':>4}  {'board':<12} {'is/models':<12} {'runner':<9} {'probe':<14} {'baud':>7}  {'energy':<16} port")
     for n in tb.nodes:
-        click.echo(f"{n.id:>4}  {n.board:<12} {n.runner:<9} {n.probe or '-':<14} {n.baud:>7}  {n.port}")
+        energy = f"{n.energy_source}" + (f" {n.energy_uj:g} uJ" if n.energy_uj is not None else "")
+        click.echo(f"{n.id:>4}  {n.board:<12} {n.hardware:<12} {n.runner:<9} {n.probe or '-':<14} {n.baud:>7}  "
+                   f"{energy:<16} {n.port}")
     for note in tb.notes:
         click.echo(f"note: {note}", err=True)
     if any(n.runner == "sim" for n in tb.nodes):

@@ -137,7 +137,10 @@ def plan_schema() -> dict:
                                                   "the op kinds of codegen/ops/ by codegen/ops/schema.py.",
         "type": "object",
         "properties": {"format": {"const": PLAN_FORMAT}, "format_version": {"const": PLAN_VERSION},
-                       "tool_version": {"type": "string"}, "board": {"type": "string"}, "model": model,
+                       "tool_version": {"type": "string"}, "board": {"type": "string"},
+                       # a mixed testbed: per node the board it is (or, virtual, stands in for)
+                       "node_boards": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                       "model": model,
                        "devices": {"type": "integer", "minimum": 1}, "sink": _NAT, "mixer": mixer,
                        "qparams": {"type": "object", "additionalProperties": qparam},
                        "somegather": {"type": "array", "items": somegather},

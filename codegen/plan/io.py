@@ -85,6 +85,22 @@ class Plan:
         """The BLE PHY of the plan's Mixer rounds (its round policy); 2M for plans without rounds."""
         return str((self.meta.get("mixer") or {}).get("policy", {}).get("phy", "2M"))
 
+    def node_board(self, device: int) -> str:
+        """The board node ``device`` runs on or, in a plan for a virtual board (sim, qemu-m4), the
+        board it stands in for: its budgets, cycles and power (docs/design/heterogeneous.md). A plan
+        compiled for one board names it for every node; a mixed testbed's plan lists one per node."""
+        boards = self.meta.get("node_boards")
+        if boards:
+            return str(boards[device])
+        from ..boards import load_board
+
+        return load_board(self.meta["board"]).models or str(self.meta["board"])
+
+    @property
+    def mixed_boards(self) -> bool:
+        """True if the nodes are not all the same board (a heterogeneous testbed)."""
+        return len(set(self.meta.get("node_boards") or [])) > 1
+
     def quantize_input(self, x: np.ndarray) -> np.ndarray:
         q = self.qparams["input"]
         v = np.sign(x / q.scale) * np.floor(np.abs(x / q.scale) + 0.5) + q.zero_point

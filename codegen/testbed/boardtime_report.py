@@ -141,17 +141,22 @@ def energy(run, estimate: dict | None) -> list[dict]:
     comes from the `sg` lines' ``tx_on_us``/``rx_on_us`` where the board counts it (radio_source
     "log": the virtual testbed's radio medium); otherwise, with --estimate, from the cycle model's
     prediction for the same rounds ("estimate"); otherwise the radio is left out ("none")."""
-    from ..boards import load_board
+    from ..boards import available_boards, load_board
     from ..timing.energy import load_power, node_energy
 
     clock = clock_of(run)
     if clock not in ("model", "dwt"):
         return []  # host time or instruction counts are no board time to price
-    boards = {str(r.get("board")) for r in run.of("boot")}
-    name = boards.pop() if len(boards) == 1 else "nrf52840dk"
-    facts = load_board(name).facts
-    model = facts.get("timing", {}).get("models", name)
-    power = load_power(model)
+    # each node priced as the board its boot line names (a mixed testbed's differ); a virtual
+    # board's as the board it stands in for (the estimate's, when it names one per node)
+    booted = {int(r["node"]): str(r.get("board")) for r in run.of("boot") if "node" in r}
+    stands_in = {int(n["node"]): n["model_board"] for n in (estimate or {}).get("nodes", []) if "model_board" in n}
+
+    def power_of(k: int):
+        name = booted.get(k, "nrf52840dk")
+        board = load_board(name) if name in available_boards() else load_board("nrf52840dk")
+        return load_power(stands_in.get(k) or board.models or board.name)
+
     phy = str((estimate or {}).get("phy", "2M"))
     pred = {int(n["node"]): n.get("energy") for n in estimate["nodes"]} if estimate else {}
     rows = []
@@ -173,7 +178,7 @@ def energy(run, estimate: dict | None) -> list[dict]:
             source = "estimate" if p else "none"
             tx_on = rx_on = 0.0
         # compute µs as "cycles" of a 1 MHz clock: node_energy wants cycles, the log has board time
-        e = node_energy(power, compute, 1e6, tx_on, rx_on, period, comm_us=comm, phy=phy)
+        e = node_energy(power_of(k), compute, 1e6, tx_on, rx_on, period, comm_us=comm, phy=phy)
         radio = e.radio_uj.central if source == "log" else (p["radio_uj"]["central"] if p else 0.0)
         cpu = e.cpu_uj.central + e.comm_cpu_uj.central
         idle = e.idle_uj.central

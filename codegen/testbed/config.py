@@ -23,6 +23,11 @@ Schema (every table and key other than those marked required is optional)::
     baud = 115200
     target = "nrf52840"             # pyocd target type; nrfjprog's family comes from it (NRF52)
     position = [0.0, 1.5]           # metres, [x, y] or [x, y, z]
+    models = "nrf52833dk"           # runner sim only: the board this virtual node stands in for (its flash,
+                                    # RAM, cycles and power; default nrf52840dk), so a virtual testbed can mix boards
+    energy_source = "harvest"       # what powers the node: "battery" (default), "harvest" or "mains"
+    energy_uj = 150.0               # the node's energy budget per inference, µJ (`cisl plan` keeps every node
+                                    # within it; default: no limit)
 
 Every mistake is one line naming the file, the node, the key and the fix (a UserError, exit code 2);
 reading the file, unknown keys and plain types go through codegen/config_schema.py, as board.toml and the
@@ -47,8 +52,11 @@ TOP_KEYS = ("testbed", "defaults", "sim", "node")
 TESTBED_KEYS = ("name", "state")
 SIM_KEYS = ("topology", "seed", "timeout")
 VIRTUAL_BOARDS = ("sim", "qemu-m4")  # boards the virtual testbed runs (runner "sim")
-NODE_KEYS = ("id", "board", "runner", "probe", "port", "baud", "target", "position")
-DEFAULT_KEYS = ("board", "runner", "baud", "target")
+NODE_KEYS = ("id", "board", "runner", "probe", "port", "baud", "target", "position", "models", "energy_source",
+             "energy_uj")
+DEFAULT_KEYS = ("board", "runner", "baud", "target", "models", "energy_source", "energy_uj")
+ENERGY_SOURCES = ("battery", "harvest", "mains")
+DEFAULT_MODELS = "nrf52840dk"
 
 
 @dataclass(frozen=True)
@@ -62,10 +70,20 @@ class NodeEntry:
     baud: int = DEFAULT_BAUD
     target: str = DEFAULT_TARGET
     position: tuple[float, ...] | None = None
+    models: str | None = None  # runner sim: the board the virtual node stands in for
+    energy_source: str = "battery"
+    energy_uj: float | None = None  # energy budget per inference; None: no limit
 
     @property
     def label(self) -> str:
         return f"node {self.id:02d}"
+
+    @property
+    def hardware(self) -> str:
+        """The board the node is, or as a virtual node stands in for (budgets, cycles, power)."""
+        if self.runner == "sim":
+            return self.models or DEFAULT_MODELS
+        return self.board
 
 
 @dataclass
@@ -242,7 +260,25 @@ def _parse_node(f: str, k: int, raw: dict[str, Any], base: Path, explicit: dict[
                 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in position)):
             raise UserError(f"{where}: position must be [x, y] or [x, y, z] in metres, e.g. position = [0.0, 2.5]")
         position = tuple(float(v) for v in position)
-    return NodeEntry(nid, board, runner, port, port_path, probe, baud, target, position)
+    models = raw.get("models")
+    if models is not None:
+        if runner != "sim":
+            raise UserError(f"{where}: 'models' is for virtual nodes (runner sim); a board node is its board "
+                            f"('{board}'): remove 'models'")
+        if not isinstance(models, str) or not models:
+            raise UserError(f"{where}: models must be a board name, e.g. models = \"nrf52833dk\"")
+        from ..boards import available_boards
+
+        real = [b for b in available_boards() if b not in VIRTUAL_BOARDS]
+        check_choice(f"{where}:", "models", models, real)
+    source = raw.get("energy_source", "battery")
+    check_choice(f"{where}:", "energy_source", source, ENERGY_SOURCES)
+    energy = raw.get("energy_uj")
+    if energy is not None:
+        if not isinstance(energy, (int, float)) or isinstance(energy, bool) or not energy > 0:
+            raise UserError(f"{where}: energy_uj must be a positive number (µJ per inference), e.g. energy_uj = 150.0")
+        energy = float(energy)
+    return NodeEntry(nid, board, runner, port, port_path, probe, baud, target, position, models, source, energy)
 
 
 def normalize_serial(s: str) -> str:
@@ -309,3 +345,31 @@ def with_runner(testbed: Testbed, runner: str | None) -> Testbed:
         raise UserError(f"--runner {runner}: node {virtual[0].id} of {testbed.path} is on the virtual testbed "
                         "(runner sim); drop --runner")
     return dataclasses.replace(testbed, nodes=[dataclasses.replace(n, runner=runner) for n in testbed.nodes])
+
+
+def node_boards(testbed: Testbed, devices: int | None = None) -> list[str]:
+    """Per node id 0..D-1 the board it is (or, virtual, stands in for): what `cisl compile
+    --testbed` plans every node against. The testbed must hold exactly those ids."""
+    ids = testbed.ids
+    d = len(ids) if devices is None else devices
+    if ids[:d] != list(range(d)) or (devices is None and ids != list(range(d))):
+        missing = sorted(set(range(d)) - set(ids))
+        what = f"has no node {missing[0]}" if missing else f"numbers its nodes {ids[0]}..{ids[-1]}"
+        raise UserError(f"{testbed.path}: {what}; a build's nodes are 0..{d - 1}, so the testbed needs one "
+                        f"[[node]] with each of those ids")
+    return [testbed.node(k).hardware for k in range(d)]
+
+
+def parse_board_list(text: str, option: str = "--models") -> list[str]:
+    """``nrf52840dk*8,nrf52833dk*8`` (or one name per node, comma-separated) -> one board per node."""
+    from ..boards import available_boards
+
+    real = [b for b in available_boards() if b not in VIRTUAL_BOARDS]
+    out: list[str] = []
+    for part in (p.strip() for p in text.split(",")):
+        name, _, count = part.partition("*")
+        check_choice(option, "board", name.strip(), real)
+        if count and not (count.strip().isdigit() and int(count) > 0):
+            raise UserError(f"{option} {part}: the count after '*' must be a positive integer, e.g. {name}*8")
+        out += [name.strip()] * (int(count) if count else 1)
+    return out

@@ -160,11 +160,12 @@ def refresh(build_dir: Path, nodes: list[int] | None = None, jobs: int | None = 
                     f"(Debian/Ubuntu: sudo apt-get install --no-install-recommends gcc-arm-none-eabi "
                     f"libnewlib-arm-none-eabi) and build again for nRF52840 time")
         build(build_dir, "qemu-m4", jobs, say, selected)
-    say(f"board time: the nRF52840 cycle model runs {len(selected)} node images")
+    parts = ", ".join(sorted({load_board(plan.node_board(d)).part for d in selected}))
+    say(f"board time: the {parts} cycle model runs {len(selected)} node images")
     computed = compute_build(build_dir, jobs=jobs, nodes=selected)
     write_tables(build_dir, computed)
-    return (f"board time: {len(computed)} nodes on the nRF52840 cycle model (bit-exact), "
-            f"node_NN/{TABLE}: the {kind} nodes print nRF52840 time")
+    return (f"board time: {len(computed)} nodes on the {parts} cycle model (bit-exact), "
+            f"node_NN/{TABLE}: the {kind} nodes print {parts} time")
 
 
 def read_table(path: Path) -> dict:

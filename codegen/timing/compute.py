@@ -25,7 +25,6 @@ from .engine import Counts
 from .memsystem import MemoryModel
 from .node import RUNTIME, NodeCycles, run_node
 
-MODELLED_BOARDS = ("nrf52840dk", "qemu-m4", "sim")
 
 
 @dataclass(frozen=True)
@@ -78,16 +77,23 @@ def _sum3(items) -> tuple[float, float, float]:
     return lo, ce, hi
 
 
-def board_for_estimate(plan: Plan) -> tuple[Board, Board]:
-    """(the plan's board, the board whose timing and power facts model it)."""
+def modelled(board: Board) -> bool:
+    """A board the cycle model prices: a Cortex-M4 at a fixed clock with memory-system facts."""
+    return (board.facts["board"].get("core", "").startswith("cortex-m4") and int(board.facts["board"]["clock_hz"]) > 0
+            and "flash_wait" in board.facts.get("timing", {}))
+
+
+def board_for_estimate(plan: Plan, device: int = 0) -> tuple[Board, Board]:
+    """(the plan's board, the board whose timing and power facts model node ``device``: its own, or
+    the one a virtual board stands in for; a mixed testbed's nodes differ)."""
     name = plan.meta["board"]
     board = load_board(name)
-    models = board.facts.get("timing", {}).get("models")
-    if name not in MODELLED_BOARDS or (board.facts["board"].get("core") == "host" and not models):
+    model = load_board(plan.node_board(device))
+    if not modelled(model):
         raise UserError(f"the build is compiled for board '{name}', which the cycle model cannot model (it runs "
-                        f"ARM images of nrf52840dk, qemu-m4 and sim plans); compile with `cisl compile --board "
-                        f"nrf52840dk` and `cisl build`")
-    return board, load_board(models) if models else board
+                        f"ARM images of Cortex-M4 boards with [timing] facts, such as nrf52840dk, nrf52833dk, and of "
+                        f"qemu-m4 and sim plans); compile with `cisl compile --board nrf52840dk` and `cisl build`")
+    return board, model
 
 
 def image_of(build_dir: Path, device: int, plan: Plan) -> Path:
@@ -127,7 +133,7 @@ def _macs(plan: Plan, device: int, op_index: int) -> int:
 
 
 def fold_blocks(plan: Plan, device: int, nc: NodeCycles) -> NodeCompute:
-    board, model = board_for_estimate(plan)
+    board, model = board_for_estimate(plan, device)
     clock = float(model.facts["board"]["clock_hz"])
     ops = plan.nodes[device].ops
     blocks: list[BlockCycles] = []
@@ -167,7 +173,7 @@ def fold_blocks(plan: Plan, device: int, nc: NodeCycles) -> NodeCompute:
 def _run_one(args) -> NodeCompute:
     build_dir, device, inferences, flash_wait, flash_bytes = args
     plan = load_plan(build_dir)
-    board, model = board_for_estimate(plan)
+    board, model = board_for_estimate(plan, device)
     xq = inputs_for(build_dir, plan, inferences)
     ref = reference(plan, xq)
     memory = MemoryModel.for_board(model, flash_wait, flash_bytes)
@@ -199,8 +205,9 @@ def compute_build(build_dir: Path, inferences: int = 1, jobs: int | None = None,
     """Per-node compute of a built nrf52840dk/qemu-m4 build (each node checked bit-exact)."""
     build_dir = Path(build_dir)
     plan = load_plan(build_dir)
-    board_for_estimate(plan)
     todo = list(range(plan.devices)) if nodes is None else nodes
+    for d in todo:
+        board_for_estimate(plan, d)
     for d in todo:
         image_of(build_dir, d, plan)
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(todo)))

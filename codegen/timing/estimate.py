@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import UserError
 from ..plan.io import load_plan
 from . import comm as C
 from .memsystem import MemoryModel
@@ -68,6 +69,7 @@ class Estimate:
     rounds: list[C.RoundTime] = field(default_factory=list)
     flash_wait: Triple = (0.0, 0.0, 0.0)
     phy: str = "2M"
+    node_boards: dict[int, str] = field(default_factory=dict)  # node -> the board that models it
 
     @property
     def latency_ms(self) -> Triple:
@@ -104,7 +106,8 @@ class Estimate:
                         "latency_ms": _j(b.latency_ms), "slowest_compute_ms": _j(b.slowest_compute_ms),
                         "compute_ms": {str(k): _j(v) for k, v in b.compute_ms.items()},
                         "node_comm_ms": {str(k): _j(v) for k, v in b.node_comm_ms.items()}} for b in self.blocks],
-            "nodes": [{"node": n.device, "insns_per_inference": round(n.insns_per_inference),
+            "nodes": [{"node": n.device, "model_board": self.node_boards.get(n.device, self.model_board),
+                       "insns_per_inference": round(n.insns_per_inference),
                        "messages_checked": n.messages_checked,
                        "runtime_cycles": _j(n.runtime_cycles),
                        "blocks": [{"block": b.key.label, "ops": b.ops, "macs": b.macs, "cycles": _j(b.cycles),
@@ -129,8 +132,13 @@ def estimate(build_dir: Path, topology: str | None = None, policy: str | None = 
     build_dir = Path(build_dir)
     plan = load_plan(build_dir)
     board, model = board_for_estimate(plan)
+    models = [board_for_estimate(plan, d)[1] for d in range(plan.devices)]  # a mixed testbed's differ
     clock = float(model.facts["board"]["clock_hz"])
-    power = load_power(model)
+    clocks = {m.name: int(m.facts["board"]["clock_hz"]) for m in models}
+    if len(set(clocks.values())) > 1:
+        named = ", ".join(f"{name} {hz} Hz" for name, hz in sorted(clocks.items()))
+        raise UserError(f"{build_dir}: its nodes' boards run at different clocks ({named}); the estimate "
+                        f"supports one CPU clock per testbed")
     if nodes is None:
         nodes = compute_build(build_dir, inferences=inferences, jobs=jobs, flash_wait=flash_wait, progress=progress)
     topo = C.resolve_topology(plan, topology)
@@ -153,14 +161,15 @@ def estimate(build_dir: Path, topology: str | None = None, policy: str | None = 
         own = {n.device: tuple(air[i] + _ms(n.blocks[bi].rx_cycles, clock)[i] for i in range(3)) for n in nodes}
         blocks.append(BlockEstimate(b0.key.label, b0.key.block, b0.key.layer, compute, comm, list(b0.exchanges),
                                     own))
-    est = Estimate(str(build_dir), board.name, model.name, plan.devices, topo, pol, inferences,
+    est = Estimate(str(build_dir), board.name, "+".join(sorted({m.name for m in models})), plan.devices, topo, pol,
+                   inferences,
                    images_digest(build_dir, plan), clock, nodes, blocks, ex,
                    flash_wait=flash_wait or MemoryModel.for_board(model).flash_wait, rounds=rounds,
-                   phy=plan.phy)
+                   phy=plan.phy, node_boards={d: m.name for d, m in enumerate(models)})
     period_us = (period_ms if period_ms is not None else est.latency_ms[1]) * 1e3
     for n in nodes:
         use = radio_use(rounds, n.device)  # per-inference means
-        est.energy[n.device] = node_energy(power, _sum_cycles(n), clock, use.tx_on_us, use.rx_on_us, period_us,
+        est.energy[n.device] = node_energy(load_power(models[n.device]), _sum_cycles(n), clock, use.tx_on_us, use.rx_on_us, period_us,
                                            comm_us=use.comm_us, phy=est.phy)
     return est
 

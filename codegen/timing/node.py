@@ -140,9 +140,7 @@ def _function_end_line(source: str, last_mark: int) -> int:
 def run_node(build_dir: Path, plan: Plan, device: int, xq: np.ndarray, ref: RunResult, image_path: Path,
              memory: MemoryModel | None = None) -> NodeCycles:
     """Run node ``device``'s image over all windows of ``xq``; raise CheckFailed unless bit-exact."""
-    board = load_board(plan.meta["board"])
-    models = board.facts.get("timing", {}).get("models")
-    board = load_board(models) if models else board  # qemu-m4 and sim images model an nRF52840
+    board = load_board(plan.node_board(device))  # a virtual board's images stand in for a real one
     memory = memory or MemoryModel.for_board(board)
     clock = float(board.facts["board"]["clock_hz"])
     image = Image.load(image_path)

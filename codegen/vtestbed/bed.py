@@ -270,7 +270,7 @@ def _write_transcripts(testbed: Testbed, build, xq: np.ndarray, run: dict) -> No
 
 
 def sim_testbed_text(nodes: int, topology_name: str | None = None, seed: int = 0,
-                     state: str = ".cisl-testbed", board: str = "sim") -> str:
+                     state: str = ".cisl-testbed", board: str = "sim", models: list[str] | None = None) -> str:
     """A testbed file for the virtual testbed: runner "sim", ports at stable paths in the state folder
     (symlinks to the pseudo-terminals the supervisor creates), positions of the radio topology."""
     from ..radio.topology import default_topology, topology
@@ -283,8 +283,12 @@ def sim_testbed_text(nodes: int, topology_name: str | None = None, seed: int = 0
         raise UserError(f"--topology {name}: {e}") from None
     if topo.n != nodes:
         raise UserError(f"--topology {name} has {topo.n} nodes, not {nodes}")
+    if models is not None and len(models) != nodes:
+        raise UserError(f"--models names {len(models)} boards for {nodes} nodes; give one per node "
+                        f"(e.g. nrf52840dk*{nodes // 2},nrf52833dk*{nodes - nodes // 2})")
     rows = [{"id": k, "board": board, "runner": "sim", "port": f"{state}/node_{k:02d}.tty",
-             "position": [round(float(v), 2) for v in topo.positions[k]]} for k in range(nodes)]
+             "position": [round(float(v), 2) for v in topo.positions[k]],
+             **({"models": models[k]} if models else {})} for k in range(nodes)]
     header = [f"virtual testbed of {nodes} nodes, written by `cisl testbed sim`",
               f"flash a board-'{board}' build with `cisl flash BUILD --testbed THIS_FILE`; each port is a symlink to the",
               "node's pseudo-terminal while the testbed runs (`cisl testbed stop` ends it).",
@@ -297,11 +301,12 @@ def sim_testbed_text(nodes: int, topology_name: str | None = None, seed: int = 0
 
 
 def write_sim_testbed(out: Path, nodes: int, topology_name: str | None = None, seed: int = 0,
-                      state: str = ".cisl-testbed", board: str = "sim", force: bool = False) -> None:
+                      state: str = ".cisl-testbed", board: str = "sim", force: bool = False,
+                      models: list[str] | None = None) -> None:
     """`cisl testbed sim`: write :func:`sim_testbed_text` to ``out`` (an existing file only with ``force``)."""
     from ..fsutil import write_new_file
     from ..radio.topology import TOPOLOGIES
 
     if topology_name is not None and topology_name not in TOPOLOGIES:
         raise UserError(f"--topology {topology_name}: unknown; choose one of {', '.join(TOPOLOGIES)}")
-    write_new_file(out, sim_testbed_text(nodes, topology_name, seed, state, board), force)
+    write_new_file(out, sim_testbed_text(nodes, topology_name, seed, state, board, models), force)

@@ -137,3 +137,16 @@ def test_a_mixed_virtual_testbed_runs_bit_exact_with_each_boards_time(small, tmp
     ok(cisl("estimate", str(out), "-o", str(tmp_path / "est.json"), cwd=tmp_path, timeout=600))
     est = json.loads((tmp_path / "est.json").read_text())
     assert [n["model_board"] for n in est["nodes"]] == ["nrf52840dk", "nrf52840dk", "nrf52833dk", "nrf52833dk"]
+
+
+@pytest.mark.faults
+def test_a_build_for_other_boards_is_not_flashed_onto_a_mixed_testbed(small, tmp_path):
+    tmp, model = small
+    tb = tmp_path / "tb.toml"
+    ok(cisl("testbed", "sim", "--nodes", "4", "--models", "nrf52840dk*2,nrf52833dk*2", "-o", str(tb), cwd=tmp_path))
+    out = tmp_path / "b"
+    ok(cisl("compile", str(model), "-o", str(out), "-q", cwd=tmp_path))  # planned for four nRF52840s
+    ok(cisl("build", str(out), "--no-board-time", "-q", cwd=tmp_path, timeout=600))
+    p = cisl("flash", str(out), "--testbed", str(tb), cwd=tmp_path)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1
+    assert "virtual node 2 stands in for nrf52833dk" in p.stderr and f"--testbed {tb}" in p.stderr

@@ -143,10 +143,18 @@ def flash_testbed(build_dir: Path, testbed: Testbed, *, verify: bool = True, res
         raise UserError(f"the build has {build.plan.devices} nodes but {testbed.path} has no node {missing[0]}; add "
                         f"[[node]] id = {missing[0]} or compile for fewer devices")
     nodes = [by_id[n.device] for n in build.plan.nodes]
+    from ..build import node_target
+
     for n in nodes:
-        if n.board != board:
+        own = node_target(build.plan, n.id)  # a mixed testbed's plan: each node's own board
+        if n.board != own:
             raise UserError(f"{testbed.path}: node {n.id} is a {n.board} board but {build.dir} was compiled for "
-                            f"{board}; compile with --board {n.board}, or use a testbed file for {board}")
+                            f"{own} there; compile with --board {n.board} (a mixed testbed: --testbed "
+                            f"{testbed.path}), or use a testbed file for {own}")
+        if n.runner == "sim" and n.hardware != build.plan.node_board(n.id):
+            raise UserError(f"{testbed.path}: virtual node {n.id} stands in for {n.hardware} but {build.dir} was "
+                            f"planned for a {build.plan.node_board(n.id)} there; compile with --testbed "
+                            f"{testbed.path}")
     lock = threading.Lock()
     t0 = time.monotonic()
 

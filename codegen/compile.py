@@ -23,6 +23,7 @@ from .executor import PlanExecutor
 from .fsutil import atomic_output_dir, check_output_dir, output_lock, sha256_file
 from .onnx_model import CislModel, load_model
 from .partition import Split, full_masks, masks_are_full, realised_keep
+from .planner.split import read_split
 from .plan.io import PLAN_FORMAT, PLAN_VERSION, NodeData, load_plan, write_plan
 from .plan.memory import buffers_of, check_plan, format_plan, plan_arena
 from .plan.mixer_schedule import MAX_GENERATION, RoundPolicy, schedule_plan
@@ -62,6 +63,7 @@ class CompileOptions:
     # board (sim, qemu-m4) the board it stands in for; None: every node is ``board``
     node_boards: list[str] | None = None
     testbed: Path | None = None  # a testbed file: node_boards from its [[node]] boards (or `models`)
+    split: Path | None = None  # a split file (`cisl plan`): heads and hidden units per node, and their boards
 
 
 def _load_windows(path: Path, lookback: int, what: str) -> np.ndarray:
@@ -105,6 +107,28 @@ def choose_split(model: CislModel, devices: int | None) -> tuple[Split, list]:
     return split, full_masks(split, cfg.layers)
 
 
+def planned_split(model: CislModel, planned, where: Path) -> tuple[Split, list]:
+    """The split of a split file for ``model``: any split of an unpruned model (it computes the same
+    function), a pruned model's only if it is the split it was trained for."""
+    from .planner.split import UnevenSplit
+
+    cfg = model.config
+    if planned.model != cfg:
+        raise UserError(f"{where}: a split of another model (planned for {planned.model.to_json()}); plan this "
+                        f"model with `cisl plan {model.path}`")
+    split = planned.split
+    if masks_are_full(Split(model.devices, cfg.heads, cfg.d_model, cfg.mlp_hidden, tuple(model.heads_per_device)),
+                      model.masks):
+        return split, full_masks(split, cfg.layers)
+    trained = UnevenSplit(model.devices, cfg.heads, cfg.d_model, cfg.mlp_hidden, tuple(model.heads_per_device),
+                          tuple(hi - lo for lo, hi in (model.split.hidden_cols(k) for k in range(model.devices))))
+    if (split.heads_per_device, split.hidden_per_device) != (trained.heads_per_device, trained.hidden_per_device):
+        raise UserError(f"{model.path}: pruned (keep {model.keep_ratio:g}) for another split "
+                        f"(heads {list(trained.heads_per_device)}, hidden {list(trained.hidden_per_device)}); its "
+                        f"somegather masks hold only there, so {where} needs retraining for it")
+    return split, model.masks
+
+
 def _check_kernel_limits(model: CislModel, split: Split) -> None:
     """Shapes the kernels cannot take: refuse them up front with the fix."""
     cfg = model.config
@@ -131,7 +155,14 @@ def _compile(model_path: Path, out_dir: Path, opts: CompileOptions, say: Callabl
     model = load_model(Path(model_path))
     board = load_board(opts.board)
     cfg = model.config
-    split, masks = choose_split(model, opts.devices)
+    planned = None
+    if opts.split is not None:
+        if opts.devices is not None:
+            raise UserError("--split gives the node count (its nodes); drop --devices")
+        planned = read_split(opts.split)
+        split, masks = planned_split(model, planned, opts.split)
+    else:
+        split, masks = choose_split(model, opts.devices)
     _check_kernel_limits(model, split)
     cal_path = Path(opts.calibration) if opts.calibration else Path(model_path).parent / "calibration.npy"
     cal = _load_windows(cal_path, cfg.lookback, "calibration set")
@@ -151,14 +182,26 @@ def _compile(model_path: Path, out_dir: Path, opts: CompileOptions, say: Callabl
     sim_inputs = (test_x if test_x is not None else cal)[:SIM_INPUTS]
 
     wanted = opts.node_boards
-    if opts.testbed is not None:
+    if planned is not None:
+        wanted = planned.boards  # a split file names each node's board
+        if opts.testbed is not None:
+            from .testbed.config import load_testbed
+
+            tb = load_testbed(opts.testbed)
+            have = [tb.node(k).hardware if k in tb.ids else "(none)" for k in planned.nodes]
+            if have != planned.boards:
+                raise UserError(f"{opts.split}: planned for nodes {planned.nodes} on boards {planned.boards}, but "
+                                f"{opts.testbed} has {have}; plan again with `cisl plan --testbed {opts.testbed}`")
+    elif opts.testbed is not None:
         from .testbed.config import load_testbed, node_boards as testbed_boards
 
         wanted = testbed_boards(load_testbed(opts.testbed), split.devices)
     node_boards = check_node_boards(wanted, board, split.devices)
     options = {"devices": split.devices, "board": board.name, "max_calibration": opts.max_calibration,
                "round_policy": opts.round_policy, "phy": opts.phy, "max_generation": opts.max_generation,
-               **({"node_boards": node_boards} if node_boards else {})}
+               **({"node_boards": node_boards} if node_boards else {}),
+               **({"split": {"nodes": planned.nodes, "heads": planned.heads, "hidden": planned.hidden}}
+                  if planned is not None else {})}
     input_hash = hashlib.sha256(json.dumps(
         {"model": model.sha256, "calibration": sha256_file(cal_path), "options": options, "tool": __version__},
         sort_keys=True).encode()).hexdigest()
@@ -187,12 +230,14 @@ def _compile(model_path: Path, out_dir: Path, opts: CompileOptions, say: Callabl
         "source": {"model": Path(model_path).name, "model_sha256": model.sha256, "calibration": cal_path.name,
                    "calibration_samples": int(len(cal))},
         "board": board.name, **({"node_boards": node_boards} if node_boards else {}),
+        # a planned split: plan node k is testbed node testbed_nodes[k]
+        **({"testbed_nodes": planned.nodes} if planned is not None else {}),
         "model": cfg.to_json(), "devices": split.devices, "sink": SINK,
         "keep_ratio": model.keep_ratio, "realised_keep": realised, "rescale": st.rescale, "prune_own": st.prune_own,
         "partition": {"heads_per_device": list(split.heads_per_device),
                       "model_cols": [list(split.model_cols(k)) for k in range(split.devices)],
                       "hidden_cols": [list(split.hidden_cols(k)) for k in range(split.devices)]},
-        "mixer": _mixer_section(st, opts),
+        "mixer": mixer_section(st, opts),
         "input_windows": int(len(sim_inputs)),  # rows of inputs.npy (boards compile them into the image)
     }
     with atomic_output_dir(Path(out_dir), OUTPUT_KIND, build_entry, legacy_build) as tmp:
@@ -344,7 +389,7 @@ def round_policy(board_name: str | list[str], devices: int, kind: str = "done", 
                        slot_work_us=_slowest([_slot_work_us(b) for b in names]), round_guard_us=guard)
 
 
-def _mixer_section(st, opts: CompileOptions) -> dict:
+def mixer_section(st, opts: CompileOptions) -> dict:
     """How every exchange runs over Mixer (codegen/plan/mixer_schedule.py), for radio transports."""
     real = load_board(opts.board).models is None  # a virtual board's slots are its own (host time)
     policy = round_policy(opts.node_boards if (opts.node_boards and real) else opts.board, st.split.devices,

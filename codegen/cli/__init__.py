@@ -11,13 +11,14 @@ never loads torch.
     sweep.py    sweep (cisl train over a grid, on joblib or SLURM)
     nodes.py    build, qemu, estimate, sim
     radio.py    radio loss
+    plan.py     profile, plan (heterogeneous testbeds)
     testbed.py  testbed scan/sim/check/stop, flash, logs, report
     demo.py     demo
 """
 
 from __future__ import annotations
 
-from . import demo, model, nodes, radio, sweep, testbed  # noqa: F401  (they add their commands to main)
+from . import demo, model, nodes, plan, radio, sweep, testbed  # noqa: F401  (they add their commands to main)
 from .app import main
 
 __all__ = ["main"]

@@ -89,6 +89,9 @@ def train(config: Path | None, out_dir: Path, data: Path | None, resume: bool, w
 @click.option("--testbed", "testbed_file", type=click.Path(path_type=Path), default=None,
               help="Testbed file whose [[node]] boards (virtual nodes: `models`) the nodes are planned for: a mixed "
                    "testbed's nodes each get their own flash and RAM budget and are built for their own board.")
+@click.option("--split", "split_file", type=click.Path(path_type=Path), default=None,
+              help="Split file from `cisl plan`: each node's heads and hidden units and board (an unpruned model "
+                   "compiles for any split; a pruned one only for the split it was trained for).")
 @click.option("--calibration", type=click.Path(path_type=Path), default=None,
               help="Calibration windows (.npy float32 [n, lookback]). Default: calibration.npy next to MODEL.")
 @click.option("--max-calibration", type=click.IntRange(min=1), default=256, show_default=True,
@@ -101,7 +104,7 @@ def train(config: Path | None, out_dir: Path, data: Path | None, resume: bool, w
               help="Rows per Mixer round (bounds Mixer's RAM); larger exchanges and messages run as several rounds.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
 def compile_cmd(model: Path, out_dir: Path, devices: int | None, board: str | None, testbed_file: Path | None,
-                calibration: Path | None, max_calibration: int, round_policy: str, phy: str, max_generation: int,
+                split_file: Path | None, calibration: Path | None, max_calibration: int, round_policy: str, phy: str, max_generation: int,
                 quiet: bool) -> None:
     """Quantise MODEL (ONNX from `cisl train`) to int8, partition it and emit C for every node.
 
@@ -118,7 +121,8 @@ def compile_cmd(model: Path, out_dir: Path, devices: int | None, board: str | No
             tb = load_testbed(testbed_file)
             board = tb.nodes[0].board
     s = compile_model(model, out_dir, CompileOptions(devices, board, calibration, max_calibration, round_policy, phy,
-                                                     max_generation, testbed=testbed_file), say(quiet))
+                                                     max_generation, testbed=testbed_file, split=split_file),
+                      say(quiet))
     _print_resources(s)
     for w in s.get("warnings", []):
         click.echo(f"warning: {w}", err=True)

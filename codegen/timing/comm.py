@@ -70,7 +70,7 @@ from ..radio.physics import ChannelParams
 from ..radio.mixer_network import NO_SLOT, TERM_DEADLINE, TERM_DONE, MixerNetwork
 from ..radio.peers import PeerView
 from ..radio.airtime import air_time_us
-from ..radio.topology import TOPOLOGIES, default_topology, topology as make_topology
+from ..radio.topology import TOPOLOGIES, Topology, default_topology, topology as make_topology
 
 POLICIES = ("done", "fixed")
 RAMP_US = 40            # boards/nrf52840dk/radio.c RAMP_US: TXEN/RXEN -> READY, MODECNF0.RU = Fast
@@ -326,13 +326,14 @@ def resolve_topology(plan: Plan, name: str | None) -> str:
     return name
 
 
-def comm_schedule(plan: Plan, topology: str | None = None, policy: str | None = None, inferences: int = 1,
+def comm_schedule(plan: Plan, topology: "str | Topology | None" = None, policy: str | None = None, inferences: int = 1,
                   seed: int = 0, dead: Sequence[int] = (), params: ChannelParams | None = None,
                   fail: Sequence[tuple[int, int, int]] = ()) -> list[RoundTime]:
     """Simulate every Mixer round of the plan for ``inferences`` inferences; one RoundTime per round.
 
     ``topology``: a codegen/radio/topology.py name (default: what ``cisl sim`` picks for the plan's
-    node count), built for exactly the plan's D nodes as the sim medium does. ``policy``: ``done``,
+    node count), built for exactly the plan's D nodes as the sim medium does, or a Topology of D
+    nodes (a testbed's positions). ``policy``: ``done``,
     ``fixed`` or None for the plan's own. ``seed`` seeds topology and channel (``cisl sim
     --radio-seed``); inference i uses the firmware's Mixer seeds for inference i and continues the
     channel of inference i − 1, exactly as a sim run. ``dead``: nodes whose radio is dead
@@ -352,8 +353,13 @@ def comm_schedule(plan: Plan, topology: str | None = None, policy: str | None = 
     order = [sg for sg in exchange_order(plan) if mixer["exchanges"][sg]]
     if n < 2 or not order:
         return []
-    name = resolve_topology(plan, topology)
-    topo = make_topology(name, None if name == "hallway16" else n, seed)
+    if isinstance(topology, Topology):  # a testbed's own positions (the planner: a subset of its nodes)
+        if topology.n != n:
+            raise UserError(f"the topology has {topology.n} nodes, the plan {n}")
+        name, topo = topology.name, topology
+    else:
+        name = resolve_topology(plan, topology)
+        topo = make_topology(name, None if name == "hallway16" else n, seed)
     channel = _RecordingChannel(topo, params or ChannelParams(), seed=seed)
     for k in dead:
         if not 0 <= int(k) < n:

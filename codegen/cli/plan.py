@@ -1,0 +1,95 @@
+"""`cisl profile` and `cisl plan`: heterogeneous testbeds (docs/design/heterogeneous.md)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from .app import main
+from .options import say
+
+
+@main.command(name="profile")
+@click.argument("model", type=click.Path(path_type=Path))
+@click.option("--testbed", "testbed_file", type=click.Path(path_type=Path), default=None,
+              help="Profile every node of this testbed file (its boards, energy sources and budgets, positions).")
+@click.option("-b", "--board", default=None, help="Profile one node of this board instead of a testbed.")
+@click.option("-o", "--out", "out_file", type=click.Path(path_type=Path), default=Path("profile.json"),
+              show_default=True, help="The profile to write.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, help="Parallel jobs (default: CPUs).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress output.")
+def profile_cmd(model: Path, testbed_file: Path | None, board: str | None, out_file: Path, jobs: int | None,
+                quiet: bool) -> None:
+    """What every node can do, for `cisl plan`: cycles per unit of work of every op class (a
+    reference build of MODEL's shapes on each board, run on the cycle model), free flash and RAM,
+    CPU and radio currents, energy budget.
+
+    MODEL is a model.onnx or a training config (.toml): only its shapes matter.
+    """
+    from ..fsutil import check_output_file, json_with
+    from ..planner.plan import model_shape
+    from ..planner.profile import make_profile, write_profile
+
+    check_output_file(out_file, json_with("format", "boards", "nodes"))
+    shape = model_shape(model)
+    prof = make_profile(shape.cfg, testbed_file, board, jobs, say(quiet))
+    write_profile(out_file, prof)
+    for name, bp in sorted(prof.boards.items()):
+        fc = bp.rates.get("fc")
+        click.echo(f"{name}: {len(bp.rates)} op classes" + (f", fc {fc.per_unit:.2f} cycles/MAC + {fc.per_op:.0f} per call"
+                                                            if fc else ""))
+    click.echo(f"profiled {len(prof.nodes)} node(s) -> {out_file}")
+
+
+@main.command(name="plan")
+@click.argument("model", type=click.Path(path_type=Path))
+@click.option("--testbed", "testbed_file", type=click.Path(path_type=Path), required=True,
+              help="The testbed file: its nodes, boards and energy budgets (energy_uj).")
+@click.option("--profile", "profile_file", type=click.Path(path_type=Path), default=Path("profile.json"),
+              show_default=True, help="The testbed's profile (`cisl profile MODEL --testbed T`).")
+@click.option("--deadline", "deadline_ms", type=float, default=None, help="Latency per inference, ms.")
+@click.option("--objective", type=click.Choice(["energy", "latency"]), default="energy", show_default=True,
+              help="Minimise the network's energy per inference (within --deadline) or the latency.")
+@click.option("--without", default=None, metavar="IDS", help="Nodes to leave out, e.g. 3,7 (dead or reserved).")
+@click.option("-o", "--out", "out_file", type=click.Path(path_type=Path), default=Path("split.json"),
+              show_default=True, help="The split file to write (`cisl compile --split` reads it).")
+@click.option("--compare", is_flag=True, help="Also evaluate the even, speed-proportional and CoEdge splits.")
+@click.option("--json", "json_out", type=click.Path(path_type=Path), default=None, help="Also write the result here.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress output.")
+def plan_cmd(model: Path, testbed_file: Path, profile_file: Path, deadline_ms: float | None, objective: str,
+             without: str | None, out_file: Path, compare: bool, json_out: Path | None, quiet: bool) -> None:
+    """Choose each node's heads and hidden units (or leave it out) to meet --deadline at least energy.
+
+    An exact mixed-integer program (scipy.optimize.milp, HiGHS) over the profiled nodes' shares:
+    per block the slowest node's compute plus the Mixer rounds of the nodes taking part, every
+    node's flash and RAM (the footprint model) and energy budget. The plan is re-checked exactly
+    (structure, footprint, cycles, simulated Mixer rounds) before it is written.
+    """
+    from ..fsutil import check_output_file, json_with, write_output_file
+    from ..planner.plan import baselines, format_plan, make_plan, parse_without, write_plan_file
+
+    check_output_file(out_file, json_with("format", "heads_per_device"))
+    r = make_plan(model, testbed_file, profile_file, deadline_ms, objective, parse_without(without), say=say(quiet))
+    write_plan_file(out_file, r)
+    click.echo(format_plan(r))
+    for n in r.notes:
+        click.echo(f"note: {n}", err=True)
+    doc = {"plan": r.split.to_json()}
+    if compare:
+        click.echo(f"{'split':<13} {'nodes':>5} {'latency ms':>11} {'energy uJ':>11}  meets the constraints")
+        click.echo(f"{'milp':<13} {len(r.evaluation.node_ids):>5} {r.evaluation.latency_ms:>11.2f} "
+                   f"{r.evaluation.energy_total_uj:>11.1f}  yes")
+        doc["baselines"] = {}
+        for name, (sol, mc, ev) in baselines(r.problem, deadline_ms, objective).items():
+            if ev is None:
+                click.echo(f"{name:<13} {'-':>5} {'-':>11} {'-':>11}  no solution ({sol.message or sol.status})")
+                doc["baselines"][name] = None
+                continue
+            click.echo(f"{name:<13} {len(ev.node_ids):>5} {ev.latency_ms:>11.2f} {ev.energy_total_uj:>11.1f}  "
+                       + ("yes" if not ev.violations else f"no: {ev.violations[0]}"))
+            doc["baselines"][name] = ev.to_json()
+    if json_out:
+        write_output_file(json_out, json.dumps(doc, indent=1) + "\n", json_with("plan"))
+    click.echo(f"split of {len(r.split.nodes)} nodes -> {out_file}")

@@ -1,0 +1,221 @@
+"""The exact evaluation of one split on a profiled testbed: what `cisl compile` would make of it.
+
+For the nodes taking part (in plan order) and their heads and hidden units, without weights:
+
+* the plan structure (codegen/plan/structure.py on an :class:`~.split.UnevenSplit`) and the Mixer
+  schedule `cisl compile` would give it (its boards' slot limits);
+* every node's flash and RAM from the footprint model (codegen/footprint.py, as `cisl fit`);
+* every node's cycles per block: the profile's rate of each op times its units of work;
+* the Mixer rounds simulated on the testbed's topology (codegen/timing/comm.py: the firmware's
+  protocol slot by slot), restricted to the nodes that take part;
+* latency, bulk-synchronous as `cisl estimate`: per block the slowest node's compute plus the
+  block's rounds (air time and start guards), summed; energy per node as `cisl estimate`
+  (codegen/timing/energy.py) at an inference period equal to the latency.
+
+The planner's linear model (:mod:`.problem`) is built from these same pieces; this is its re-check.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+from ..footprint import NodeFacts, count_ops, estimate, max_message, table_bytes
+from ..modelspec import ModelConfig
+from ..ops import kind_of
+from ..partition import POINTS, full_masks, keep_counts
+from ..plan.memory import buffers_of, plan_arena
+from .profile import Profile
+from .split import UnevenSplit
+
+BLOCKS_ORDER = ("embed", "attn", "mlp", "head")
+RADIO_INFERENCES = 3  # simulated inferences per radio evaluation (the rounds are random: averages)
+
+
+def planning_masks(split: UnevenSplit, layers: int, keep: float):
+    """Masks with `keep_counts` columns per node and point (the first ones): for planning only the
+    counts matter, and a pruned model's masks are trained after the split is fixed."""
+    if keep >= 1.0 or split.devices == 1:
+        return full_masks(split, layers)
+    counts = keep_counts(split, layers, keep)
+    return [[{p: list(range(split.own_cols(k, p)[0], split.own_cols(k, p)[0] + counts[l][k][p])) for p in POINTS}
+             for k in range(split.devices)] for l in range(layers)]
+
+
+@dataclass
+class Structure:
+    """A split's plan structure and Mixer schedule, with per-node facts (no weights)."""
+
+    split: UnevenSplit
+    st: object
+    mixer: dict
+    facts: list[NodeFacts]
+    maxima: dict[str, int]
+    blocks: list[list[tuple[str, int, list[int], list[int]]]]  # per node: (block, layer, op indices, sgs)
+
+
+def structure_of(cfg: ModelConfig, heads: tuple[int, ...], hidden: tuple[int, ...], keep: float, rescale: bool,
+                 boards: tuple[str, ...]) -> Structure:
+    return _structure(cfg, tuple(heads), tuple(hidden), float(keep), bool(rescale), tuple(boards))
+
+
+@lru_cache(maxsize=256)
+def _structure(cfg, heads, hidden, keep, rescale, boards) -> Structure:
+    from ..compile import CompileOptions, mixer_section
+    from ..fit import _const_bytes
+    from ..plan.io import NodeData
+    from ..plan.mixer_layout import maxima_of_rounds
+    from ..plan.structure import build_structure
+
+    split = UnevenSplit(len(heads), cfg.heads, cfg.d_model, cfg.mlp_hidden, heads, hidden)
+    st = build_structure(cfg, split, planning_masks(split, cfg.layers, keep), keep, rescale=rescale)
+    mixer = mixer_section(st, CompileOptions(board=boards[0], node_boards=list(boards)))
+    exchanges = mixer["exchanges"]
+    rounds = [r for ex in exchanges for r in ex]
+    maxima = maxima_of_rounds(split.devices, rounds)
+    mm = max_message(exchanges)
+    facts, blocks = [], []
+    for node in st.nodes:
+        _, arena = plan_arena(buffers_of(NodeData(node.device, node.tensors, {}, 0, node.ops, {})))
+        facts.append(NodeFacts(_const_bytes(node.ops, node.tensors, cfg), count_ops(node.ops),
+                               table_bytes(exchanges, node.ops), arena, mm, cfg.lookback))
+        blocks.append(node_blocks(node.ops))
+    return Structure(split, st, mixer, facts, maxima, blocks)
+
+
+def node_blocks(ops) -> list[tuple[str, int, list[int], list[int]]]:
+    """(block, layer, op indices, exchanges) of every block of a node's schedule, in order."""
+    out = []
+    cur = None
+    for i, op in enumerate(ops):
+        marker = kind_of(op).block_marker
+        if marker == "begin":
+            cur = (str(op.attrs["block"]), int(op.attrs["layer"]), [], [])
+            out.append(cur)
+        elif marker == "end":
+            cur = None
+        elif cur is not None:
+            cur[2].append(i)
+            if kind_of(op).sync:
+                cur[3].append(int(op.attrs["sg"]))
+    return out
+
+
+def node_cycles(profile: Profile, board: str, node, blocks) -> list[float]:
+    """Cycles of each block of one node (the profile's rates of its board)."""
+    bp = profile.boards[board]
+    shapes = {t: node.tensors[t].shape for t in node.tensors}
+    return [sum(bp.op_cycles(node.ops[i], shapes) for i in idx) for _, _, idx, _ in blocks]
+
+
+def skeleton_plan(s: Structure, cfg: ModelConfig, boards: tuple[str, ...]):
+    """A Plan without constants: enough for the Mixer simulation and the footprint model."""
+    from ..plan.io import NodeData, Plan
+
+    meta = {"board": boards[0], "node_boards": list(boards), "mixer": s.mixer, "sink": 0,
+            "devices": s.split.devices}
+    nodes = [NodeData(n.device, n.tensors, {}, 0, n.ops, {}) for n in s.st.nodes]
+    return Plan(meta, cfg, s.st.sgs, nodes, {})
+
+
+def topology_for(profile: Profile, node_ids: list[int]):
+    """The radio topology of the nodes taking part: their testbed positions, else the profile's
+    named topology (or `cisl sim`'s default) for that many nodes."""
+    from ..radio.topology import Topology, default_topology, topology
+
+    pos = [profile.node(k).position for k in node_ids]
+    if all(p is not None for p in pos):
+        return Topology("testbed", np.asarray([list(p)[:2] for p in pos], dtype=float))
+    name = profile.topology or default_topology(len(node_ids))
+    if name == "hallway16" and len(node_ids) != 16:
+        name = "hallway"
+    return topology(name, None if name == "hallway16" else len(node_ids), profile.seed)
+
+
+@dataclass
+class Evaluation:
+    node_ids: list[int]
+    heads: list[int]
+    hidden: list[int]
+    latency_ms: float
+    compute_ms: list[float]          # per block: the slowest node's compute
+    comm_ms: list[float]             # per block: its rounds (air time + guards)
+    block_labels: list[str]
+    flash: list[int]
+    ram: list[int]
+    energy_uj: list[float]
+    radio_uj: list[float]
+    comm_us_per_node: list[float] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+
+    @property
+    def energy_total_uj(self) -> float:
+        return float(sum(self.energy_uj))
+
+    def to_json(self) -> dict:
+        return {"nodes": self.node_ids, "heads": self.heads, "hidden": self.hidden,
+                "latency_ms": round(self.latency_ms, 4), "energy_uj": round(self.energy_total_uj, 3),
+                "node_energy_uj": [round(e, 3) for e in self.energy_uj], "flash": self.flash, "ram": self.ram,
+                "blocks": [{"block": b, "compute_ms": round(c, 4), "comm_ms": round(m, 4)}
+                           for b, c, m in zip(self.block_labels, self.compute_ms, self.comm_ms)],
+                "violations": self.violations}
+
+
+def radio_rounds(profile: Profile, cfg: ModelConfig, s: Structure, boards, node_ids, inferences: int = RADIO_INFERENCES):
+    from ..timing.comm import comm_schedule
+
+    if s.split.devices < 2:
+        return []
+    plan = skeleton_plan(s, cfg, tuple(boards))
+    return comm_schedule(plan, topology_for(profile, node_ids), inferences=inferences, seed=profile.seed)
+
+
+def evaluate(profile: Profile, cfg: ModelConfig, node_ids: list[int], heads: list[int], hidden: list[int],
+             keep: float = 1.0, rescale: bool = True, deadline_ms: float | None = None,
+             kernels: str = "nnref") -> Evaluation:
+    """The exact evaluation of a split (see the module docstring), with every constraint it breaks."""
+    from ..boards import load_board
+    from ..timing.energy import load_power, node_energy, radio_use
+
+    boards = tuple(profile.node(k).board for k in node_ids)
+    s = structure_of(cfg, tuple(heads), tuple(hidden), keep, rescale, boards)
+    cycles = [node_cycles(profile, boards[k], s.st.nodes[k], s.blocks[k]) for k in range(len(node_ids))]
+    rounds = radio_rounds(profile, cfg, s, boards, node_ids)
+    by_sg: dict[int, float] = {}
+    for r in rounds:  # µs per exchange: air time (mean over the simulated inferences) + the start guard
+        by_sg[r.sg] = by_sg.get(r.sg, 0.0) + r.air_us.mean + r.guard_us
+    labels = [f"{b}{layer}" if layer >= 0 else b for b, layer, _, _ in s.blocks[0]]
+    compute_ms, comm_ms = [], []
+    for bi, (_, _, _, sgs) in enumerate(s.blocks[0]):
+        compute_ms.append(max(cycles[k][bi] / profile.boards[boards[k]].clock_hz * 1e3 for k in range(len(node_ids))))
+        comm_ms.append(sum(by_sg.get(sg, 0.0) for sg in sgs) / 1e3)
+    latency = float(sum(compute_ms) + sum(comm_ms))
+    ev = Evaluation(list(node_ids), list(heads), list(hidden), latency, compute_ms, comm_ms, labels, [], [], [], [])
+    for k, nid in enumerate(node_ids):
+        np_ = profile.node(nid)
+        fp = estimate(s.facts[k], load_board(boards[k]), kernels, s.maxima)
+        ev.flash.append(fp.flash)
+        ev.ram.append(fp.ram)
+        clock = profile.boards[boards[k]].clock_hz
+        if rounds:
+            use = radio_use(rounds, k)
+            tx, rx, comm = use.tx_on_us, use.rx_on_us, use.comm_us
+        else:
+            tx = rx = comm = 0.0
+        e = node_energy(load_power(boards[k]), sum(cycles[k]), clock, tx, rx, latency * 1e3, comm_us=comm,
+                        phy=s.mixer["policy"]["phy"] if s.mixer else "2M")
+        ev.energy_uj.append(e.total_uj.central)
+        ev.radio_uj.append(e.radio_uj.central + e.comm_cpu_uj.central)
+        ev.comm_us_per_node.append(float(getattr(comm, "central", comm)))
+        if fp.flash > np_.flash_bytes:
+            ev.violations.append(f"node {nid}: flash {fp.flash} B over its {np_.board}'s {np_.flash_bytes} B")
+        if fp.ram > np_.ram_bytes:
+            ev.violations.append(f"node {nid}: RAM {fp.ram} B over its {np_.board}'s {np_.ram_bytes} B")
+        if np_.energy_uj is not None and e.total_uj.central > np_.energy_uj * (1 + 1e-9):
+            ev.violations.append(f"node {nid}: {e.total_uj.central:.1f} uJ per inference over its budget of "
+                                 f"{np_.energy_uj:g} uJ ({np_.energy_source})")
+    if deadline_ms is not None and latency > deadline_ms * (1 + 1e-9):
+        ev.violations.append(f"latency {latency:.2f} ms over the deadline of {deadline_ms:g} ms")
+    return ev

@@ -1,0 +1,211 @@
+"""`cisl plan`: choose each node's share to meet a deadline at least energy, re-check it, write it.
+
+1. The model's shapes come from a model.onnx (any split can be compiled from an unpruned model)
+   or a training config (a pruned model's split is fixed before training).
+2. The profile (`cisl profile`) must be of those shapes; the testbed file says which nodes there
+   are (``--without`` takes some out: re-planning around dead nodes).
+3. :func:`.problem.build_problem` makes the tables, :func:`.solve.solve_milp` the plan.
+4. The plan is re-checked against every constraint with the exact evaluation
+   (:func:`.costs.evaluate`: structure, footprint, cycles, simulated Mixer rounds), never trusting
+   the solver's word; where the linear radio model was optimistic the deadline is tightened by the
+   difference and the problem solved again (at most ``REPLANS`` times).
+5. Infeasible: one line with the fastest latency achievable and what binds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ..errors import UserError
+from ..modelspec import ModelConfig
+from .costs import Evaluation
+from .problem import Assignment, Problem, build_problem, exact, model_cost
+from .profile import Profile, read_profile
+from .solve import Solution, coedge_plan, even_plan, proportional_plan, solve_milp
+from .split import SplitFile, write_split
+
+REPLANS = 4
+OBJECTIVES = ("energy", "latency")
+
+
+@dataclass
+class ModelShape:
+    cfg: ModelConfig
+    keep: float
+    rescale: bool
+    pruned: bool
+    source: str
+    trained_devices: int | None = None
+
+
+def model_shape(path: Path) -> ModelShape:
+    """The shapes to plan for: a model.onnx, or a training config (.toml)."""
+    path = Path(path)
+    if path.suffix == ".toml":
+        from ..train.config import load_config
+
+        tc = load_config(path)
+        keep = tc.prune.keep if tc.prune.method != "none" else tc.split.random_keep
+        return ModelShape(tc.model, float(keep), True, keep < 1.0, str(path))
+    from ..onnx_model import load_model
+
+    m = load_model(path)
+    return ModelShape(m.config, float(m.keep_ratio), bool(m.rescale), m.keep_ratio < 1.0, str(path), m.devices)
+
+
+@dataclass
+class PlanResult:
+    split: SplitFile
+    evaluation: Evaluation
+    solution: Solution
+    problem: Problem
+    notes: list[str] = field(default_factory=list)
+
+
+def parse_without(text: str | None) -> list[int]:
+    if not text:
+        return []
+    try:
+        return sorted({int(v) for v in text.split(",") if v.strip()})
+    except ValueError:
+        raise UserError(f"--without {text}: give node ids separated by commas, e.g. --without 3,7") from None
+
+
+def explain_infeasible(p: Problem, deadline_ms: float | None) -> str:
+    """One line: why no plan meets the constraints, with the fastest latency achievable."""
+    free = solve_milp(p, None, "latency", energy_limits=False)
+    if free.assignment is None:
+        cap = sum(max((h for h in range(1, p.H + 1) if p.U[k][h] >= 1), default=0) for k in range(len(p.nodes)))
+        tight = min(range(len(p.nodes)), key=lambda k: sum(1 for h in range(1, p.H + 1) if p.U[k][h] >= 1))
+        return (f"the nodes together cannot hold the model: with its hidden units they fit at most {cap} of its "
+                f"{p.H} heads (node {p.nodes[tight]}'s flash and RAM bind tightest); add nodes, use boards with "
+                f"more memory, or plan a smaller model")
+    fast = model_cost(p, free.assignment)
+    ev = exact(p, free.assignment)
+    if deadline_ms is not None and ev.latency_ms > deadline_ms:
+        comm = sum(ev.comm_ms)
+        return (f"no plan meets the deadline of {deadline_ms:g} ms: the fastest achievable is {ev.latency_ms:.1f} ms "
+                f"({ev.latency_ms - comm:.1f} ms compute on the slowest nodes, {comm:.1f} ms radio) with "
+                f"{len(ev.node_ids)} nodes; relax --deadline to at least {ev.latency_ms:.1f}")
+    over = [p.nodes[k] for k in range(len(p.nodes)) if p.budget[k] is not None and fast.node_energy_uj[k] > p.budget[k]]
+    named = f"node {over[0]}'s" if over else "the nodes'"
+    return (f"no plan meets the deadline{'' if deadline_ms is None else f' of {deadline_ms:g} ms'} within every node's "
+            f"energy budget: {named} energy_uj binds (the fastest plan, {ev.latency_ms:.1f} ms, needs more); raise "
+            f"the budgets, relax --deadline, or add nodes")
+
+
+def make_plan(model_path: Path, testbed_path: Path, profile_path: Path, deadline_ms: float | None,
+              objective: str = "energy", without: list[int] | None = None, kernels: str = "nnref",
+              say: Callable[[str], None] = lambda s: None) -> PlanResult:
+    from ..testbed.config import load_testbed
+
+    if objective not in OBJECTIVES:
+        raise UserError(f"--objective {objective}: choose energy or latency")
+    if objective == "energy" and deadline_ms is None:
+        raise UserError("--objective energy needs --deadline MS (the least energy without a deadline is one node "
+                        "doing everything); or plan with --objective latency")
+    if deadline_ms is not None and not deadline_ms > 0:
+        raise UserError(f"--deadline {deadline_ms:g}: must be a positive number of milliseconds")
+    shape = model_shape(model_path)
+    tb = load_testbed(testbed_path)
+    profile = read_profile(profile_path)
+    profile.check_model(shape.cfg, str(profile_path))
+    ids = [n.id for n in tb.nodes]
+    missing = [k for k in ids if k not in {n.id for n in profile.nodes}]
+    if missing:
+        raise UserError(f"{profile_path}: a profile of another testbed (no node {missing[0]} of {testbed_path}); "
+                        f"profile it with `cisl profile MODEL --testbed {testbed_path}`")
+    for n in tb.nodes:
+        if profile.node(n.id).board != n.hardware:
+            raise UserError(f"{profile_path}: node {n.id} is profiled as a {profile.node(n.id).board}, the testbed "
+                            f"says {n.hardware}; profile the testbed again")
+        # the testbed file's energy budgets are the ones that count (a profile may be older)
+        profile.node(n.id).energy_uj, profile.node(n.id).energy_source = n.energy_uj, n.energy_source
+    without = without or []
+    unknown = [k for k in without if k not in ids]
+    if unknown:
+        raise UserError(f"--without {unknown[0]}: the testbed has no node {unknown[0]} (nodes {ids[0]}..{ids[-1]})")
+    candidates = [k for k in ids if k not in without]
+    notes = []
+    if shape.pruned and without:
+        notes.append(f"{shape.source} is pruned (keep {shape.keep:g}): its somegather masks belong to the split it "
+                     f"was trained for, so the plan for the surviving nodes needs retraining: `cisl train --split "
+                     f"SPLIT.json` (then compile); an unpruned model compiles for it directly")
+    p = build_problem(profile, shape.cfg, candidates, shape.keep, shape.rescale, kernels, say)
+    target = deadline_ms
+    solution = None
+    for attempt in range(REPLANS + 1):
+        solution = solve_milp(p, target, objective)
+        if solution.assignment is None:
+            raise UserError(explain_infeasible(p, deadline_ms))
+        ev = exact(p, solution.assignment, deadline_ms, kernels)
+        memory = [v for v in ev.violations if "flash" in v or "RAM" in v]
+        if memory:  # the tables are exact for memory: a violation is a bug, never a plan
+            raise AssertionError(f"the planner's memory tables disagree with the footprint model: {memory[0]}")
+        late = deadline_ms is not None and ev.latency_ms > deadline_ms
+        if not ev.violations:
+            break
+        if attempt == REPLANS:
+            raise UserError(f"no plan found that the exact re-check accepts after {REPLANS} tightenings "
+                            f"({ev.violations[0]}); relax --deadline or the energy budgets")
+        if late:
+            mc = model_cost(p, solution.assignment)
+            target = (target or ev.latency_ms) - (ev.latency_ms - mc.latency_ms) - 1e-3 * deadline_ms
+            say(f"plan: the exact re-check is {ev.latency_ms - mc.latency_ms:+.2f} ms off the model; tightening the "
+                f"deadline to {target:.2f} ms")
+        else:  # an energy budget: tighten every budget the re-check broke by its excess
+            for k, nid in enumerate(p.nodes):
+                if nid in ev.node_ids and p.budget[k] is not None:
+                    e = ev.energy_uj[ev.node_ids.index(nid)]
+                    if e > p.budget[k]:
+                        p.budget[k] -= e - p.budget[k]
+    assert solution is not None and solution.assignment is not None
+    a = solution.assignment
+    part = a.taking_part
+    boards = [p.profile.node(p.nodes[k]).board for k in part]
+    sf = SplitFile(shape.cfg, shape.keep, [p.nodes[k] for k in part], boards, [a.heads[k] for k in part],
+                   [a.hidden[k] for k in part],
+                   {"objective": objective, "deadline_ms": deadline_ms, "testbed": str(testbed_path),
+                    "without": without, "model": shape.source, "solver": solution.method,
+                    "status": solution.status, "solve_seconds": round(solution.seconds, 3),
+                    "predicted": ev.to_json(), "needs_retraining": bool(shape.pruned and (
+                        without or shape.trained_devices != len(part)))})
+    return PlanResult(sf, ev, solution, p, notes)
+
+
+def baselines(p: Problem, deadline_ms: float | None, objective: str = "energy") -> dict[str, tuple]:
+    """The even, speed-proportional and CoEdge plans of the same problem: (solution, model cost,
+    exact evaluation or None)."""
+    out = {}
+    for sol in (even_plan(p), proportional_plan(p), coedge_plan(p, deadline_ms, objective)):
+        if sol.assignment is None:
+            out[sol.method] = (sol, None, None)
+            continue
+        out[sol.method] = (sol, model_cost(p, sol.assignment, deadline_ms), exact(p, sol.assignment, deadline_ms))
+    return out
+
+
+def format_plan(r: PlanResult) -> str:
+    ev = r.evaluation
+    lines = [f"{'node':>4} {'board':<11} {'heads':>5} {'hidden':>6} {'flash (B)':>10} {'RAM (B)':>8} {'energy uJ':>10}"]
+    for i, nid in enumerate(ev.node_ids):
+        lines.append(f"{nid:>4} {r.split.boards[i]:<11} {ev.heads[i]:>5} {ev.hidden[i]:>6} {ev.flash[i]:>10} "
+                     f"{ev.ram[i]:>8} {ev.energy_uj[i]:>10.1f}")
+    out = [n for n in r.problem.nodes if n not in ev.node_ids]
+    if out:
+        lines.append(f"left out: {', '.join(str(n) for n in out)}")
+    dl = r.split.planner.get("deadline_ms")
+    lines.append(f"latency {ev.latency_ms:.2f} ms" + (f" (deadline {dl:g} ms)" if dl else "")
+                 + f", energy {ev.energy_total_uj:,.1f} uJ per inference; {r.solution.method} {r.solution.status} in "
+                 f"{r.solution.seconds:.2f} s; re-checked exactly: no constraint broken")
+    return "\n".join(lines)
+
+
+def write_plan_file(out: Path, r: PlanResult) -> None:
+    write_split(out, r.split)
+
+
+__all__ = ["PlanResult", "baselines", "format_plan", "make_plan", "model_shape", "parse_without", "write_plan_file",
+           "Assignment", "Profile"]

@@ -1,0 +1,286 @@
+"""Node profiles: what the planner needs to know of every node (`cisl profile`).
+
+Per node of a testbed (or for one board):
+
+* **rates**: cycles per unit of work of every op class, ``cycles = per_unit · units + per_op``,
+  least-squares over the ops of a reference build of the model's shapes run on the cycle model
+  (codegen/timing; every node checked bit-exact). Units are the op kind's work unit (MACs of
+  fc/bmm/fc_s32, elements of adds, LayerNorm, softmax, rescale) and, for the other kinds, the
+  elements they write (somegather: the gathered tensor, with the receive work folded in). The
+  reference uses random weights: cycles depend on shapes, not values.
+* **memory**: the board's flash and RAM and what code and runtime take before any model (the
+  footprint model's fixed parts and the stack): what is left for the node's share.
+* **power**: the board's datasheet currents (board.toml [power], central figures; the planner's
+  re-check carries low..high) and the testbed file's energy source and budget per inference.
+
+The profile names the model shapes it was made for; `cisl plan` refuses a profile of another model
+(different shapes give other rates and footprints).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from ..boards import load_board
+from ..errors import UserError
+from ..modelspec import ModelConfig
+from ..ops import kind_of
+
+FORMAT = "cisl-profile"
+VERSION = 1
+SAMPLE_NODES = 2  # reference nodes run on the cycle model (node 0, the sink, has the head's reduction)
+
+
+def op_units(op, shapes: dict[str, tuple[int, ...]]) -> int:
+    """Units of work of one op: its kind's work unit, else the elements it writes (0 for markers)."""
+    kind = kind_of(op)
+    if kind.work_unit:
+        return int(kind.work(op, shapes))
+    for name in list(op.outs) + list(op.ins):
+        if name in shapes:
+            return int(np.prod(shapes[name]))
+    return 0
+
+
+@dataclass(frozen=True)
+class Rate:
+    per_unit: float  # cycles per unit of work
+    per_op: float    # cycles per call
+
+    def cycles(self, units: int) -> float:
+        return self.per_unit * units + self.per_op
+
+
+def fit_rate(units: list[int], cycles: list[float]) -> Rate:
+    """Least squares ``cycles = a·units + b`` with a, b >= 0 (one distinct size: through 0)."""
+    x = np.asarray(units, dtype=float)
+    y = np.asarray(cycles, dtype=float)
+    if len(set(units)) > 1:
+        a, b = np.polyfit(x, y, 1)
+        if a >= 0 and b >= 0:
+            return Rate(float(a), float(b))
+        if a < 0:
+            return Rate(0.0, float(y.mean()))
+    if x.sum() > 0:
+        return Rate(float(y.sum() / x.sum()), 0.0)
+    return Rate(0.0, float(y.mean()) if len(y) else 0.0)
+
+
+@dataclass
+class BoardProfile:
+    """What the cycle model measured for one board on the model's shapes."""
+
+    board: str
+    clock_hz: float
+    rates: dict[str, Rate]
+    kernels: str
+
+    def op_cycles(self, op, shapes) -> float:
+        r = self.rates.get(op.kind)
+        if r is None:
+            if kind_of(op).block_marker:
+                return 0.0
+            raise UserError(f"the profile of board {self.board} has no rate for op kind '{op.kind}'; profile "
+                            f"again with this cisl (`cisl profile`)")
+        return r.cycles(op_units(op, shapes))
+
+    def to_json(self) -> dict:
+        return {"board": self.board, "clock_hz": self.clock_hz, "kernels": self.kernels,
+                "rates": {k: {"per_unit": r.per_unit, "per_op": r.per_op} for k, r in sorted(self.rates.items())}}
+
+    @staticmethod
+    def from_json(d: dict) -> "BoardProfile":
+        return BoardProfile(str(d["board"]), float(d["clock_hz"]),
+                            {k: Rate(float(v["per_unit"]), float(v["per_op"])) for k, v in d["rates"].items()},
+                            str(d.get("kernels", "nnref")))
+
+
+@dataclass
+class Power:
+    """Central datasheet currents of a node's board (mA; idle µA) and the supply voltage."""
+
+    voltage_v: float
+    cpu_ma: float
+    tx_ma: float
+    rx_ma: float
+    idle_ua: float
+
+    @staticmethod
+    def of_board(board: str, phy: str = "2M") -> "Power":
+        from ..timing.energy import load_power
+
+        p = load_power(board)
+        return Power(p.voltage_v, p.cpu_active_ma.central, p.tx_ma().central, p.rx_ma(phy).central,
+                     p.idle_ua.central)
+
+
+@dataclass
+class NodeProfile:
+    """One testbed node: its board's profile, memory budgets, currents and energy budget."""
+
+    id: int
+    board: str
+    flash_bytes: int
+    ram_bytes: int
+    flash_free: int   # after the fixed code (kernels, runtime, Mixer, board, C library)
+    ram_free: int     # after the fixed statics and the stack
+    power: Power
+    energy_source: str = "battery"
+    energy_uj: float | None = None
+    position: tuple[float, ...] | None = None
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "board": self.board, "flash_bytes": self.flash_bytes, "ram_bytes": self.ram_bytes,
+                "flash_free": self.flash_free, "ram_free": self.ram_free, "power": self.power.__dict__,
+                "energy_source": self.energy_source, "energy_uj": self.energy_uj,
+                "position": list(self.position) if self.position else None}
+
+    @staticmethod
+    def from_json(d: dict) -> "NodeProfile":
+        return NodeProfile(int(d["id"]), str(d["board"]), int(d["flash_bytes"]), int(d["ram_bytes"]),
+                           int(d["flash_free"]), int(d["ram_free"]), Power(**d["power"]), str(d["energy_source"]),
+                           None if d.get("energy_uj") is None else float(d["energy_uj"]),
+                           tuple(d["position"]) if d.get("position") else None)
+
+
+@dataclass
+class Profile:
+    model: ModelConfig
+    boards: dict[str, BoardProfile]
+    nodes: list[NodeProfile]
+    topology: str | None = None   # the testbed's [sim] topology (virtual testbeds), else positions decide
+    seed: int = 0
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def node(self, node_id: int) -> NodeProfile:
+        for n in self.nodes:
+            if n.id == node_id:
+                return n
+        raise UserError(f"the profile has no node {node_id} (nodes {', '.join(str(n.id) for n in self.nodes)})")
+
+    def to_json(self) -> dict:
+        return {"format": FORMAT, "version": VERSION, "model": self.model.to_json(),
+                "boards": {k: b.to_json() for k, b in sorted(self.boards.items())},
+                "nodes": [n.to_json() for n in self.nodes], "topology": self.topology, "seed": self.seed,
+                "meta": self.meta}
+
+    def check_model(self, cfg: ModelConfig, where: str) -> None:
+        if cfg != self.model:
+            mine = self.model.to_json()
+            other = cfg.to_json()
+            diff = next(k for k in mine if mine[k] != other.get(k))
+            raise UserError(f"{where}: a profile of another model ({diff} = {mine[diff]}, the model has "
+                            f"{other.get(diff)}); profile this model with `cisl profile MODEL --testbed T -o ...`")
+
+
+def read_profile(path: Path | str) -> Profile:
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: profile not found; make one with `cisl profile MODEL --testbed T -o {path}`")
+    try:
+        d = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path}: not a profile (JSON: {e})") from None
+    if not isinstance(d, dict) or d.get("format") != FORMAT:
+        raise UserError(f"{path}: not a cisl profile (format is not '{FORMAT}'); `cisl profile` writes them")
+    if d.get("version") != VERSION:
+        raise UserError(f"{path}: profile version {d.get('version')!r}, this cisl reads {VERSION}: profile again")
+    try:
+        return Profile(ModelConfig.from_json(d["model"]),
+                       {k: BoardProfile.from_json(v) for k, v in d["boards"].items()},
+                       [NodeProfile.from_json(n) for n in d["nodes"]], d.get("topology"), int(d.get("seed", 0)),
+                       dict(d.get("meta", {})))
+    except (KeyError, TypeError, ValueError) as e:
+        raise UserError(f"{path}: profile is incomplete or malformed ({e}); profile again") from None
+
+
+def node_profile(node_id: int, board: str, energy_source: str = "battery", energy_uj: float | None = None,
+                 position=None, kernels: str = "nnref", phy: str = "2M") -> NodeProfile:
+    """A node's memory budgets (after the fixed code and statics) and currents from its board.toml."""
+    b = load_board(board)
+    fp = b.facts.get("footprint", {})
+    lib = fp.get(kernels, fp.get("nnref", {}))
+    if not lib or "power" not in b.facts:
+        raise UserError(f"board '{board}' has no [footprint] or [power] facts; the planner needs both "
+                        f"(see boards/nrf52840dk/board.toml)")
+    stack = int(b.build.get("stack_bytes", 0))
+    return NodeProfile(node_id, b.name, b.flash_bytes, b.ram_bytes, b.flash_bytes - int(lib["flash_fixed"]),
+                       b.ram_bytes - int(lib["ram_fixed"]) - stack, Power.of_board(board, phy), energy_source,
+                       energy_uj, tuple(position) if position else None)
+
+
+def measure_board(cfg: ModelConfig, board: str, work: Path, jobs: int | None = None,
+                  say: Callable[[str], None] = lambda s: None, devices: int | None = None) -> BoardProfile:
+    """Run a reference build of ``cfg``'s shapes for ``board`` on the cycle model; fit the rates."""
+    from ..build import build
+    from ..compile import CompileOptions, compile_model
+    from ..kernel_library import kernel_library
+    from ..randmodel import make_model_dir
+    from ..timing.compute import compute_build
+
+    b = load_board(board)
+    d = devices or min(4, cfg.heads)
+    model = make_model_dir(work / "model", cfg, d, 1.0, seed=0, calibration=8, tests=4, rescale=True)
+    out = work / "build"
+    say(f"profile {board}: reference build of {d} nodes on the cycle model")
+    compile_model(model, out, CompileOptions(devices=d, board=b.name, max_calibration=8))
+    build(out, jobs=jobs)
+    from ..plan.io import load_plan
+
+    plan = load_plan(out)
+    sample = list(range(min(SAMPLE_NODES, d)))
+    computed = compute_build(out, jobs=jobs, nodes=sample)
+    units: dict[str, list[int]] = {}
+    cycles: dict[str, list[float]] = {}
+    for nc in computed:
+        node = plan.nodes[nc.device]
+        shapes = {t: node.tensors[t].shape for t in node.tensors}
+        for i, op in enumerate(node.ops):
+            if kind_of(op).block_marker:
+                continue
+            c = nc.op_cycles.get(i, (0.0, 0.0, 0.0))[1] + nc.rx_op_cycles.get(i, (0.0, 0.0, 0.0))[1]
+            units.setdefault(op.kind, []).append(op_units(op, shapes))
+            cycles.setdefault(op.kind, []).append(c)
+    rates = {k: fit_rate(units[k], cycles[k]) for k in sorted(units)}
+    return BoardProfile(b.name, float(b.facts["board"]["clock_hz"]), rates, kernel_library().kind)
+
+
+def make_profile(cfg: ModelConfig, testbed_path: Path | None = None, board: str | None = None,
+                 jobs: int | None = None, say: Callable[[str], None] = lambda s: None) -> Profile:
+    """`cisl profile`: every node of a testbed (or one node of ``board``), measured on the cycle model."""
+    from ..testbed.config import load_testbed
+
+    if (testbed_path is None) == (board is None):
+        raise UserError("give a testbed (--testbed T) or a board (--board B) to profile")
+    if testbed_path is not None:
+        tb = load_testbed(testbed_path)
+        entries = [(n.id, n.hardware, n.energy_source, n.energy_uj, n.position) for n in tb.nodes]
+        topology, seed = tb.sim.topology, tb.sim.seed
+    else:
+        entries = [(0, board, "battery", None, None)]
+        topology, seed = None, 0
+    for _, b, *_ in entries:
+        load_board(b)  # an unknown board is one line before any work
+    nodes = [node_profile(i, b, src, e, pos) for i, b, src, e, pos in entries]
+    boards = {}
+    with tempfile.TemporaryDirectory(prefix="cisl-profile-") as tmp:
+        for name in sorted({n.board for n in nodes}):
+            boards[name] = measure_board(cfg, name, Path(tmp) / name, jobs, say)
+    from .. import __version__
+
+    return Profile(cfg, boards, nodes, topology, seed, {"tool_version": __version__,
+                                                        "testbed": str(testbed_path) if testbed_path else None})
+
+
+def write_profile(path: Path, profile: Profile) -> None:
+    from ..fsutil import check_output_file, json_with, write_output_file
+
+    ours = json_with("format", "boards", "nodes")
+    check_output_file(path, ours)
+    write_output_file(path, json.dumps(profile.to_json(), indent=1) + "\n", ours)

@@ -1,0 +1,124 @@
+"""An uneven split (each node its own number of heads and MLP hidden units) and the split file.
+
+`Split` (codegen/partition.py) already holds any number of heads per device; its hidden units are
+spread evenly. :class:`UnevenSplit` adds hidden units per device; everything that derives a plan
+from a split (plan/structure.py, the ONNX graph, compile) asks the split object for its column
+ranges, so it works unchanged on either.
+
+The split file (``split.json``, written by `cisl plan`, read by `cisl compile --split`) names the
+testbed nodes that take part and what each holds::
+
+    {"format": "cisl-split", "version": 1, "model": {...ModelConfig...}, "keep_ratio": 1.0,
+     "nodes": [0, 1, 2, 4, ...],           # testbed node ids, in plan order (plan node k = nodes[k])
+     "boards": ["nrf52840dk", ...],         # each node's board
+     "heads_per_device": [3, 2, ...], "hidden_per_device": [24, 16, ...],
+     "planner": {...objective, deadline, predicted latency and energy, solver...}}
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+from ..modelspec import ModelConfig
+from ..partition import Split, even_split, ranges
+
+FORMAT = "cisl-split"
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class UnevenSplit(Split):
+    """A split whose hidden units per device are given (empty: even, as `Split`)."""
+
+    hidden_per_device: tuple[int, ...] = ()
+
+    @staticmethod
+    def of(heads: list[int], hidden: list[int], cfg: ModelConfig) -> "UnevenSplit":
+        problem = split_problem(heads, hidden, cfg)
+        if problem:
+            raise UserError(problem)
+        return UnevenSplit(len(heads), cfg.heads, cfg.d_model, cfg.mlp_hidden, tuple(heads), tuple(hidden))
+
+    def hidden_cols(self, k: int) -> tuple[int, int]:
+        sizes = list(self.hidden_per_device) or even_split(self.mlp_hidden, self.devices)
+        return ranges(sizes)[k]
+
+
+def split_problem(heads: list[int], hidden: list[int], cfg: ModelConfig) -> str | None:
+    """What is wrong with a split of ``cfg`` (None: nothing): every node computes (>= 1 head and
+    >= 1 hidden unit), and the counts add up to the model's."""
+    if len(heads) != len(hidden) or not heads:
+        return f"a split needs as many hidden counts as head counts ({len(heads)} vs {len(hidden)}), at least one"
+    if sum(heads) != cfg.heads or sum(hidden) != cfg.mlp_hidden:
+        return (f"the split holds {sum(heads)} heads and {sum(hidden)} hidden units; the model has {cfg.heads} "
+                f"and {cfg.mlp_hidden}")
+    bad = [k for k in range(len(heads)) if heads[k] < 1 or hidden[k] < 1]
+    if bad:
+        return (f"node {bad[0]} of the split has {heads[bad[0]]} heads and {hidden[bad[0]]} hidden units; every "
+                f"node of a plan computes (at least one of each); leave a node out of the split instead")
+    return None
+
+
+def even(cfg: ModelConfig, devices: int) -> UnevenSplit:
+    return UnevenSplit.of(even_split(cfg.heads, devices), even_split(cfg.mlp_hidden, devices), cfg)
+
+
+@dataclass
+class SplitFile:
+    model: ModelConfig
+    keep_ratio: float
+    nodes: list[int]
+    boards: list[str]
+    heads: list[int]
+    hidden: list[int]
+    planner: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def split(self) -> UnevenSplit:
+        return UnevenSplit.of(self.heads, self.hidden, self.model)
+
+    def to_json(self) -> dict:
+        return {"format": FORMAT, "version": VERSION, "model": self.model.to_json(), "keep_ratio": self.keep_ratio,
+                "nodes": self.nodes, "boards": self.boards, "heads_per_device": self.heads,
+                "hidden_per_device": self.hidden, "planner": self.planner}
+
+
+def read_split(path: Path | str) -> SplitFile:
+    """Read and check a split file; every mistake is one line."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: split file not found; write one with `cisl plan --testbed T --deadline MS -o {path}`")
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise UserError(f"{path}: not a split file (JSON: {e})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise UserError(f"{path}: not a cisl split file (format is not '{FORMAT}'); `cisl plan` writes them")
+    if doc.get("version") != VERSION:
+        raise UserError(f"{path}: split file version {doc.get('version')!r}; this cisl reads version {VERSION}: "
+                        f"plan again with `cisl plan`")
+    try:
+        cfg = ModelConfig.from_json(doc["model"])
+        out = SplitFile(cfg, float(doc["keep_ratio"]), [int(v) for v in doc["nodes"]], [str(b) for b in doc["boards"]],
+                        [int(v) for v in doc["heads_per_device"]], [int(v) for v in doc["hidden_per_device"]],
+                        dict(doc.get("planner", {})))
+    except (KeyError, TypeError, ValueError) as e:
+        raise UserError(f"{path}: split file is incomplete or malformed ({e}); plan again with `cisl plan`") from None
+    if not (len(out.nodes) == len(out.boards) == len(out.heads)) or len(set(out.nodes)) != len(out.nodes):
+        raise UserError(f"{path}: nodes, boards and heads_per_device must list the same distinct nodes")
+    problem = split_problem(out.heads, out.hidden, cfg)
+    if problem:
+        raise UserError(f"{path}: {problem}")
+    return out
+
+
+def write_split(path: Path | str, sf: SplitFile) -> None:
+    from ..fsutil import check_output_file, json_with, write_output_file
+
+    ours = json_with("format", "heads_per_device")
+    check_output_file(Path(path), ours)
+    write_output_file(Path(path), json.dumps(sf.to_json(), indent=1) + "\n", ours)

@@ -55,11 +55,14 @@ def profile_cmd(model: Path, testbed_file: Path | None, board: str | None, out_f
 @click.option("--without", default=None, metavar="IDS", help="Nodes to leave out, e.g. 3,7 (dead or reserved).")
 @click.option("-o", "--out", "out_file", type=click.Path(path_type=Path), default=Path("split.json"),
               show_default=True, help="The split file to write (`cisl compile --split` reads it).")
+@click.option("--all-nodes", is_flag=True,
+              help="Every node (but --without's) takes part: re-plan around dead nodes keeping the survivors busy.")
 @click.option("--compare", is_flag=True, help="Also evaluate the even, speed-proportional and CoEdge splits.")
 @click.option("--json", "json_out", type=click.Path(path_type=Path), default=None, help="Also write the result here.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
 def plan_cmd(model: Path, testbed_file: Path, profile_file: Path, deadline_ms: float | None, objective: str,
-             without: str | None, out_file: Path, compare: bool, json_out: Path | None, quiet: bool) -> None:
+             without: str | None, out_file: Path, all_nodes: bool, compare: bool, json_out: Path | None,
+             quiet: bool) -> None:
     """Choose each node's heads and hidden units (or leave it out) to meet --deadline at least energy.
 
     An exact mixed-integer program (scipy.optimize.milp, HiGHS) over the profiled nodes' shares:
@@ -71,7 +74,8 @@ def plan_cmd(model: Path, testbed_file: Path, profile_file: Path, deadline_ms: f
     from ..planner.plan import baselines, format_plan, make_plan, parse_without, write_plan_file
 
     check_output_file(out_file, json_with("format", "heads_per_device"))
-    r = make_plan(model, testbed_file, profile_file, deadline_ms, objective, parse_without(without), say=say(quiet))
+    r = make_plan(model, testbed_file, profile_file, deadline_ms, objective, parse_without(without), say=say(quiet),
+                  all_nodes=all_nodes)
     write_plan_file(out_file, r)
     click.echo(format_plan(r))
     for n in r.notes:

@@ -88,7 +88,8 @@ def explain_infeasible(p: Problem, deadline_ms: float | None) -> str:
         comm = sum(ev.comm_ms)
         return (f"no plan meets the deadline of {deadline_ms:g} ms: the fastest achievable is {ev.latency_ms:.1f} ms "
                 f"({ev.latency_ms - comm:.1f} ms compute on the slowest nodes, {comm:.1f} ms radio) with "
-                f"{len(ev.node_ids)} nodes; relax --deadline to at least {ev.latency_ms:.1f}")
+                f"{len(ev.node_ids)} node{'s' if len(ev.node_ids) != 1 else ''}; relax --deadline to at least "
+                f"{ev.latency_ms:.1f}")
     over = [p.nodes[k] for k in range(len(p.nodes)) if p.budget[k] is not None and fast.node_energy_uj[k] > p.budget[k]]
     named = f"node {over[0]}'s" if over else "the nodes'"
     return (f"no plan meets the deadline{'' if deadline_ms is None else f' of {deadline_ms:g} ms'} within every node's "
@@ -98,7 +99,7 @@ def explain_infeasible(p: Problem, deadline_ms: float | None) -> str:
 
 def make_plan(model_path: Path, testbed_path: Path, profile_path: Path, deadline_ms: float | None,
               objective: str = "energy", without: list[int] | None = None, kernels: str = "nnref",
-              say: Callable[[str], None] = lambda s: None) -> PlanResult:
+              say: Callable[[str], None] = lambda s: None, all_nodes: bool = False) -> PlanResult:
     from ..testbed.config import load_testbed
 
     if objective not in OBJECTIVES:
@@ -137,8 +138,12 @@ def make_plan(model_path: Path, testbed_path: Path, profile_path: Path, deadline
     target = deadline_ms
     solution = None
     for attempt in range(REPLANS + 1):
-        solution = solve_milp(p, target, objective)
+        solution = solve_milp(p, target, objective, all_nodes=all_nodes)
         if solution.assignment is None:
+            if all_nodes and solve_milp(p, target, objective).assignment is not None:
+                raise UserError(f"no plan that uses all {len(candidates)} nodes meets the constraints (a node's memory, "
+                                f"energy budget or the deadline binds); drop --all-nodes to let the planner leave "
+                                f"nodes out")
             raise UserError(explain_infeasible(p, deadline_ms))
         ev = exact(p, solution.assignment, deadline_ms, kernels)
         memory = [v for v in ev.violations if "flash" in v or "RAM" in v]
@@ -168,7 +173,7 @@ def make_plan(model_path: Path, testbed_path: Path, profile_path: Path, deadline
     sf = SplitFile(shape.cfg, shape.keep, [p.nodes[k] for k in part], boards, [a.heads[k] for k in part],
                    [a.hidden[k] for k in part],
                    {"objective": objective, "deadline_ms": deadline_ms, "testbed": str(testbed_path),
-                    "without": without, "model": shape.source, "solver": solution.method,
+                    "without": without, "all_nodes": all_nodes, "model": shape.source, "solver": solution.method,
                     "status": solution.status, "solve_seconds": round(solution.seconds, 3),
                     "predicted": ev.to_json(), "needs_retraining": bool(shape.pruned and (
                         without or shape.trained_devices != len(part)))})

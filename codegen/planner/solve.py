@@ -120,7 +120,7 @@ def _latency_row(p: Problem, L: _Layout) -> tuple[np.ndarray, float]:
 
 
 def solve_milp(p: Problem, deadline_ms: float | None, objective: str = "energy", energy_limits: bool = True,
-               time_limit: float = TIME_LIMIT_S) -> Solution:
+               time_limit: float = TIME_LIMIT_S, all_nodes: bool = False) -> Solution:
     from scipy.optimize import Bounds, LinearConstraint, milp
 
     t0 = time.perf_counter()
@@ -210,7 +210,7 @@ def solve_milp(p: Problem, deadline_ms: float | None, objective: str = "energy",
     lb = np.zeros(L.n)
     for k in range(L.D):
         for h in range(L.H + 1):
-            ub[L.x(k, h)] = 1 if (h == 0 or p.U[k][h] >= 1) else 0
+            ub[L.x(k, h)] = 1 if (h == 0 and not all_nodes or h > 0 and p.U[k][h] >= 1) else 0
         ub[L.u(k)] = p.Fh
     ub[L.z0:L.t0] = 1
     integrality = np.zeros(L.n)
@@ -242,11 +242,11 @@ def _compositions(total: int, parts: int):
         yield [edges[i + 1] - edges[i] for i in range(parts)]
 
 
-def brute_force(p: Problem, deadline_ms: float | None, objective: str = "energy") -> Solution:
+def brute_force(p: Problem, deadline_ms: float | None, objective: str = "energy", all_nodes: bool = False) -> Solution:
     t0 = time.perf_counter()
     D = len(p.nodes)
     best, best_val = None, None
-    for n in range(1, min(D, p.H, p.Fh) + 1):
+    for n in range(D if all_nodes else 1, min(D, p.H, p.Fh) + 1):
         for S in itertools.combinations(range(D), n):
             for hs in _compositions(p.H, n):
                 if any(p.U[k][h] < 1 for k, h in zip(S, hs)):

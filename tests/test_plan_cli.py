@@ -1,0 +1,154 @@
+"""`cisl profile` → `cisl plan` → `cisl compile --split` → `cisl build` → `cisl sim`, as users run it.
+
+A planned split of an unpruned model compiles without retraining and runs bit-exact on the virtual
+testbed, on a mixed testbed and around dead nodes (`--without`); `cisl estimate` of the build
+meets the deadline the plan was made for; bad input is one line and exit code 2.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from clirun import cisl, ok
+from codegen.modelspec import ModelConfig
+from codegen.ops import REGISTRY
+from codegen.planner.profile import BoardProfile, Profile, Rate, node_profile, write_profile
+from codegen.randmodel import make_model_dir
+
+HAVE_ARM = shutil.which("arm-none-eabi-gcc") is not None
+arm = pytest.mark.skipif(not HAVE_ARM, reason="arm-none-eabi-gcc not installed")
+
+SMALL = ModelConfig(lookback=64, patch_len=8, stride=8, padding="none", d_model=32, heads=8, layers=2, mlp_hidden=32,
+                    horizon=8)
+WIDE16 = ModelConfig(lookback=64, patch_len=8, stride=8, padding="none", d_model=32, heads=16, layers=1,
+                     mlp_hidden=32, horizon=8)
+
+
+def _harvest(tb: Path, node: int, budget: float) -> None:
+    """Give one node of a `cisl testbed sim` file an energy budget."""
+    text = tb.read_text()
+    port = f'port = ".cisl-testbed/node_{node:02d}.tty"\n'
+    assert port in text
+    tb.write_text(text.replace(port, port + f'energy_source = "harvest"\nenergy_uj = {budget}\n', 1))
+
+
+@pytest.mark.sim
+@pytest.mark.arm
+@arm
+def test_a_planned_mixed_split_compiles_and_runs_bit_exact_within_its_deadline(tmp_path):
+    model = make_model_dir(tmp_path / "model", SMALL, 4, 1.0, seed=3, rescale=True)
+    tb = tmp_path / "tb.toml"
+    ok(cisl("testbed", "sim", "--nodes", "6", "--models", "nrf52840dk*3,nrf52833dk*3", "-o", str(tb), cwd=tmp_path))
+    _harvest(tb, 4, 2000.0)
+    p = ok(cisl("profile", str(model), "--testbed", str(tb), "-o", "profile.json", "-q", cwd=tmp_path, timeout=600))
+    assert "profiled 6 node(s)" in p.stdout
+    prof = json.loads((tmp_path / "profile.json").read_text())
+    assert sorted(prof["boards"]) == ["nrf52833dk", "nrf52840dk"]
+    assert prof["nodes"][4]["energy_uj"] == 2000.0 and prof["nodes"][3]["board"] == "nrf52833dk"
+    assert prof["boards"]["nrf52840dk"]["rates"]["fc"]["per_unit"] > 1.0  # the cycle model's, not a default
+    ok(cisl("plan", str(model), "--testbed", str(tb), "--objective", "latency", "-o", "fast.json", "-q",
+            cwd=tmp_path, timeout=600))
+    fastest = json.loads((tmp_path / "fast.json").read_text())["planner"]["predicted"]["latency_ms"]
+    deadline = round(1.3 * fastest, 1)
+    p = ok(cisl("plan", str(model), "--testbed", str(tb), "--deadline", str(deadline), "-o", "split.json",
+                "--compare", "--json", "plan.json", "-q", cwd=tmp_path, timeout=600))
+    assert "re-checked exactly" in p.stdout and "even" in p.stdout and "coedge" in p.stdout
+    sf = json.loads((tmp_path / "split.json").read_text())
+    assert 4 not in sf["nodes"] or sf["planner"]["predicted"]["node_energy_uj"][sf["nodes"].index(4)] <= 2000.0
+    assert sf["planner"]["predicted"]["latency_ms"] <= deadline
+    doc = json.loads((tmp_path / "plan.json").read_text())
+    even = doc["baselines"]["even"]
+    assert doc["plan"]["planner"]["predicted"]["energy_uj"] <= even["energy_uj"] or even["violations"]
+    out = tmp_path / "b"
+    ok(cisl("compile", str(model), "--split", "split.json", "-o", str(out), "-q", cwd=tmp_path))
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["testbed_nodes"] == sf["nodes"] and plan["node_boards"] == sf["boards"]
+    assert plan["partition"]["heads_per_device"] == sf["heads_per_device"]
+    assert [hi - lo for lo, hi in plan["partition"]["hidden_cols"]] == sf["hidden_per_device"]
+    ok(cisl("build", str(out), "-q", cwd=tmp_path, timeout=600))
+    p = ok(cisl("sim", str(out), cwd=tmp_path, timeout=600))
+    assert "bit-exact with the int8 reference: yes" in p.stdout
+    ok(cisl("estimate", str(out), "-o", "est.json", cwd=tmp_path, timeout=600))
+    est = json.loads((tmp_path / "est.json").read_text())
+    assert est["latency_ms"]["central"] <= deadline
+
+
+@pytest.mark.sim
+@pytest.mark.arm
+@arm
+def test_replanning_without_dead_nodes_runs_bit_exact(tmp_path):
+    model = make_model_dir(tmp_path / "model", WIDE16, 16, 1.0, seed=3, rescale=True)
+    tb = tmp_path / "tb.toml"
+    ok(cisl("testbed", "sim", "--nodes", "16", "-o", str(tb), cwd=tmp_path))
+    ok(cisl("profile", str(model), "--testbed", str(tb), "-q", cwd=tmp_path, timeout=600))
+    ok(cisl("plan", str(model), "--testbed", str(tb), "--objective", "latency", "--without", "3,7", "--all-nodes",
+            "-o", "s14.json", "-q", cwd=tmp_path, timeout=600))
+    sf = json.loads((tmp_path / "s14.json").read_text())
+    assert sf["nodes"] == [k for k in range(16) if k not in (3, 7)] and not sf["planner"]["needs_retraining"]
+    out = tmp_path / "b14"
+    ok(cisl("compile", str(model), "--split", "s14.json", "-o", str(out), "-q", cwd=tmp_path))
+    ok(cisl("build", str(out), "-q", cwd=tmp_path, timeout=600))
+    p = ok(cisl("sim", str(out), cwd=tmp_path, timeout=600))
+    assert "14 nodes" in p.stdout and "bit-exact with the int8 reference: yes" in p.stdout
+
+
+def _nominal_profile(path: Path, cfg: ModelConfig, boards: list[str]) -> None:
+    rates = {k: Rate(4.0 if REGISTRY[k].work_unit == "MAC" else 10.0, 300.0) for k in REGISTRY}
+    write_profile(path, Profile(cfg, {b: BoardProfile(b, 64e6, rates, "nnref") for b in set(boards)},
+                                [node_profile(k, b, position=(3.0 * k, 0.0)) for k, b in enumerate(boards)]))
+
+
+def _toml(path: Path, cfg: ModelConfig) -> Path:
+    body = "\n".join(f"{k} = {json.dumps(v)}" for k, v in cfg.to_json().items() if k not in ("tokens",))
+    path.write_text(f"[model]\n{body}\n")
+    return path
+
+
+@pytest.mark.faults
+def test_bad_input_is_one_line(tmp_path):
+    tb = tmp_path / "tb.toml"
+    ok(cisl("testbed", "sim", "--nodes", "2", "--models", "nrf52833dk*2", "-o", str(tb), cwd=tmp_path))
+    small = _toml(tmp_path / "small.toml", SMALL)
+    _nominal_profile(tmp_path / "small.json", SMALL, ["nrf52833dk"] * 2)
+    big_cfg = ModelConfig(lookback=128, patch_len=8, stride=8, padding="none", d_model=320, heads=4, layers=2,
+                          mlp_hidden=320, horizon=8)
+    big = _toml(tmp_path / "big.toml", big_cfg)
+    _nominal_profile(tmp_path / "big.json", big_cfg, ["nrf52833dk"] * 2)
+    cases = {
+        "deadline nothing meets": (["plan", str(small), "--testbed", str(tb), "--profile", "small.json",
+                                    "--deadline", "0.5"], "the fastest achievable is"),
+        "nodes cannot hold the model": (["plan", str(big), "--testbed", str(tb), "--profile", "big.json",
+                                         "--objective", "latency"], "the nodes together cannot hold the model"),
+        "profile of another model": (["plan", str(small), "--testbed", str(tb), "--profile", "big.json",
+                                      "--objective", "latency"], "a profile of another model"),
+        "unknown board": (["profile", str(small), "--board", "nrf52832dk"], "unknown board 'nrf52832dk'"),
+        "unknown node": (["plan", str(small), "--testbed", str(tb), "--profile", "small.json", "--objective",
+                          "latency", "--without", "5"], "the testbed has no node 5"),
+        "energy without deadline": (["plan", str(small), "--testbed", str(tb), "--profile", "small.json"],
+                                    "needs --deadline"),
+    }
+    for name, (args, msg) in cases.items():
+        p = cisl(*args, "-o", "out.json", "-q", cwd=tmp_path, timeout=300)
+        assert p.returncode == 2, (name, p.stdout, p.stderr)
+        assert len(p.stderr.strip().splitlines()) == 1 and msg in p.stderr, (name, p.stderr)
+        assert not (tmp_path / "out.json").exists(), name
+
+
+@pytest.mark.faults
+def test_a_pruned_model_replanned_says_it_needs_retraining(tmp_path):
+    model = make_model_dir(tmp_path / "model", SMALL, 4, 0.5, seed=2, rescale=True)
+    tb = tmp_path / "tb.toml"
+    ok(cisl("testbed", "sim", "--nodes", "4", "-o", str(tb), cwd=tmp_path))
+    _nominal_profile(tmp_path / "profile.json", SMALL, ["nrf52840dk"] * 4)
+    p = ok(cisl("plan", str(model), "--testbed", str(tb), "--objective", "latency", "--without", "1", "--all-nodes",
+                "-o", "split.json", "-q", cwd=tmp_path, timeout=300))
+    assert "needs retraining" in p.stderr
+    sf = json.loads((tmp_path / "split.json").read_text())
+    assert sf["planner"]["needs_retraining"] and sf["nodes"] == [0, 2, 3]
+    p = cisl("compile", str(model), "--split", "split.json", "-o", "b", "-q", cwd=tmp_path)
+    assert p.returncode == 2 and "needs retraining" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "b").exists()

@@ -1,0 +1,149 @@
+"""The heterogeneous planner (codegen/planner): the MILP is exact on its model, the model agrees
+with the exact evaluation, and every plan it returns meets every constraint when re-checked.
+
+Profiles here use fixed per-op rates (no cycle model needed); tests/test_plan_cli.py runs the real
+`cisl profile` → `cisl plan` → `cisl compile --split` → `cisl sim` chain.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from codegen.modelspec import ModelConfig
+from codegen.ops import REGISTRY
+from codegen.planner.costs import evaluate
+from codegen.planner.problem import Assignment, build_problem, exact, model_cost
+from codegen.planner.profile import BoardProfile, Profile, Rate, node_profile
+from codegen.planner.solve import brute_force, coedge_plan, even_plan, proportional_plan, solve_milp
+from codegen.planner.split import UnevenSplit, split_problem
+
+pytestmark = pytest.mark.unit
+
+CFG = ModelConfig(lookback=64, patch_len=8, stride=8, padding="none", d_model=16, heads=4, layers=1, mlp_hidden=8,
+                  horizon=8)
+
+
+def rates(mac: float = 2.0, elem: float = 8.0, call: float = 200.0) -> dict[str, Rate]:
+    return {k: Rate(mac if REGISTRY[k].work_unit == "MAC" else elem, call) for k in REGISTRY}
+
+
+def profile(boards: list[str], positions=None, budgets=None, slow: set[str] = frozenset()) -> Profile:
+    bp = {b: BoardProfile(b, 64e6, rates(mac=6.0 if b in slow else 2.0), "nnref") for b in set(boards)}
+    nodes = [node_profile(k, b, "harvest" if budgets and budgets[k] else "battery", budgets[k] if budgets else None,
+                          positions[k] if positions else (3.0 * k, 0.0)) for k, b in enumerate(boards)]
+    return Profile(CFG, bp, nodes)
+
+
+CASES = {
+    # name: boards, positions, energy budgets, U overrides {node: max heads it may hold}
+    "mixed4": (["nrf52840dk", "nrf52840dk", "nrf52833dk", "nrf52833dk"], None, None, {}),
+    "far_node5": (["nrf52840dk"] * 5, [(0, 0), (3, 0), (6, 0), (9, 0), (40, 0)], None, {}),
+    "budgets4": (["nrf52840dk", "nrf52833dk", "nrf52840dk", "nrf52833dk"], None, [None, 900.0, None, 400.0], {}),
+    "memory6": (["nrf52840dk", "nrf52833dk"] * 3, None, None, {1: 1, 3: 1, 5: 1, 0: 2}),
+}
+
+
+@pytest.fixture(scope="module")
+def problems():
+    out = {}
+    for name, (boards, pos, budgets, caps) in CASES.items():
+        prof = profile(boards, pos, budgets, slow={"nrf52833dk"})
+        p = build_problem(prof, CFG, list(range(len(boards))))
+        for k, hmax in caps.items():  # a node that holds fewer heads (as a smaller part would)
+            p.U[k] = [u if h <= hmax else 0 for h, u in enumerate(p.U[k])]
+        out[name] = p
+    return out
+
+
+def _deadlines(p):
+    fastest = model_cost(p, solve_milp(p, None, "latency", energy_limits=False).assignment).latency_ms
+    return [None, fastest * 1.05, fastest * 1.5, fastest * 3.0]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_milp_equals_brute_force(problems, name):
+    p = problems[name]
+    for deadline, objective in itertools.product(_deadlines(p), ("energy", "latency")):
+        if objective == "energy" and deadline is None:
+            continue
+        m, b = solve_milp(p, deadline, objective), brute_force(p, deadline, objective)
+        assert (m.assignment is None) == (b.assignment is None), (name, deadline, objective)
+        if m.assignment is None:
+            continue
+        assert m.status == "optimal"
+        mc, bc = model_cost(p, m.assignment, deadline), model_cost(p, b.assignment, deadline)
+        assert mc.feasible, (name, deadline, mc.why)
+        key = (lambda c: c.energy_uj) if objective == "energy" else (lambda c: c.latency_ms)
+        assert key(mc) == pytest.approx(key(bc), rel=1e-6), (name, deadline, objective, m.assignment, b.assignment)
+
+
+def test_an_unreachable_deadline_is_infeasible_for_both(problems):
+    p = problems["mixed4"]
+    assert solve_milp(p, 0.01).assignment is None and brute_force(p, 0.01).assignment is None
+
+
+def test_memory_caps_and_budgets_bind(problems):
+    p = problems["memory6"]
+    a = solve_milp(p, None, "latency").assignment
+    assert all(a.heads[k] <= 1 for k in (1, 3, 5)) and a.heads[0] <= 2
+    q = problems["budgets4"]
+    slack = 3 * model_cost(q, solve_milp(q, None, "latency", energy_limits=False).assignment).latency_ms
+    e = model_cost(q, solve_milp(q, slack).assignment)
+    assert e.feasible and all(e.node_energy_uj[k] <= q.budget[k] + 1e-6 for k in (1, 3))
+
+
+def test_the_model_agrees_with_the_exact_evaluation(problems):
+    """Compute and memory are exact tables; the rounds are exact for the sets they were simulated on."""
+    p = problems["mixed4"]
+    for heads, hidden in (([1, 1, 1, 1], [2, 2, 2, 2]), ([2, 1, 1, 0], [4, 3, 1, 0]), ([0, 3, 0, 1], [0, 5, 0, 3])):
+        a = Assignment(heads, hidden)
+        mc, ev = model_cost(p, a), exact(p, a)
+        part = a.taking_part
+        for bi in range(len(p.blocks)):
+            model = max((p.A[k][bi][heads[k]] + p.B[k][bi] * hidden[k]) / p.clock[k] * 1e3 for k in part)
+            # every node's ops are priced as the sink's (its head block reduces instead of sending):
+            # an upper bound, within a few per cent
+            assert ev.compute_ms[bi] - 1e-9 <= model <= 1.2 * ev.compute_ms[bi] + 1e-3, (heads, p.blocks[bi])
+            if p.blocks[bi] != "head":
+                assert model == pytest.approx(ev.compute_ms[bi], rel=0.02), (heads, p.blocks[bi])
+        if len(part) == len(p.nodes):  # all nodes: the simulated set itself
+            assert mc.latency_ms == pytest.approx(ev.latency_ms, rel=0.02)
+        assert not ev.violations
+    # the memory staircase is exact: U hidden units fit, one more does not (or U is the whole layer)
+    q = build_problem(profile(["nrf52833dk"] * 2), CFG, [0, 1])
+    assert all(q.U[0][h] == CFG.mlp_hidden for h in range(1, CFG.heads + 1))  # a tiny model fits anywhere
+
+
+def test_baselines_and_the_exact_recheck(problems):
+    p = problems["mixed4"]
+    for sol in (even_plan(p), proportional_plan(p)):
+        assert sum(sol.assignment.heads) == CFG.heads and sum(sol.assignment.hidden) == CFG.mlp_hidden
+    assert even_plan(p).assignment.heads == [1, 1, 1, 1]
+    prop = proportional_plan(p).assignment  # the slow nRF52833 profile gets less
+    assert prop.heads[0] + prop.heads[1] >= prop.heads[2] + prop.heads[3]
+    loose = 3 * model_cost(p, even_plan(p).assignment).latency_ms
+    co = coedge_plan(p, loose)
+    assert co.assignment is not None and model_cost(p, co.assignment, loose).feasible
+    milp = solve_milp(p, loose)
+    assert model_cost(p, milp.assignment).energy_uj <= model_cost(p, co.assignment).energy_uj + 1e-6
+    assert model_cost(p, milp.assignment).energy_uj <= model_cost(p, even_plan(p).assignment).energy_uj + 1e-6
+
+
+def test_uneven_splits_are_checked():
+    assert split_problem([2, 2], [4, 4], CFG) is None
+    assert "holds 3 heads" in split_problem([2, 1], [4, 4], CFG)
+    assert "node 1" in split_problem([4, 0], [4, 4], CFG)
+    s = UnevenSplit.of([3, 1], [2, 6], CFG)
+    assert s.hidden_cols(1) == (2, 8) and s.model_cols(1) == (12, 16)
+    ev = evaluate(profile(["nrf52840dk", "nrf52833dk"]), CFG, [0, 1], [3, 1], [2, 6])
+    assert ev.heads == [3, 1] and len(ev.flash) == 2 and not ev.violations
+
+
+def test_all_nodes_keeps_every_candidate(problems):
+    p = problems["mixed4"]
+    m = solve_milp(p, None, "latency", all_nodes=True)
+    assert all(h > 0 for h in m.assignment.heads)
+    b = brute_force(p, None, "latency", all_nodes=True)
+    assert model_cost(p, m.assignment).latency_ms == pytest.approx(model_cost(p, b.assignment).latency_ms, rel=1e-6)

@@ -224,13 +224,19 @@ def measure_board(cfg: ModelConfig, board: str, work: Path, jobs: int | None = N
     from ..randmodel import make_model_dir
     from ..timing.compute import compute_build
 
+    from ..modelspec import weight_shapes
+
     b = load_board(board)
-    d = devices or min(4, cfg.heads)
+    params = sum(int(np.prod(s)) for s in weight_shapes(cfg).values())
+    d = devices or next((n for n in (4, 8, 16, 32, 64) if n <= cfg.heads and params / n < 600_000),
+                        min(cfg.heads, cfg.mlp_hidden))
     model = make_model_dir(work / "model", cfg, d, 1.0, seed=0, calibration=8, tests=4, rescale=True)
     out = work / "build"
     say(f"profile {board}: reference build of {d} nodes on the cycle model")
-    compile_model(model, out, CompileOptions(devices=d, board=b.name, max_calibration=8))
-    build(out, jobs=jobs)
+    # compiled for the virtual board standing in for this one and linked as qemu-m4 images (the same
+    # code and flags, 1 MB each): the reference's nodes need not fit the part itself
+    compile_model(model, out, CompileOptions(devices=d, board="sim", node_boards=[b.name] * d, max_calibration=8))
+    build(out, "qemu-m4", jobs=jobs, nodes=list(range(min(SAMPLE_NODES, d))))
     from ..plan.io import load_plan
 
     plan = load_plan(out)

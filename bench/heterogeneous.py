@@ -1,0 +1,226 @@
+"""Benchmark (issue 17): the heterogeneous planner against the even split, MoDNN's speed-proportional
+split and CoEdge's method, on three mixed 16-node testbeds and two models.
+
+Testbeds (virtual, `cisl testbed sim --nodes 16` on hallway16's positions):
+
+* ``memory``: 8 × nRF52840 + 8 × nRF52833, alternating along the hallway;
+* ``energy``: 16 × nRF52840, every third node (5 of them) on a small harvest budget per inference;
+* ``far``: 16 × nRF52840, node 15 moved 30 m further down the hallway.
+
+Models (random weights; only shapes matter to the plan and bit-exactness):
+
+* ``fits``: F = 128, H = 16, 2 layers, N = 16 tokens: an even split fits every node;
+* ``nofit``: F = 512, H = 16, 5 layers, N = 8: 7.9 M parameters, an even split gives every node
+  ~0.5 MB of weights, more than an nRF52833 holds.
+
+For each testbed and model: the node profiles (`cisl profile`: the cycle model on a reference build
+per board), the fastest plan (MILP, --objective latency), then at one deadline (``--slack`` × the
+fastest) the MILP's least-energy plan and the three baselines, each evaluated exactly (structure,
+footprint, profiled cycles, the firmware's Mixer rounds simulated on the testbed's positions).
+Every plan that meets its constraints is then compiled (once for the virtual testbed, once for the
+nodes' own boards), linked for each node's own board (the footprint confirmed by the linker) and
+run on the virtual testbed, bit-exact against the int8 reference. Writes
+docs/results/heterogeneous.md (and .json).
+
+The far node's extra distance is in the positions the planner simulates; the virtual testbed's
+medium places nodes by its named topology, so its run checks bit-exactness, not that distance.
+
+    python bench/heterogeneous.py [--slack 1.5] [--only memory-nofit ...] [--no-run] [--work DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import time
+from pathlib import Path
+
+from codegen.modelspec import ModelConfig
+from codegen.planner.costs import Evaluation
+from codegen.planner.problem import Assignment, build_problem, exact, model_cost
+from codegen.planner.profile import Profile, measure_board, node_profile
+from codegen.planner.solve import coedge_plan, even_plan, proportional_plan, solve_milp
+from codegen.planner.split import SplitFile, write_split
+from codegen.radio.topology import topology
+from codegen.randmodel import config_for_tokens, make_model_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+WORK = ROOT / "bench" / "work" / "heterogeneous"
+OUT = ROOT / "docs" / "results"
+HARVEST_UJ = {"fits": 9000.0, "nofit": 60000.0}  # the small budget of the energy testbed's harvest nodes
+
+MODELS = {
+    "fits": config_for_tokens(16, 128, heads=16, layers=2, horizon=24),
+    "nofit": config_for_tokens(8, 512, heads=16, layers=5, horizon=24),
+}
+
+
+def testbeds(model: str) -> dict[str, list[tuple[str, tuple[float, float], float | None]]]:
+    pos = [tuple(float(v) for v in p) for p in topology("hallway16", None, 0).positions]
+    mem = [("nrf52840dk" if k % 2 == 0 else "nrf52833dk", pos[k], None) for k in range(16)]
+    energy = [("nrf52840dk", pos[k], HARVEST_UJ[model] if k % 3 == 2 else None) for k in range(16)]
+    far = [("nrf52840dk", (pos[k][0] + (30.0 if k == 15 else 0.0), pos[k][1]), None) for k in range(16)]
+    return {"memory": mem, "energy": energy, "far": far}
+
+
+def make_profile(cfg: ModelConfig, nodes, boards_cache: dict, work: Path, say) -> Profile:
+    boards = {}
+    for b in sorted({n[0] for n in nodes}):
+        if b not in boards_cache:
+            t0 = time.perf_counter()
+            boards_cache[b] = measure_board(cfg, b, work / f"ref-{b}", say=say)
+            say(f"  profiled {b} in {time.perf_counter() - t0:.0f} s")
+        boards[b] = boards_cache[b]
+    nps = [node_profile(k, b, "harvest" if e else "battery", e, p) for k, (b, p, e) in enumerate(nodes)]
+    return Profile(cfg, boards, nps, None, 0)
+
+
+def run_plan(cfg, profile: Profile, a: Assignment, model_dir: Path, work: Path, label: str, say) -> dict:
+    """Compile the plan for the virtual testbed and for the nodes' boards, link, run bit-exact."""
+    from codegen.build import build
+    from codegen.compile import CompileOptions, compile_model
+    from codegen.vtestbed.run import run_sim
+
+    part = a.taking_part
+    sf = SplitFile(cfg, 1.0, [profile.nodes[k].id for k in part], [profile.nodes[k].board for k in part],
+                   [a.heads[k] for k in part], [a.hidden[k] for k in part], {"bench": label})
+    d = work / label
+    if d.exists():
+        shutil.rmtree(d)
+    d.mkdir(parents=True)
+    write_split(d / "split.json", sf)
+    out: dict = {}
+    t0 = time.perf_counter()
+    hw_board = sf.boards[0]
+    compile_model(model_dir / "model.onnx", d / "hw", CompileOptions(board=hw_board, split=d / "split.json"))
+    try:
+        s = build(d / "hw")
+        out["linked"] = True
+        out["flash"] = [n["flash"] for n in s["nodes"]]
+        out["ram"] = [n["ram"] for n in s["nodes"]]
+    except Exception as e:  # a node that does not fit its board: the linker says so
+        out["linked"] = False
+        out["link_error"] = str(e).splitlines()[0]
+    compile_model(model_dir / "model.onnx", d / "sim", CompileOptions(board="sim", split=d / "split.json"))
+    build(d / "sim")
+    r = run_sim(d / "sim", timeout=600)
+    out["bit_exact"] = bool(r.bit_exact)
+    out["seconds"] = round(time.perf_counter() - t0, 1)
+    say(f"  {label}: linked {out['linked']}, bit-exact {out['bit_exact']} ({out['seconds']} s)")
+    shutil.rmtree(d / "hw" / "_obj", ignore_errors=True)
+    shutil.rmtree(d / "sim" / "_obj", ignore_errors=True)
+    return out
+
+
+def one(testbed: str, model: str, args, say) -> dict:
+    cache = WORK / "results" / f"{testbed}-{model}-s{args.slack}.json"
+    if cache.is_file() and not args.force:
+        return json.loads(cache.read_text())
+    cfg = MODELS[model]
+    work = WORK / f"{testbed}-{model}"
+    work.mkdir(parents=True, exist_ok=True)
+    bc = args.board_cache.setdefault(model, {})
+    prof = make_profile(cfg, testbeds(model)[testbed], bc, WORK / f"profile-{model}", say)
+    t0 = time.perf_counter()
+    p = build_problem(prof, cfg, [n.id for n in prof.nodes], 1.0, True, say=say)
+    build_s = time.perf_counter() - t0
+    fast = solve_milp(p, None, "latency", energy_limits=True)
+    if fast.assignment is None:
+        fast = solve_milp(p, None, "latency", energy_limits=False)
+    fastest = exact(p, fast.assignment)
+    deadline = round(args.slack * fastest.latency_ms, 1)
+    row: dict = {"testbed": testbed, "model": model, "deadline_ms": deadline, "fastest_ms": fastest.latency_ms,
+                 "fastest_nodes": len(fastest.node_ids), "tables_seconds": round(build_s, 2), "methods": {}}
+    milp = solve_milp(p, deadline, "energy")
+    sols = {"milp": milp, "even": even_plan(p), "proportional": proportional_plan(p), "coedge": coedge_plan(p, deadline)}
+    model_dir = WORK / f"model-{model}"
+    if not (model_dir / "model.onnx").is_file():
+        make_model_dir(model_dir, cfg, 16, 1.0, seed=1, calibration=16, tests=8, rescale=True)
+    for name, sol in sols.items():
+        entry: dict = {"status": sol.status, "solve_seconds": round(sol.seconds, 3)}
+        if sol.assignment is not None:
+            ev: Evaluation = exact(p, sol.assignment, deadline)
+            mc = model_cost(p, sol.assignment, deadline)
+            entry.update({"nodes": len(ev.node_ids), "latency_ms": ev.latency_ms, "energy_uj": ev.energy_total_uj,
+                          "model_latency_ms": mc.latency_ms, "model_energy_uj": mc.energy_uj,
+                          "violations": ev.violations, "heads": ev.heads, "hidden": ev.hidden,
+                          "node_ids": ev.node_ids, "max_flash": max(ev.flash), "max_ram": max(ev.ram)})
+            if not args.no_run:
+                entry["run"] = run_plan(cfg, prof, sol.assignment, model_dir, work, name, say)
+        else:
+            entry["message"] = sol.message
+        row["methods"][name] = entry
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps(row, indent=1))
+    return row
+
+
+def _fmt(v, digits=1):
+    return "-" if v is None else f"{v:,.{digits}f}"
+
+
+def report(rows: list[dict], args) -> str:
+    lines = ["# Heterogeneous testbeds: the MILP planner against the even, speed-proportional and CoEdge splits",
+             "", "Generated by `python bench/heterogeneous.py` (issue 17); the method is in the script's docstring "
+             "and docs/design/heterogeneous.md. Deadline = "
+             f"{args.slack} × the fastest plan's latency for that testbed and model. Energy and latency are the "
+             "exact evaluation (profiled cycles of every op, the footprint model, the firmware's Mixer rounds "
+             "simulated on the testbed's positions); *meets* = every node within its flash, RAM and energy "
+             "budget and the latency within the deadline; *linked* = every node's image links for its own "
+             "board; *bit-exact* = the virtual testbed's run against the int8 reference.", ""]
+    lines.append("| testbed | model | deadline ms | method | nodes | latency ms | energy µJ | vs even | meets | "
+                 "linked | bit-exact | solve s |")
+    lines.append("|---|---|---:|---|---:|---:|---:|---:|---|---|---|---:|")
+    for r in rows:
+        even = r["methods"]["even"]
+        for name in ("milp", "even", "proportional", "coedge"):
+            m = r["methods"][name]
+            meets = "yes" if m.get("energy_uj") is not None and not m.get("violations") else (
+                "no: " + (m["violations"][0] if m.get("violations") else m.get("message") or m["status"]))
+            vs = "-"
+            if m.get("energy_uj") is not None and even.get("energy_uj") and not even.get("violations"):
+                vs = f"{100 * (m['energy_uj'] / even['energy_uj'] - 1):+.1f} %"
+            run = m.get("run", {})
+            lines.append(f"| {r['testbed']} | {r['model']} | {r['deadline_ms']:g} | {name} | {m.get('nodes', '-')} | "
+                         f"{_fmt(m.get('latency_ms'), 2)} | {_fmt(m.get('energy_uj'))} | {vs} | {meets} | "
+                         f"{run.get('linked', '-') if run else '-'} | {run.get('bit_exact', '-') if run else '-'} | "
+                         f"{m['solve_seconds']:.2f} |")
+    lines += ["", "Splits of the MILP plans (node: heads/hidden units; nodes left out are not listed):", ""]
+    for r in rows:
+        m = r["methods"]["milp"]
+        if m.get("node_ids"):
+            share = ", ".join(f"{n}: {h}/{u}" for n, h, u in zip(m["node_ids"], m["heads"], m["hidden"]))
+            lines.append(f"* {r['testbed']}, {r['model']}: {share}")
+    lines += ["", "Solve time: the MILP over 16 nodes (272 one-hot head variables, 16 integer hidden counts, "
+              "the products for the radio energy) is the `solve s` column; building its tables (structures, "
+              "footprints, 32 Mixer simulations) took " + ", ".join(f"{r['testbed']}/{r['model']} "
+                                                                   f"{r['tables_seconds']:.0f} s" for r in rows) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--slack", type=float, default=1.5)
+    ap.add_argument("--only", nargs="*", default=None, help="testbed-model pairs, e.g. memory-nofit")
+    ap.add_argument("--no-run", action="store_true", help="plan and evaluate only (no compile, link, sim)")
+    ap.add_argument("--force", action="store_true", help="recompute cached results")
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args()
+    args.board_cache = {}
+    say = print
+    pairs = [(t, m) for m in MODELS for t in ("memory", "energy", "far")]
+    if args.only:
+        pairs = [(t, m) for t, m in pairs if f"{t}-{m}" in args.only]
+    rows = []
+    for t, m in pairs:
+        say(f"== {t} testbed, {m} model")
+        rows.append(one(t, m, args, say))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "heterogeneous.md").write_text(report(rows, args))
+    (args.out / "heterogeneous.json").write_text(json.dumps(rows, indent=1) + "\n")
+    print(f"-> {args.out / 'heterogeneous.md'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -25,7 +25,10 @@ docs/results/heterogeneous.md (and .json).
 The far node's extra distance is in the positions the planner simulates; the virtual testbed's
 medium places nodes by its named topology, so its run checks bit-exactness, not that distance.
 
-    python bench/heterogeneous.py [--slack 1.5] [--only memory-nofit ...] [--no-run] [--work DIR]
+With ``--trained`` the nofit model is also trained (small), planned, compiled for both boards,
+linked, run bit-exact and estimated with `cisl estimate` against its deadline.
+
+    python bench/heterogeneous.py [--slack 1.5] [--only memory-nofit ...] [--no-run] [--trained]
 """
 
 from __future__ import annotations
@@ -156,6 +159,78 @@ def one(testbed: str, model: str, args, say) -> dict:
     return row
 
 
+def trained(args, say) -> dict:
+    """The must-show chain on the memory testbed: the nofit model trained (small: synthetic data, one
+    epoch), planned, compiled for both boards, linked, run bit-exact on the virtual testbed, and its
+    latency from `cisl estimate` (the cycle model of every node's image) against the deadline."""
+    import subprocess
+    import sys
+
+    cache = WORK / "results" / f"trained-s{args.slack}.json"
+    if cache.is_file() and not args.force:
+        return json.loads(cache.read_text())
+    cfg = MODELS["nofit"]
+    work = WORK / "trained"
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    model_keys = {k: v for k, v in cfg.to_json().items() if k != "tokens"}
+    (work / "train.toml").write_text(
+        "[model]\n" + "\n".join(f"{k} = {json.dumps(v)}" for k, v in model_keys.items()) + "\n\n"
+        "[split]\ndevices = 16\n\n[data]\nsynthetic_length = 2000\nsynthetic_channels = 2\n\n"
+        "[train]\nepochs = 1\nbatch_size = 32\nmax_train_windows = 64\ncalibration_samples = 16\n"
+        "test_samples = 8\nthreads = 2\n")
+
+    def cisl(*a: str, timeout: float = 7200) -> str:
+        t0 = time.perf_counter()
+        p = subprocess.run([sys.executable, "-m", "codegen.cli", *a], cwd=work, capture_output=True, text=True,
+                           timeout=timeout)
+        if p.returncode != 0:
+            raise RuntimeError(f"cisl {' '.join(a)}: {p.stderr.strip().splitlines()[-1] if p.stderr.strip() else p.returncode}")
+        say(f"  cisl {a[0]}: {time.perf_counter() - t0:.0f} s")
+        return p.stdout
+
+    tb = work / "tb.toml"
+    models = ",".join("nrf52840dk" if k % 2 == 0 else "nrf52833dk" for k in range(16))
+    cisl("testbed", "sim", "--nodes", "16", "--models", models, "-o", str(tb))
+    cisl("train", "train.toml", "-o", "model", "-q")
+    cisl("profile", "model/model.onnx", "--testbed", str(tb), "-o", "profile.json", "-q")
+    cisl("plan", "model/model.onnx", "--testbed", str(tb), "--objective", "latency", "-o", "fast.json", "-q")
+    fastest = json.loads((work / "fast.json").read_text())["planner"]["predicted"]["latency_ms"]
+    deadline = round(args.slack * fastest, 1)
+    out = cisl("plan", "model/model.onnx", "--testbed", str(tb), "--deadline", str(deadline), "-o", "split.json",
+               "--compare", "-q")
+    sf = json.loads((work / "split.json").read_text())
+    even_link = subprocess.run([sys.executable, "-m", "codegen.cli", "compile", "model/model.onnx", "--testbed",
+                                str(tb), "-b", "nrf52840dk", "-o", "even-hw", "-q"], cwd=work, capture_output=True,
+                               text=True)
+    p = subprocess.run([sys.executable, "-m", "codegen.cli", "build", "even-hw", "-q"], cwd=work,
+                       capture_output=True, text=True)
+    even = {"compile_warnings": [ln for ln in even_link.stderr.splitlines() if ln.startswith("warning")][:2],
+            "build_exit": p.returncode, "build_error": p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""}
+    cisl("compile", "model/model.onnx", "--split", "split.json", "-b", "nrf52840dk", "-o", "hw", "-q")
+    cisl("build", "hw", "-q")
+    hw = json.loads((work / "hw" / "build.json").read_text())
+    cisl("compile", "model/model.onnx", "--split", "split.json", "-o", "sim", "-q")
+    cisl("build", "sim", "-q")  # with board time: every node's image on the cycle model of its own board
+    sim = cisl("sim", "sim")
+    cisl("estimate", "sim", "-o", "estimate.json")
+    est = json.loads((work / "estimate.json").read_text())
+    row = {"deadline_ms": deadline, "fastest_ms": fastest, "split": {k: sf[k] for k in ("nodes", "boards",
+                                                                                      "heads_per_device",
+                                                                                      "hidden_per_device")},
+           "planned_latency_ms": sf["planner"]["predicted"]["latency_ms"],
+           "planned_energy_uj": sf["planner"]["predicted"]["energy_uj"], "compare": out,
+           "even_hw": even, "linked": {b: n for b, n in hw.get("boards", {hw["board"]: []}).items()},
+           "max_flash": {b: max(n["flash"] for n in hw["nodes"] if n["node"] in nodes)
+                         for b, nodes in hw.get("boards", {hw["board"]: [n["node"] for n in hw["nodes"]]}).items()},
+           "bit_exact": "bit-exact with the int8 reference: yes" in sim,
+           "estimate_latency_ms": est["latency_ms"], "estimate_energy_uj": est["network_energy_uj"]}
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps(row, indent=1))
+    return row
+
+
 def _fmt(v, digits=1):
     return "-" if v is None else f"{v:,.{digits}f}"
 
@@ -192,6 +267,23 @@ def report(rows: list[dict], args) -> str:
         if m.get("node_ids"):
             share = ", ".join(f"{n}: {h}/{u}" for n, h, u in zip(m["node_ids"], m["heads"], m["hidden"]))
             lines.append(f"* {r['testbed']}, {r['model']}: {share}")
+    t = getattr(args, "trained_row", None)
+    if t:
+        e = t["estimate_latency_ms"]
+        lines += ["", "## The nofit model trained, planned, compiled for both boards, linked, run", "",
+                  f"`cisl train` (synthetic data, one epoch, 16 devices), `cisl profile`, `cisl plan --deadline "
+                  f"{t['deadline_ms']:g}` ({args.slack} × the fastest plan, {t['fastest_ms']:.1f} ms) on the memory "
+                  f"testbed, `cisl compile --split` for the nodes' boards and for the virtual testbed.", "",
+                  f"* the even split (`cisl compile --testbed`, 16 nodes): {'; '.join(t['even_hw']['compile_warnings']) or 'no warning'}; "
+                  f"`cisl build` exit {t['even_hw']['build_exit']}: {t['even_hw']['build_error']}",
+                  f"* the plan: nodes {t['split']['nodes']}, boards {t['split']['boards']}, heads "
+                  f"{t['split']['heads_per_device']}, hidden units {t['split']['hidden_per_device']}",
+                  f"* linked for their own boards: {t['linked']}; largest image flash per board: {t['max_flash']} B",
+                  f"* virtual testbed bit-exact: {t['bit_exact']}",
+                  f"* latency: planned {t['planned_latency_ms']:.1f} ms; `cisl estimate` {e['central']:.1f} ms "
+                  f"[{e['low']:.1f}..{e['high']:.1f}] against the deadline of {t['deadline_ms']:g} ms "
+                  f"({'within' if e['central'] <= t['deadline_ms'] else 'OVER'})", "", "```", t["compare"].strip(),
+                  "```"]
     lines += ["", "Solve time: the MILP over 16 nodes (272 one-hot head variables, 16 integer hidden counts, "
               "the products for the radio energy) is the `solve s` column; building its tables (structures, "
               "footprints, 32 Mixer simulations) took " + ", ".join(f"{r['testbed']}/{r['model']} "
@@ -205,6 +297,7 @@ def main() -> None:
     ap.add_argument("--only", nargs="*", default=None, help="testbed-model pairs, e.g. memory-nofit")
     ap.add_argument("--no-run", action="store_true", help="plan and evaluate only (no compile, link, sim)")
     ap.add_argument("--force", action="store_true", help="recompute cached results")
+    ap.add_argument("--trained", action="store_true", help="also train the nofit model and run it end to end")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
     args.board_cache = {}
@@ -216,6 +309,9 @@ def main() -> None:
     for t, m in pairs:
         say(f"== {t} testbed, {m} model")
         rows.append(one(t, m, args, say))
+    if args.trained:
+        say("== the nofit model trained and run end to end")
+        args.trained_row = trained(args, say)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "heterogeneous.md").write_text(report(rows, args))
     (args.out / "heterogeneous.json").write_text(json.dumps(rows, indent=1) + "\n")

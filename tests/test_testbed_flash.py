@@ -496,3 +496,22 @@ def test_pyocd_protected_then_recover(tmp_path, monkeypatch, nrf_build):
     with pytest.raises(FlashError) as e:
         PyOCDRunner(bed).reset_one(bed.nodes[1], uids[1])
     assert e.value.kind == "protected" and "debug_port" in str(e.value)
+
+
+def test_a_planned_split_flashes_each_plan_node_onto_its_testbed_node(tmp_path, tools, nrf_build):
+    """`cisl compile --split` of a plan for testbed nodes [0, 2] (node 1 left out): plan node 1's image
+    goes to testbed node 2's probe; node 1 is not touched."""
+    build = tmp_path / "build"
+    shutil.copytree(nrf_build, build)
+    plan = json.loads((build / "plan.json").read_text())
+    plan["testbed_nodes"] = [0, 2]
+    (build / "plan.json").write_text(json.dumps(plan))
+    fake = tools(["683000001", "683000002", "683000003"])
+    tb = write_testbed(tmp_path, "nrfjprog", ["683000001", "683000002", "683000003"])
+    r = invoke("flash", str(build), "--testbed", str(tb))
+    assert r.exit_code == 0, r.output
+    programs = [c for c in fake.calls if "--program" in c]
+    image_of = {c[c.index("-s") + 1]: c[c.index("--program") + 1] for c in programs}
+    assert image_of == {"683000001": str(build / "node_00" / "firmware.hex"),
+                        "683000003": str(build / "node_01" / "firmware.hex")}
+    assert json.loads((tmp_path / ".cisl-testbed" / "flashed.json").read_text())["nodes"] == [0, 2]

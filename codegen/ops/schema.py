@@ -140,6 +140,8 @@ def plan_schema() -> dict:
                        "tool_version": {"type": "string"}, "board": {"type": "string"},
                        # a mixed testbed: per node the board it is (or, virtual, stands in for)
                        "node_boards": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                       # a planned split (cisl compile --split): plan node k is testbed node testbed_nodes[k]
+                       "testbed_nodes": {"type": "array", "items": _NAT, "minItems": 1},
                        "model": model,
                        "devices": {"type": "integer", "minimum": 1}, "sink": _NAT, "mixer": mixer,
                        "qparams": {"type": "object", "additionalProperties": qparam},

@@ -138,22 +138,30 @@ def flash_testbed(build_dir: Path, testbed: Testbed, *, verify: bool = True, res
     build = load_build(build_dir)
     board = build.plan.meta["board"]
     by_id = {n.id: n for n in testbed.nodes}
-    missing = [n.device for n in build.plan.nodes if n.device not in by_id]
+    # a planned split (`cisl compile --split`) runs plan node k on testbed node testbed_nodes[k]
+    where = [int(t) for t in build.plan.meta.get("testbed_nodes") or [n.device for n in build.plan.nodes]]
+    missing = [t for t in where if t not in by_id]
     if missing:
         raise UserError(f"the build has {build.plan.devices} nodes but {testbed.path} has no node {missing[0]}; add "
                         f"[[node]] id = {missing[0]} or compile for fewer devices")
-    nodes = [by_id[n.device] for n in build.plan.nodes]
+    nodes = [by_id[t] for t in where]
+    plan_node = {t: k for k, t in enumerate(where)}
+    if where != list(range(len(where))):
+        if any(n.runner == "sim" for n in nodes):
+            raise UserError(f"{build.dir} runs its nodes on testbed nodes {where}; the virtual testbed numbers its "
+                            f"nodes as the plan does: run it with `cisl sim {build.dir}`")
+        build.images = {t: build.images[k] for k, t in enumerate(where)}
     from ..build import node_target
 
     for n in nodes:
-        own = node_target(build.plan, n.id)  # a mixed testbed's plan: each node's own board
+        own = node_target(build.plan, plan_node[n.id])  # a mixed testbed's plan: each node's own board
         if n.board != own:
             raise UserError(f"{testbed.path}: node {n.id} is a {n.board} board but {build.dir} was compiled for "
                             f"{own} there; compile with --board {n.board} (a mixed testbed: --testbed "
                             f"{testbed.path}), or use a testbed file for {own}")
-        if n.runner == "sim" and n.hardware != build.plan.node_board(n.id):
+        if n.runner == "sim" and n.hardware != build.plan.node_board(plan_node[n.id]):
             raise UserError(f"{testbed.path}: virtual node {n.id} stands in for {n.hardware} but {build.dir} was "
-                            f"planned for a {build.plan.node_board(n.id)} there; compile with --testbed "
+                            f"planned for a {build.plan.node_board(plan_node[n.id])} there; compile with --testbed "
                             f"{testbed.path}")
     lock = threading.Lock()
     t0 = time.monotonic()

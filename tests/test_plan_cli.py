@@ -152,3 +152,41 @@ def test_a_pruned_model_replanned_says_it_needs_retraining(tmp_path):
     p = cisl("compile", str(model), "--split", "split.json", "-o", "b", "-q", cwd=tmp_path)
     assert p.returncode == 2 and "needs retraining" in p.stderr and len(p.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.unit
+def test_profile_from_the_op_lines_of_real_boards(tmp_path):
+    """`cisl profile --logs L --build B`: rates fitted to the DWT cycles the boards printed (`op` lines of
+    a `--profile-ops` build), one board profile per board of the build; logs of another build refused."""
+    from codegen.ops import kind_of
+    from codegen.plan.io import load_plan
+    from codegen.planner.profile import op_units
+
+    model = make_model_dir(tmp_path / "model", SMALL, 2, 1.0, seed=3, rescale=True)
+    tb = tmp_path / "tb.toml"
+    ok(cisl("testbed", "sim", "--nodes", "2", "--models", "nrf52840dk,nrf52833dk", "-o", str(tb), cwd=tmp_path))
+    ok(cisl("compile", str(model), "--testbed", str(tb), "-o", "b", "-q", cwd=tmp_path))
+    plan = load_plan(tmp_path / "b")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    rec = []
+    for k, node in enumerate(plan.nodes):
+        rec.append({"event": "boot", "node": k, "plan": plan.sha256[:16], "board": "nrf52840dk", "clock": "dwt"})
+        shapes = {t: node.tensors[t].shape for t in node.tensors}
+        per = 3.0 if k == 0 else 5.0  # the nRF52833 node is made slower, to see each board's own fit
+        for i, op in enumerate(node.ops):
+            if not kind_of(op).block_marker:
+                rec.append({"event": "op", "node": k, "inf": 0, "i": i,
+                            "cycles": int(per * op_units(op, shapes) + 50)})
+    (logs / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rec))
+    p = ok(cisl("profile", str(model), "--testbed", str(tb), "--logs", "logs", "--build", "b", "-o", "p.json", "-q",
+                cwd=tmp_path))
+    assert "from the logs" in p.stdout
+    prof = json.loads((tmp_path / "p.json").read_text())
+    assert prof["boards"]["nrf52840dk"]["rates"]["fc"]["per_unit"] == pytest.approx(3.0, rel=0.01)
+    assert prof["boards"]["nrf52833dk"]["rates"]["fc"]["per_unit"] == pytest.approx(5.0, rel=0.01)
+    assert prof["boards"]["nrf52840dk"]["rates"]["fc"]["per_op"] == pytest.approx(50.0, abs=2.0)
+    (logs / "records.jsonl").write_text((logs / "records.jsonl").read_text().replace(plan.sha256[:16], "0" * 16))
+    p = cisl("profile", str(model), "--testbed", str(tb), "--logs", "logs", "--build", "b", "-o", "p2.json", "-q",
+             cwd=tmp_path)
+    assert p.returncode == 2 and "logs of another build" in p.stderr and len(p.stderr.strip().splitlines()) == 1

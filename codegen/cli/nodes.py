@@ -20,9 +20,12 @@ from .options import build_dir_argument, loss_options, loss_rates, say
 @click.option("--board-time/--no-board-time", default=True, show_default=True,
               help="sim and qemu-m4 plans: also model the plan's ARM images so the virtual testbed's nodes "
                    "print nRF52840 time.")
+@click.option("--profile-ops", is_flag=True,
+              help="Every op prints its CPU cycles (`op inf= i= cycles=` lines) for `cisl profile --logs`; "
+                   "slower images, for profiling runs only.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
-def build_cmd(build_dir: Path, board: str | None, jobs: int | None, nodes: tuple[int, ...], quiet: bool,
-              board_time: bool) -> None:
+def build_cmd(build_dir: Path, board: str | None, jobs: int | None, nodes: tuple[int, ...], profile_ops: bool,
+              quiet: bool, board_time: bool) -> None:
     """Compile every node in BUILD_DIR into a firmware image (node_NN/firmware.elf), in parallel.
 
     Uses upstream CMSIS-NN when CMSIS_NN_ROOT points at a checkout, else the bundled nnref.
@@ -40,7 +43,7 @@ def build_cmd(build_dir: Path, board: str | None, jobs: int | None, nodes: tuple
     from ..timing.boardtime import build_with_board_time
 
     s, board_time_line = build_with_board_time(build_dir, board, jobs, say(quiet), list(nodes) if nodes else None,
-                                               board_time)
+                                               board_time, profile_ops)
     where = f"{build_dir}/node_NN/" + ("" if s["board"] == s["plan_board"] else f"{s['board']}/")
     click.echo(f"built {len(s['nodes'])} node images for {s['board']} with {s['kernels']} -> {where}")
     if board_time_line is not None:

@@ -16,12 +16,17 @@ from .options import say
 @click.option("--testbed", "testbed_file", type=click.Path(path_type=Path), default=None,
               help="Profile every node of this testbed file (its boards, energy sources and budgets, positions).")
 @click.option("-b", "--board", default=None, help="Profile one node of this board instead of a testbed.")
+@click.option("--logs", "logs_dir", type=click.Path(path_type=Path), default=None,
+              help="Rates from real boards instead: a `cisl logs` folder of a --build made with "
+                   "`cisl build --profile-ops` (its `op` lines, DWT cycles).")
+@click.option("--build", "build_dir", type=click.Path(path_type=Path), default=None,
+              help="The build the --logs ran (for the ops' shapes).")
 @click.option("-o", "--out", "out_file", type=click.Path(path_type=Path), default=Path("profile.json"),
               show_default=True, help="The profile to write.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, help="Parallel jobs (default: CPUs).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
-def profile_cmd(model: Path, testbed_file: Path | None, board: str | None, out_file: Path, jobs: int | None,
-                quiet: bool) -> None:
+def profile_cmd(model: Path, testbed_file: Path | None, board: str | None, logs_dir: Path | None,
+                build_dir: Path | None, out_file: Path, jobs: int | None, quiet: bool) -> None:
     """What every node can do, for `cisl plan`: cycles per unit of work of every op class (a
     reference build of MODEL's shapes on each board, run on the cycle model), free flash and RAM,
     CPU and radio currents, energy budget.
@@ -32,14 +37,19 @@ def profile_cmd(model: Path, testbed_file: Path | None, board: str | None, out_f
     from ..planner.plan import model_shape
     from ..planner.profile import make_profile, write_profile
 
+    from ..errors import UserError
+
     check_output_file(out_file, json_with("format", "boards", "nodes"))
+    if (logs_dir is None) != (build_dir is None):
+        raise UserError("--logs and --build go together: the logs of a run of that build")
     shape = model_shape(model)
-    prof = make_profile(shape.cfg, testbed_file, board, jobs, say(quiet))
+    prof = make_profile(shape.cfg, testbed_file, board, jobs, say(quiet),
+                        (build_dir, logs_dir) if logs_dir is not None else None)
     write_profile(out_file, prof)
     for name, bp in sorted(prof.boards.items()):
         fc = bp.rates.get("fc")
-        click.echo(f"{name}: {len(bp.rates)} op classes" + (f", fc {fc.per_unit:.2f} cycles/MAC + {fc.per_op:.0f} per call"
-                                                            if fc else ""))
+        click.echo(f"{name}: {len(bp.rates)} op classes from the {prof.meta['rates'][name]}"
+                   + (f", fc {fc.per_unit:.2f} cycles/MAC + {fc.per_op:.0f} per call" if fc else ""))
     click.echo(f"profiled {len(prof.nodes)} node(s) -> {out_file}")
 
 

@@ -4,7 +4,8 @@ Per node of a testbed (or for one board):
 
 * **rates**: cycles per unit of work of every op class, ``cycles = per_unit · units + per_op``,
   least-squares over the ops of a reference build of the model's shapes run on the cycle model
-  (codegen/timing; every node checked bit-exact). Units are the op kind's work unit (MACs of
+  (codegen/timing; every node checked bit-exact), or over the ``op`` lines (DWT cycles) that real
+  boards printed for a `cisl build --profile-ops` build recorded by `cisl logs` (``--logs``). Units are the op kind's work unit (MACs of
   fc/bmm/fc_s32, elements of adds, LayerNorm, softmax, rescale) and, for the other kinds, the
   elements they write (somegather: the gathered tensor, with the receive work folded in). The
   reference uses random weights: cycles depend on shapes, not values.
@@ -257,8 +258,51 @@ def measure_board(cfg: ModelConfig, board: str, work: Path, jobs: int | None = N
     return BoardProfile(b.name, float(b.facts["board"]["clock_hz"]), rates, kernel_library().kind)
 
 
+def measure_logs(cfg: ModelConfig, build_dir: Path, logs_dir: Path) -> dict[str, BoardProfile]:
+    """Rates from real boards: the ``op inf= i= cycles=`` lines (DWT cycles) of a run of a build made
+    with `cisl build --profile-ops`, recorded by `cisl logs`; one profile per board of the build."""
+    from ..kernel_library import kernel_library
+    from ..plan.io import load_plan
+    from ..testbed.report import load_run
+
+    plan = load_plan(build_dir)
+    if plan.cfg != cfg:
+        raise UserError(f"{build_dir}: a build of another model; profile with a build of this model")
+    run = load_run(logs_dir)
+    boots = run.of("boot")
+    stale = [r for r in boots if str(r.get("plan")) != plan.sha256[:16]]
+    if not boots or stale:
+        raise UserError(f"{logs_dir}: logs of another build (boot plan={stale[0].get('plan') if stale else '?'}, "
+                        f"{build_dir} is {plan.sha256[:16]}); flash {build_dir} and record it with `cisl logs`")
+    clocks = {str(r.get("clock", "dwt")) for r in boots}
+    if not clocks <= {"dwt", "model"}:
+        raise UserError(f"{logs_dir}: the nodes counted {', '.join(sorted(clocks))}, not CPU cycles; op cycles come "
+                        f"from boards (DWT) or the virtual testbed with board time")
+    ops = run.of("op")
+    if not ops:
+        raise UserError(f"{logs_dir}: no `op` lines; build with `cisl build {build_dir} --profile-ops`, flash it and "
+                        f"record a run with `cisl logs`")
+    units: dict[str, dict[str, list[int]]] = {}
+    cycles: dict[str, dict[str, list[float]]] = {}
+    for r in ops:
+        k, i = int(r["node"]), int(r["i"])
+        node = plan.nodes[k]
+        op = node.ops[i]
+        board = plan.node_board(k)
+        shapes = {t: node.tensors[t].shape for t in node.tensors}
+        units.setdefault(board, {}).setdefault(op.kind, []).append(op_units(op, shapes))
+        cycles.setdefault(board, {}).setdefault(op.kind, []).append(float(r["cycles"]))
+    out = {}
+    for board in sorted(units):
+        clock = float(load_board(board).facts["board"]["clock_hz"])
+        out[board] = BoardProfile(board, clock, {kind: fit_rate(units[board][kind], cycles[board][kind])
+                                                 for kind in sorted(units[board])}, kernel_library().kind)
+    return out
+
+
 def make_profile(cfg: ModelConfig, testbed_path: Path | None = None, board: str | None = None,
-                 jobs: int | None = None, say: Callable[[str], None] = lambda s: None) -> Profile:
+                 jobs: int | None = None, say: Callable[[str], None] = lambda s: None,
+                 logs: tuple[Path, Path] | None = None) -> Profile:
     """`cisl profile`: every node of a testbed (or one node of ``board``), measured on the cycle model."""
     from ..testbed.config import load_testbed
 
@@ -274,14 +318,23 @@ def make_profile(cfg: ModelConfig, testbed_path: Path | None = None, board: str 
     for _, b, *_ in entries:
         load_board(b)  # an unknown board is one line before any work
     nodes = [node_profile(i, b, src, e, pos) for i, b, src, e, pos in entries]
-    boards = {}
+    boards = measure_logs(cfg, logs[0], logs[1]) if logs else {}
     with tempfile.TemporaryDirectory(prefix="cisl-profile-") as tmp:
-        for name in sorted({n.board for n in nodes}):
+        for name in sorted({n.board for n in nodes} - set(boards)):
             boards[name] = measure_board(cfg, name, Path(tmp) / name, jobs, say)
     from .. import __version__
 
     return Profile(cfg, boards, nodes, topology, seed, {"tool_version": __version__,
-                                                        "testbed": str(testbed_path) if testbed_path else None})
+                                                        "testbed": str(testbed_path) if testbed_path else None,
+                                                        "rates": {b: ("logs" if logs and b in measure_logs_boards(logs)
+                                                                      else "cycle model") for b in boards}})
+
+
+def measure_logs_boards(logs: tuple[Path, Path]) -> set[str]:
+    from ..plan.io import load_plan
+
+    plan = load_plan(logs[0])
+    return {plan.node_board(k) for k in range(plan.devices)}
 
 
 def write_profile(path: Path, profile: Profile) -> None:

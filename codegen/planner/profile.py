@@ -242,7 +242,9 @@ def measure_board(cfg: ModelConfig, board: str, work: Path, jobs: int | None = N
 
     plan = load_plan(out)
     sample = list(range(min(SAMPLE_NODES, d)))
-    computed = compute_build(out, jobs=jobs, nodes=sample)
+    # the images are linked as qemu-m4 images: the memory model takes its flash size (the part's
+    # wait states and cache are the board's own)
+    computed = compute_build(out, jobs=jobs, nodes=sample, flash_bytes=load_board("qemu-m4").flash_bytes)
     units: dict[str, list[int]] = {}
     cycles: dict[str, list[float]] = {}
     for nc in computed:

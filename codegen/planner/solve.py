@@ -368,7 +368,18 @@ def coedge_plan(p: Problem, deadline_ms: float | None, objective: str = "energy"
         res = linprog(c, A_ub=np.array(A_ub) if A_ub else None, b_ub=b_ub if b_ub else None, A_eq=np.array(A_eq),
                       b_eq=[1.0], bounds=[(0, cap[i]) for i in range(n)] + [(0, None)] * nb, method="highs")
         if res.status != 0:
-            return Solution("coedge", None, "infeasible", time.perf_counter() - t0, None, res.message)
+            # CoEdge §V: "the algorithm returns an infeasible signal ... we choose to offload all
+            # workload to the device that can minimize the end-to-end execution latency"
+            solo = [Assignment([p.H if j == k else 0 for j in range(len(p.nodes))],
+                               [p.Fh if j == k else 0 for j in range(len(p.nodes))])
+                    for k in range(len(p.nodes)) if p.U[k][p.H] >= p.Fh]
+            if not solo:
+                return Solution("coedge", None, "infeasible", time.perf_counter() - t0, None, res.message)
+            a = min(solo, key=lambda x: model_cost(p, x).latency_ms)
+            mc = model_cost(p, a, deadline_ms)
+            return Solution("coedge", a, "heuristic" if mc.feasible else "infeasible", time.perf_counter() - t0,
+                            mc.energy_uj if objective == "energy" else mc.latency_ms,
+                            f"LP infeasible with {n} nodes: all work on node {p.nodes[a.taking_part[0]]} (CoEdge's fallback)")
         lam = list(res.x[:n])
         small = [i for i in range(n) if lam[i] * p.H < 1 - 1e-9]
         if not small:

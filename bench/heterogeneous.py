@@ -43,6 +43,7 @@ from codegen.modelspec import ModelConfig
 from codegen.planner.costs import Evaluation
 from codegen.planner.problem import Assignment, build_problem, exact, model_cost
 from codegen.planner.profile import Profile, measure_board, node_profile
+from codegen.planner.plan import solve_checked
 from codegen.planner.solve import coedge_plan, even_plan, proportional_plan, solve_milp
 from codegen.planner.split import SplitFile, write_split
 from codegen.radio.topology import topology
@@ -135,7 +136,7 @@ def one(testbed: str, model: str, args, say) -> dict:
     deadline = round(args.slack * fastest.latency_ms, 1)
     row: dict = {"testbed": testbed, "model": model, "deadline_ms": deadline, "fastest_ms": fastest.latency_ms,
                  "fastest_nodes": len(fastest.node_ids), "tables_seconds": round(build_s, 2), "methods": {}}
-    milp = solve_milp(p, deadline, "energy")
+    milp, _ = solve_checked(p, deadline, "energy")  # re-checked exactly, tightened where the model was optimistic
     sols = {"milp": milp, "even": even_plan(p), "proportional": proportional_plan(p), "coedge": coedge_plan(p, deadline)}
     model_dir = WORK / f"model-{model}"
     if not (model_dir / "model.onnx").is_file():
@@ -253,14 +254,28 @@ def report(rows: list[dict], args) -> str:
             m = r["methods"][name]
             meets = "yes" if m.get("energy_uj") is not None and not m.get("violations") else (
                 "no: " + (m["violations"][0] if m.get("violations") else m.get("message") or m["status"]))
-            vs = "-"
-            if m.get("energy_uj") is not None and even.get("energy_uj") and not even.get("violations"):
+            vs = "-"  # against the even split's energy, whether or not that split meets the constraints
+            if m.get("energy_uj") is not None and even.get("energy_uj"):
                 vs = f"{100 * (m['energy_uj'] / even['energy_uj'] - 1):+.1f} %"
             run = m.get("run", {})
             lines.append(f"| {r['testbed']} | {r['model']} | {r['deadline_ms']:g} | {name} | {m.get('nodes', '-')} | "
                          f"{_fmt(m.get('latency_ms'), 2)} | {_fmt(m.get('energy_uj'))} | {vs} | {meets} | "
                          f"{run.get('linked', '-') if run else '-'} | {run.get('bit_exact', '-') if run else '-'} | "
                          f"{m['solve_seconds']:.2f} |")
+    lines += ["", "**Energy against the even split at the same deadline** (the issue's target: at least 25 % less "
+              "on the energy-mixed testbed; CoEdge reports 25.5–66.9 % against its baselines):", ""]
+    for r in rows:
+        m, e = r["methods"]["milp"], r["methods"]["even"]
+        if m.get("energy_uj") and e.get("energy_uj"):
+            saved = 1 - m["energy_uj"] / e["energy_uj"]
+            lines.append(f"* {r['testbed']}, {r['model']}: {100 * saved:.1f} % less ({m['energy_uj']:,.0f} vs "
+                         f"{e['energy_uj']:,.0f} µJ){'' if not e.get('violations') else '; the even split does not even meet the constraints (' + e['violations'][0] + ')'}")
+    lines += ["", "Why so much: every node that takes part in a Mixer round is on air (and its CPU polls) for the "
+              "whole round, so each node costs the round's energy whatever its share; the compute is nearly the "
+              "same in total however it is split. Below the deadline the plan therefore uses as few nodes as the "
+              "memory and the deadline allow. The radio and CPU currents are the boards' datasheet figures "
+              "(board.toml [power]); with the firmware sleeping between slots instead of polling the gap would "
+              "shrink (docs/design/timing.md, \"Energy\").", ""]
     lines += ["", "Splits of the MILP plans (node: heads/hidden units; nodes left out are not listed):", ""]
     for r in rows:
         m = r["methods"]["milp"]

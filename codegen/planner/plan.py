@@ -135,13 +135,40 @@ def make_plan(model_path: Path, testbed_path: Path, profile_path: Path, deadline
                      f"was trained for, so the plan for the surviving nodes needs retraining: `cisl train --split "
                      f"SPLIT.json` (then compile); an unpruned model compiles for it directly")
     p = build_problem(profile, shape.cfg, candidates, shape.keep, shape.rescale, kernels, say)
+    solution, ev = solve_checked(p, deadline_ms, objective, all_nodes, kernels, say)
+    a = solution.assignment
+    part = a.taking_part
+    boards = [p.profile.node(p.nodes[k]).board for k in part]
+    sf = SplitFile(shape.cfg, shape.keep, [p.nodes[k] for k in part], boards, [a.heads[k] for k in part],
+                   [a.hidden[k] for k in part],
+                   {"objective": objective, "deadline_ms": deadline_ms, "testbed": str(testbed_path),
+                    "without": without, "all_nodes": all_nodes, "model": shape.source, "solver": solution.method,
+                    "status": solution.status, "solve_seconds": round(solution.seconds, 3),
+                    "predicted": ev.to_json(), "needs_retraining": bool(shape.pruned and (
+                        without or shape.trained_devices != len(part)))})
+    return PlanResult(sf, ev, solution, p, notes)
+
+
+def solve_checked(p: Problem, deadline_ms: float | None, objective: str = "energy", all_nodes: bool = False,
+                  kernels: str = "nnref", say: Callable[[str], None] = lambda s: None) -> tuple[Solution, Evaluation]:
+    """The MILP's plan, re-checked exactly; where the model was optimistic, the deadline (or a
+    node's energy budget) is tightened by the difference and the problem solved again. A plan is
+    returned only if the exact evaluation meets every constraint."""
+    budgets = list(p.budget)
+    try:
+        return _solve_checked(p, deadline_ms, objective, all_nodes, kernels, say)
+    finally:
+        p.budget = budgets  # the tightened budgets were the search's, not the testbed's
+
+
+def _solve_checked(p, deadline_ms, objective, all_nodes, kernels, say):
     target = deadline_ms
     solution = None
     for attempt in range(REPLANS + 1):
         solution = solve_milp(p, target, objective, all_nodes=all_nodes)
         if solution.assignment is None:
             if all_nodes and solve_milp(p, target, objective).assignment is not None:
-                raise UserError(f"no plan that uses all {len(candidates)} nodes meets the constraints (a node's memory, "
+                raise UserError(f"no plan that uses all {len(p.nodes)} nodes meets the constraints (a node's memory, "
                                 f"energy budget or the deadline binds); drop --all-nodes to let the planner leave "
                                 f"nodes out")
             raise UserError(explain_infeasible(p, deadline_ms))
@@ -165,19 +192,9 @@ def make_plan(model_path: Path, testbed_path: Path, profile_path: Path, deadline
                 if nid in ev.node_ids and p.budget[k] is not None:
                     e = ev.energy_uj[ev.node_ids.index(nid)]
                     if e > p.budget[k]:
-                        p.budget[k] -= e - p.budget[k]
+                        p.budget[k] -= 1.01 * (e - p.budget[k])
     assert solution is not None and solution.assignment is not None
-    a = solution.assignment
-    part = a.taking_part
-    boards = [p.profile.node(p.nodes[k]).board for k in part]
-    sf = SplitFile(shape.cfg, shape.keep, [p.nodes[k] for k in part], boards, [a.heads[k] for k in part],
-                   [a.hidden[k] for k in part],
-                   {"objective": objective, "deadline_ms": deadline_ms, "testbed": str(testbed_path),
-                    "without": without, "all_nodes": all_nodes, "model": shape.source, "solver": solution.method,
-                    "status": solution.status, "solve_seconds": round(solution.seconds, 3),
-                    "predicted": ev.to_json(), "needs_retraining": bool(shape.pruned and (
-                        without or shape.trained_devices != len(part)))})
-    return PlanResult(sf, ev, solution, p, notes)
+    return solution, ev
 
 
 def baselines(p: Problem, deadline_ms: float | None, objective: str = "energy") -> dict[str, tuple]:

@@ -187,12 +187,15 @@ def _solve_checked(p, deadline_ms, objective, all_nodes, kernels, say):
             target = (target or ev.latency_ms) - (ev.latency_ms - mc.latency_ms) - 1e-3 * deadline_ms
             say(f"plan: the exact re-check is {ev.latency_ms - mc.latency_ms:+.2f} ms off the model; tightening the "
                 f"deadline to {target:.2f} ms")
-        else:  # an energy budget: tighten every budget the re-check broke by its excess
-            for k, nid in enumerate(p.nodes):
-                if nid in ev.node_ids and p.budget[k] is not None:
-                    e = ev.energy_uj[ev.node_ids.index(nid)]
-                    if e > p.budget[k]:
-                        p.budget[k] -= 1.01 * (e - p.budget[k])
+        else:  # an energy budget: tighten every budget by the largest relative excess the re-check found
+            excess = max((ev.energy_uj[ev.node_ids.index(nid)] / p.budget[k] for k, nid in enumerate(p.nodes)
+                          if nid in ev.node_ids and p.budget[k] is not None), default=1.0)
+            if excess > 1.0:
+                for k in range(len(p.nodes)):
+                    if p.budget[k] is not None:
+                        p.budget[k] /= 1.01 * excess
+                say(f"plan: the exact re-check found a node {100 * (excess - 1):.1f} % over its energy budget; "
+                    f"tightening every budget by that")
     assert solution is not None and solution.assignment is not None
     return solution, ev
 

@@ -17,8 +17,8 @@ A node k of the testbed either stays out (x[k,0] = 1) or computes with h in 1..H
   topology), and ε[k] = δ[k] − mean δ, where δ[k] is what the all-nodes rounds lose without node k:
   a node far down the hallway costs its rounds more than its share. Exact for all nodes, first
   order beyond (the plan is re-checked exactly);
-* **energy** of node k: ``e_cyc[k]·cycles + e_comm[k]·p_k·T(S)`` (the CPU runs during rounds, the
-  radio is on for the node's measured share of them), µJ.
+* **energy** of node k: ``e_cyc[k]·cycles + e_comm[k][n]·p_k·T(S)`` (the CPU runs during rounds, the
+  radio is on for the busiest node's measured share of n-node rounds: fewer nodes each send more), µJ.
 
 :func:`model_cost` evaluates this model for one assignment; the MILP (:mod:`.solve`) and brute
 force minimise it, and :func:`.costs.evaluate` re-checks the winner exactly.
@@ -54,7 +54,7 @@ class Problem:
     eps: list[list[float]]                 # [k][b] µs node k adds to its rounds beyond an average node
     delta: list[list[float]]               # [k][b] µs the all-nodes rounds lose without node k
     e_cyc: list[float]                     # µJ per cycle
-    e_comm: list[float]                    # µJ per µs of rounds
+    e_comm: list[list[float]]              # [k][n] µJ per µs of rounds with n nodes taking part
     budget: list[float | None]             # µJ per inference
     notes: list[str] = field(default_factory=list)
 
@@ -161,27 +161,32 @@ def build_problem(profile: Profile, cfg: ModelConfig, nodes: list[int], keep: fl
         t, _ = block_us(nodes[:k] + nodes[k + 1:]) if D > 1 else ([0.0] * len(blocks), [])
         delta.append([T_all[b] - t[b] for b in range(len(blocks))])
     eps, best = node_excess(delta)
+    from ..timing.energy import load_power, radio_use
+
+    def shares(rounds, n: int) -> tuple[float, float]:
+        """The largest TX-on and RX-on share of the rounds' air time over the n nodes (fewer nodes:
+        each transmits more often)."""
+        air = sum(r.air_us.mean for r in rounds) or 1.0
+        uses = [radio_use(rounds, k) for k in range(n)]
+        return (max(u.tx_on_us.central for u in uses) / air, max(u.rx_on_us.central for u in uses) / air)
+
     Tn = [[0.0] * len(blocks), [0.0] * len(blocks)]
+    frac = [(0.0, 0.0), (0.0, 0.0)]
     for n in range(2, D + 1):
         # the n best-connected nodes, their own ε taken out, so Tn + Σ ε of any n nodes is the model
         ids = sorted(best[:n])
-        t = T_all if n == D else block_us([nodes[i] for i in ids])[0]
+        t, rounds = (T_all, rounds_all) if n == D else block_us([nodes[i] for i in ids])
         Tn.append([t[b] - sum(eps[i][b] for i in ids) for b in range(len(blocks))])
-    from ..timing.energy import load_power, radio_use
+        frac.append(shares(rounds, n) if rounds else (0.0, 0.0))
 
     e_cyc, e_comm, budget = [], [], []
-    total = sum(T_all) or 1.0
     for k, nid in enumerate(nodes):
         p = load_power(boards[k])
         v, i_cpu = p.voltage_v, p.cpu_active_ma.central
         e_cyc.append(v * i_cpu / clock[k] * 1e3)  # V·mA·s = mJ -> µJ per cycle: ·1e3
-        if rounds_all:
-            use = radio_use(rounds_all, k)
-            tx, rx = use.tx_on_us.central / total, use.rx_on_us.central / total
-        else:
-            tx = rx = 0.0
-        # V·mA·µs = nJ -> µJ: ·1e-3 (the CPU polls through the whole round; the radio its share)
-        e_comm.append(v * (i_cpu + p.tx_ma().central * tx + p.rx_ma("2M").central * rx) * 1e-3)
+        # per node count n: V·mA·µs = nJ -> µJ: ·1e-3 (the CPU polls through the whole round; the
+        # radio is on for the busiest node's share of it)
+        e_comm.append([v * (i_cpu + p.tx_ma().central * tx + p.rx_ma("2M").central * rx) * 1e-3 for tx, rx in frac])
         budget.append(profile.node(nid).energy_uj)
     return Problem(cfg, keep, rescale, profile, list(nodes), blocks, A, B, U, clock, Tn, eps, delta, e_cyc, e_comm,
                    budget)
@@ -262,7 +267,9 @@ def model_cost(p: Problem, a: Assignment, deadline_ms: float | None = None) -> M
             energy.append(0.0)
             continue
         cyc = sum(p.A[k][b][a.heads[k]] + p.B[k][b] * a.hidden[k] for b in range(len(p.blocks)))
-        energy.append(p.e_cyc[k] * cyc + p.e_comm[k] * sum(T))
+        n = len(part)
+        base = sum(p.Tn[n]) if n >= 2 else 0.0  # the n-node rounds at n nodes' radio shares; ε at the dearest
+        energy.append(p.e_cyc[k] * cyc + p.e_comm[k][n] * base + max(p.e_comm[k]) * (sum(T) - base))
         if p.budget[k] is not None and energy[-1] > p.budget[k] * (1 + 1e-9):
             why.append(f"node {p.nodes[k]} over its energy budget")
     if not part:

@@ -14,7 +14,7 @@ so no recursive elimination is needed for optimality.
          t[b] ≥ (Σ_h A[k][b][h]·x[k,h] + B[k][b]·u[k]) / f_k          (every node, every block)
          T = Σ_n z[n]·Tn[n] + Σ_k ε_k·(p_k − w[k,1])                  (rounds; none for one node)
          L = Σ_b t[b] + T ≤ deadline
-         E_k = e_cyc·cycles_k + e_comm·(Σ_n w[k,n]·Tn[n] + ε_k·(p_k − w[k,1]) + Σ_{j≠k} ε_j·y[k,j]) ≤ budget_k
+         E_k = e_cyc·cycles_k + Σ_n w[k,n]·e_comm[n]·Tn[n] + ē_comm·(ε_k·(p_k − w[k,1]) + Σ_{j≠k} ε_j·y[k,j]) ≤ budget_k
 
 **Brute force** enumerates every set of nodes and every composition of heads and hidden units
 over it and evaluates :func:`.problem.model_cost` directly (tests: D ≤ 6).
@@ -91,13 +91,14 @@ def _energy_rows(p: Problem, L: _Layout) -> tuple[np.ndarray, np.ndarray]:
             rows[k, L.x(k, h)] += p.e_cyc[k] * sum(p.A[k][b][h] for b in range(L.nb))
         rows[k, L.u(k)] += p.e_cyc[k] * sum(p.B[k])
         for n in range(1, L.D + 1):
-            rows[k, L.w(k, n)] += p.e_comm[k] * Tn[n]
-        # ε_k·(p_k − w[k,1]), p_k = 1 − x[k,0]
-        const[k] += p.e_comm[k] * eps[k]
-        rows[k, L.x(k, 0)] -= p.e_comm[k] * eps[k]
-        rows[k, L.w(k, 1)] -= p.e_comm[k] * eps[k]
+            rows[k, L.w(k, n)] += p.e_comm[k][n] * Tn[n]
+        # ε_k·(p_k − w[k,1]), p_k = 1 − x[k,0], priced at the dearest node count (ε ≥ 0 but the rank term)
+        ek = max(p.e_comm[k])
+        const[k] += ek * eps[k]
+        rows[k, L.x(k, 0)] -= ek * eps[k]
+        rows[k, L.w(k, 1)] -= ek * eps[k]
     for i, (k, j) in enumerate(L.pairs):
-        rows[k, L.y(i)] += p.e_comm[k] * eps[j]
+        rows[k, L.y(i)] += max(p.e_comm[k]) * eps[j]
     return rows, const
 
 
@@ -357,7 +358,7 @@ def coedge_plan(p: Problem, deadline_ms: float | None, objective: str = "energy"
                 c1 = sum(lin(k, b)[1] for b in range(nb))
                 r[i] = p.e_cyc[k] * c1
                 A_ub.append(r)
-                b_ub.append(p.budget[k] - p.e_cyc[k] * c0 - p.e_comm[k] * sum(T))
+                b_ub.append(p.budget[k] - p.e_cyc[k] * c0 - p.e_comm[k][n] * sum(T))
         A_eq = [np.concatenate([np.ones(n), np.zeros(nb)])]
         c = np.zeros(nv)
         if objective == "energy":

@@ -269,6 +269,7 @@ def before_after(runs: dict[str, dict], legacy: dict[str, dict], q: float = 0.1)
              f"| seed | no dropout, q = 0 | trained at {100 * q:g} %, q = 0 | vs no dropout | before: trained at "
              f"{100 * q:g} %, q = 0 | trained at {100 * q:g} %, q = {100 * q:g} % | before | within 3 % / as robust |",
              "|---|---|---|---|---|---|---|---|"]
+    rows: list[tuple] = []
     for s in seeds:
         dense, dr = runs[f"fig7-D8-s{s}-dense"], runs[f"fig8-D8-s{s}-q{qs}"]
         nd = {"test_mse_at_q": {"0": dense["test_mse"]}, "val_mse_at_q": {"0": dense["train"]["val_mse"]}}
@@ -283,6 +284,22 @@ def before_after(runs: dict[str, dict], legacy: dict[str, dict], q: float = 0.1)
             "yes" if dr[k][qs] <= old[k][qs] else "no" for k in ("test_mse_at_q", "val_mse_at_q"))
         lines.append(f"| {s} | {pair(nd, '0')} | {pair(dr, '0')} | {100 * rel[0]:+.1f} % / {100 * rel[1]:+.1f} % | "
                      f"{pair(old, '0')} | {pair(dr, qs)} | {pair(old, qs)} | {within}; {robust} |")
+        rows.append((nd, dr, old))
+    if len(rows) > 1:  # the seeds' mean: the target read over the seeds, as the issue states it
+        def mean(which: int, key: str, at: str) -> float | None:
+            vals = [r[which][key][at] for r in rows if r[which] is not None]
+            return sum(vals) / len(vals) if len(vals) == len(rows) else None
+
+        def mpair(which: int, at: str) -> str:
+            t, v = mean(which, "test_mse_at_q", at), mean(which, "val_mse_at_q", at)
+            return "—" if t is None else f"{t:.4f} / {v:.4f}"
+
+        rel = [mean(1, k, "0") / mean(0, k, "0") - 1 for k in ("test_mse_at_q", "val_mse_at_q")]
+        within = " / ".join("yes" if r <= 0.03 else "no" for r in rel)
+        robust = "—" if mean(2, "test_mse_at_q", qs) is None else " / ".join(
+            "yes" if mean(1, k, qs) <= mean(2, k, qs) else "no" for k in ("test_mse_at_q", "val_mse_at_q"))
+        lines.append(f"| mean of {len(rows)} | {mpair(0, '0')} | {mpair(1, '0')} | {100 * rel[0]:+.1f} % / "
+                     f"{100 * rel[1]:+.1f} % | {mpair(2, '0')} | {mpair(1, qs)} | {mpair(2, qs)} | {within}; {robust} |")
     return lines + [""]
 
 

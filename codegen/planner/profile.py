@@ -181,17 +181,10 @@ class Profile:
 
 
 def read_profile(path: Path | str) -> Profile:
+    from .split import read_document
+
     path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{path}: profile not found; make one with `cisl profile MODEL --testbed T -o {path}`")
-    try:
-        d = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise UserError(f"{path}: not a profile (JSON: {e})") from None
-    if not isinstance(d, dict) or d.get("format") != FORMAT:
-        raise UserError(f"{path}: not a cisl profile (format is not '{FORMAT}'); `cisl profile` writes them")
-    if d.get("version") != VERSION:
-        raise UserError(f"{path}: profile version {d.get('version')!r}, this cisl reads {VERSION}: profile again")
+    d = read_document(path, FORMAT, VERSION, "profile", "cisl profile MODEL --testbed T")
     try:
         return Profile(ModelConfig.from_json(d["model"]),
                        {k: BoardProfile.from_json(v) for k, v in d["boards"].items()},

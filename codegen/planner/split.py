@@ -87,20 +87,28 @@ class SplitFile:
                 "hidden_per_device": self.hidden, "planner": self.planner}
 
 
-def read_split(path: Path | str) -> SplitFile:
-    """Read and check a split file; every mistake is one line."""
-    path = Path(path)
+def read_document(path: Path, fmt: str, version: int, what: str, maker: str) -> dict:
+    """A cisl JSON document of format ``fmt``: one line naming the file and the fix for a missing
+    file, bad JSON, another format or another version (``maker``: the command that writes it)."""
     if not path.is_file():
-        raise UserError(f"{path}: split file not found; write one with `cisl plan --testbed T --deadline MS -o {path}`")
+        raise UserError(f"{path}: {what} not found; write one with `{maker} -o {path}`")
     try:
         doc = json.loads(path.read_text())
     except (OSError, ValueError) as e:
-        raise UserError(f"{path}: not a split file (JSON: {e})") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise UserError(f"{path}: not a cisl split file (format is not '{FORMAT}'); `cisl plan` writes them")
-    if doc.get("version") != VERSION:
-        raise UserError(f"{path}: split file version {doc.get('version')!r}; this cisl reads version {VERSION}: "
-                        f"plan again with `cisl plan`")
+        raise UserError(f"{path}: not a {what} (JSON: {e})") from None
+    if not isinstance(doc, dict) or doc.get("format") != fmt:
+        raise UserError(f"{path}: not a cisl {what} (format is not '{fmt}'); `{maker.split(' ')[0]} "
+                        f"{maker.split(' ')[1]}` writes them")
+    if doc.get("version") != version:
+        raise UserError(f"{path}: {what} version {doc.get('version')!r}; this cisl reads version {version}: "
+                        f"write it again with `{maker}`")
+    return doc
+
+
+def read_split(path: Path | str) -> SplitFile:
+    """Read and check a split file; every mistake is one line."""
+    path = Path(path)
+    doc = read_document(path, FORMAT, VERSION, "split file", "cisl plan MODEL --testbed T --deadline MS")
     try:
         cfg = ModelConfig.from_json(doc["model"])
         out = SplitFile(cfg, float(doc["keep_ratio"]), [int(v) for v in doc["nodes"]], [str(b) for b in doc["boards"]],

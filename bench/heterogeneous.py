@@ -293,7 +293,7 @@ def report(rows: list[dict], args) -> str:
                   f"`cisl build` exit {t['even_hw']['build_exit']}: {t['even_hw']['build_error']}",
                   f"* the plan: nodes {t['split']['nodes']}, boards {t['split']['boards']}, heads "
                   f"{t['split']['heads_per_device']}, hidden units {t['split']['hidden_per_device']}",
-                  f"* linked for their own boards: {t['linked']}; largest image flash per board: {t['max_flash']} B",
+                  f"* linked for their own boards (plan node numbers per board): {t['linked']}; largest image flash per board: {t['max_flash']} B",
                   f"* virtual testbed bit-exact: {t['bit_exact']}",
                   f"* latency: planned {t['planned_latency_ms']:.1f} ms; `cisl estimate` {e['central']:.1f} ms "
                   f"[{e['low']:.1f}..{e['high']:.1f}] against the deadline of {t['deadline_ms']:g} ms "

@@ -94,6 +94,12 @@ def test_replanning_without_dead_nodes_runs_bit_exact(tmp_path):
     ok(cisl("build", str(out), "-q", cwd=tmp_path, timeout=600))
     p = ok(cisl("sim", str(out), cwd=tmp_path, timeout=600))
     assert "14 nodes" in p.stdout and "bit-exact with the int8 reference: yes" in p.stdout
+    # the survivors where the testbed file puts them, one far away: messages are lost, never wrong
+    from codegen.vtestbed.run import run_sim
+
+    far = [[3.0 * k, 0.0] for k in range(13)] + [[80.0, 0.0]]
+    r = run_sim(out, radio="positions", radio_positions=far, timeout=300, logs_dir=tmp_path / "far-logs")
+    assert r.bit_exact and not r.problems and r.delivered < r.expected
 
 
 def _nominal_profile(path: Path, cfg: ModelConfig, boards: list[str]) -> None:

@@ -130,6 +130,30 @@ def test_a_crashing_node_fails_the_run_at_once(lab):
     assert "FAILED:" in p.stderr
 
 
+def test_a_testbed_laid_out_by_its_own_positions(lab):
+    """[sim] topology = "positions": the medium places the nodes where the testbed file says (a lab's
+    layout, a node far down the hallway); the run stays bit-exact with the messages that radio lost."""
+    pos = lab / "pos"
+    pos.mkdir(exist_ok=True)
+    rows = "".join(f'[[node]]\nid = {k}\nport = "n{k}.tty"\nposition = [{x}, 0.0]\n'
+                   for k, x in enumerate((0.0, 3.0, 6.0, 24.0)))
+    tb = pos / "tb.toml"
+    tb.write_text(f'[defaults]\nboard = "sim"\nrunner = "sim"\n\n[sim]\ntopology = "positions"\nseed = 1\n\n{rows}')
+    ok(cisl("flash", "../build4", "--testbed", "tb.toml", "--no-reset", cwd=pos))
+    run = json.loads((pos / ".cisl-testbed" / "run.json").read_text())
+    assert run["topology"] == "positions" and run["positions"] == [[0.0, 0.0], [3.0, 0.0], [6.0, 0.0], [24.0, 0.0]]
+    ok(cisl("logs", "--testbed", "tb.toml", "-o", "logs", cwd=pos))
+    plan = load_plan(lab / "build4")
+    ref = reference(lab / "build4", pos / ".cisl-testbed")
+    got = logged_forecast(pos / "logs", plan)
+    assert [got[i] for i in sorted(got)] == [w.tobytes() for w in ref]
+    ok(cisl("testbed", "stop", "--testbed", "tb.toml", cwd=pos))
+    # a node without a position: one line, before anything starts
+    tb.write_text(tb.read_text().replace("position = [24.0, 0.0]\n", ""))
+    p = cisl("flash", "../build4", "--testbed", "tb.toml", cwd=pos)
+    assert p.returncode == 2 and "node 3 has none" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
 @pytest.mark.qemu
 @pytest.mark.skipif(not (shutil.which("arm-none-eabi-gcc") and shutil.which("qemu-system-arm")),
                     reason="arm toolchain or QEMU missing")

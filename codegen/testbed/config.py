@@ -10,7 +10,8 @@ Schema (every table and key other than those marked required is optional)::
     board = "nrf52840dk"
 
     [sim]                           # runner "sim" only: the virtual testbed's medium
-    topology = "hallway"            # default: the radio's default for the number of nodes flashed
+    topology = "hallway"            # default: the radio's default for the number of nodes flashed;
+                                    # "positions": the [[node]] positions below (your lab's layout)
     seed = 0
     timeout = 120                   # seconds the medium waits for progress
 
@@ -190,7 +191,7 @@ def _parse_sim(f: str, sim: Any) -> SimSettings:
     if "topology" in sim:
         from ..radio.topology import TOPOLOGIES
 
-        check_choice(f"{f}: [sim]", "topology", sim["topology"], TOPOLOGIES)
+        check_choice(f"{f}: [sim]", "topology", sim["topology"], TOPOLOGIES + ("positions",))
         out.topology = sim["topology"]
     if "seed" in sim:
         check_value(f"{f}: [sim]", "seed", sim["seed"], INT)

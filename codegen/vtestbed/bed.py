@@ -195,12 +195,32 @@ def prepare(testbed: Testbed, nodes: list[NodeEntry], build) -> None:
     (state / "run.json").write_text(json.dumps({"nodes": n, **run, "supervisor": info["pid"]}) + "\n")
 
 
+POSITIONS = "positions"  # [sim] topology: the testbed file's [[node]] positions
+
+
+def run_topology(run: dict):
+    """The radio topology of a run.json: a named one, or a Topology of the testbed's positions."""
+    if run.get("topology") == POSITIONS:
+        from ..radio.topology import Topology
+
+        return Topology(POSITIONS, np.asarray(run["positions"], dtype=float))
+    return run.get("topology")
+
+
 def _radio_run(testbed: Testbed, build) -> dict:
     """Board sim: node processes talk through the medium over a simulated radio topology."""
     from ..radio.topology import default_topology, topology
 
     n = build.plan.devices
     name = testbed.sim.topology or default_topology(n)
+    if name == POSITIONS:  # the testbed file's own [[node]] positions (plan node k = testbed node k)
+        pos = [testbed.node(k).position if k in testbed.ids else None for k in range(n)]
+        missing = [k for k in range(n) if pos[k] is None]
+        if missing:
+            raise UserError(f"{testbed.path}: [sim] topology = \"{POSITIONS}\" places the nodes by their position, "
+                            f"but node {missing[0]} has none; give every [[node]] position = [x, y]")
+        return {"topology": name, "positions": [list(p)[:2] for p in pos], "seed": testbed.sim.seed,
+                "timeout": testbed.sim.timeout, "phy": build.plan.phy}
     try:
         topo = topology(name, None if name == "hallway16" else n, testbed.sim.seed)
     except ValueError as e:
@@ -229,7 +249,8 @@ def _qemu_run(testbed: Testbed, build) -> dict:
     cmd = qemu_command(Path("{image}"), "transcript.bin", "sent.bin", facts, board_time=BIN_TABLE)
     radio = _radio_run(testbed, build) if build.plan.devices > 1 else {"topology": None, "seed": testbed.sim.seed}
     return {"medium": False, "node_command": cmd, "node_cwd": str(testbed.state_dir / "node_{node:02d}"),
-            "topology": radio["topology"], "seed": radio["seed"]}
+            "topology": radio["topology"], "seed": radio["seed"],
+            **({"positions": radio["positions"]} if "positions" in radio else {})}
 
 
 def _write_transcripts(testbed: Testbed, build, xq: np.ndarray, run: dict) -> None:
@@ -254,7 +275,7 @@ def _write_transcripts(testbed: Testbed, build, xq: np.ndarray, run: dict) -> No
     if tables and plan.devices > 1:
         from ..timing.comm import comm_schedule
 
-        rounds = comm_schedule(plan, run["topology"], None, len(xq), int(run["seed"]))
+        rounds = comm_schedule(plan, run_topology(run), None, len(xq), int(run["seed"]))
         lost = bt.lost_messages(plan, rounds, len(xq)) or None
         radio = {k: bt.exchange_radio(rounds, k, len(xq)) for k in tables}
     ref = reference(plan, xq, lost)

@@ -14,6 +14,7 @@ Run as ``python -m codegen.vtestbed.medium --socket S --nodes D --inputs X.npy -
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import selectors
 import socket
@@ -145,14 +146,16 @@ class RadioMedium:
     """
 
     def __init__(self, nodes: int, topology_name: str, seed: int, stats_path: str | None,
-                 dead: list[int] | None = None, phy: str = "2M", fail: list[tuple[int, int, int]] | None = None):
+                 dead: list[int] | None = None, phy: str = "2M", fail: list[tuple[int, int, int]] | None = None,
+                 positions: list[list[float]] | None = None):
         from ..radio.channel import Channel
-        from ..radio.topology import topology
+        from ..radio.topology import Topology, topology
 
         self.nodes = nodes
         self.phy = phy
-        self.channel = Channel(topology(topology_name, None if topology_name == "hallway16" else nodes, seed),
-                               seed=seed)
+        topo = (Topology(topology_name, np.asarray(positions, dtype=float)) if positions is not None
+                else topology(topology_name, None if topology_name == "hallway16" else nodes, seed))
+        self.channel = Channel(topo, seed=seed)
         if self.channel.n != nodes:
             raise MediumError(f"topology {topology_name} has {self.channel.n} nodes but the build has {nodes}; "
                               f"choose a topology for {nodes} nodes (e.g. full_mesh, line, grid)")
@@ -318,13 +321,16 @@ def main(argv: list[str] | None = None) -> int:
                     help="radio mode: this node's radio is dead for ROUNDS Mixer rounds from round FIRST of the run")
     ap.add_argument("--radio-phy", default="2M", choices=("1M", "2M"),
                     help="radio mode: the plan's BLE PHY (the nodes' radio-on time per slot)")
+    ap.add_argument("--radio-positions", default=None,
+                    help="radio mode: the nodes' positions, JSON [[x, y], ...] (a testbed's own layout)")
     args = ap.parse_args(argv)
     inputs = np.load(args.inputs).astype(np.int8)
     radio = None
     try:
         if args.radio:
             radio = RadioMedium(args.nodes, args.radio, args.radio_seed, args.radio_stats, args.radio_dead,
-                                args.radio_phy, [tuple(f) for f in args.radio_fail])
+                                args.radio_phy, [tuple(f) for f in args.radio_fail],
+                                json.loads(args.radio_positions) if args.radio_positions else None)
         serve(args.socket, args.nodes, inputs, args.transcript, args.timeout, LossRates(*args.loss),
               args.loss_seed, args.loss_file, radio)
     except MediumError as e:

@@ -74,8 +74,12 @@ def _pump(stream, node: int, log_path: Path, sink: list[Record], raw: list[str])
 def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | None = None,
             timeout: float = 120.0, loss: LossRates | None = None, loss_seed: int = 0,
             radio: str | None = None, radio_seed: int = 0, radio_dead: list[int] | None = None,
-            radio_fail: list[tuple[int, int, int]] | None = None) -> SimResult:
+            radio_fail: list[tuple[int, int, int]] | None = None,
+            radio_positions: list[list[float]] | None = None) -> SimResult:
     """Run every node of ``build_dir`` on the virtual testbed and compare with the reference.
+
+    ``radio_positions`` (with ``radio`` a label, e.g. "positions"): the nodes' [x, y] in metres
+    instead of a named topology (a testbed's own layout).
 
     With ``loss``, the medium drops messages by the three loss modes (seeded by ``loss_seed``) and
     the reference runs with exactly the same lost messages, so the comparison stays bit for bit.
@@ -112,13 +116,14 @@ def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | 
     run_id = uuid.uuid4().hex[:12]
     with atomic_output_dir(final_logs, "sim-logs", _sim_logs_entry, _legacy_sim_logs) as logs_dir:
         result = _run(plan, images, xq, logs_dir, timeout, loss, loss_seed, radio, radio_seed, radio_dead, run_id,
-                      radio_fail)
+                      radio_fail, radio_positions)
     return result
 
 
 def _run(plan: Plan, images: list[Path], xq: np.ndarray, logs_dir: Path, timeout: float, loss: LossRates,
          loss_seed: int, radio: str | None, radio_seed: int, radio_dead: list[int] | None, run_id: str,
-         radio_fail: list[tuple[int, int, int]] | None = None) -> "SimResult":
+         radio_fail: list[tuple[int, int, int]] | None = None,
+         radio_positions: list[list[float]] | None = None) -> "SimResult":
 
     t_start = time.monotonic()
     _clean_stale_runs()
@@ -134,7 +139,8 @@ def _run(plan: Plan, images: list[Path], xq: np.ndarray, logs_dir: Path, timeout
              "--loss-file", loss_file]
             + (["--radio", radio, "--radio-seed", str(radio_seed), "--radio-stats", os.path.join(tmp, "radio.jsonl"),
                 "--radio-dead", *map(str, radio_dead or []), "--radio-phy", plan.phy]
-               + [a for f in radio_fail or [] for a in ("--radio-fail", *map(str, f))] if radio else []))
+               + [a for f in radio_fail or [] for a in ("--radio-fail", *map(str, f))]
+               + (["--radio-positions", json.dumps(radio_positions)] if radio_positions else []) if radio else []))
         log_command(medium_cmd)
         medium = subprocess.Popen(
             medium_cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)

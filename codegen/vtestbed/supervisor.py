@@ -177,6 +177,8 @@ class Supervisor:
                "--timeout", str(rc.get("timeout", 120)), "--loss-file", str(outdir / "losses.bin"),
                "--radio", rc["topology"], "--radio-seed", str(rc.get("seed", 0)),
                "--radio-stats", str(outdir / "radio.jsonl"), "--radio-phy", str(rc.get("phy", "2M"))]
+        if rc.get("positions"):  # [sim] topology = "positions": the testbed file's own layout
+            cmd += ["--radio-positions", json.dumps(rc["positions"])]
         log_command(cmd)
         with open(outdir / "medium.stderr", "w") as err:
             run.medium = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL)

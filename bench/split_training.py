@@ -51,7 +51,7 @@ SELF = str(Path(__file__).resolve())
 # unit compiles and runs the testbed, so it depends on everything
 TRAINING_CODE = ("train/model.py", "train/loop.py", "train/dropout.py", "train/revin.py", "train/config.py",
                  "train/api.py", "train/pruning.py", "data", "lossmodel.py", "partition.py", "modelspec.py",
-                 "plan/structure.py", "errors.py", "config_schema.py", "optional.py")
+                 "plan/structure.py", "planner/split.py", "errors.py", "config_schema.py", "optional.py")
 ETTH2 = ROOT.parent / "shared" / "data" / "ett" / "ETTh2.csv"
 
 PROTOCOL = {

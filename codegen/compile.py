@@ -97,7 +97,7 @@ def choose_split(model: CislModel, devices: int | None) -> tuple[Split, list]:
         raise UserError(f"--devices {D}: the model's MLP hidden width ({cfg.mlp_hidden}) or feature width "
                         f"({cfg.d_model}) is smaller than the device count, and every device needs at least one "
                         f"hidden unit and column; use --devices {narrow} or fewer")
-    trained = Split(model.devices, cfg.heads, cfg.d_model, cfg.mlp_hidden, tuple(model.heads_per_device))
+    trained = model.split
     if D == model.devices:
         return trained, model.masks
     if not masks_are_full(trained, model.masks):
@@ -110,22 +110,19 @@ def choose_split(model: CislModel, devices: int | None) -> tuple[Split, list]:
 def planned_split(model: CislModel, planned, where: Path) -> tuple[Split, list]:
     """The split of a split file for ``model``: any split of an unpruned model (it computes the same
     function), a pruned model's only if it is the split it was trained for."""
-    from .planner.split import UnevenSplit
-
     cfg = model.config
     if planned.model != cfg:
         raise UserError(f"{where}: a split of another model (planned for {planned.model.to_json()}); plan this "
                         f"model with `cisl plan {model.path}`")
     split = planned.split
-    if masks_are_full(Split(model.devices, cfg.heads, cfg.d_model, cfg.mlp_hidden, tuple(model.heads_per_device)),
-                      model.masks):
+    trained = model.split
+    if masks_are_full(trained, model.masks):
         return split, full_masks(split, cfg.layers)
-    trained = UnevenSplit(model.devices, cfg.heads, cfg.d_model, cfg.mlp_hidden, tuple(model.heads_per_device),
-                          tuple(hi - lo for lo, hi in (model.split.hidden_cols(k) for k in range(model.devices))))
-    if (split.heads_per_device, split.hidden_per_device) != (trained.heads_per_device, trained.hidden_per_device):
+    if split != trained:
         raise UserError(f"{model.path}: pruned (keep {model.keep_ratio:g}) for another split "
                         f"(heads {list(trained.heads_per_device)}, hidden {list(trained.hidden_per_device)}); its "
-                        f"somegather masks hold only there, so {where} needs retraining for it")
+                        f"somegather masks hold only there, so {where} needs retraining for it: "
+                        f"`cisl train --split {where}`")
     return split, model.masks
 
 

@@ -24,7 +24,8 @@ from onnx import TensorProto, helper, numpy_helper
 from codegen import __version__
 from codegen.errors import UserError
 from codegen.modelspec import ModelConfig, patch_index, weight_shapes
-from codegen.partition import POINTS, Masks, Split, gathered_cols, realised_keep, residual_problem, validate_masks
+from codegen.partition import (POINTS, Masks, Split, gathered_cols, realised_keep, residual_problem, uneven_problem,
+                               validate_masks)
 
 FORMAT = "cisl-model"
 FORMAT_VERSION = 1
@@ -35,6 +36,9 @@ META_KEYS = (
     "cisl.format", "cisl.format_version", "cisl.tool_version", "cisl.config", "cisl.devices",
     "cisl.heads_per_device", "cisl.masks", "cisl.training",
 )
+OPTIONAL_META_KEYS = ("cisl.hidden_per_device",)
+"""Keys a model may lack: without cisl.hidden_per_device the hidden units are spread evenly (as in
+every model exported before uneven splits)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -211,6 +215,7 @@ def build_onnx(cfg: ModelConfig, weights: dict[str, np.ndarray], split: Split, m
         "cisl.config": _json(cfg.to_json()),
         "cisl.devices": _json(split.devices),
         "cisl.heads_per_device": _json(list(split.heads_per_device)),
+        "cisl.hidden_per_device": _json(list(split.hidden_per_device)),
         "cisl.masks": _json({"keep_ratio": float(keep_ratio), "realised_keep": realised_keep(split, masks),
                              "broadcast": broadcast, **({"rescale": True} if rescale else {}),
                              **({"prune_own": True} if prune_own else {})}),
@@ -245,9 +250,14 @@ class CislModel:
     rescale: bool = False  # cisl.masks.rescale: received columns scaled by expected / delivered
     prune_own: bool = False  # cisl.masks.prune_own: normal pruning, unbroadcast columns dead for their owner
 
+    hidden_per_device: list[int] | None = None  # None: spread evenly (models without the key)
+
     @property
     def split(self) -> Split:
-        return Split.even(self.devices, self.config.heads, self.config.d_model, self.config.mlp_hidden)
+        """The split the model was trained and exported for (even or planned)."""
+        cfg = self.config
+        hidden = self.hidden_per_device or Split.even(self.devices, cfg.heads, cfg.d_model, cfg.mlp_hidden).hidden_per_device
+        return Split.uneven(self.heads_per_device, hidden, cfg.d_model)
 
 
 _REEXPORT = "re-export it with `cisl train`"
@@ -360,11 +370,24 @@ def load_model(path: str | Path) -> CislModel:
     devices = meta["cisl.devices"]
     if not _is_int(devices) or not 1 <= devices <= cfg.heads:
         fail(f"metadata cisl.devices must be an integer in [1, heads={cfg.heads}], got {devices!r}")
-    split = Split.even(devices, cfg.heads, cfg.d_model, cfg.mlp_hidden)
     hpd = meta["cisl.heads_per_device"]
-    if hpd != list(split.heads_per_device):
-        fail(f"metadata cisl.heads_per_device {hpd!r} is inconsistent with {devices} devices and "
-             f"{cfg.heads} heads (expected {list(split.heads_per_device)})")
+    hidden = None
+    if "cisl.hidden_per_device" in props:
+        try:
+            hidden = json.loads(props["cisl.hidden_per_device"])
+        except ValueError:
+            fail("metadata cisl.hidden_per_device is not valid JSON")
+    even = Split.even(devices, cfg.heads, cfg.d_model, cfg.mlp_hidden)
+    counts_ok = (isinstance(hpd, list) and len(hpd) == devices and all(_is_int(h) for h in hpd)
+                 and (hidden is None or (isinstance(hidden, list) and len(hidden) == devices
+                                         and all(_is_int(h) for h in hidden))))
+    problem = (uneven_problem(hpd, hidden if hidden is not None else list(even.hidden_per_device), cfg.heads,
+                              cfg.mlp_hidden) if counts_ok else "")
+    if problem is not None:
+        fail(f"metadata cisl.heads_per_device {hpd!r} / cisl.hidden_per_device {hidden!r} is not a split of "
+             f"{cfg.heads} heads and {cfg.mlp_hidden} hidden units over {devices} devices"
+             + (f" ({problem})" if problem else ""))
+    split = Split.uneven(hpd, hidden if hidden is not None else even.hidden_per_device, cfg.d_model)
     masks, keep, rescale, prune_own = _parse_masks(fail, meta["cisl.masks"], split, cfg.layers)
     training = meta["cisl.training"]
     if not isinstance(training, dict):
@@ -390,4 +413,4 @@ def load_model(path: str | Path) -> CislModel:
 
     return CislModel(path=path, sha256=hashlib.sha256(data).hexdigest(), config=cfg, devices=devices,
                      heads_per_device=list(hpd), masks=masks, keep_ratio=keep, weights=weights, training=training,
-                     rescale=rescale, prune_own=prune_own)
+                     rescale=rescale, prune_own=prune_own, hidden_per_device=hidden)

@@ -133,13 +133,23 @@ def realised_keep(split: "Split", masks: "Masks") -> float:
 
 @dataclass(frozen=True)
 class Split:
-    """Ownership of heads and columns for D devices."""
+    """Ownership of heads, columns and MLP hidden units for D devices.
+
+    ``heads_per_device`` may be uneven (the planner's splits); ``hidden_per_device`` too. Left
+    empty, the hidden units are spread evenly (every split before `cisl plan`, and every model.onnx
+    without cisl.hidden_per_device); they are then filled in, so equal splits compare equal.
+    """
 
     devices: int
     heads: int
     d_model: int
     mlp_hidden: int
     heads_per_device: tuple[int, ...]
+    hidden_per_device: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.hidden_per_device:
+            object.__setattr__(self, "hidden_per_device", tuple(even_split(self.mlp_hidden, self.devices)))
 
     @staticmethod
     def even(devices: int, heads: int, d_model: int, mlp_hidden: int) -> "Split":
@@ -149,9 +159,21 @@ class Split:
             raise ValueError(f"{devices} devices but only {heads} heads: each device needs a head")
         return Split(devices, heads, d_model, mlp_hidden, tuple(even_split(heads, devices)))
 
+    @staticmethod
+    def uneven(heads_per_device, hidden_per_device, d_model: int) -> "Split":
+        """The split with these heads and hidden units per device (check them with `uneven_problem`)."""
+        heads, hidden = tuple(int(h) for h in heads_per_device), tuple(int(h) for h in hidden_per_device)
+        return Split(len(heads), sum(heads), d_model, sum(hidden), heads, hidden)
+
     @property
     def d_head(self) -> int:
         return self.d_model // self.heads
+
+    @property
+    def is_even(self) -> bool:
+        """The split `Split.even` makes for this many devices (what every model before `cisl plan` has)."""
+        return (self.heads_per_device == tuple(even_split(self.heads, self.devices))
+                and self.hidden_per_device == tuple(even_split(self.mlp_hidden, self.devices)))
 
     def head_range(self, k: int) -> tuple[int, int]:
         return ranges(list(self.heads_per_device))[k]
@@ -163,7 +185,7 @@ class Split:
 
     def hidden_cols(self, k: int) -> tuple[int, int]:
         """Columns of the MLP hidden activation (W_1 outputs) owned by device k."""
-        return ranges(even_split(self.mlp_hidden, self.devices))[k]
+        return ranges(list(self.hidden_per_device))[k]
 
     def own_cols(self, k: int, point: str) -> tuple[int, int]:
         return self.hidden_cols(k) if point == "z" else self.model_cols(k)
@@ -178,6 +200,21 @@ class Split:
             lo, hi = self.own_cols(k, point)
             owner[lo:hi] = k
         return owner
+
+
+def uneven_problem(heads: list[int], hidden: list[int], model_heads: int, model_hidden: int) -> str | None:
+    """What is wrong with per-device heads and hidden units for a model (None: nothing): every
+    device computes (>= 1 head and >= 1 hidden unit), and the counts add up to the model's."""
+    if len(heads) != len(hidden) or not heads:
+        return f"a split needs as many hidden counts as head counts ({len(heads)} vs {len(hidden)}), at least one"
+    if sum(heads) != model_heads or sum(hidden) != model_hidden:
+        return (f"the split holds {sum(heads)} heads and {sum(hidden)} hidden units; the model has {model_heads} "
+                f"and {model_hidden}")
+    bad = [k for k in range(len(heads)) if heads[k] < 1 or hidden[k] < 1]
+    if bad:
+        return (f"node {bad[0]} of the split has {heads[bad[0]]} heads and {hidden[bad[0]]} hidden units; every "
+                f"node of a plan computes (at least one of each); leave a node out of the split instead")
+    return None
 
 
 Masks = list[list[dict[str, list[int]]]]

@@ -44,15 +44,20 @@ def run_ort(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
 # ONNX Runtime == torch split model
 # --------------------------------------------------------------------------------------------
 
+UNEVEN = Split.uneven([7, 1, 3, 5], [2, 13, 1, 8], CFG.d_model)
+"""A planner-style split: heads and hidden units per device far from even."""
+
+
 @pytest.mark.unit
-@pytest.mark.parametrize("devices", [1, 3, 4, 16])
+@pytest.mark.parametrize("devices", [1, 3, 4, 16, "uneven"])
 @pytest.mark.parametrize("keep", [1.0, 0.5, 0.1])
-def test_onnxruntime_matches_torch_split_model(devices: int, keep: float) -> None:
+def test_onnxruntime_matches_torch_split_model(devices, keep: float) -> None:
     torch = pytest.importorskip("torch")
     from codegen.train.api import make_untrained
     from codegen.train.model import SplitPatchTST
 
-    split = Split.even(devices, CFG.heads, CFG.d_model, CFG.mlp_hidden)
+    split = UNEVEN if devices == "uneven" else Split.even(devices, CFG.heads, CFG.d_model, CFG.mlp_hidden)
+    devices = split.devices
     masks = random_masks(split, CFG.layers, keep, seed=devices)
     weights = make_untrained(CFG, split, masks, seed=devices)
     model = build_onnx(CFG, weights, split, masks, keep, {})
@@ -111,11 +116,12 @@ def test_dense_weights_and_metadata_follow_the_contract() -> None:
 
     meta = {p.key: json.loads(p.value) for p in model.metadata_props}
     assert list(meta) == ["cisl.format", "cisl.format_version", "cisl.tool_version", "cisl.config", "cisl.devices",
-                          "cisl.heads_per_device", "cisl.masks", "cisl.training"]
+                          "cisl.heads_per_device", "cisl.hidden_per_device", "cisl.masks", "cisl.training"]
     assert meta["cisl.format"] == "cisl-model" and meta["cisl.format_version"] == 1
     assert meta["cisl.tool_version"] == __version__
     assert meta["cisl.config"] == CFG.to_json() and meta["cisl.config"]["tokens"] == CFG.tokens
     assert meta["cisl.devices"] == 3 and meta["cisl.heads_per_device"] == [6, 5, 5]
+    assert meta["cisl.hidden_per_device"] == [8, 8, 8]
     assert meta["cisl.masks"] == {"keep_ratio": 0.5, "realised_keep": realised_keep(split, masks), "broadcast": masks}
     assert abs(meta["cisl.masks"]["realised_keep"] - 0.5) <= 0.5 / (CFG.layers * (3 * CFG.d_model + CFG.mlp_hidden))
     assert meta["cisl.training"] == {"epochs": 2}
@@ -153,6 +159,19 @@ def test_load_model_round_trip(tmp_path: Path) -> None:
         np.testing.assert_array_equal(m.weights[k], w[k])
     import hashlib
     assert m.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.unit
+def test_uneven_split_round_trips_and_old_models_read_as_even(tmp_path: Path) -> None:
+    masks = random_masks(UNEVEN, CFG.layers, 0.5, 2)
+    path = tmp_path / "uneven.onnx"
+    save_onnx(build_onnx(CFG, random_weights(CFG), UNEVEN, masks, 0.5, {}), path)
+    m = load_model(path)
+    assert m.split == UNEVEN and m.masks == masks and m.hidden_per_device == [2, 13, 1, 8]
+    # a model exported before uneven splits has no cisl.hidden_per_device: its hidden units are even
+    old = _set_meta(build(devices=3), "cisl.hidden_per_device", None)
+    save_onnx(old, tmp_path / "old.onnx")
+    assert load_model(tmp_path / "old.onnx").split == Split.even(3, CFG.heads, CFG.d_model, CFG.mlp_hidden)
 
 
 # --------------------------------------------------------------------------------------------
@@ -215,7 +234,9 @@ BROKEN_MODELS = {
     "bad config": (lambda: _set_meta(_good_model(), "cisl.config",
                                      json.dumps({**CFG.to_json(), "heads": 5})), "multiple of heads"),
     "devices > heads": (lambda: _set_meta(_good_model(), "cisl.devices", "17"), "cisl.devices"),
-    "heads_per_device": (lambda: _set_meta(_good_model(), "cisl.heads_per_device", "[9, 7]"), "heads_per_device"),
+    "heads_per_device": (lambda: _set_meta(_good_model(), "cisl.heads_per_device", "[9, 9]"), "heads_per_device"),
+    "hidden_per_device": (lambda: _set_meta(_good_model(), "cisl.hidden_per_device", "[24, 0]"), "node 1"),
+    "hidden not json": (lambda: _set_meta(_good_model(), "cisl.hidden_per_device", "[24,"), "hidden_per_device"),
     "masks not a list": (lambda: _set_meta(_good_model(), "cisl.masks", _masks_meta(
         lambda m: m.update(broadcast="x"))), "cisl.masks"),
     "masks bad column": (lambda: _set_meta(_good_model(), "cisl.masks", _masks_meta(_bad_column)), "own columns"),

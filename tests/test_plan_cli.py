@@ -160,6 +160,50 @@ def test_a_pruned_model_replanned_says_it_needs_retraining(tmp_path):
     assert not (tmp_path / "b").exists()
 
 
+def _train_toml(path: Path, cfg: ModelConfig, extra: str) -> Path:
+    _toml(path, cfg)
+    path.write_text(path.read_text() + "\n[data]\nsynthetic_length = 1200\nsynthetic_channels = 2\n\n[train]\n"
+                    "epochs = 1\nbatch_size = 32\nmax_train_windows = 64\ncalibration_samples = 8\n"
+                    "test_samples = 4\nthreads = 1\n" + extra)
+    return path
+
+
+@pytest.mark.sim
+@pytest.mark.faults
+def test_a_pruned_model_trained_for_its_planned_split_runs_bit_exact(tmp_path):
+    """The order a pruned model needs: plan its split from the config, train for that split
+    (`cisl train --split`), compile the split: the masks hold there, and the nodes run bit-exact."""
+    tb = tmp_path / "tb.toml"
+    ok(cisl("testbed", "sim", "--nodes", "3", "-o", str(tb), cwd=tmp_path))
+    cfg = _train_toml(tmp_path / "train.toml", SMALL, '\n[prune]\nmethod = "somegather"\nkeep = 0.5\nstep = 0.25\n'
+                      "epochs_per_step = 0\n")
+    _nominal_profile(tmp_path / "profile.json", SMALL, ["nrf52840dk"] * 3)
+    ok(cisl("plan", str(cfg), "--testbed", str(tb), "--profile", "profile.json", "--objective", "latency",
+            "--all-nodes", "-o", "split.json", "-q",
+            cwd=tmp_path, timeout=300))
+    sf = json.loads((tmp_path / "split.json").read_text())
+    assert sf["keep_ratio"] == 0.5 and len(sf["nodes"]) == 3
+    # a split for another keep ratio, and --devices against the file: one line each, nothing written
+    for args, msg in ((["--keep", "0.25"], "planned for keep 0.5"), (["--devices", "2"], "disagree")):
+        p = cisl("train", str(cfg), "--split", "split.json", *args, "-o", "bad", "-q", cwd=tmp_path, timeout=300)
+        assert p.returncode == 2 and msg in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+        assert not (tmp_path / "bad").exists()
+    ok(cisl("train", str(cfg), "--split", "split.json", "-o", "model", "-q", cwd=tmp_path, timeout=600))
+    train = json.loads((tmp_path / "model" / "train.json").read_text())
+    assert train["config"]["split"]["devices"] == 3 and train["config"]["split"]["file"] == "split.json"
+    from codegen.onnx_model import load_model
+
+    m = load_model(tmp_path / "model" / "model.onnx")
+    assert (m.heads_per_device, m.hidden_per_device) == (sf["heads_per_device"], sf["hidden_per_device"])
+    assert m.training["split"]["nodes"] == sf["nodes"] and m.keep_ratio == 0.5
+    ok(cisl("compile", "model/model.onnx", "--split", "split.json", "-o", "b", "-q", cwd=tmp_path))
+    plan = json.loads((tmp_path / "b" / "plan.json").read_text())
+    assert plan["partition"]["heads_per_device"] == sf["heads_per_device"]
+    ok(cisl("build", "b", "-q", cwd=tmp_path, timeout=600))
+    p = ok(cisl("sim", "b", cwd=tmp_path, timeout=600))
+    assert "bit-exact with the int8 reference: yes" in p.stdout
+
+
 @pytest.mark.unit
 def test_profile_from_the_op_lines_of_real_boards(tmp_path):
     """`cisl profile --logs L --build B`: rates fitted to the DWT cycles the boards printed (`op` lines of

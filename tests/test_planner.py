@@ -17,7 +17,8 @@ from codegen.planner.costs import evaluate
 from codegen.planner.problem import Assignment, build_problem, exact, model_cost
 from codegen.planner.profile import BoardProfile, Profile, Rate, node_profile
 from codegen.planner.solve import brute_force, coedge_plan, even_plan, proportional_plan, solve_milp
-from codegen.planner.split import UnevenSplit, split_problem
+from codegen.partition import Split
+from codegen.planner.split import split_of, split_problem
 
 pytestmark = pytest.mark.unit
 
@@ -135,8 +136,9 @@ def test_uneven_splits_are_checked():
     assert split_problem([2, 2], [4, 4], CFG) is None
     assert "holds 3 heads" in split_problem([2, 1], [4, 4], CFG)
     assert "node 1" in split_problem([4, 0], [4, 4], CFG)
-    s = UnevenSplit.of([3, 1], [2, 6], CFG)
-    assert s.hidden_cols(1) == (2, 8) and s.model_cols(1) == (12, 16)
+    s = split_of([3, 1], [2, 6], CFG)
+    assert s.hidden_cols(1) == (2, 8) and s.model_cols(1) == (12, 16) and not s.is_even
+    assert split_of([2, 2], [4, 4], CFG) == Split.even(2, 4, CFG.d_model, 8)
     ev = evaluate(profile(["nrf52840dk", "nrf52833dk"]), CFG, [0, 1], [3, 1], [2, 6])
     assert ev.heads == [3, 1] and len(ev.flash) == 2 and not ev.violations
 

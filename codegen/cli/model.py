@@ -39,16 +39,21 @@ from .options import loss_options, loss_rates, say, sweep_values
 @click.option("--seed", type=click.IntRange(min=0), default=None, help="Override [train] seed.")
 @click.option("--dropout", "dropout_file", type=click.Path(path_type=Path), default=None,
               help="Take [dropout] from this TOML file, e.g. the one `cisl radio loss -o` writes.")
+@click.option("--split", "split_file", type=click.Path(path_type=Path), default=None,
+              help="Override [split] file: train for the split `cisl plan -o` wrote (heads and MLP hidden units per "
+                   "node; the devices follow it). Needed for a pruned model on a planned split.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
 def train(config: Path | None, out_dir: Path, data: Path | None, resume: bool, work_dir: Path | None,
           epochs: int | None, devices: int | None, prune: str | None, keep: float | None, random_keep: float | None,
-          keep_ratio: str | None, seed: int | None, dropout_file: Path | None, quiet: bool) -> None:
+          keep_ratio: str | None, seed: int | None, dropout_file: Path | None, split_file: Path | None,
+          quiet: bool) -> None:
     """Train the split model described by CONFIG (TOML; omit it for the defaults).
 
     Writes OUT/model.onnx (float, cisl metadata in metadata_props), OUT/calibration.npy,
     OUT/test_windows.npy, OUT/test_targets.npy and OUT/train.json. Without --data and without a
     [data] section it trains on built-in synthetic multivariate series. A checkpoint is saved after
     every epoch (see --work); after an interruption, the same command with --resume continues.
+    With --split (or [split] file) the model is trained for the uneven split `cisl plan` chose.
     """
     from ..train.launch import train_from_options
 
@@ -57,7 +62,7 @@ def train(config: Path | None, out_dir: Path, data: Path | None, resume: bool, w
                                "--prune somegather --keep K; for random masks --random-keep K")
     s = train_from_options(config, data, out_dir, resume=resume, work_dir=work_dir, epochs=epochs, devices=devices,
                            prune=prune, keep=keep, random_keep=random_keep, seed=seed, dropout_file=dropout_file,
-                           progress=not quiet, note=say(quiet))
+                           split_file=split_file, progress=not quiet, note=say(quiet))
     if s.get("stopped"):
         click.echo(f"stopped after epoch {s['epochs_done']} of {s['epochs']} ([train] stop_after_epochs); "
                    f"checkpoint {s['checkpoint']}; continue with the same command and --resume")

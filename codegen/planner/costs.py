@@ -2,7 +2,7 @@
 
 For the nodes taking part (in plan order) and their heads and hidden units, without weights:
 
-* the plan structure (codegen/plan/structure.py on an :class:`~.split.UnevenSplit`) and the Mixer
+* the plan structure (codegen/plan/structure.py on an :class:`~codegen.partition.Split`) and the Mixer
   schedule `cisl compile` would give it (its boards' slot limits);
 * every node's flash and RAM from the footprint model (codegen/footprint.py, as `cisl fit`);
 * every node's cycles per block: the profile's rate of each op times its units of work;
@@ -25,16 +25,15 @@ import numpy as np
 from ..footprint import NodeFacts, count_ops, estimate, max_message, table_bytes
 from ..modelspec import ModelConfig
 from ..ops import kind_of
-from ..partition import POINTS, full_masks, keep_counts
+from ..partition import POINTS, Split, full_masks, keep_counts
 from ..plan.memory import buffers_of, plan_arena
 from .profile import Profile
-from .split import UnevenSplit
 
 BLOCKS_ORDER = ("embed", "attn", "mlp", "head")
 RADIO_INFERENCES = 3  # simulated inferences per radio evaluation (the rounds are random: averages)
 
 
-def planning_masks(split: UnevenSplit, layers: int, keep: float):
+def planning_masks(split: Split, layers: int, keep: float):
     """Masks with `keep_counts` columns per node and point (the first ones): for planning only the
     counts matter, and a pruned model's masks are trained after the split is fixed."""
     if keep >= 1.0 or split.devices == 1:
@@ -48,7 +47,7 @@ def planning_masks(split: UnevenSplit, layers: int, keep: float):
 class Structure:
     """A split's plan structure and Mixer schedule, with per-node facts (no weights)."""
 
-    split: UnevenSplit
+    split: Split
     st: object
     mixer: dict
     facts: list[NodeFacts]
@@ -69,7 +68,7 @@ def _structure(cfg, heads, hidden, keep, rescale, boards) -> Structure:
     from ..plan.mixer_layout import maxima_of_rounds
     from ..plan.structure import build_structure
 
-    split = UnevenSplit(len(heads), cfg.heads, cfg.d_model, cfg.mlp_hidden, heads, hidden)
+    split = Split.uneven(heads, hidden, cfg.d_model)
     st = build_structure(cfg, split, planning_masks(split, cfg.layers, keep), keep, rescale=rescale)
     mixer = mixer_section(st, CompileOptions(board=boards[0], node_boards=list(boards)))
     exchanges = mixer["exchanges"]

@@ -1,11 +1,10 @@
 """An uneven split (each node its own number of heads and MLP hidden units) and the split file.
 
-`Split` (codegen/partition.py) already holds any number of heads per device; its hidden units are
-spread evenly. :class:`UnevenSplit` adds hidden units per device; everything that derives a plan
-from a split (plan/structure.py, the ONNX graph, compile) asks the split object for its column
-ranges, so it works unchanged on either.
+`Split` (codegen/partition.py) holds any number of heads and hidden units per device; everything
+that derives a plan from a split (training, plan/structure.py, the ONNX graph, compile) asks the
+split object for its column ranges, so an uneven split needs nothing else.
 
-The split file (``split.json``, written by `cisl plan`, read by `cisl compile --split`) names the
+The split file (``split.json``, written by `cisl plan`, read by `cisl train --split` and `cisl compile --split`) names the
 testbed nodes that take part and what each holds::
 
     {"format": "cisl-split", "version": 1, "model": {...ModelConfig...}, "keep_ratio": 1.0,
@@ -24,47 +23,26 @@ from typing import Any
 
 from ..errors import UserError
 from ..modelspec import ModelConfig
-from ..partition import Split, even_split, ranges
+from ..partition import Split, even_split, uneven_problem
 
 FORMAT = "cisl-split"
 VERSION = 1
 
 
-@dataclass(frozen=True)
-class UnevenSplit(Split):
-    """A split whose hidden units per device are given (empty: even, as `Split`)."""
-
-    hidden_per_device: tuple[int, ...] = ()
-
-    @staticmethod
-    def of(heads: list[int], hidden: list[int], cfg: ModelConfig) -> "UnevenSplit":
-        problem = split_problem(heads, hidden, cfg)
-        if problem:
-            raise UserError(problem)
-        return UnevenSplit(len(heads), cfg.heads, cfg.d_model, cfg.mlp_hidden, tuple(heads), tuple(hidden))
-
-    def hidden_cols(self, k: int) -> tuple[int, int]:
-        sizes = list(self.hidden_per_device) or even_split(self.mlp_hidden, self.devices)
-        return ranges(sizes)[k]
+def split_of(heads: list[int], hidden: list[int], cfg: ModelConfig) -> Split:
+    """The split of ``cfg`` with these heads and hidden units per node; a bad one is one line."""
+    problem = split_problem(heads, hidden, cfg)
+    if problem:
+        raise UserError(problem)
+    return Split.uneven(heads, hidden, cfg.d_model)
 
 
 def split_problem(heads: list[int], hidden: list[int], cfg: ModelConfig) -> str | None:
-    """What is wrong with a split of ``cfg`` (None: nothing): every node computes (>= 1 head and
-    >= 1 hidden unit), and the counts add up to the model's."""
-    if len(heads) != len(hidden) or not heads:
-        return f"a split needs as many hidden counts as head counts ({len(heads)} vs {len(hidden)}), at least one"
-    if sum(heads) != cfg.heads or sum(hidden) != cfg.mlp_hidden:
-        return (f"the split holds {sum(heads)} heads and {sum(hidden)} hidden units; the model has {cfg.heads} "
-                f"and {cfg.mlp_hidden}")
-    bad = [k for k in range(len(heads)) if heads[k] < 1 or hidden[k] < 1]
-    if bad:
-        return (f"node {bad[0]} of the split has {heads[bad[0]]} heads and {hidden[bad[0]]} hidden units; every "
-                f"node of a plan computes (at least one of each); leave a node out of the split instead")
-    return None
+    return uneven_problem(heads, hidden, cfg.heads, cfg.mlp_hidden)
 
 
-def even(cfg: ModelConfig, devices: int) -> UnevenSplit:
-    return UnevenSplit.of(even_split(cfg.heads, devices), even_split(cfg.mlp_hidden, devices), cfg)
+def even(cfg: ModelConfig, devices: int) -> Split:
+    return split_of(even_split(cfg.heads, devices), even_split(cfg.mlp_hidden, devices), cfg)
 
 
 @dataclass
@@ -78,8 +56,8 @@ class SplitFile:
     planner: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def split(self) -> UnevenSplit:
-        return UnevenSplit.of(self.heads, self.hidden, self.model)
+    def split(self) -> Split:
+        return split_of(self.heads, self.hidden, self.model)
 
     def to_json(self) -> dict:
         return {"format": FORMAT, "version": VERSION, "model": self.model.to_json(), "keep_ratio": self.keep_ratio,

@@ -169,6 +169,27 @@ def default_work_dir(out_dir: Path) -> Path:
     return out.parent / f".{out.name}.cisl-train"
 
 
+def training_split(cfg: TrainConfig) -> tuple[Split, dict[str, Any] | None]:
+    """The split to train for: [split] file's (and what to record of it), else the even split."""
+    m, s = cfg.model, cfg.split
+    if not s.file:
+        return Split.even(s.devices, m.heads, m.d_model, m.mlp_hidden), None
+    from ..planner.split import read_split
+
+    planned = read_split(s.file)
+    if planned.model != m:
+        raise UserError(f"{s.file}: a split planned for another model ({planned.model.to_json()}); plan this "
+                        f"config with `cisl plan CONFIG.toml --testbed T --deadline MS -o {s.file}`")
+    keep = cfg.prune.keep if cfg.prune.method != "none" else s.random_keep
+    if abs(planned.keep_ratio - keep) > 1e-9:
+        raise UserError(f"{s.file}: planned for keep {planned.keep_ratio:g} (its message sizes and memory), but "
+                        f"this run keeps {keep:g}; train with --keep {planned.keep_ratio:g} or plan again for keep "
+                        f"{keep:g}")
+    record = {"file": Path(s.file).name, "nodes": planned.nodes, "boards": planned.boards,
+              "heads_per_device": planned.heads, "hidden_per_device": planned.hidden}
+    return planned.split, json.loads(json.dumps(record))
+
+
 def _resolve_config(config_path: Path | None, data_path: Path | None, overrides: dict | None) -> TrainConfig:
     cfg = load_config(config_path, overrides)
     if data_path is not None:  # the loader follows the path: .csv, .tsf or a folder of ICD recordings
@@ -207,6 +228,7 @@ def _resume_meta(cfg: TrainConfig, data_desc: dict[str, Any]) -> dict[str, Any]:
     for key in ("path", "manifest"):  # where the data lies may change; its content (data_desc) may not
         config["data"].pop(key, None)
     config["train"].pop("stop_after_epochs", None)
+    config["split"].pop("file", None)  # where the split file lies may change; its content (meta["split"]) may not
     return json.loads(json.dumps({"config": config, "data": data_desc}))  # as the checkpoint stores it
 
 
@@ -255,17 +277,20 @@ def run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, o
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"{out_dir} exists and is not a directory; choose another output folder")
+    split, planned = training_split(cfg)
+    cfg = dataclasses.replace(cfg, split=dataclasses.replace(cfg.split, devices=split.devices))  # the file decides
     m, s, t = cfg.model, cfg.split, cfg.train
     data, data_desc = build_data(cfg)
     work = Path(work_dir) if work_dir is not None else default_work_dir(out_dir)
     ckpt_path = work / CHECKPOINT_NAME
     meta = _resume_meta(cfg, data_desc)
+    if planned is not None:  # a resumed run trains for the same split, whatever the file says by then
+        meta["split"] = planned
     state = None
     if resume:
         state = load_checkpoint(ckpt_path)
         _check_resumable(ckpt_path, checkpoint_meta(state), meta)
 
-    split = Split.even(s.devices, m.heads, m.d_model, m.mlp_hidden)
     masks = make_masks(split, m.layers, s.random_keep, s.mask_seed)
     with _torch_settings(t.threads), torch.random.fork_rng(devices=[]):
         torch.manual_seed(t.seed)
@@ -303,6 +328,7 @@ def run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, o
     config_record = cfg.to_dict()
     config_record["data"]["path"] = Path(cfg.data.path).name if cfg.data.path else ""  # no machine paths
     config_record["data"]["manifest"] = Path(cfg.data.manifest).name if cfg.data.manifest else ""
+    config_record["split"]["file"] = Path(cfg.split.file).name if cfg.split.file else ""
     config_record["train"].pop("stop_after_epochs", None)  # run control: a resumed run records the same model
     pr = cfg.prune
     keep_ratio = pr.keep if pr.method != "none" else s.random_keep
@@ -319,7 +345,8 @@ def run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, o
     if cfg.dropout.q_max > 0 or rates.any:
         dropout["clean"] = cfg.dropout.clean  # the share of loss-free training windows
     comm = communication(split, masks, m.tokens, m.horizon)
-    training = {"data": data_desc, "epochs": t.epochs, "best_epoch": result.best_epoch, "seed": t.seed,
+    training_extra = {"split": meta["split"]} if "split" in meta else {}
+    training = {**training_extra, "data": data_desc, "epochs": t.epochs, "best_epoch": result.best_epoch, "seed": t.seed,
                 **metrics, "history": result.history, "config": config_record, "prune": pruning,
                 "prune_history": prune_history, "dropout": dropout, "communication": comm}
     onnx_bytes = build_onnx(m, weights, split, masks, keep_ratio, training, rescale=cfg.dropout.rescaled(),

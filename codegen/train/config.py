@@ -26,6 +26,11 @@ class SplitConfig:
     # = "somegather" with keep (setting both is an error).
     random_keep: float = 1.0
     mask_seed: int = 0
+    # A split file from `cisl plan` (heads and MLP hidden units per node, uneven where the nodes differ;
+    # relative to this config file). When set, the model is trained for exactly that split (devices
+    # follows the file) and `cisl compile --split FILE` deploys it; a pruned model needs this, since its
+    # somegather masks only hold on the split they were trained on. Empty: the even split of devices.
+    file: str = ""
 
 
 @dataclass(frozen=True)
@@ -229,7 +234,7 @@ def _validate(where: str, cfg: TrainConfig) -> None:
     for key, why in _range_problems(cfg):
         section, name = key.split(".")
         raise UserError(f"{where}: [{section}] {name} {why}, got {getattr(getattr(cfg, section), name)!r}")
-    if cfg.split.devices > cfg.model.heads:
+    if cfg.split.devices > cfg.model.heads and not cfg.split.file:
         raise UserError(f"{where}: [split] devices = {cfg.split.devices} exceeds [model] heads = {cfg.model.heads}; "
                         "every device needs at least one head: use devices <= heads")
     pr, dr = cfg.prune, cfg.dropout
@@ -266,6 +271,8 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
             value = getattr(cfg.data, key)
             if value and not Path(value).is_absolute():
                 cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, **{key: str(path.parent / value)}))
+        if cfg.split.file and not Path(cfg.split.file).is_absolute():
+            cfg = dataclasses.replace(cfg, split=dataclasses.replace(cfg.split, file=str(path.parent / cfg.split.file)))
         _validate(where, cfg)
     if overrides:
         where = f"{where} (with overrides)" if path is not None else "overrides"

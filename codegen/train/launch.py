@@ -34,7 +34,7 @@ def dropout_overrides(dropout_file: Path) -> dict:
 
 def train_overrides(epochs: int | None = None, devices: int | None = None, prune: str | None = None,
                     keep: float | None = None, random_keep: float | None = None, seed: int | None = None,
-                    dropout_file: Path | None = None) -> dict:
+                    dropout_file: Path | None = None, split_file: Path | None = None) -> dict:
     """The command line's overrides of the config, by dotted key."""
     overrides: dict = {}
     if epochs is not None:
@@ -51,22 +51,31 @@ def train_overrides(epochs: int | None = None, devices: int | None = None, prune
         overrides["train.seed"] = seed
     if dropout_file is not None:
         overrides.update(dropout_overrides(dropout_file))
+    if split_file is not None:
+        overrides["split.file"] = str(split_file)
     return overrides
 
 
 def train_from_options(config: Path | None, data: Path | None, out_dir: Path, *, resume: bool = False,
                        work_dir: Path | None = None, epochs: int | None = None, devices: int | None = None,
                        prune: str | None = None, keep: float | None = None, random_keep: float | None = None,
-                       seed: int | None = None, dropout_file: Path | None = None,
+                       seed: int | None = None, dropout_file: Path | None = None, split_file: Path | None = None,
                        progress: bool = True, note: Callable[[str], None] = lambda s: None) -> dict:
     """`cisl train`: check the inputs, tell ``note`` when a fresh run overwrites an earlier run's
     checkpoint, apply the overrides and train (torch is imported only here). Returns run_train's summary."""
     check_train_inputs(config, data)
+    if split_file is not None:
+        from ..planner.split import read_split
+
+        planned = read_split(split_file)  # a bad file is one line before torch is imported
+        if devices is not None and devices != len(planned.nodes):
+            raise UserError(f"--devices {devices} and --split {split_file} ({len(planned.nodes)} nodes) disagree; "
+                            "the split file decides the devices: drop --devices")
     from .api import CHECKPOINT_NAME, default_work_dir, run_train  # torch is imported only here
 
     checkpoint = (work_dir or default_work_dir(out_dir)) / CHECKPOINT_NAME
     if not resume and checkpoint.is_file():
         note(f"note: starting from scratch; the checkpoint of an earlier run in {checkpoint.parent} will be "
              "overwritten (pass --resume to continue that run instead)")
-    overrides = train_overrides(epochs, devices, prune, keep, random_keep, seed, dropout_file)
+    overrides = train_overrides(epochs, devices, prune, keep, random_keep, seed, dropout_file, split_file)
     return run_train(config, data, out_dir, overrides or None, progress=progress, resume=resume, work_dir=work_dir)

@@ -25,8 +25,9 @@ docs/results/heterogeneous.md (and .json).
 The virtual testbed's runs play the radio medium (Mixer, slot by slot) on the testbed's own
 positions of the nodes taking part, the far node's distance included.
 
-With ``--trained`` the nofit model is also trained (small), planned, compiled for both boards,
-linked, run bit-exact and estimated with `cisl estimate` against its deadline.
+With ``--trained`` the nofit model is also planned from its training config, trained (small) for
+that split (`cisl train --split`), compiled for both boards, linked, run bit-exact and estimated
+with `cisl estimate` against its deadline.
 
     python bench/heterogeneous.py [--slack 1.5] [--only memory-nofit ...] [--no-run] [--trained]
 """
@@ -181,7 +182,7 @@ def trained(args, say) -> dict:
     model_keys = {k: v for k, v in cfg.to_json().items() if k != "tokens"}
     (work / "train.toml").write_text(
         "[model]\n" + "\n".join(f"{k} = {json.dumps(v)}" for k, v in model_keys.items()) + "\n\n"
-        "[split]\ndevices = 16\n\n[data]\nsynthetic_length = 2000\nsynthetic_channels = 2\n\n"
+        "[data]\nsynthetic_length = 2000\nsynthetic_channels = 2\n\n"
         "[train]\nepochs = 1\nbatch_size = 32\nmax_train_windows = 64\ncalibration_samples = 16\n"
         "test_samples = 8\nthreads = 2\n")
 
@@ -197,17 +198,18 @@ def trained(args, say) -> dict:
     tb = work / "tb.toml"
     models = ",".join("nrf52840dk" if k % 2 == 0 else "nrf52833dk" for k in range(16))
     cisl("testbed", "sim", "--nodes", "16", "--models", models, "-o", str(tb))
-    cisl("train", "train.toml", "-o", "model", "-q")
-    cisl("profile", "model/model.onnx", "--testbed", str(tb), "-o", "profile.json", "-q")
-    cisl("plan", "model/model.onnx", "--testbed", str(tb), "--objective", "latency", "-o", "fast.json", "-q")
+    # the order a pruned model needs (and any model may use): plan from the config, train for the split
+    cisl("profile", "train.toml", "--testbed", str(tb), "-o", "profile.json", "-q")
+    cisl("plan", "train.toml", "--testbed", str(tb), "--objective", "latency", "-o", "fast.json", "-q")
     fastest = json.loads((work / "fast.json").read_text())["planner"]["predicted"]["latency_ms"]
     deadline = round(args.slack * fastest, 1)
-    out = cisl("plan", "model/model.onnx", "--testbed", str(tb), "--deadline", str(deadline), "-o", "split.json",
+    out = cisl("plan", "train.toml", "--testbed", str(tb), "--deadline", str(deadline), "-o", "split.json",
                "--compare", "-q")
     sf = json.loads((work / "split.json").read_text())
+    cisl("train", "train.toml", "--split", "split.json", "-o", "model", "-q")
     even_link = subprocess.run([sys.executable, "-m", "codegen.cli", "compile", "model/model.onnx", "--testbed",
-                                str(tb), "-b", "nrf52840dk", "-o", "even-hw", "-q"], cwd=work, capture_output=True,
-                               text=True)
+                                str(tb), "--devices", "16", "-b", "nrf52840dk", "-o", "even-hw", "-q"], cwd=work,
+                               capture_output=True, text=True)
     p = subprocess.run([sys.executable, "-m", "codegen.cli", "build", "even-hw", "-q"], cwd=work,
                        capture_output=True, text=True)
     even = {"compile_warnings": [ln for ln in even_link.stderr.splitlines() if ln.startswith("warning")][:2],
@@ -289,11 +291,12 @@ def report(rows: list[dict], args) -> str:
     t = getattr(args, "trained_row", None)
     if t:
         e = t["estimate_latency_ms"]
-        lines += ["", "## The nofit model trained, planned, compiled for both boards, linked, run", "",
-                  f"`cisl train` (synthetic data, one epoch, 16 devices), `cisl profile`, `cisl plan --deadline "
-                  f"{t['deadline_ms']:g}` ({args.slack} × the fastest plan, {t['fastest_ms']:.1f} ms) on the memory "
-                  f"testbed, `cisl compile --split` for the nodes' boards and for the virtual testbed.", "",
-                  f"* the even split (`cisl compile --testbed`, 16 nodes): {'; '.join(t['even_hw']['compile_warnings']) or 'no warning'}; "
+        lines += ["", "## The nofit model planned, trained, compiled for both boards, linked, run", "",
+                  f"`cisl profile` and `cisl plan --deadline {t['deadline_ms']:g}` ({args.slack} × the fastest "
+                  f"plan, {t['fastest_ms']:.1f} ms) from the training config on the memory testbed, `cisl train "
+                  f"--split` (synthetic data, one epoch, the planned split), `cisl compile --split` for the "
+                  f"nodes' boards and for the virtual testbed.", "",
+                  f"* the even split (`cisl compile --testbed --devices 16`): {'; '.join(t['even_hw']['compile_warnings']) or 'no warning'}; "
                   f"`cisl build` exit {t['even_hw']['build_exit']}: {t['even_hw']['build_error']}",
                   f"* the plan: nodes {t['split']['nodes']}, boards {t['split']['boards']}, heads "
                   f"{t['split']['heads_per_device']}, hidden units {t['split']['hidden_per_device']}",

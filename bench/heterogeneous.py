@@ -159,9 +159,28 @@ def one(testbed: str, model: str, args, say) -> dict:
         else:
             entry["message"] = sol.message
         row["methods"][name] = entry
+    if milp.assignment is not None:
+        row["relays"] = relay_study(p, milp.assignment, deadline, say)
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps(row, indent=1))
     return row
+
+
+def relay_study(p, a: Assignment, deadline: float, say) -> dict:
+    """What relays (nodes in every Mixer round that compute nothing) would change for the MILP plan:
+    every left-out node as the only relay, and all of them together, evaluated exactly (the rounds
+    simulated with the relays on their positions; each relay pays the rounds' radio and CPU)."""
+    base = exact(p, a, deadline)
+    out_nodes = [p.nodes[k] for k in range(len(p.nodes)) if k not in a.taking_part]
+    trials = [[k] for k in out_nodes] + ([out_nodes] if len(out_nodes) > 1 else [])
+    rows = []
+    for relays in trials:
+        ev = exact(p, a, deadline, relays=relays)
+        rows.append({"relays": relays, "latency_ms": ev.latency_ms, "energy_uj": ev.energy_total_uj,
+                     "relay_energy_uj": ev.relay_energy_uj, "violations": ev.violations})
+    say(f"  relays: {len(trials)} variants, fastest {min(r['latency_ms'] for r in rows):.1f} ms "
+        f"(plan {base.latency_ms:.1f} ms)" if rows else "  relays: every node takes part")
+    return {"plan_latency_ms": base.latency_ms, "plan_energy_uj": base.energy_total_uj, "trials": rows}
 
 
 def trained(args, say) -> dict:
@@ -288,6 +307,7 @@ def report(rows: list[dict], args) -> str:
         if m.get("node_ids"):
             share = ", ".join(f"{n}: {h}/{u}" for n, h, u in zip(m["node_ids"], m["heads"], m["hidden"]))
             lines.append(f"* {r['testbed']}, {r['model']}: {share}")
+    lines += relay_report(rows)
     t = getattr(args, "trained_row", None)
     if t:
         e = t["estimate_latency_ms"]
@@ -311,6 +331,40 @@ def report(rows: list[dict], args) -> str:
               "footprints, 32 Mixer simulations) took " + ", ".join(f"{r['testbed']}/{r['model']} "
                                                                    f"{r['tables_seconds']:.0f} s" for r in rows) + "."]
     return "\n".join(lines) + "\n"
+
+
+def relay_report(rows: list[dict]) -> list[str]:
+    """Whether a relay (a left-out node kept in the Mixer rounds, computing nothing) would have helped
+    any MILP plan: the best single relay and all left-out nodes relaying, against the plan."""
+    rows = [r for r in rows if r.get("relays") and r["relays"]["trials"]]
+    if not rows:
+        return []
+    out = ["", "## Relays: would a node that only relays have helped?", "",
+           "The planner leaves a node out rather than making it a relay (docs/design/heterogeneous.md). Here "
+           "each MILP plan is re-evaluated exactly with every left-out node as its only relay, and with all of "
+           "them relaying (the rounds simulated with the relays on their positions; a relay pays the rounds' "
+           "radio and polling CPU, no compute).", "",
+           "| testbed | model | plan ms | plan µJ | best single relay | its ms | its µJ | all relay ms | all relay µJ | "
+           "any relay faster | any relay less energy |", "|---|---|---:|---:|---|---:|---:|---:|---:|---|---|"]
+    for r in rows:
+        rl = r["relays"]
+        singles = [t for t in rl["trials"] if len(t["relays"]) == 1]
+        many = [t for t in rl["trials"] if len(t["relays"]) > 1]
+        best = min(singles, key=lambda t: (t["latency_ms"], t["energy_uj"]))
+        every = many[0] if many else None
+        faster = any(t["latency_ms"] < rl["plan_latency_ms"] for t in rl["trials"])
+        cheaper = any(t["energy_uj"] < rl["plan_energy_uj"] for t in rl["trials"])
+        out.append(f"| {r['testbed']} | {r['model']} | {rl['plan_latency_ms']:.1f} | {rl['plan_energy_uj']:,.0f} | "
+                   f"{best['relays'][0]} | {best['latency_ms']:.1f} | {best['energy_uj']:,.0f} | "
+                   f"{_fmt(every and every['latency_ms'])} | {_fmt(every and every['energy_uj'], 0)} | "
+                   f"{'yes' if faster else 'no'} | {'yes' if cheaper else 'no'} |")
+    helped = [r for r in rows if any(t["latency_ms"] < r["relays"]["plan_latency_ms"] or
+                                     t["energy_uj"] < r["relays"]["plan_energy_uj"] for t in r["relays"]["trials"])]
+    out += ["", ("No relay made any plan faster or cheaper: a Mixer round waits for every node's full rank, "
+                 "so a relay lengthens the rounds and adds its own radio energy." if not helped else
+                 "A relay helped on: " + ", ".join(f"{r['testbed']}/{r['model']}" for r in helped) +
+                 " — the planner should offer relays there.")]
+    return out
 
 
 def main() -> None:

@@ -11,10 +11,12 @@ import itertools
 
 import pytest
 
+from codegen.errors import UserError
 from codegen.modelspec import ModelConfig
 from codegen.ops import REGISTRY
 from codegen.planner.costs import evaluate
 from codegen.planner.problem import Assignment, build_problem, exact, model_cost
+from codegen.planner.plan import solve_checked
 from codegen.planner.profile import BoardProfile, Profile, Rate, node_profile
 from codegen.planner.solve import brute_force, coedge_plan, even_plan, proportional_plan, solve_milp
 from codegen.partition import Split
@@ -149,3 +151,31 @@ def test_all_nodes_keeps_every_candidate(problems):
     assert all(h > 0 for h in m.assignment.heads)
     b = brute_force(p, None, "latency", all_nodes=True)
     assert model_cost(p, m.assignment).latency_ms == pytest.approx(model_cost(p, b.assignment).latency_ms, rel=1e-6)
+
+
+def test_a_pair_that_cannot_hear_each_other_is_never_a_plan():
+    """Short rounds that deliver nothing are no plan: the re-check names the pair, the planner leaves
+    the far node out, and says so when what is left cannot hold the model."""
+    prof = profile(["nrf52840dk"] * 3, [(0, 0), (3, 0), (46, 0)])
+    p = build_problem(prof, CFG, [0, 1, 2])
+    for k, hmax in {0: 2, 1: 1, 2: 2}.items():  # only nodes 0 and 2 together hold the 4 heads
+        p.U[k] = [u if h <= hmax else 0 for h, u in enumerate(p.U[k])]
+    ev = exact(p, Assignment([2, 0, 2], [4, 0, 4]))
+    assert ev.unreachable == (0, 2) and "out of each other's radio range" in ev.violations[0]
+    with pytest.raises(UserError, match=r"node 2 left out \(radio: node 0 never received node 2's message"):
+        solve_checked(p, None, "latency")
+    with pytest.raises(UserError, match="no plan can use all 3 nodes"):
+        solve_checked(p, None, "latency", all_nodes=True)
+    assert p.U[2][2] > 0  # the search's drop is not the testbed's
+
+
+def test_a_relay_carries_messages_between_nodes_out_of_range():
+    """The evaluation's relays (bench/heterogeneous.py's relay study): a node in the rounds that
+    computes nothing bridges two nodes 40 m apart, and pays for its radio."""
+    prof = profile(["nrf52840dk"] * 3, [(0, 0), (40, 0), (20, 0)])
+    alone = evaluate(prof, CFG, [0, 1], [2, 2], [4, 4])
+    relayed = evaluate(prof, CFG, [0, 1], [2, 2], [4, 4], relays=[2])
+    assert alone.unreachable is not None and relayed.unreachable is None and not relayed.violations
+    assert relayed.latency_ms < alone.latency_ms
+    assert relayed.relays == [2] and relayed.relay_energy_uj[0] > 0
+    assert relayed.energy_total_uj == pytest.approx(sum(relayed.energy_uj) + relayed.relay_energy_uj[0])

@@ -148,10 +148,13 @@ class Evaluation:
     radio_uj: list[float]
     comm_us_per_node: list[float] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
+    unreachable: tuple[int, int] | None = None  # (receiver, sender) ids: a message that never arrived
+    relays: list[int] = field(default_factory=list)          # testbed nodes in the rounds without computing
+    relay_energy_uj: list[float] = field(default_factory=list)
 
     @property
     def energy_total_uj(self) -> float:
-        return float(sum(self.energy_uj))
+        return float(sum(self.energy_uj) + sum(self.relay_energy_uj))
 
     def to_json(self) -> dict:
         return {"nodes": self.node_ids, "heads": self.heads, "hidden": self.hidden,
@@ -162,26 +165,52 @@ class Evaluation:
                 "violations": self.violations}
 
 
-def radio_rounds(profile: Profile, cfg: ModelConfig, s: Structure, boards, node_ids, inferences: int = RADIO_INFERENCES):
+def radio_rounds(profile: Profile, cfg: ModelConfig, s: Structure, boards, node_ids, inferences: int = RADIO_INFERENCES,
+                 relays=()):
     from ..timing.comm import comm_schedule
 
     if s.split.devices < 2:
         return []
     plan = skeleton_plan(s, cfg, tuple(boards))
-    return comm_schedule(plan, topology_for(profile, node_ids), inferences=inferences, seed=profile.seed)
+    return comm_schedule(plan, topology_for(profile, list(node_ids) + list(relays)), inferences=inferences,
+                         seed=profile.seed, relays=len(relays))
+
+
+def undelivered(rounds, node_ids: list[int]) -> tuple[str, tuple[int, int]] | None:
+    """A receiver that missed a sender's message in every simulated inference of a round: one line
+    and the (receiver, sender) testbed ids (None: no such pair). Occasional losses are the channel's (models train for them); a pair
+    that never gets through is a plan whose nodes cannot hear each other, however short its rounds."""
+    for r in rounds:
+        if r.complete >= 1.0 or not r.samples:
+            continue
+        missed: dict[tuple[int, int], int] = {}
+        for smp in r.samples:
+            for k, nd in enumerate(smp.nodes):
+                for j in nd.missing:
+                    missed[(k, j)] = missed.get((k, j), 0) + 1
+        for (k, j), times in sorted(missed.items()):
+            if times == len(r.samples):
+                return (f"radio: node {node_ids[k]} never received node {node_ids[j]}'s message in round {r.name} "
+                        f"({len(r.samples)} simulated inferences): they are out of each other's radio range",
+                        (node_ids[k], node_ids[j]))
+    return None
 
 
 def evaluate(profile: Profile, cfg: ModelConfig, node_ids: list[int], heads: list[int], hidden: list[int],
              keep: float = 1.0, rescale: bool = True, deadline_ms: float | None = None,
-             kernels: str = "nnref") -> Evaluation:
-    """The exact evaluation of a split (see the module docstring), with every constraint it breaks."""
+             kernels: str = "nnref", relays=()) -> Evaluation:
+    """The exact evaluation of a split (see the module docstring), with every constraint it breaks.
+
+    ``relays``: testbed nodes that take part in every Mixer round without computing (no message,
+    no rows); they pay the rounds' energy. The planner does not offer them (docs/design/
+    heterogeneous.md, "Relays"); bench/heterogeneous.py measures what they would change."""
     from ..boards import load_board
     from ..timing.energy import load_power, node_energy, radio_use
 
     boards = tuple(profile.node(k).board for k in node_ids)
     s = structure_of(cfg, tuple(heads), tuple(hidden), keep, rescale, boards)
     cycles = [node_cycles(profile, boards[k], s.st.nodes[k], s.blocks[k]) for k in range(len(node_ids))]
-    rounds = radio_rounds(profile, cfg, s, boards, node_ids)
+    rounds = radio_rounds(profile, cfg, s, boards, node_ids, relays=relays)
     by_sg: dict[int, float] = {}
     for r in rounds:  # µs per exchange: air time (mean over the simulated inferences) + the start guard
         by_sg[r.sg] = by_sg.get(r.sg, 0.0) + r.air_us.mean + r.guard_us
@@ -214,6 +243,21 @@ def evaluate(profile: Profile, cfg: ModelConfig, node_ids: list[int], heads: lis
             ev.violations.append(f"node {nid}: RAM {fp.ram} B over its {np_.board}'s {np_.ram_bytes} B")
         if np_.energy_uj is not None and e.total_uj.central > np_.energy_uj * (1 + 1e-9):
             ev.violations.append(f"node {nid}: {e.total_uj.central:.1f} uJ per inference over its budget of "
+                                 f"{np_.energy_uj:g} uJ ({np_.energy_source})")
+    lost = undelivered(rounds, list(node_ids) + list(relays))
+    if lost:
+        ev.violations.append(lost[0])
+        ev.unreachable = lost[1]
+    for i, nid in enumerate(relays):  # a relay idles between rounds: no compute, its radio in every round
+        np_, board = profile.node(nid), profile.node(nid).board
+        use = radio_use(rounds, len(node_ids) + i) if rounds else None
+        e = node_energy(load_power(board), 0.0, profile.boards[board].clock_hz,
+                        use.tx_on_us if use else 0.0, use.rx_on_us if use else 0.0, latency * 1e3,
+                        comm_us=use.comm_us if use else 0.0, phy=s.mixer["policy"]["phy"] if s.mixer else "2M")
+        ev.relays.append(int(nid))
+        ev.relay_energy_uj.append(e.total_uj.central)
+        if np_.energy_uj is not None and e.total_uj.central > np_.energy_uj * (1 + 1e-9):
+            ev.violations.append(f"relay {nid}: {e.total_uj.central:.1f} uJ per inference over its budget of "
                                  f"{np_.energy_uj:g} uJ ({np_.energy_source})")
     if deadline_ms is not None and latency > deadline_ms * (1 + 1e-9):
         ev.violations.append(f"latency {latency:.2f} ms over the deadline of {deadline_ms:g} ms")

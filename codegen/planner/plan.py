@@ -78,7 +78,8 @@ def explain_infeasible(p: Problem, deadline_ms: float | None) -> str:
     free = solve_milp(p, None, "latency", energy_limits=False)
     if free.assignment is None:
         cap = sum(max((h for h in range(1, p.H + 1) if p.U[k][h] >= 1), default=0) for k in range(len(p.nodes)))
-        tight = min(range(len(p.nodes)), key=lambda k: sum(1 for h in range(1, p.H + 1) if p.U[k][h] >= 1))
+        usable = [k for k in range(len(p.nodes)) if any(p.U[k][1:])] or list(range(len(p.nodes)))  # not dropped
+        tight = min(usable, key=lambda k: sum(1 for h in range(1, p.H + 1) if p.U[k][h] >= 1))
         return (f"the nodes together cannot hold the model: with its hidden units they fit at most {cap} of its "
                 f"{p.H} heads (node {p.nodes[tight]}'s flash and RAM bind tightest); add nodes, use boards with "
                 f"more memory, or plan a smaller model")
@@ -149,29 +150,44 @@ def make_plan(model_path: Path, testbed_path: Path, profile_path: Path, deadline
     return PlanResult(sf, ev, solution, p, notes)
 
 
+def _farther(p: Problem, pair: tuple[int, int]) -> int:
+    """Of two nodes that cannot hear each other, the one farther from the other candidates (by the
+    testbed's positions; the sender where there are none)."""
+    pos = {nid: p.profile.node(nid).position for nid in p.nodes}
+    if any(v is None for v in pos.values()):
+        return pair[1]
+
+    def spread(nid: int) -> float:
+        x, y = list(pos[nid])[:2]
+        return sum(((x - list(q)[0]) ** 2 + (y - list(q)[1]) ** 2) ** 0.5 for m, q in pos.items() if m != nid)
+
+    return max(pair, key=spread)
+
+
 def solve_checked(p: Problem, deadline_ms: float | None, objective: str = "energy", all_nodes: bool = False,
                   kernels: str = "nnref", say: Callable[[str], None] = lambda s: None) -> tuple[Solution, Evaluation]:
     """The MILP's plan, re-checked exactly; where the model was optimistic, the deadline (or a
     node's energy budget) is tightened by the difference and the problem solved again. A plan is
     returned only if the exact evaluation meets every constraint."""
-    budgets = list(p.budget)
+    budgets, caps = list(p.budget), [list(u) for u in p.U]
     try:
         return _solve_checked(p, deadline_ms, objective, all_nodes, kernels, say)
-    finally:
-        p.budget = budgets  # the tightened budgets were the search's, not the testbed's
+    finally:  # the tightened budgets and dropped nodes were the search's, not the testbed's
+        p.budget, p.U = budgets, caps
 
 
 def _solve_checked(p, deadline_ms, objective, all_nodes, kernels, say):
     target = deadline_ms
     solution = None
-    for attempt in range(REPLANS + 1):
+    attempt, dropped = 0, []
+    while True:
         solution = solve_milp(p, target, objective, all_nodes=all_nodes)
         if solution.assignment is None:
             if all_nodes and solve_milp(p, target, objective).assignment is not None:
                 raise UserError(f"no plan that uses all {len(p.nodes)} nodes meets the constraints (a node's memory, "
                                 f"energy budget or the deadline binds); drop --all-nodes to let the planner leave "
                                 f"nodes out")
-            raise UserError(explain_infeasible(p, deadline_ms))
+            raise UserError("; ".join([explain_infeasible(p, deadline_ms)] + dropped))
         ev = exact(p, solution.assignment, deadline_ms, kernels)
         memory = [v for v in ev.violations if "flash" in v or "RAM" in v]
         if memory:  # the tables are exact for memory: a violation is a bug, never a plan
@@ -179,6 +195,16 @@ def _solve_checked(p, deadline_ms, objective, all_nodes, kernels, say):
         late = deadline_ms is not None and ev.latency_ms > deadline_ms
         if not ev.violations:
             break
+        if ev.unreachable and all_nodes:
+            raise UserError(f"{ev.violations[0]}, so no plan can use all {len(p.nodes)} nodes; drop --all-nodes "
+                            f"to let the planner leave one out")
+        if ev.unreachable:  # the pair cannot hear each other: the farther node sits out
+            drop = _farther(p, ev.unreachable)
+            p.U[p.nodes.index(drop)] = [0] * len(p.U[0])
+            say(f"plan: {ev.violations[0]}; planning without node {drop}")
+            dropped.append(f"node {drop} left out ({ev.violations[0]})")
+            assert len(dropped) <= len(p.nodes)
+            continue
         if attempt == REPLANS:
             raise UserError(f"no plan found that the exact re-check accepts after {REPLANS} tightenings "
                             f"({ev.violations[0]}); relax --deadline or the energy budgets")
@@ -196,6 +222,7 @@ def _solve_checked(p, deadline_ms, objective, all_nodes, kernels, say):
                         p.budget[k] /= 1.01 * excess
                 say(f"plan: the exact re-check found a node {100 * (excess - 1):.1f} % over its energy budget; "
                     f"tightening every budget by that")
+        attempt += 1
     assert solution is not None and solution.assignment is not None
     return solution, ev
 

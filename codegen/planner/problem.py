@@ -279,8 +279,9 @@ def model_cost(p: Problem, a: Assignment, deadline_ms: float | None = None) -> M
     return ModelCost(latency, sum(energy), energy, not why, why)
 
 
-def exact(p: Problem, a: Assignment, deadline_ms: float | None = None, kernels: str = "nnref"):
-    """:func:`.costs.evaluate` of an assignment (the nodes taking part, in plan order)."""
+def exact(p: Problem, a: Assignment, deadline_ms: float | None = None, kernels: str = "nnref", relays=()):
+    """:func:`.costs.evaluate` of an assignment (the nodes taking part, in plan order; ``relays``:
+    testbed nodes that would only relay)."""
     part = a.taking_part
     return evaluate(p.profile, p.cfg, [p.nodes[k] for k in part], [a.heads[k] for k in part],
-                    [a.hidden[k] for k in part], p.keep, p.rescale, deadline_ms, kernels)
+                    [a.hidden[k] for k in part], p.keep, p.rescale, deadline_ms, kernels, relays)

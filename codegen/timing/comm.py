@@ -328,7 +328,7 @@ def resolve_topology(plan: Plan, name: str | None) -> str:
 
 def comm_schedule(plan: Plan, topology: "str | Topology | None" = None, policy: str | None = None, inferences: int = 1,
                   seed: int = 0, dead: Sequence[int] = (), params: ChannelParams | None = None,
-                  fail: Sequence[tuple[int, int, int]] = ()) -> list[RoundTime]:
+                  fail: Sequence[tuple[int, int, int]] = (), relays: int = 0) -> list[RoundTime]:
     """Simulate every Mixer round of the plan for ``inferences`` inferences; one RoundTime per round.
 
     ``topology``: a codegen/radio/topology.py name (default: what ``cisl sim`` picks for the plan's
@@ -338,8 +338,10 @@ def comm_schedule(plan: Plan, topology: "str | Topology | None" = None, policy: 
     --radio-seed``); inference i uses the firmware's Mixer seeds for inference i and continues the
     channel of inference i − 1, exactly as a sim run. ``dead``: nodes whose radio is dead
     (``--radio-dead``); ``fail``: (node, first round, rounds), a radio dead for some Mixer rounds only,
-    counted from 0 over the run as here (``run_sim(radio_fail=...)``). Rounds are returned in execution order (by sg, then part). A plan for one
-    node has no rounds: [].
+    counted from 0 over the run as here (``run_sim(radio_fail=...)``). ``relays``: that many more
+    nodes, the Topology's last ones, take part in every round without a message of their own
+    (they write no rows and expect none; their radio use is reported as nodes D.. of each round).
+    Rounds are returned in execution order (by sg, then part). A plan for one node has no rounds: [].
     """
     if inferences < 1:
         raise UserError(f"inferences must be at least 1, not {inferences}")
@@ -353,9 +355,11 @@ def comm_schedule(plan: Plan, topology: "str | Topology | None" = None, policy: 
     order = [sg for sg in exchange_order(plan) if mixer["exchanges"][sg]]
     if n < 2 or not order:
         return []
+    if relays and not isinstance(topology, Topology):
+        raise UserError("relays need a Topology that places them")
     if isinstance(topology, Topology):  # a testbed's own positions (the planner: a subset of its nodes)
-        if topology.n != n:
-            raise UserError(f"the topology has {topology.n} nodes, the plan {n}")
+        if topology.n != n + relays:
+            raise UserError(f"the topology has {topology.n} nodes, the plan {n}" + (f" and {relays} relays" if relays else ""))
         name, topo = topology.name, topology
     else:
         name = resolve_topology(plan, topology)
@@ -377,7 +381,8 @@ def comm_schedule(plan: Plan, topology: "str | Topology | None" = None, policy: 
     sgs = {s.sg: s for s in plan.sgs}
     nets: dict[tuple, MixerNetwork] = {}
     samples: dict[tuple[int, int], list[RoundSample]] = {}
-    views = [PeerView(k, n, initiator) for k in range(n)]  # each node's dead-node detection, as the firmware's
+    n_all = n + relays
+    views = [PeerView(k, n_all, initiator) for k in range(n_all)]  # each node's dead-node detection, as the firmware's
     for inf in range(inferences):
         for sg in order:
             pieces: dict[tuple[int, int], bool] = {}  # (receiver, sender) -> a split message's pieces so far
@@ -414,7 +419,7 @@ def comm_schedule(plan: Plan, topology: "str | Topology | None" = None, policy: 
                     v.after_round(inf, due & ~(1 << k), alive, bool(res.synced[k]), inits[k])
                 samples.setdefault((sg, r["part"]), []).append(
                     _sample(inf, net, res, channel.log, r, phy, inits, sgs[sg].point == "head", sink, pieces,
-                            backups))
+                            backups, n))
     out = []
     for sg in order:
         s = sgs[sg]
@@ -424,7 +429,7 @@ def comm_schedule(plan: Plan, topology: "str | Topology | None" = None, policy: 
             nodes = [NodeRadio(k, *(Stat.of(getattr(x.nodes[k], f) for x in ss) for f in
                                     ("tx_slots", "rx_slots", "scan_slots", "rx_packets", "rx_busy", "tx_on_us",
                                      "rx_on_us", "rx_on_us_low", "done_slot", "delivered")),
-                               ss[0].nodes[k].expected) for k in range(n)]
+                               ss[0].nodes[k].expected) for k in range(n_all)]
             complete = float(np.mean([all(x.delivered == x.expected for x in smp.nodes) for smp in ss]))
             out.append(RoundTime(sg, r["part"], r["parts"], s.name, s.layer, s.point, r["generation"], r["payload"],
                                  plen, phy, r["slot_us"], r["deadline_slots"], kind, name, seed, inferences,
@@ -434,9 +439,10 @@ def comm_schedule(plan: Plan, topology: "str | Topology | None" = None, policy: 
 
 
 def _sample(inf: int, net: MixerNetwork, res, log, r: dict, phy: str, inits: list[int], head: bool,
-            sink: int, pieces: dict[tuple[int, int], bool], backups: list[int]) -> RoundSample:
+            sink: int, pieces: dict[tuple[int, int], bool], backups: list[int], computing: int) -> RoundSample:
     """One round's sample; ``pieces`` carries, from round to round of the exchange, whether each
-    receiver has every piece so far of a message split over rounds."""
+    receiver has every piece so far of a message split over rounds. Nodes ``computing``.. relay:
+    they expect no message."""
     n, slot_us = net.n, int(r["slot_us"])
     plen = int(net.plen)
     packets = [0] * n
@@ -469,7 +475,7 @@ def _sample(inf: int, net: MixerNetwork, res, log, r: dict, phy: str, inits: lis
         missing = []
         for f in r["senders"]:
             j = f["node"]
-            if j == k or (head and k != sink):
+            if j == k or (head and k != sink) or k >= computing:
                 continue
             rows = res.data[k, f["first_row"]:f["first_row"] + f["rows"]]  # a dead sender's weak rows are lost
             got = bool(header_ok[k] and rows.all() and not (res.taken_over[k] and j == inits[k]))

@@ -36,9 +36,8 @@ META_KEYS = (
     "cisl.format", "cisl.format_version", "cisl.tool_version", "cisl.config", "cisl.devices",
     "cisl.heads_per_device", "cisl.masks", "cisl.training",
 )
-OPTIONAL_META_KEYS = ("cisl.hidden_per_device",)
-"""Keys a model may lack: without cisl.hidden_per_device the hidden units are spread evenly (as in
-every model exported before uneven splits)."""
+# a model may also carry cisl.hidden_per_device; without it the hidden units are spread evenly (as in
+# every model exported before uneven splits)
 
 
 # --------------------------------------------------------------------------------------------
@@ -255,9 +254,9 @@ class CislModel:
     @property
     def split(self) -> Split:
         """The split the model was trained and exported for (even or planned)."""
-        cfg = self.config
-        hidden = self.hidden_per_device or Split.even(self.devices, cfg.heads, cfg.d_model, cfg.mlp_hidden).hidden_per_device
-        return Split.uneven(self.heads_per_device, hidden, cfg.d_model)
+        cfg = self.config  # Split spreads the hidden units evenly when the model names none
+        return Split(self.devices, cfg.heads, cfg.d_model, cfg.mlp_hidden, tuple(self.heads_per_device),
+                     tuple(self.hidden_per_device or ()))
 
 
 _REEXPORT = "re-export it with `cisl train`"

@@ -1,8 +1,11 @@
-"""int8 deployment costs at most 1 % relative test MSE on ETTh2 (the whole standard test split).
+"""int8 deployment costs at most 1 % relative test MSE on ETTh2.
 
-Trains a small split model for a few epochs on ETTh2 (from ../shared/data/ett; skipped when the
-file is absent), compiles it, and compares the int8 reference — bit-exact with the generated C —
-with float torch on all 19 495 channel windows of the test split, on the StandardScaler scale.
+Trains a small split model for two short epochs on ETTh2 (from ../shared/data/ett; skipped when
+the file is absent), compiles it, and compares the int8 reference — bit-exact with the generated
+C — with the float plan on every third of the 19 495 channel windows of the standard test split,
+on the StandardScaler scale. The whole split, for the paper's width and every D, is
+bench/ett_int8_accuracy.py's (docs/results/ett_int8_accuracy.md); compile checks the float plan
+against ONNX Runtime.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ devices = 4
 [train]
 epochs = 2
 batch_size = 256
-max_train_windows = 12000
+max_train_windows = 4000
 """
 
 
@@ -51,10 +54,10 @@ def test_int8_reference_within_one_percent_of_float_on_etth2(tmp_path):
 
     cfg = load_config(tmp_path / "cfg.toml", {"data.source": "csv", "data.path": str(ETTH2)})
     data, _ = build_data(cfg)
-    x, y = data.test.take(np.arange(len(data.test)))
-    assert len(x) == 2785 * 7  # the standard ETTh2 test split at look-back 336, horizon 96
+    assert len(data.test) == 2785 * 7  # the standard ETTh2 test split at look-back 336, horizon 96
+    x, y = data.test.take(np.arange(0, len(data.test), 3))  # every third window: all 7 channels, the whole span
 
     acc = forecast_mse(load_plan(tmp_path / "build"), load_model(tmp_path / "model" / "model.onnx").weights, x, y)
-    # the float plan is the torch model (same MSE as training reports), so the comparison is fair
-    assert acc.mse_float == pytest.approx(summary["test_mse"], rel=1e-3)
+    # the float plan is the trained model: near the test MSE training reports over the whole split
+    assert acc.mse_float == pytest.approx(summary["test_mse"], rel=0.05)
     assert acc.relative_increase <= 0.01, (acc.mse_float, acc.mse_int8)

@@ -2,7 +2,7 @@
 # cisl developer entry point: sets the machine up (once) and runs a job.
 #
 #   ./dev.sh demo [cisl demo options]   set up, then run the demo on the virtual testbed
-#   ./dev.sh test [pytest options]      set up, then run the test suite
+#   ./dev.sh test [pytest options]      set up, then run the test suite (2 workers; CISL_TEST_WORKERS)
 #   ./dev.sh setup                      only set up
 #
 # Setup installs what is missing: Debian/Ubuntu packages with --no-install-recommends (gcc,
@@ -116,6 +116,7 @@ shift || true
 case "$cmd" in
   setup) setup ;;
   demo)  setup; exec "$VENV/bin/cisl" demo "$@" ;;
-  test)  setup; exec "$VENV/bin/python" -m pytest "$@" ;;
+  # two workers by default (CISL_TEST_WORKERS=0: one process, e.g. to debug; a later -n wins)
+  test)  setup; exec "$VENV/bin/python" -m pytest -n "${CISL_TEST_WORKERS:-2}" "$@" ;;
   *) log "unknown command '$cmd'; use demo, test or setup"; exit 2 ;;
 esac

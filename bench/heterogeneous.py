@@ -22,6 +22,10 @@ nodes' own boards), linked for each node's own board (the footprint confirmed by
 run on the virtual testbed, bit-exact against the int8 reference. Writes
 docs/results/heterogeneous.md (and .json).
 
+Relays: each MILP plan is also evaluated with every left-out node as its only relay (in every
+Mixer round, computing nothing) and with all of them relaying, to show whether the planner loses
+anything by not offering relays.
+
 The virtual testbed's runs play the radio medium (Mixer, slot by slot) on the testbed's own
 positions of the nodes taking part, the far node's distance included.
 

@@ -209,3 +209,33 @@ def test_a_node_that_breaks_the_sequence_rules_is_failed_with_its_line(tmp_path,
     r = capture([PortSpec(0, str(tmp_path / "a.tty"))], None, reset=reset, timeout=3.0)
     os.close(m0)
     assert not r.ok and why in r.nodes[0].failed and "line " in r.nodes[0].failed, r.nodes[0].failed
+
+
+def test_a_node_already_running_when_the_ports_open_starts_at_its_reset(tmp_path, monkeypatch):
+    """Flashing starts a node, so its port may print the old run's lines before `cisl logs` resets it:
+    those are left out (counted), and the reset's boot line starts the run (not "booted again")."""
+    import threading
+
+    from codegen.testbed import capture as cap
+
+    monkeypatch.setattr(cap, "OLD_RUN_QUIET_S", 1.0)  # generous: the writer thread below may be slow
+    m0, _ = make_pty(tmp_path / "a.tty")
+    boot = b"CISL 0 boot fw=0.1.0 plan=abc board=x node=0 nodes=1\n"
+
+    def old_run():
+        wait_for_reader(m0)
+        os.write(m0, boot + b"CISL 0 infer inf=0 us=5 crc=00\nCISL 0 infer inf=1 us=5 crc=00\n")
+
+    t = threading.Thread(target=old_run)
+    t.start()
+
+    def reset():
+        t.join()
+        os.write(m0, boot + b"CISL 0 infer inf=0 us=5 crc=00\nCISL 0 end inferences=1\n")
+        return {}
+
+    r = capture([PortSpec(0, str(tmp_path / "a.tty"))], None, reset=reset, timeout=5.0)
+    os.close(m0)
+    assert r.ok, r.nodes[0].failed
+    assert r.nodes[0].pre_reset == 3 and r.nodes[0].infers == 1
+    assert [x.event for x in r.nodes[0].records] == ["boot", "infer", "end"]

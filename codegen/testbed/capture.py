@@ -1,6 +1,7 @@
 """Serial capture: one reader thread per port, contract lines parsed with host timestamps.
 
-Every port is opened (pyserial) before ``reset`` is called, so a node's boot lines are not lost.
+Every port is opened (pyserial) before ``reset`` is called, so a node's boot lines are not lost; what a
+node already running prints before the reset (flashing starts it) is its old run's and left out.
 Each thread appends the raw bytes to the node's ``.log``, splits lines, and hands the parsed records
 (see codegen/serial_contract.py) to the main thread. Garbage, partial lines and ``\\r`` are
 tolerated; a port that drops (USB re-enumeration on reset, an unplugged cable) is reopened with
@@ -45,6 +46,7 @@ class NodeCapture:
     failed: str | None = None  # why the node failed, None if it did not
     infers: int = 0
     ended: bool = False
+    pre_reset: int = 0  # contract lines read before the reset (a previous run's), left out
 
 
 class PortReader(threading.Thread):
@@ -183,6 +185,12 @@ def capture(ports: list[PortSpec], raw_dir: Path | None = None, *, reset: Callab
     say(f"{len(readers)} ports open")
     started = time.time()
     t0 = time.monotonic()
+    reset_at = None
+    if reset:
+        # a node already running (flashing starts it) prints its old run's lines as its port opens:
+        # let them arrive and leave them out, so the reset's boot line starts the run
+        _drain_old_run(q, caps)
+        reset_at = time.time()
     reset_errors = reset() if reset else {}
     for k, err in reset_errors.items():
         if err and k in caps:
@@ -198,9 +206,12 @@ def capture(ports: list[PortSpec], raw_dir: Path | None = None, *, reset: Callab
             return
         while True:
             k, rec, line = item
-            _account(caps[k], rec, inferences, expected_plan, rules[k], line)
-            if on_record:
-                on_record(k, rec)
+            if reset_at is not None and rec.host_time is not None and rec.host_time < reset_at:
+                caps[k].pre_reset += 1  # read before any node was reset: the old run's
+            else:
+                _account(caps[k], rec, inferences, expected_plan, rules[k], line)
+                if on_record:
+                    on_record(k, rec)
             try:
                 item = q.get_nowait()
             except queue.Empty:
@@ -253,6 +264,21 @@ def capture(ports: list[PortSpec], raw_dir: Path | None = None, *, reset: Callab
 
 def _brief(r: Record) -> str:
     return " ".join(f"{k}={v}" for k, v in list(r.fields.items())[:3])
+
+
+OLD_RUN_QUIET_S, OLD_RUN_LIMIT_S = 0.1, 1.0  # how long the ports must be quiet before the reset, at most
+
+
+def _drain_old_run(q: queue.Queue, caps: dict) -> None:
+    """Take the lines the ports deliver before the reset (until they are quiet for OLD_RUN_QUIET_S,
+    at most OLD_RUN_LIMIT_S) out of the queue: they are a previous run's (the raw logs keep them)."""
+    end = time.monotonic() + OLD_RUN_LIMIT_S
+    while time.monotonic() < end:
+        try:
+            k, _, _ = q.get(timeout=OLD_RUN_QUIET_S)
+        except queue.Empty:
+            return
+        caps[k].pre_reset += 1
 
 
 def _account(c: NodeCapture, rec: Record, inferences: int | None, expected_plan: str | None,

@@ -178,8 +178,9 @@ def radio_rounds(profile: Profile, cfg: ModelConfig, s: Structure, boards, node_
 
 def undelivered(rounds, node_ids: list[int]) -> tuple[str, tuple[int, int]] | None:
     """A receiver that missed a sender's message in every simulated inference of a round: one line
-    and the (receiver, sender) testbed ids (None: no such pair). Occasional losses are the channel's (models train for them); a pair
-    that never gets through is a plan whose nodes cannot hear each other, however short its rounds."""
+    and the (receiver, sender) testbed ids (None: no such pair). Occasional losses are the channel's
+    (models train for them); a pair that never gets through is a plan whose nodes cannot hear each
+    other, however short its rounds."""
     for r in rounds:
         if r.complete >= 1.0 or not r.samples:
             continue
@@ -251,9 +252,9 @@ def evaluate(profile: Profile, cfg: ModelConfig, node_ids: list[int], heads: lis
     for i, nid in enumerate(relays):  # a relay idles between rounds: no compute, its radio in every round
         np_, board = profile.node(nid), profile.node(nid).board
         use = radio_use(rounds, len(node_ids) + i) if rounds else None
-        e = node_energy(load_power(board), 0.0, profile.boards[board].clock_hz,
-                        use.tx_on_us if use else 0.0, use.rx_on_us if use else 0.0, latency * 1e3,
-                        comm_us=use.comm_us if use else 0.0, phy=s.mixer["policy"]["phy"] if s.mixer else "2M")
+        tx, rx, comm = (use.tx_on_us, use.rx_on_us, use.comm_us) if use else (0.0, 0.0, 0.0)
+        e = node_energy(load_power(board), 0.0, profile.boards[board].clock_hz, tx, rx, latency * 1e3,
+                        comm_us=comm, phy=s.mixer["policy"]["phy"] if s.mixer else "2M")
         ev.relays.append(int(nid))
         ev.relay_energy_uj.append(e.total_uj.central)
         if np_.energy_uj is not None and e.total_uj.central > np_.energy_uj * (1 + 1e-9):

@@ -25,6 +25,7 @@ scale over the whole ETTh2 test split (19 495 channel windows).
 
     python bench/split_training.py run [--only fig7-D8-s0-dense ...] [--seeds 0 1 2]
     python bench/split_training.py run --jobs 2 --threads 1      # two units at a time (2 cores)
+    python bench/split_training.py run --devices 8 16 --all-rates   # + Fig. 7 at D = 16, Fig. 8 at every seed
     python bench/split_training.py run --backend slurm --jobs 16 --slurm-partition cpu   # on a cluster
     python bench/split_training.py report          # tables and plots into docs/results/
     python bench/split_training.py run --smoke /tmp/st --seeds 0 --only fig7-D8-s0-dense ...  # plumbing check
@@ -114,8 +115,8 @@ class Session:
                                                                          replace=False))
 
     def new_model(self, q: float = 0.0, rescale: bool | None = None):
-        """A fresh model trained at loss q; it rescales what arrived when it trains with dropout (the
-        product's [dropout] rescale = "auto") unless ``rescale`` says otherwise, and, as the product
+        """A fresh model trained at loss q; it rescales what arrived as the product's [dropout] rescale
+        default decides unless ``rescale`` says otherwise, and, as the product
         does, trains a share [dropout] clean of its windows loss-free."""
         import torch
 
@@ -128,7 +129,7 @@ class Session:
         split = Split.even(self.devices, m.heads, m.d_model, m.mlp_hidden)
         torch.manual_seed(self.seed)
         model = SplitPatchTST(cfg=m, split=split, masks=full_masks(split, m.layers),
-                              rescale=q > 0 if rescale is None else rescale)
+                              rescale=DropoutConfig(q=q).rescaled() if rescale is None else rescale)
         model.set_message_dropout(LossRates.uniform(q), clean=DropoutConfig().clean)
         return model
 
@@ -263,7 +264,7 @@ def fig8(s: Session, q: float, ctx, dense, q_max: float = 0.0) -> dict:
     from codegen.train.dropout import LossRange
 
     if q_max:
-        model = s.new_model(rescale=True)
+        model = s.new_model(rescale=DropoutConfig(q_max=q_max).rescaled())
         model.set_message_dropout(LossRange(q_max), clean=DropoutConfig().clean)
         train = s.fit(model, PROTOCOL["dropout_epochs"], f"dropout range {q_max}")
     elif q == 0.0:
@@ -272,13 +273,14 @@ def fig8(s: Session, q: float, ctx, dense, q_max: float = 0.0) -> dict:
     else:
         model = s.new_model(q)
         train = s.fit(model, PROTOCOL["dropout_epochs"], f"dropout {q}")
+    clean = model.loss_clean  # how it trained: the share of loss-free windows, and rescaled or not
     model.set_message_dropout(None)
     deploy = {f"{qd:g}": s.test_mse(model, qd, loss_seed=s.seed) for qd in PROTOCOL["loss_rates"]}
     # the validation split too: on ETTh2's test split a damped forecast scores better (see
     # split_training_shrinkage.py), which flatters every model that loses messages
     val = {f"{qd:g}": s.test_mse(model, qd, loss_seed=s.seed, split="val") for qd in PROTOCOL["loss_rates"]}
     return {"devices": s.devices, "seed": s.seed, "q_train": q, **({"q_max_train": q_max} if q_max else {}),
-            "train": train, "test_mse_at_q": deploy, "val_mse_at_q": val}
+            "rescale": bool(model.rescale), "clean": clean, "train": train, "test_mse_at_q": deploy, "val_mse_at_q": val}
 
 
 def deploy_unit() -> dict:
@@ -326,17 +328,22 @@ def deploy_unit() -> dict:
                     "allgather_bytes_per_inference": {str(k): v for k, v in allgather.items()}}}
 
 
-def units_in_order(seeds: list[int]) -> list[tuple[str, int]]:
-    """Every unit of the study for these seeds, as (name, seed), in the order `run` takes them."""
-    out = []
-    for seed in seeds:
-        for kind, devices in (("fig7", 8), ("fig8", 8), ("fig7", 16)):
-            names = ([f"fig7-D{devices}-s{seed}-{m}" for m in ("dense", "somegather", "normal")] if kind == "fig7" else
-                     [f"fig8-D{devices}-s{seed}-q{q:g}" for q in (0.1, 0.0, 0.05, 0.2, 0.025)]
-                     + [f"fig8-D{devices}-s{seed}-qmax{q:g}" for q in LOSS_RANGES])
-            out += [(n, seed) for n in names]
-            if kind == "fig8" and seed == seeds[0]:
-                out.append(("deploy-D8", seed))
+def units_in_order(seeds: list[int], devices: tuple[int, ...] = (8,), all_rates: bool = False) -> list[tuple[str, int]]:
+    """Every unit of the study for these seeds, as (name, seed), in the order `run` takes them: what
+    the issue's claims rest on first (the q = 10 % dropout models, the dense models and their Fig. 8
+    row, the pruning trajectories, the deployed model), then the other loss rates — trained for the
+    first seed only unless ``all_rates`` — and Fig. 7 for the other ``devices``."""
+    first = seeds[0]
+    out = [(f"fig8-D8-s{s}-q0.1", s) for s in seeds] if 8 in devices else []
+    for d in devices:
+        out += [(f"fig7-D{d}-s{s}-dense", s) for s in seeds]
+        if d == 8:
+            out += [(f"fig8-D8-s{s}-q0", s) for s in seeds]
+        out += [(f"fig7-D{d}-s{s}-{m}", s) for s in seeds for m in ("somegather", "normal")]
+        if d == 8:
+            out.append(("deploy-D8", first))
+            out += [(f"fig8-D8-s{s}-{r}", s) for s in (seeds if all_rates else [first])
+                    for r in ("q0.05", "q0.2", "q0.025", *(f"qmax{q:g}" for q in LOSS_RANGES))]
     return out
 
 
@@ -386,10 +393,11 @@ def unit_fn(params: dict, ctx) -> dict:
     return {"unit": u, "protocol": PROTOCOL, "threads": THREADS, **out}
 
 
-def run(seeds: list[int], only: list[str] | None, backend: str, jobs: int, slurm: dict) -> None:
+def run(seeds: list[int], only: list[str] | None, backend: str, jobs: int, slurm: dict,
+        devices: tuple[int, ...] = (8,), all_rates: bool = False) -> None:
     from codegen.sweep import run_sweep
 
-    units = [sweep_unit(u) for u, _ in units_in_order(seeds) if not only or u in only]
+    units = [sweep_unit(u) for u, _ in units_in_order(seeds, devices, all_rates) if not only or u in only]
     run_sweep(units, RECORDS, WORK, backend, jobs, slurm)
 
 
@@ -400,6 +408,10 @@ def main() -> None:
     r = sub.add_parser("run")
     r.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     r.add_argument("--only", nargs="*", default=None)
+    r.add_argument("--devices", type=int, nargs="+", default=[8], choices=[8, 16],
+                   help="Fig. 7 for these device counts (Fig. 8 and the deployed model are D = 8)")
+    r.add_argument("--all-rates", action="store_true",
+                   help="train Fig. 8's other loss rates for every seed, not only the first")
     r.add_argument("--backend", choices=["joblib", "local", "slurm"], default="joblib",
                    help="joblib: processes here; local: submitit's local executor; slurm: a job array per wave")
     r.add_argument("--jobs", type=int, default=1,
@@ -428,7 +440,7 @@ def main() -> None:
     if args.cmd == "run":
         slurm = {"timeout_min": args.slurm_time, "cpus_per_task": max(1, args.threads),
                  **({"partition": args.slurm_partition} if args.slurm_partition else {})}
-        run(args.seeds, args.only, args.backend, args.jobs, slurm)
+        run(args.seeds, args.only, args.backend, args.jobs, slurm, tuple(args.devices), args.all_rates)
     else:
         from split_training_report import report  # noqa: PLC0415 (bench-local module)
 

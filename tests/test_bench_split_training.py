@@ -56,6 +56,8 @@ def test_smoke_run_writes_every_unit_and_the_report(tmp_path: Path) -> None:
         dep = pts[-1]["deployment"]
         assert dep["board"] == "nrf52840dk" and 0 < dep["flash_bytes_max"] < 1 << 20 and dep["latency_ms"] > 0
         assert "deployment" not in pts[0]
+    # the dropout models train as the product does: half the windows clean, nothing rescaled
+    assert runs["fig8-D8-s0-q0.1"]["clean"] == 0.5 and runs["fig8-D8-s0-q0.1"]["rescale"] is False
     rng = runs["fig8-D8-s0-qmax0.2"]
     assert rng["q_max_train"] == 0.2 and set(rng["test_mse_at_q"]) == {"0", "0.1"} and rng["threads"] == 1
     # a second run finds every record and trains nothing
@@ -66,7 +68,7 @@ def test_smoke_run_writes_every_unit_and_the_report(tmp_path: Path) -> None:
     md = (tmp_path / "split_training.md").read_text()
     assert "Paired by seed" in md and "| 0.25 | " in md
     assert "| 8 | normal | 0.25 | 0 |" in md and "| 8 | somegather | 0.25 | 0 |" in md  # deployed
-    assert "## Message dropout after issue 16 (rescaled), next to before" in md
+    assert "## Message dropout after issue 16, next to before" in md
     assert "| 0–20 % per window (1 seed(s)) |" in md and "| 10 % (1 seed(s)) |" in md
     assert "* D = 8, keep 0.25, vs the unpruned model (1 seed(s)): somegather " in md
     assert "Seed(s) trained at every rate: [0]" in md

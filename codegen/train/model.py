@@ -211,22 +211,30 @@ class SplitLayer(nn.Module):
 
     def forward(self, x: Tensor, g: dict[str, Tensor], owner_model: Tensor, owner_hidden: Tensor,
                 alive: dict[str, Tensor] | None = None, gs: dict[str, Tensor] | None = None) -> Tensor:
-        """``alive`` (normal pruning): 0/1 masks "r" (residual), "h", "z" of the live columns.
+        """``alive``: 0/1 masks of the live columns — "r" (residual), "h", "z" (normal pruning) and "qk"
+        (the Q/K dimensions an elastic mode keeps); a missing or None mask keeps everything.
         ``gs``: the per-sample gathers with the rescaling factors (`SplitPatchTST.rescale`)."""
         gs = g if gs is None else gs
         cfg = self.cfg
         B, N, F = x.shape
-        wv, bv = self.wv.weight, self.wv.bias
+        wq, bq, wk, bk, wv, bv = (self.wq.weight, self.wq.bias, self.wk.weight, self.wk.bias, self.wv.weight,
+                                  self.wv.bias)
         wo, bo, w1, b1, w2, b2 = (self.wo.weight, self.wo.bias, self.w1.weight, self.w1.bias, self.w2.weight,
                                   self.w2.bias)
-        if alive is not None:  # a dead column's producer gives 0
-            r, ah, az = alive["r"], alive["h"], alive["z"]
+        alive = alive or {}
+        r, ah, az, aqk = (alive.get(key) for key in ("r", "h", "z", "qk"))
+        # a dead column's producer gives 0 (so its consumers see nothing of it)
+        if ah is not None:
             wv, bv = wv * ah[:, None], bv * ah
+        if r is not None:
             wo, bo, w2, b2 = wo * r[:, None], bo * r, w2 * r[:, None], b2 * r
+        if az is not None:
             w1, b1 = w1 * az[:, None], b1 * az
+        if aqk is not None:  # a dead Q/K dimension adds nothing to the scores
+            wq, bq, wk, bk = wq * aqk[:, None], bq * aqk, wk * aqk[:, None], bk * aqk
         # Q, K and V share the x-point gather and LN statistics: one matmul for all three.
-        w_qkv = torch.cat([self.wq.weight, self.wk.weight, wv])
-        b_qkv = torch.cat([self.wq.bias, self.wk.bias, bv])
+        w_qkv = torch.cat([wq, wk, wv])
+        b_qkv = torch.cat([bq, bk, bv])
         qkv = local_ln_linear(x, g["x"], self.ln1.weight, self.ln1.bias, w_qkv, b_qkv,
                               owner_model.repeat(3), cfg.ln_eps, gs["x"])
         q, k, v = (t.view(B, N, cfg.heads, cfg.d_head).transpose(1, 2) for t in qkv.split(F, dim=-1))
@@ -267,6 +275,7 @@ class SplitPatchTST(nn.Module):
         # what arrived from the other devices is scaled by expected / delivered columns (the plan's
         # `rescale` op): a lost message then does not shrink the consumers' input
         self.rescale = rescale
+        self.units: list[dict[str, Tensor]] | None = None  # an elastic mode's units (set_units)
         self.set_masks(masks, prune_own)
 
     # ------------------------------------------------------------------ masks
@@ -330,8 +339,7 @@ class SplitPatchTST(nn.Module):
             if lost is not None and D > 1:
                 both = {p: self._lost_gather(g[p], lost.get(msgdrop.round_of(l, p)), p) for p in POINTS}
                 g, gs = {p: v[0] for p, v in both.items()}, {p: v[1] for p, v in both.items()}
-            alive = ({"r": alive_r, "h": layer.alive_h, "z": layer.alive_z} if alive_r is not None else None)
-            x = layer(x, g, self.owner_model, self.owner_hidden, alive, gs)
+            x = layer(x, g, self.owner_model, self.owner_hidden, self._alive(l, alive_r), gs)
         cols = alive_r  # which columns of X_T reach the forecast
         head_lost = lost.get(msgdrop.head_round(self.cfg.layers)) if lost is not None and D > 1 else None
         if head_lost is not None and bool(head_lost.any()):
@@ -343,6 +351,29 @@ class SplitPatchTST(nn.Module):
         elif cols is not None:
             x = x * cols
         return self.head(x.flatten(1))
+
+    # ------------------------------------------------------------- elastic modes
+    def set_units(self, units: list[dict[str, Tensor]] | None) -> None:
+        """Run as one elastic mode (codegen.train.elastic): ``units[layer]`` = 0/1 float masks "qk"
+        [F] (Q/K dimensions), "v" [F] (V dimensions, i.e. head-output columns) and "z" [F_h] (MLP
+        hidden units) the mode keeps; None: every unit (the model as trained). They combine with
+        normal pruning's live columns."""
+        if units is not None and len(units) != self.cfg.layers:
+            raise ValueError(f"units for {len(units)} layers, the model has {self.cfg.layers}")
+        self.units = units
+
+    def _alive(self, l: int, alive_r: Tensor | None) -> dict[str, Tensor | None] | None:
+        """The live-column masks of layer ``l``: normal pruning's and the elastic mode's, combined."""
+        layer, units = self.layers[l], self.units
+        alive: dict[str, Tensor | None] = ({"r": alive_r, "h": layer.alive_h, "z": layer.alive_z}
+                                           if alive_r is not None else {})
+        if units is None:
+            return alive or None
+        u = units[l]
+        for key, point in (("h", "v"), ("z", "z")):
+            alive[key] = u[point] if alive.get(key) is None else alive[key] * u[point]
+        alive["qk"] = u["qk"]
+        return alive
 
     def _head_factor(self, partial_kept: Tensor) -> Tensor:
         """[B, D] factors for the head's partial sums: E / R on the other devices' partials, 1 on

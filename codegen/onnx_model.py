@@ -22,6 +22,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from codegen import __version__
+from codegen.elastic import Modes, check_counts, full_order
 from codegen.errors import UserError
 from codegen.modelspec import ModelConfig, patch_index, weight_shapes
 from codegen.partition import (POINTS, Masks, Split, gathered_cols, realised_keep, residual_problem, uneven_problem,
@@ -54,7 +55,7 @@ class _GraphBuilder:
 
     def init(self, name: str, value: np.ndarray) -> str:
         if name not in self._init_names:  # index tables are shared between layers and devices
-            self.inits.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
+            self.inits.append(numpy_helper.from_array(np.require(value, requirements="C"), name))  # 0-d stays 0-d
             self._init_names.add(name)
         return name
 
@@ -111,11 +112,27 @@ def _device_attention(g: _GraphBuilder, q: str, k: str, v: str, heads: int, d: i
 
 
 def _layer(g: _GraphBuilder, cfg: ModelConfig, split: Split, masks: Masks, l: int, x: str,
-           prune_own: bool = False) -> str:
+           prune_own: bool = False, modes: Modes | None = None) -> str:
     """One pre-norm layer, device by device; returns the name of the global output X'.
-    ``prune_own`` (normal pruning): a device holds only the broadcast ones of its own columns."""
+    ``prune_own`` (normal pruning): a device holds only the broadcast ones of its own columns.
+    ``modes`` (an elastic model, every mode a prefix of every group): the graph input ``mode``
+    picks the units the layer keeps; a dropped unit's Q/K/V dimension or hidden unit is 0."""
     p = f"layers.{l}."
     D = split.devices
+
+    def keep(kind: str, rows: str, name: str) -> str | None:
+        """The mode's 0/1 mask of ``kind`` over a device's rows (None: not an elastic model)."""
+        if modes is None:
+            return None
+        if kind not in per_mode:  # the layer's mask of this mode, once for all devices
+            table = np.stack([modes.alive(m, split)[l][kind] for m in range(modes.count)]).astype(np.float32)
+            per_mode[kind] = g.gather(g.init(f"elastic.l{l}.{kind}", table), "mode", 0, f"l{l}.mode.{kind}")
+        return g.gather(per_mode[kind], rows, 0, name)
+
+    per_mode: dict[str, str] = {}
+
+    def masked(t: str, mask: str | None, name: str) -> str:
+        return t if mask is None else g.op("Mul", [t, mask], name)
 
     def cols(point: str, k: int) -> str:
         return g.idx(f"idx.l{l}.{point}.d{k}", gathered_cols(split, masks, l, point, k, prune_own))
@@ -143,6 +160,8 @@ def _layer(g: _GraphBuilder, cfg: ModelConfig, split: Split, masks: Masks, l: in
         xn = local_ln(x, "ln1", gx, f"{n}.ln1")
         q, kk, v = (g.linear(xn, p + w + ".weight", p + w + ".bias", model_rows(k), gx, f"{n}.{w}")
                     for w in ("wq", "wk", "wv"))
+        mqk, mv = keep("qk", model_rows(k), f"{n}.keep_qk"), keep("v", model_rows(k), f"{n}.keep_v")
+        q, kk, v = masked(q, mqk, f"{n}.wq.kept"), masked(kk, mqk, f"{n}.wk.kept"), masked(v, mv, f"{n}.wv.kept")
         heads_out.append(_device_attention(g, q, kk, v, split.heads_per_device[k], cfg.d_head, scale, f"{n}.attn"))
     h = g.op("Concat", heads_out, f"l{l}.H", axis=2) if D > 1 else heads_out[0]
 
@@ -161,8 +180,9 @@ def _layer(g: _GraphBuilder, cfg: ModelConfig, split: Split, masks: Masks, l: in
         n = f"l{l}.d{k}"
         gy = cols("y", k)
         yn = local_ln(y, "ln2", gy, f"{n}.ln2")
-        z_parts.append(g.op("Relu", [g.linear(yn, p + "w1.weight", p + "w1.bias", hidden_rows(k), gy, f"{n}.w1")],
-                            f"{n}.Z"))
+        zk = g.op("Relu", [g.linear(yn, p + "w1.weight", p + "w1.bias", hidden_rows(k), gy, f"{n}.w1")],
+                  f"{n}.Z" if modes is None else f"{n}.Zall")
+        z_parts.append(masked(zk, keep("z", hidden_rows(k), f"{n}.keep_z"), f"{n}.Z"))
     z = g.op("Concat", z_parts, f"l{l}.Z", axis=2) if D > 1 else z_parts[0]
 
     # z-point -> W_2 (own model columns) -> residual
@@ -180,9 +200,21 @@ def _json(value: Any) -> str:
 
 
 def build_onnx(cfg: ModelConfig, weights: dict[str, np.ndarray], split: Split, masks: Masks,
-               keep_ratio: float, training: dict, rescale: bool = False, prune_own: bool = False) -> onnx.ModelProto:
-    """The split model as an ONNX graph with dense weights and the cisl metadata (decisions.md §4)."""
+               keep_ratio: float, training: dict, rescale: bool = False, prune_own: bool = False,
+               elastic: dict | None = None) -> onnx.ModelProto:
+    """The split model as an ONNX graph with dense weights and the cisl metadata (decisions.md §4).
+
+    ``elastic`` (an elastic model: {"counts": per mode, kind, layer and group, ...}, the weights
+    permuted so that every mode keeps the first units of every group, codegen.elastic.permute):
+    the graph takes an optional int64 input ``mode`` (default 0, the largest) and the metadata
+    key cisl.elastic holds the record."""
     _check_inputs(cfg, weights, split, masks)
+    modes = None
+    if elastic is not None:
+        problem = check_counts(elastic.get("counts"), split, cfg.layers)
+        if problem:
+            raise ValueError(f"invalid elastic counts: {problem}")
+        modes = Modes(full_order(split, cfg.layers), elastic["counts"])
     g = _GraphBuilder()
     for name in weight_shapes(cfg):  # dense weights first, in the contract's order
         g.init(name, np.asarray(weights[name], dtype=np.float32))
@@ -191,8 +223,10 @@ def build_onnx(cfg: ModelConfig, weights: dict[str, np.ndarray], split: Split, m
     emb_t = g.op("Transpose", ["embed.weight"], "embed.wT", perm=[1, 0])
     x = g.op("Add", [g.op("MatMul", [patches, emb_t], "embed.mm"), "embed.bias"], "embed")
     x = g.op("Add", [x, "pos"], "X0")
+    if modes is not None:  # a graph input with a default: runtimes may feed it or not
+        g.init("mode", np.array(0, dtype=np.int64))
     for l in range(cfg.layers):
-        x = _layer(g, cfg, split, masks, l, x, prune_own)
+        x = _layer(g, cfg, split, masks, l, x, prune_own, modes)
 
     flat = g.op("Reshape", [x, g.init("shape.flatten", np.array([0, -1], dtype=np.int64))], "head.flat")
     head_t = g.op("Transpose", ["head.weight"], "head.wT", perm=[1, 0])
@@ -200,7 +234,8 @@ def build_onnx(cfg: ModelConfig, weights: dict[str, np.ndarray], split: Split, m
 
     graph = helper.make_graph(
         g.nodes, "cisl",
-        inputs=[helper.make_tensor_value_info("window", TensorProto.FLOAT, ["batch", cfg.lookback])],
+        inputs=[helper.make_tensor_value_info("window", TensorProto.FLOAT, ["batch", cfg.lookback])]
+        + ([helper.make_tensor_value_info("mode", TensorProto.INT64, [])] if modes is not None else []),
         outputs=[helper.make_tensor_value_info("forecast", TensorProto.FLOAT, ["batch", cfg.horizon])],
         initializer=g.inits,
     )
@@ -219,6 +254,7 @@ def build_onnx(cfg: ModelConfig, weights: dict[str, np.ndarray], split: Split, m
                              "broadcast": broadcast, **({"rescale": True} if rescale else {}),
                              **({"prune_own": True} if prune_own else {})}),
         "cisl.training": _json(training),
+        **({"cisl.elastic": _json(elastic)} if elastic is not None else {}),
     }
     helper.set_model_props(model, meta)
     return model
@@ -250,6 +286,14 @@ class CislModel:
     prune_own: bool = False  # cisl.masks.prune_own: normal pruning, unbroadcast columns dead for their owner
 
     hidden_per_device: list[int] | None = None  # None: spread evenly (models without the key)
+    elastic: dict | None = None  # cisl.elastic: the modes' counts (every mode a prefix of every group) and record
+
+    @property
+    def modes(self) -> Modes | None:
+        """The elastic modes (None: one model)."""
+        if self.elastic is None:
+            return None
+        return Modes(full_order(self.split, self.config.layers), self.elastic["counts"])
 
     @property
     def split(self) -> Split:
@@ -410,6 +454,15 @@ def load_model(path: str | Path) -> CislModel:
         if bad:
             fail(f"weight {name!r} holds {bad} NaN or infinite values")
 
+    elastic = None
+    if "cisl.elastic" in props:
+        try:
+            elastic = json.loads(props["cisl.elastic"])
+        except ValueError:
+            fail("metadata cisl.elastic is not valid JSON")
+        problem = check_counts(elastic.get("counts") if isinstance(elastic, dict) else None, split, cfg.layers)
+        if problem:
+            fail(f"metadata cisl.elastic counts {problem}")
     return CislModel(path=path, sha256=hashlib.sha256(data).hexdigest(), config=cfg, devices=devices,
                      heads_per_device=list(hpd), masks=masks, keep_ratio=keep, weights=weights, training=training,
-                     rescale=rescale, prune_own=prune_own, hidden_per_device=hidden)
+                     rescale=rescale, prune_own=prune_own, hidden_per_device=hidden, elastic=elastic)

@@ -75,6 +75,11 @@ def train(config: Path | None, out_dir: Path, data: Path | None, resume: bool, w
         what = f"{pr['method']} pruning" if pr["method"] != "none" else "random masks"
         click.echo(f"{what}: keep {pr['keep']:g} requested, realised {pr['realised_keep']:.4f} -- the nodes send "
                    f"{comm['broadcast_columns']} of an allgather's {comm['allgather_columns']} columns per inference")
+    if "elastic" in s:
+        el = s["elastic"]
+        click.echo(f"{el['modes']} elastic modes (0 = largest): " + ", ".join(
+            f"mode {m} {100 * share:.0f} % of the MACs, val MSE {v:.4f}"
+            for m, (share, v) in enumerate(zip(el["macs_share"], el["val_mse"]))))
     if "test_mse_lossy" in s:
         rate = (f"loss drawn per window up to q = {drop['q_max']:g} (scored at q_max)" if "q_max" in drop else
                 f"message loss {drop['q_link']:g}/{drop['q_recv']:g}/{drop['q_send']:g} (link/receiver/sender)")

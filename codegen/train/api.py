@@ -24,7 +24,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,7 @@ from codegen.data.dataset import load_data, source_for_path
 from codegen.data.protocol import SegmentWindows, Splits, Windows, make_splits
 from codegen.data.revin import revin_normalize
 from codegen.data.synthetic import synthetic_series
+from codegen.elastic import Modes, permute
 from codegen.errors import UserError
 from codegen.fsutil import temp_sibling
 from codegen.lossmodel import LossRates
@@ -47,6 +48,7 @@ from codegen.onnx_model import build_onnx
 from codegen.partition import Masks, Split, full_masks, random_masks, realised_keep
 from codegen.train.config import DataConfig, TrainConfig, load_config
 from codegen.train.dropout import LossRange, evaluate_with_loss
+from codegen.train.elastic import make_elastic, unit_tensors
 from codegen.train.loop import checkpoint_meta, evaluate, fit, load_checkpoint
 from codegen.train.model import SplitPatchTST, state_to_numpy
 from codegen.train.pruning import column_counts, communication, drop_pruned_weights, run_pruning
@@ -207,19 +209,49 @@ def _prune(cfg: TrainConfig, model: SplitPatchTST, data: Splits, train_idx: np.n
     """[prune] after the dense epochs. Every retraining phase is a fit of its own (fresh Adam and
     cosine schedule over the phase, own data order) that keeps its best-validation weights; phases
     write no checkpoint (a resumed run redoes the pruning from the dense checkpoint)."""
-    p, t = cfg.prune, cfg.train
+    p = cfg.prune
     if p.method == "none":
         return []
-    phases = []
+    return run_pruning(model, p.method, p.keep, p.step, p.epochs_per_step, p.finetune_epochs,
+                       _retrainer(cfg, model, data, train_idx, progress))
+
+
+def _retrainer(cfg: TrainConfig, model: SplitPatchTST, data: Splits, train_idx: np.ndarray, progress: bool,
+               first: int = 0) -> Callable[[str, int], dict[str, Any]]:
+    """retrain(tag, epochs): one fit of its own per phase (fresh Adam and cosine schedule, own data
+    order: seed train.seed · 1000 + the phase's number) that keeps its best-validation weights."""
+    t, phases = cfg.train, [first]
 
     def retrain(tag: str, epochs: int) -> dict[str, Any]:
-        phases.append(tag)
-        opts = dataclasses.replace(t, epochs=epochs, seed=t.seed * 1000 + len(phases), stop_after_epochs=0)
+        phases[0] += 1
+        opts = dataclasses.replace(t, epochs=epochs, seed=t.seed * 1000 + phases[0], stop_after_epochs=0)
         res = fit(model, data.train, train_idx, data.val, opts, cfg.model.revin, progress)
         model.load_state_dict(res.best_state)
         return {"epochs": epochs, "best_epoch": res.best_epoch, "val_mse": res.best_val, "history": res.history}
 
-    return run_pruning(model, p.method, p.keep, p.step, p.epochs_per_step, p.finetune_epochs, retrain)
+    return retrain
+
+
+def _elastic(cfg: TrainConfig, model: SplitPatchTST, data: Splits, train_idx: np.ndarray, progress: bool
+             ) -> tuple[Modes | None, dict[str, Any] | None]:
+    """[elastic] after pruning: compress and grow into nested modes; every mode scored on validation
+    and test. The phases' seeds follow the pruning's (a run without pruning has none of those)."""
+    el = cfg.elastic
+    if el.modes <= 1:
+        return None, None
+    retrain = _retrainer(cfg, model, data, train_idx, progress, first=500)
+    try:
+        modes, record = make_elastic(model, model.masks, el.modes, el.core_macs, el.shrink, retrain,
+                                     el.compress_epochs, el.grow_epochs, el.clip)
+    except ValueError as e:
+        raise UserError(f"[elastic] {e}") from None
+    scores: dict[str, list[float]] = {"val_mse": [], "test_mse": []}
+    for m in range(modes.count):
+        model.set_units(unit_tensors(modes, m, model.split) if m else None)
+        scores["val_mse"].append(evaluate(model, data.val, cfg.model.revin))
+        scores["test_mse"].append(evaluate(model, data.test, cfg.model.revin))
+    model.set_units(None)
+    return modes, {**record, **scores}
 
 
 def _resume_meta(cfg: TrainConfig, data_desc: dict[str, Any]) -> dict[str, Any]:
@@ -311,6 +343,7 @@ def run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, o
                     "checkpoint": str(ckpt_path), "seconds": round(time.perf_counter() - started, 3)}
         model.load_state_dict(result.best_state)
         prune_history = _prune(cfg, model, data, train_idx, progress)
+        modes, elastic = _elastic(cfg, model, data, train_idx, progress)
         masks = model.masks
         metrics = {
             "train_mse": evaluate(model, data.train, m.revin, train_idx),
@@ -324,6 +357,9 @@ def run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, o
                                                            LossRates.uniform(cfg.dropout.q_max), seed=t.seed)
         weights = drop_pruned_weights(state_to_numpy(model), split, masks, cfg.prune.method)
         params = sum(p.numel() for p in model.parameters())
+        if modes is not None:  # every mode the first units of every group: a mode is a loop bound
+            weights, masks, modes = permute(weights, masks, modes, split)
+            elastic["counts"] = modes.counts
 
     config_record = cfg.to_dict()
     config_record["data"]["path"] = Path(cfg.data.path).name if cfg.data.path else ""  # no machine paths
@@ -349,8 +385,10 @@ def run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, o
     training = {**training_extra, "data": data_desc, "epochs": t.epochs, "best_epoch": result.best_epoch, "seed": t.seed,
                 **metrics, "history": result.history, "config": config_record, "prune": pruning,
                 "prune_history": prune_history, "dropout": dropout, "communication": comm}
+    if elastic is not None:
+        training["elastic"] = {k: v for k, v in elastic.items() if k != "counts"}
     onnx_bytes = build_onnx(m, weights, split, masks, keep_ratio, training, rescale=cfg.dropout.rescaled(),
-                            prune_own=model.prune_own).SerializeToString()
+                            prune_own=model.prune_own, elastic=elastic).SerializeToString()
 
     calib, _, _ = model_inputs(data.train, data.train.evenly_spaced(t.calibration_samples), m.revin)
     test_x, test_y, test_scale = model_inputs(data.test, data.test.evenly_spaced(t.test_samples), m.revin)
@@ -358,7 +396,9 @@ def run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, o
                "seconds": round(time.perf_counter() - started, 3), "params": params,
                "windows": {"train": int(len(train_idx)), "val": len(data.val), "test": len(data.test)},
                "data": data_desc, "resumed_from_epoch": result.resumed_from, "prune": pruning,
-               "communication": comm, "dropout": dropout, "onnx": True}
+               "communication": comm, "dropout": dropout, "onnx": True,
+               **({"elastic": {k: elastic[k] for k in ("modes", "macs_share", "val_mse", "test_mse")}}
+                  if elastic is not None else {})}
     report = {"summary": summary, "config": config_record, "history": result.history, "prune_history": prune_history,
               "masks": {"keep_ratio": keep_ratio, "prune_own": model.prune_own, "columns": column_counts(masks),
                         "broadcast": masks}}

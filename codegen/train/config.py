@@ -1,6 +1,6 @@
 """The TOML training configuration of `cisl train` (stdlib only, no torch).
 
-Sections [model], [split], [data], [train], [prune] and [dropout]; every key has a small default,
+Sections [model], [split], [data], [train], [prune], [dropout] and [elastic]; every key has a small default,
 so an empty file (or no file) is a valid configuration that trains in seconds. Mistakes are one-line
 UserErrors naming the file, the key and what was expected: reading, unknown keys and types go through
 codegen/config_schema.py (as board.toml and testbed.toml do); the ranges and rules between keys are here.
@@ -108,6 +108,23 @@ class DropoutConfig:
         return (self.q, self.q, self.q) if self.q > 0 else (self.q_link, self.q_recv, self.q_send)
 
 
+ELASTIC_SHRINK = ("attention", "hidden")
+
+
+@dataclass(frozen=True)
+class ElasticConfig:
+    """Elastic modes after training and pruning (codegen.train.elastic; docs/design/elastic.md)."""
+
+    modes: int = 1  # nested models in one set of weights (1 = one model); mode 0 is the largest
+    core_macs: float = 0.3  # the smallest mode (the core) needs at most this share of mode 0's MACs
+    # what the smaller modes drop: "attention" (Q/K and V dimensions of every head), "hidden" (MLP
+    # hidden units); every (layer, head) and (layer, device) group keeps the same share
+    shrink: tuple[str, ...] = ELASTIC_SHRINK
+    compress_epochs: int = 1  # fine-tuning after each pruning round (compress)
+    grow_epochs: int = 1  # training of each mode's new weights, the smaller modes' frozen (grow)
+    clip: float = 1.0  # gradient-norm clip per parameter, on the new weights only (0: none)
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -116,6 +133,7 @@ class TrainConfig:
     train: TrainOptions = field(default_factory=TrainOptions)
     prune: PruneConfig = field(default_factory=PruneConfig)
     dropout: DropoutConfig = field(default_factory=DropoutConfig)
+    elastic: ElasticConfig = field(default_factory=ElasticConfig)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         out = {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
@@ -126,7 +144,7 @@ class TrainConfig:
 DATA_SOURCES = ("synthetic", "csv", "tsf", "icd")
 
 SECTIONS: dict[str, type] = {"model": ModelConfig, "split": SplitConfig, "data": DataConfig, "train": TrainOptions,
-                             "prune": PruneConfig, "dropout": DropoutConfig}
+                             "prune": PruneConfig, "dropout": DropoutConfig, "elastic": ElasticConfig}
 
 # the schema kind of a field, from the type of its default
 _KINDS = {bool: BOOL, int: INT, float: NUMBER, str: STR, tuple: STR_LIST}
@@ -154,7 +172,7 @@ def _coerce(where: str, key: str, value: Any, default: Any) -> Any:
 
 def _range_problems(cfg: TrainConfig) -> list[tuple[str, str]]:
     """(key, expectation) pairs for values of the right type but out of range."""
-    s, d, t, pr, dr = cfg.split, cfg.data, cfg.train, cfg.prune, cfg.dropout
+    s, d, t, pr, dr, el = cfg.split, cfg.data, cfg.train, cfg.prune, cfg.dropout, cfg.elastic
     checks = [
         ("split.devices", s.devices >= 1, "must be >= 1"),
         ("split.random_keep", 0.0 < s.random_keep <= 1.0, "must be in (0, 1]"),
@@ -182,6 +200,13 @@ def _range_problems(cfg: TrainConfig) -> list[tuple[str, str]]:
         ("prune.epochs_per_step", pr.epochs_per_step >= 0, "must be >= 0"),
         ("prune.finetune_epochs", pr.finetune_epochs >= 0, "must be >= 0"),
         ("dropout.rescale", isinstance(dr.rescale, bool) or dr.rescale == "auto", 'must be true, false or "auto"'),
+        ("elastic.modes", 1 <= el.modes <= 8, "must be in [1, 8] (1 = one model)"),
+        ("elastic.core_macs", 0.0 < el.core_macs < 1.0, "must be in (0, 1)"),
+        ("elastic.shrink", bool(el.shrink) and set(el.shrink) <= set(ELASTIC_SHRINK) and len(set(el.shrink)) == len(el.shrink),
+         'must list "attention" and/or "hidden", each once'),
+        ("elastic.compress_epochs", el.compress_epochs >= 0, "must be >= 0"),
+        ("elastic.grow_epochs", el.grow_epochs >= 0, "must be >= 0"),
+        ("elastic.clip", el.clip >= 0, "must be >= 0 (0 = no clipping)"),
     ] + [(f"dropout.{k}", 0.0 <= getattr(dr, k) < 1.0, "must be in [0, 1)")
          for k in ("q", "q_link", "q_recv", "q_send", "q_max", "clean")]
     return [(key, why) for key, ok, why in checks if not ok]
@@ -251,6 +276,12 @@ def _validate(where: str, cfg: TrainConfig) -> None:
     if dr.q > 0 and (dr.q_link > 0 or dr.q_recv > 0 or dr.q_send > 0):
         raise UserError(f"{where}: [dropout] q = {dr.q} sets all three loss modes; set either q or q_link, q_recv "
                         "and q_send")
+    if cfg.elastic.modes > 1 and pr.method == "normal":
+        raise UserError(f"{where}: [elastic] modes need a model whose own columns all stay (somegather pruning or "
+                        "none); [prune] method = \"normal\" removes them: use \"somegather\" or modes = 1")
+    if cfg.elastic.modes > 1 and dr.rescaled():
+        raise UserError(f"{where}: [elastic] modes do not support [dropout] rescale yet (a mode changes what each "
+                        "node expects to receive): set rescale = false or modes = 1")
     if dr.q_max > 0 and any(r > 0 for r in dr.rates()):
         raise UserError(f"{where}: [dropout] q_max = {dr.q_max} draws the loss rate per sample; remove q, q_link, "
                         "q_recv and q_send (or q_max)")

@@ -28,6 +28,7 @@ from .plan.io import PLAN_FORMAT, PLAN_VERSION, NodeData, load_plan, write_plan
 from .plan.memory import buffers_of, check_plan, format_plan, plan_arena
 from .plan.mixer_schedule import MAX_GENERATION, RoundPolicy, schedule_plan
 from .plan.quantize import calibrate, quantize
+from .elastic import KINDS
 from .plan.structure import SINK, build_structure
 
 OUTPUT_KIND = "build"
@@ -64,6 +65,7 @@ class CompileOptions:
     node_boards: list[str] | None = None
     testbed: Path | None = None  # a testbed file: node_boards from its [[node]] boards (or `models`)
     split: Path | None = None  # a split file (`cisl plan`): heads and hidden units per node, and their boards
+    mode: int | None = None  # an elastic model's mode to build (0 = the largest); None: not elastic
 
 
 def _load_windows(path: Path, lookback: int, what: str) -> np.ndarray:
@@ -126,6 +128,24 @@ def planned_split(model: CislModel, planned, where: Path) -> tuple[Split, list]:
     return split, model.masks
 
 
+def _mode_units(model: CislModel, split: Split, mode: int | None, where: Path) -> list[dict] | None:
+    """The units of the elastic mode to build (None: the model is not elastic)."""
+    modes = model.modes
+    if modes is None:
+        if mode is not None:
+            raise UserError(f"{where} has no elastic modes; drop --mode (train with [elastic] modes for them)")
+        return None
+    if mode is None:
+        raise UserError(f"{where} holds {modes.count} elastic modes; cisl compile builds one mode per image so far: "
+                        f"pass --mode M (0 = the largest, {modes.count - 1} = the smallest)")
+    if not 0 <= mode < modes.count:
+        raise UserError(f"--mode {mode}: {where} has modes 0 to {modes.count - 1}")
+    if split != model.split:
+        raise UserError(f"{where}: an elastic model's modes hold for the split it was trained on "
+                        f"({model.devices} devices, heads {model.heads_per_device}); drop --devices/--split")
+    return [{kind: modes.units(mode, kind, l) for kind in KINDS} for l in range(model.config.layers)]
+
+
 def _check_kernel_limits(model: CislModel, split: Split) -> None:
     """Shapes the kernels cannot take: refuse them up front with the fix."""
     cfg = model.config
@@ -161,6 +181,7 @@ def _compile(model_path: Path, out_dir: Path, opts: CompileOptions, say: Callabl
     else:
         split, masks = choose_split(model, opts.devices)
     _check_kernel_limits(model, split)
+    units = _mode_units(model, split, opts.mode, Path(model_path))
     cal_path = Path(opts.calibration) if opts.calibration else Path(model_path).parent / "calibration.npy"
     cal = _load_windows(cal_path, cfg.lookback, "calibration set")
     if len(cal) > opts.max_calibration:  # evenly spaced subset: deterministic and representative
@@ -197,6 +218,7 @@ def _compile(model_path: Path, out_dir: Path, opts: CompileOptions, say: Callabl
     options = {"devices": split.devices, "board": board.name, "max_calibration": opts.max_calibration,
                "round_policy": opts.round_policy, "phy": opts.phy, "max_generation": opts.max_generation,
                **({"node_boards": node_boards} if node_boards else {}),
+               **({"mode": opts.mode} if units is not None else {}),
                **({"split": {"nodes": planned.nodes, "heads": planned.heads, "hidden": planned.hidden}}
                   if planned is not None else {})}
     input_hash = hashlib.sha256(json.dumps(
@@ -206,7 +228,10 @@ def _compile(model_path: Path, out_dir: Path, opts: CompileOptions, say: Callabl
     realised = realised_keep(split, masks)
     say(f"partition: {split.devices} devices, heads {list(split.heads_per_device)}, keep {model.keep_ratio:g} "
         f"(realised {realised:.4f} of an allgather's columns)")
-    st = build_structure(cfg, split, masks, model.keep_ratio, rescale=model.rescale, prune_own=model.prune_own)
+    if units is not None:
+        say(f"elastic mode {opts.mode} of {model.modes.count}")
+    st = build_structure(cfg, split, masks, model.keep_ratio, rescale=model.rescale, prune_own=model.prune_own,
+                         units=units)
     say(f"calibrate: {len(cal)} windows")
     q = calibrate(st, model.weights, cal)
     consts = quantize(st, model.weights, q)
@@ -230,6 +255,8 @@ def _compile(model_path: Path, out_dir: Path, opts: CompileOptions, say: Callabl
         # a planned split: plan node k is testbed node testbed_nodes[k]
         **({"testbed_nodes": planned.nodes} if planned is not None else {}),
         "model": cfg.to_json(), "devices": split.devices, "sink": SINK,
+        # an elastic model's mode this plan computes, of how many
+        **({"elastic": {"mode": opts.mode, "modes": model.modes.count}} if units is not None else {}),
         "keep_ratio": model.keep_ratio, "realised_keep": realised, "rescale": st.rescale, "prune_own": st.prune_own,
         "partition": {"heads_per_device": list(split.heads_per_device),
                       "model_cols": [list(split.model_cols(k)) for k in range(split.devices)],
@@ -241,7 +268,7 @@ def _compile(model_path: Path, out_dir: Path, opts: CompileOptions, say: Callabl
         write_plan(tmp, meta, st.sgs, nodes, q)
         plan = load_plan(tmp)  # emit from what is on disk: plan.json is the source of truth
         if split.devices == model.devices:
-            _check_metadata_against_graph(model, plan, cal)
+            _check_metadata_against_graph(model, plan, cal, opts.mode if units is not None else None)
         env = environment()
         say(f"emit C: {plan.devices} nodes")
         for node in plan.nodes:
@@ -410,16 +437,17 @@ def mixer_section(st, opts: CompileOptions) -> dict:
             "estimated_us_per_inference": int(sum(r.estimated_us for ex in rounds for r in ex))}
 
 
-def _check_metadata_against_graph(model: CislModel, plan, windows: np.ndarray) -> None:
+def _check_metadata_against_graph(model: CislModel, plan, windows: np.ndarray, mode: int | None = None) -> None:
     """The plan is built from the model's cisl metadata (split, masks) and weights; the ONNX graph is
     what was trained and exported. They must compute the same forecast: metadata that contradicts
     the graph (hand-edited masks, another model's metadata) is refused, not compiled into nodes that
-    would then agree with a wrong float reference."""
+    would then agree with a wrong float reference. ``mode``: the elastic mode the plan computes."""
     import onnxruntime as ort
 
     x = np.ascontiguousarray(windows[:8], dtype=np.float32)
+    feed = {"window": x, **({"mode": np.array(mode, dtype=np.int64)} if mode is not None else {})}
     try:
-        ref = ort.InferenceSession(str(model.path), providers=["CPUExecutionProvider"]).run(None, {"window": x})[0]
+        ref = ort.InferenceSession(str(model.path), providers=["CPUExecutionProvider"]).run(None, feed)[0]
     except Exception as e:  # a graph ONNX Runtime cannot run is no cisl model
         raise UserError(f"{model.path}: ONNX Runtime cannot run the model ({type(e).__name__}); re-export it "
                         f"with `cisl train`") from None
@@ -440,7 +468,8 @@ def _summary(plan, board, model: CislModel, test_x, test_y, test_scale) -> dict:
         nodes.append({"node": node.device, "param_bytes": int(sum(c.nbytes for c in node.constants.values())),
                       "arena_bytes": node.arena_bytes, "bytes_sent_per_inference": int(sent),
                       **({"board": plan.meta["node_boards"][node.device]} if plan.meta.get("node_boards") else {})})
-    out = {"devices": plan.devices, "board": board.name, "plan_sha256": plan.sha256, "nodes": nodes}
+    out = {"devices": plan.devices, "board": board.name, "plan_sha256": plan.sha256, "nodes": nodes,
+           **({"elastic": plan.meta["elastic"]} if "elastic" in plan.meta else {})}
     if test_x is not None:
         x = test_x[:256]
         y = test_y[:256]

@@ -112,10 +112,12 @@ def train(config: Path | None, out_dir: Path, data: Path | None, resume: bool, w
               help="BLE PHY the Mixer slots are timed for.")
 @click.option("--max-generation", type=click.IntRange(2, 256), default=256, show_default=True,
               help="Rows per Mixer round (bounds Mixer's RAM); larger exchanges and messages run as several rounds.")
+@click.option("--mode", type=click.IntRange(min=0), default=None,
+              help="An elastic model's mode to build (0 = the largest); one mode per image so far.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
 def compile_cmd(model: Path, out_dir: Path, devices: int | None, board: str | None, testbed_file: Path | None,
                 split_file: Path | None, calibration: Path | None, max_calibration: int, round_policy: str, phy: str, max_generation: int,
-                quiet: bool) -> None:
+                mode: int | None, quiet: bool) -> None:
     """Quantise MODEL (ONNX from `cisl train`) to int8, partition it and emit C for every node.
 
     Writes OUT/plan.json (the partition plan: who holds and sends what, every quantisation
@@ -131,7 +133,8 @@ def compile_cmd(model: Path, out_dir: Path, devices: int | None, board: str | No
             tb = load_testbed(testbed_file)
             board = tb.nodes[0].board
     s = compile_model(model, out_dir, CompileOptions(devices, board, calibration, max_calibration, round_policy, phy,
-                                                     max_generation, testbed=testbed_file, split=split_file),
+                                                     max_generation, testbed=testbed_file, split=split_file,
+                                                     mode=mode),
                       say(quiet))
     _print_resources(s)
     for w in s.get("warnings", []):

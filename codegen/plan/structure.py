@@ -120,17 +120,36 @@ class _NodeBuilder:
 
 
 def build_structure(cfg: ModelConfig, split: Split, masks: Masks, keep_ratio: float, rescale: bool = False,
-                    prune_own: bool = False) -> Structure:
+                    prune_own: bool = False, units: list[dict[str, list[int]]] | None = None) -> Structure:
     """Derive every node's tensors and schedule from the split and the somegather masks.
 
     ``rescale`` (models trained with it, cisl.masks.rescale): what arrived from the other nodes is
     scaled by expected / delivered columns before its consumer (the `rescale` op). ``prune_own``
     (normal pruning, cisl.masks.prune_own): a column nobody broadcasts is dead for its owner too:
     no node holds it after a somegather, so LayerNorm statistics and consumers leave it out (its
-    producers' weights are zero, so the own tensors hold 0 there)."""
+    producers' weights are zero, so the own tensors hold 0 there). ``units`` (one mode of an
+    elastic model, codegen.elastic): per layer the Q/K dimensions ("qk"), V dimensions / head-output
+    columns ("v") and hidden units ("z") that are computed at all; the others are neither computed
+    nor sent nor consumed."""
+
+    def live(l: int, point: str) -> set[int] | None:
+        if units is None or point not in ("h", "z"):
+            return None
+        return set(units[l]["v" if point == "h" else "z"])
 
     def held(l: int, point: str, k: int) -> list[int]:
-        return gathered_cols(split, masks, l, point, k, prune_own)
+        cols, keep = gathered_cols(split, masks, l, point, k, prune_own), live(l, point)
+        return cols if keep is None else [c for c in cols if c in keep]
+
+    def own(l: int, point: str, k: int) -> list[int]:
+        lo, hi = split.own_cols(k, point)
+        keep = live(l, point)
+        return [c for c in range(lo, hi) if keep is None or c in keep]
+
+    def dims(l: int, kind: str, h: int) -> list[int]:
+        """The head's Q/K ("qk") or V ("v") dimensions that are computed (global columns)."""
+        cols = range(h * cfg.d_head, (h + 1) * cfg.d_head)
+        return list(cols) if units is None else [c for c in cols if c in set(units[l][kind])]
     rescaled = rescale and split.devices > 1
 
     def scale(b: _NodeBuilder, t: str, valid: str, point: str, l: int, k: int) -> None:
@@ -144,7 +163,8 @@ def build_structure(cfg: ModelConfig, split: Split, masks: Masks, keep_ratio: fl
     sgs: list[SomegatherPoint] = []
     for l in range(cfg.layers):
         for p in POINTS:
-            cols = [list(masks[l][j][p]) if D > 1 else [] for j in range(D)]
+            keep = live(l, p)
+            cols = [[c for c in masks[l][j][p] if keep is None or c in keep] if D > 1 else [] for j in range(D)]
             sgs.append(SomegatherPoint(len(sgs), f"l{l}.{p}", l, p, None, cols, [N * len(c) for c in cols]))
     head_bytes = [4 * cfg.horizon if j != SINK else 0 for j in range(D)]
     sgs.append(SomegatherPoint(len(sgs), "head", -1, "head", SINK, [[] for _ in range(D)], head_bytes))
@@ -175,34 +195,38 @@ def build_structure(cfg: ModelConfig, split: Split, masks: Masks, keep_ratio: fl
             x = f"l{l}.x@{k}"
             # -- attention block (its communication counts towards the block, as in the paper's Fig. 6)
             b.op("block_begin", [], [], block="attn", layer=l)
-            gx = _somegather(b, cfg, split, masks, sg_of[f"l{l}.x"], k, x, with_valid=True, prune_own=prune_own)
             G = held(l, "x", k)
+            gx = _somegather(b, cfg, split, sg_of[f"l{l}.x"], k, x, own(l, "x", k), G, with_valid=True)
             ln1 = b.tensor(f"l{l}.ln1@{k}", (N, len(G)), qgroup=f"l{l}.ln1@{k}")
             b.op("layernorm", [gx, f"l{l}.xv@{k}"], [ln1],
                  gamma={"name": f"layers.{l}.ln1.weight", "rows": G},
                  beta={"name": f"layers.{l}.ln1.bias", "rows": G}, eps=cfg.ln_eps)
             scale(b, ln1, f"l{l}.xv@{k}", "x", l, k)
-            hbuf = b.tensor(f"l{l}.h@{k}", (N, s_k), qgroup=f"l{l}.h")
+            own_h = own(l, "h", k)
+            hbuf = b.tensor(f"l{l}.h@{k}", (N, len(own_h)), qgroup=f"l{l}.h")
             h0, h1 = split.head_range(k)
+            at = 0  # where the head's output columns start in hbuf
             for h in range(h0, h1):
-                hcols = list(range(h * d, (h + 1) * d))
                 for w in ("q", "k", "v"):
-                    t = b.tensor(f"l{l}.{w}{h}", (N, d), qgroup=f"l{l}.{w}{h}")
+                    hcols = dims(l, "v" if w == "v" else "qk", h)
+                    t = b.tensor(f"l{l}.{w}{h}", (N, len(hcols)), qgroup=f"l{l}.{w}{h}")
                     b.op("fc", [ln1], [t],
                          weight={"name": f"layers.{l}.w{w}.weight", "rows": hcols, "cols": G},
                          bias={"name": f"layers.{l}.w{w}.bias", "rows": hcols}, relu=False)
+                dv = len(dims(l, "v", h))
                 s = b.tensor(f"l{l}.s{h}", (N, N), qgroup=f"l{l}.s{h}")
                 b.op("bmm", [f"l{l}.q{h}", f"l{l}.k{h}"], [s], alpha=1.0 / math.sqrt(d))
                 pr = b.tensor(f"l{l}.p{h}", (N, N), qgroup="softmax")
                 b.op("softmax", [s], [pr])
-                vt = b.tensor(f"l{l}.vt{h}", (d, N), qgroup=f"l{l}.v{h}")
+                vt = b.tensor(f"l{l}.vt{h}", (dv, N), qgroup=f"l{l}.v{h}")
                 b.op("transpose", [f"l{l}.v{h}"], [vt])
-                o = b.tensor(f"l{l}.o{h}", (N, d), qgroup=f"l{l}.h")
+                o = b.tensor(f"l{l}.o{h}", (N, dv), qgroup=f"l{l}.h")
                 b.op("bmm", [pr, vt], [o], alpha=1.0)
-                b.op("copy_cols", [o], [hbuf], dst_col=(h - h0) * d)
-            gh = _somegather(b, cfg, split, masks, sg_of[f"l{l}.h"], k, hbuf, with_valid=rescaled, prune_own=prune_own)
-            scale(b, gh, f"l{l}.hv@{k}", "h", l, k)
+                b.op("copy_cols", [o], [hbuf], dst_col=at)
+                at += dv
             Gh = held(l, "h", k)
+            gh = _somegather(b, cfg, split, sg_of[f"l{l}.h"], k, hbuf, own_h, Gh, with_valid=rescaled)
+            scale(b, gh, f"l{l}.hv@{k}", "h", l, k)
             ao = b.tensor(f"l{l}.ao@{k}", (N, s_k), qgroup=f"l{l}.ao@{k}")
             b.op("fc", [gh], [ao], weight={"name": f"layers.{l}.wo.weight", "rows": own_model, "cols": Gh},
                  bias={"name": f"layers.{l}.wo.bias", "rows": own_model}, relu=False)
@@ -212,20 +236,20 @@ def build_structure(cfg: ModelConfig, split: Split, masks: Masks, keep_ratio: fl
 
             # -- MLP block
             b.op("block_begin", [], [], block="mlp", layer=l)
-            gy = _somegather(b, cfg, split, masks, sg_of[f"l{l}.y"], k, y, with_valid=True, prune_own=prune_own)
             Gy = held(l, "y", k)
+            gy = _somegather(b, cfg, split, sg_of[f"l{l}.y"], k, y, own(l, "y", k), Gy, with_valid=True)
             ln2 = b.tensor(f"l{l}.ln2@{k}", (N, len(Gy)), qgroup=f"l{l}.ln2@{k}")
             b.op("layernorm", [gy, f"l{l}.yv@{k}"], [ln2],
                  gamma={"name": f"layers.{l}.ln2.weight", "rows": Gy},
                  beta={"name": f"layers.{l}.ln2.bias", "rows": Gy}, eps=cfg.ln_eps)
             scale(b, ln2, f"l{l}.yv@{k}", "y", l, k)
-            hlo, hhi = split.hidden_cols(k)
-            z = b.tensor(f"l{l}.z@{k}", (N, hhi - hlo), qgroup=f"l{l}.z")
-            b.op("fc", [ln2], [z], weight={"name": f"layers.{l}.w1.weight", "rows": list(range(hlo, hhi)), "cols": Gy},
-                 bias={"name": f"layers.{l}.w1.bias", "rows": list(range(hlo, hhi))}, relu=True)
-            gz = _somegather(b, cfg, split, masks, sg_of[f"l{l}.z"], k, z, with_valid=rescaled, prune_own=prune_own)
-            scale(b, gz, f"l{l}.zv@{k}", "z", l, k)
+            own_z = own(l, "z", k)
+            z = b.tensor(f"l{l}.z@{k}", (N, len(own_z)), qgroup=f"l{l}.z")
+            b.op("fc", [ln2], [z], weight={"name": f"layers.{l}.w1.weight", "rows": own_z, "cols": Gy},
+                 bias={"name": f"layers.{l}.w1.bias", "rows": own_z}, relu=True)
             Gz = held(l, "z", k)
+            gz = _somegather(b, cfg, split, sg_of[f"l{l}.z"], k, z, own_z, Gz, with_valid=rescaled)
+            scale(b, gz, f"l{l}.zv@{k}", "z", l, k)
             mo = b.tensor(f"l{l}.mo@{k}", (N, s_k), qgroup=f"l{l}.mo@{k}")
             b.op("fc", [gz], [mo], weight={"name": f"layers.{l}.w2.weight", "rows": own_model, "cols": Gz},
                  bias={"name": f"layers.{l}.w2.bias", "rows": own_model}, relu=False)
@@ -260,14 +284,14 @@ def build_structure(cfg: ModelConfig, split: Split, masks: Masks, keep_ratio: fl
     return Structure(cfg, split, masks, keep_ratio, sgs, nodes, rescaled, prune_own)
 
 
-def _somegather(b: _NodeBuilder, cfg: ModelConfig, split: Split, masks: Masks,
-                sg: SomegatherPoint, k: int, own: str, with_valid: bool, prune_own: bool = False) -> str:
+def _somegather(b: _NodeBuilder, cfg: ModelConfig, split: Split, sg: SomegatherPoint, k: int, own: str,
+                own_cols: list[int], held: list[int], with_valid: bool) -> str:
     """Emit the somegather op of device k at point ``sg``: pack own broadcast columns into the
-    message, exchange, and assemble the gathered tensor (own + received columns, ascending)."""
+    message, exchange, and assemble the gathered tensor (own + received columns, ascending).
+    ``own_cols``: the global columns of the own tensor, in its order; ``held``: those after it."""
     N = cfg.tokens
-    lo, hi = split.own_cols(k, sg.point)
-    own_cols = list(range(lo, hi))
-    G = gathered_cols(split, masks, sg.layer, sg.point, k, prune_own) if split.devices > 1 else own_cols
+    G = held if split.devices > 1 else own_cols
+    where = {c: i for i, c in enumerate(own_cols)}
     qgroup = f"l{sg.layer}.{sg.point}"
     out = b.tensor(f"l{sg.layer}.{sg.point}g@{k}", (N, len(G)), qgroup=qgroup)
     ins = [own]
@@ -285,6 +309,6 @@ def _somegather(b: _NodeBuilder, cfg: ModelConfig, split: Split, masks: Masks,
                      "runs": runs_between(sg.send_cols[j], G)})
     outs = [out] + ([valid] if valid else []) + ([send] if send else [])
     b.op("somegather", ins, outs, sg=sg.sg, name=sg.name, gathered=out, valid=valid, send=send,
-         pack_runs=runs_from_pairs([(c - lo, i) for i, c in enumerate(sg.send_cols[k])]) if send else [],
-         own_runs=runs_from_pairs([(c - lo, i) for i, c in enumerate(G) if lo <= c < hi]), recv=recv)
+         pack_runs=runs_from_pairs([(where[c], i) for i, c in enumerate(sg.send_cols[k])]) if send else [],
+         own_runs=runs_from_pairs([(where[c], i) for i, c in enumerate(G) if c in where]), recv=recv)
     return out

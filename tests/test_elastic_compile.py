@@ -1,0 +1,71 @@
+"""An elastic model's modes through `cisl compile --mode`, int8 and the virtual testbed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+
+from test_elastic_train import ELASTIC_TOML  # noqa: E402
+
+pytestmark = [pytest.mark.train, pytest.mark.sim]
+
+
+@pytest.fixture(scope="module")
+def elastic_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from codegen.train.api import run_train
+
+    root = tmp_path_factory.mktemp("elastic")
+    (root / "train.toml").write_text(ELASTIC_TOML)
+    run_train(root / "train.toml", None, root / "m", progress=False)
+    return root / "m"
+
+
+def test_each_mode_compiles_runs_bit_exact_and_matches_onnx_runtime(elastic_model: Path, tmp_path: Path) -> None:
+    """`cisl compile --mode M` builds mode M alone: the float plan computes what ONNX Runtime
+    computes for that mode, the int8 images run bit-exact on the virtual testbed, and a smaller
+    mode holds fewer weights and sends fewer bytes."""
+    import onnxruntime as ort
+
+    from codegen.build import build
+    from codegen.compile import CompileOptions, compile_model
+    from codegen.executor import PlanExecutor
+    from codegen.onnx_model import load_model
+    from codegen.plan.io import load_plan
+    from codegen.vtestbed.run import run_sim
+
+    x = np.load(elastic_model / "test_windows.npy").astype(np.float32)
+    sess = ort.InferenceSession(str(elastic_model / "model.onnx"))
+    weights = load_model(elastic_model / "model.onnx").weights
+    params, sent = [], []
+    for mode in range(3):
+        out = tmp_path / f"mode{mode}"
+        summary = compile_model(elastic_model / "model.onnx", out, CompileOptions(mode=mode))
+        plan = load_plan(out)
+        ex = PlanExecutor([n.tensors for n in plan.nodes], [n.ops for n in plan.nodes], plan.sgs, "float", weights)
+        want = sess.run(["forecast"], {"window": x, "mode": np.array(mode, dtype=np.int64)})[0]
+        np.testing.assert_allclose(ex.run(x).output, want, rtol=0, atol=1e-4)
+        build(out)
+        sim = run_sim(out, x[:3])
+        assert sim.bit_exact and not sim.problems, sim.problems
+        params.append(sum(n["param_bytes"] for n in summary["nodes"]))
+        sent.append(sum(n["bytes_sent_per_inference"] for n in summary["nodes"]))
+        assert json.loads((out / "compile.json").read_text())["elastic"] == {"mode": mode, "modes": 3}
+    assert params[0] > params[1] > params[2] and sent[0] > sent[1] > sent[2]
+
+
+def test_compile_of_an_elastic_model_needs_a_mode(elastic_model: Path, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from codegen.cli import main
+
+    for args, message in ((["--mode", "3"], "--mode 3: "), ([], "holds 3 elastic modes"),
+                          (["--mode", "0", "--devices", "1"], "modes hold for the split it was trained on")):
+        res = CliRunner().invoke(main, ["compile", str(elastic_model / "model.onnx"), "-o", str(tmp_path / "b"),
+                                        "--quiet", *args])
+        assert res.exit_code == 2 and message in res.output and len(res.output.strip().splitlines()) == 1, res.output
+        assert not (tmp_path / "b").exists()

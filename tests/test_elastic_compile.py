@@ -69,3 +69,37 @@ def test_compile_of_an_elastic_model_needs_a_mode(elastic_model: Path, tmp_path:
                                         "--quiet", *args])
         assert res.exit_code == 2 and message in res.output and len(res.output.strip().splitlines()) == 1, res.output
         assert not (tmp_path / "b").exists()
+
+
+def test_every_mode_shares_mode_0s_constants(elastic_model: Path) -> None:
+    """The modes planned side by side (level-ordered h and z columns, one calibration over every
+    mode, mode 0's weight scales): the same ops in the same order, every constant of every mode a
+    prefix of mode 0's, so one image can store the weights once; each mode's int8 forecast stays
+    close to its float one."""
+    from codegen.executor import PlanExecutor
+    from codegen.onnx_model import load_model
+    from codegen.plan.elastic import alignment_problem, mode_structures, quantize_modes, sharing_problem
+
+    model = load_model(elastic_model / "model.onnx")
+    structs = mode_structures(model.config, model.split, model.masks, model.keep_ratio, model.modes)
+    assert alignment_problem(structs) is None
+    cal = np.load(elastic_model / "calibration.npy").astype(np.float32)
+    q, consts = quantize_modes(structs, model.weights, cal)
+    assert sharing_problem(structs, consts) is None
+    stored = [sum(v.nbytes for node in c for v in node.values()) for c in consts]
+    assert stored[0] > stored[1] > stored[2]  # what each mode uses of the one copy
+    x = np.load(elastic_model / "test_windows.npy").astype(np.float32)
+    qi, qo = q["input"], q["output"]
+    x8 = np.clip(np.sign(x / qi.scale) * np.floor(np.abs(x / qi.scale) + 0.5) + qi.zero_point, -128, 127).astype(np.int8)
+    for st, c in zip(structs, consts):
+        f = PlanExecutor([n.tensors for n in st.nodes], [n.ops for n in st.nodes], st.sgs, "float",
+                         weights=model.weights).run(x).output
+        y8 = PlanExecutor([n.tensors for n in st.nodes], [n.ops for n in st.nodes], st.sgs, "int8",
+                          constants=c).run(x8).output
+        err = (y8.astype(np.float64) - qo.zero_point) * qo.scale - f
+        assert np.mean(err ** 2) < 0.05 * np.mean(f ** 2)
+    # a deliberately broken plan is caught: mode 1 quantised with its own weight scales
+    from codegen.plan.quantize import calibrate, quantize
+
+    own = quantize(structs[1], model.weights, calibrate(list(structs), model.weights, cal))
+    assert "values are not mode 0's" in sharing_problem(structs[:2], [consts[0], own])

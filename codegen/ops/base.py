@@ -100,6 +100,9 @@ class QuantContext:
     weight: Callable             # WeightRef dict -> float64 array of the slice
     head_scale: np.ndarray       # per output channel of the head (one scale for all devices)
     consts: dict[str, np.ndarray]
+    # WeightRef dict -> the per-row scales its rows must use (None: from the slice itself); an
+    # elastic mode's fc rows use the scales of the largest mode's rows, so its weights are theirs
+    row_scale: Callable = lambda ref: None
 
     def add(self, name: str, value: np.ndarray) -> str:
         self.consts[name] = value

@@ -47,7 +47,7 @@ class Fc(OpKind):
     def quantize(self, qc, op, stem):
         a = op.attrs
         si, so = qc.qp[op.ins[0]], qc.qp[op.outs[0]]
-        wq, sw = quantize_weight_rows(qc.weight(a["weight"]))
+        wq, sw = quantize_weight_rows(qc.weight(a["weight"]), qc.row_scale(a["weight"]))
         m, s = arith.quantize_multiplier_array(si.scale * sw / so.scale)
         a.update(weight_c=qc.add(f"{stem}_w", wq), bias_c=qc.add(f"{stem}_b", to_int32(qc.weight(a["bias"]) /
                                                                                       (si.scale * sw))),

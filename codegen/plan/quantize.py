@@ -21,11 +21,25 @@ from .structure import Structure
 __all__ = ["QParams", "calibrate", "qparams_from_range", "quantize", "quantize_weight_rows", "round_half_away"]
 
 
-def calibrate(st: Structure, weights: dict[str, np.ndarray], windows: np.ndarray,
+def calibrate(st: Structure | list[Structure], weights: dict[str, np.ndarray], windows: np.ndarray,
               batch: int = 64) -> dict[str, QParams]:
-    """Run the float plan on the calibration windows and derive every qgroup's parameters."""
+    """Run the float plan on the calibration windows and derive every qgroup's parameters. A list
+    of structures (an elastic model's modes): each qgroup's range covers all of them, so every
+    mode shares one set of parameters."""
     lo: dict[str, float] = {}
     hi: dict[str, float] = {}
+    for one in st if isinstance(st, list) else [st]:
+        _observe_ranges(one, weights, windows, batch, lo, hi)
+    q = {g: qparams_from_range(lo[g], hi[g]) for g in lo}
+    q["softmax"] = QParams(SOFTMAX_SCALE, SOFTMAX_ZP)
+    pos = weights["pos"]
+    q["pos"] = qparams_from_range(pos.min(), pos.max())
+    return q
+
+
+def _observe_ranges(st: Structure, weights: dict[str, np.ndarray], windows: np.ndarray, batch: int,
+                    lo: dict[str, float], hi: dict[str, float]) -> None:
+    """Widen lo/hi[qgroup] to what the float plan computes on ``windows``."""
     qgroup = [{n: t.qgroup for n, t in node.tensors.items()} for node in st.nodes]
 
     def observe(k: int, name: str, value: np.ndarray) -> None:
@@ -42,15 +56,12 @@ def calibrate(st: Structure, weights: dict[str, np.ndarray], windows: np.ndarray
         r = ex.run(x, observe=observe)
         lo["output"] = min(lo.get("output", np.inf), float(r.output.min()))
         hi["output"] = max(hi.get("output", -np.inf), float(r.output.max()))
-    q = {g: qparams_from_range(lo[g], hi[g]) for g in lo}
-    q["softmax"] = QParams(SOFTMAX_SCALE, SOFTMAX_ZP)
-    pos = weights["pos"]
-    q["pos"] = qparams_from_range(pos.min(), pos.max())
-    return q
 
 
-def quantize(st: Structure, weights: dict[str, np.ndarray], q: dict[str, QParams]) -> list[dict[str, np.ndarray]]:
-    """Fill every op's integer attributes in place; return each node's constants by name."""
+def quantize(st: Structure, weights: dict[str, np.ndarray], q: dict[str, QParams],
+             row_scale=None) -> list[dict[str, np.ndarray]]:
+    """Fill every op's integer attributes in place; return each node's constants by name.
+    ``row_scale(ref)``: the per-row weight scales an fc's rows must use (None: their own)."""
     consts: list[dict[str, np.ndarray]] = []
 
     def weight(ref: dict) -> np.ndarray:
@@ -63,7 +74,7 @@ def quantize(st: Structure, weights: dict[str, np.ndarray], q: dict[str, QParams
 
     for node in st.nodes:
         qc = QuantContext(st.cfg, q, {name: q[t.qgroup] for name, t in node.tensors.items() if t.qgroup}, weight,
-                          head_scale, {})
+                          head_scale, {}, **({"row_scale": row_scale} if row_scale is not None else {}))
         for op in node.ops:
             # constants are named after the tensor the op produces (node-local C names)
             kind_of(op).quantize(qc, op, c_ident(op.outs[0]) if op.outs else "")

@@ -120,7 +120,8 @@ class _NodeBuilder:
 
 
 def build_structure(cfg: ModelConfig, split: Split, masks: Masks, keep_ratio: float, rescale: bool = False,
-                    prune_own: bool = False, units: list[dict[str, list[int]]] | None = None) -> Structure:
+                    prune_own: bool = False, units: list[dict[str, list[int]]] | None = None,
+                    levels: list[dict[str, dict[int, int]]] | None = None) -> Structure:
     """Derive every node's tensors and schedule from the split and the somegather masks.
 
     ``rescale`` (models trained with it, cisl.masks.rescale): what arrived from the other nodes is
@@ -130,7 +131,10 @@ def build_structure(cfg: ModelConfig, split: Split, masks: Masks, keep_ratio: fl
     producers' weights are zero, so the own tensors hold 0 there). ``units`` (one mode of an
     elastic model, codegen.elastic): per layer the Q/K dimensions ("qk"), V dimensions / head-output
     columns ("v") and hidden units ("z") that are computed at all; the others are neither computed
-    nor sent nor consumed."""
+    nor sent nor consumed. ``levels`` (an elastic model's modes in one image): per layer, for "v"
+    and "z", the last mode that keeps each unit; the gathered h and z columns are then ordered by
+    level, highest first (the core's columns of every node, then those the next mode adds, ...), so
+    that every mode's columns are a prefix of every W_O and W_2 row."""
 
     def live(l: int, point: str) -> set[int] | None:
         if units is None or point not in ("h", "z"):
@@ -139,7 +143,11 @@ def build_structure(cfg: ModelConfig, split: Split, masks: Masks, keep_ratio: fl
 
     def held(l: int, point: str, k: int) -> list[int]:
         cols, keep = gathered_cols(split, masks, l, point, k, prune_own), live(l, point)
-        return cols if keep is None else [c for c in cols if c in keep]
+        cols = cols if keep is None else [c for c in cols if c in keep]
+        if levels is not None and point in ("h", "z"):
+            level = levels[l]["v" if point == "h" else "z"]
+            cols = sorted(cols, key=lambda c: (-level[c], c))
+        return cols
 
     def own(l: int, point: str, k: int) -> list[int]:
         lo, hi = split.own_cols(k, point)
@@ -290,7 +298,7 @@ def _somegather(b: _NodeBuilder, cfg: ModelConfig, split: Split, sg: SomegatherP
     message, exchange, and assemble the gathered tensor (own + received columns, ascending).
     ``own_cols``: the global columns of the own tensor, in its order; ``held``: those after it."""
     N = cfg.tokens
-    G = held if split.devices > 1 else own_cols
+    G = held if split.devices > 1 or held != sorted(held) else own_cols  # one node: its own, unless reordered
     where = {c: i for i, c in enumerate(own_cols)}
     qgroup = f"l{sg.layer}.{sg.point}"
     out = b.tensor(f"l{sg.layer}.{sg.point}g@{k}", (N, len(G)), qgroup=qgroup)

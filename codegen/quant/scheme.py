@@ -35,10 +35,12 @@ def qparams_from_range(lo: float, hi: float) -> QParams:
     return QParams(scale, zp)
 
 
-def quantize_weight_rows(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-row symmetric int8: returns (int8 weights, float scales). All-zero rows get scale 1."""
-    amax = np.abs(w).max(axis=1)
-    scale = np.where(amax > 0, amax / 127.0, 1.0)
+def quantize_weight_rows(w: np.ndarray, scale: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row symmetric int8: returns (int8 weights, float scales). All-zero rows get scale 1.
+    ``scale``: use these row scales (an elastic mode's rows are part of a larger mode's)."""
+    if scale is None:
+        amax = np.abs(w).max(axis=1)
+        scale = np.where(amax > 0, amax / 127.0, 1.0)
     q = np.clip(round_half_away(w / scale[:, None]), -127, 127).astype(np.int8)
     return q, scale
 

@@ -54,6 +54,8 @@ def train(config: Path | None, out_dir: Path, data: Path | None, resume: bool, w
     [data] section it trains on built-in synthetic multivariate series. A checkpoint is saved after
     every epoch (see --work); after an interruption, the same command with --resume continues.
     With --split (or [split] file) the model is trained for the uneven split `cisl plan` chose.
+    With [elastic] modes > 1 it becomes elastic: nested modes in one set of weights, each printed
+    with its share of the MACs and its validation MSE (build one with `cisl compile --mode`).
     """
     from ..train.launch import train_from_options
 

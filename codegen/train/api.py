@@ -240,6 +240,8 @@ def _elastic(cfg: TrainConfig, model: SplitPatchTST, data: Splits, train_idx: np
     if el.modes <= 1:
         return None, None
     retrain = _retrainer(cfg, model, data, train_idx, progress, first=500)
+    # the model as trained, before the modes (what mode 0 is compared with)
+    before = {"val_mse": evaluate(model, data.val, cfg.model.revin), "test_mse": evaluate(model, data.test, cfg.model.revin)}
     try:
         modes, record = make_elastic(model, model.masks, el.modes, el.core_macs, el.shrink, retrain,
                                      el.compress_epochs, el.grow_epochs, el.clip)
@@ -251,7 +253,7 @@ def _elastic(cfg: TrainConfig, model: SplitPatchTST, data: Splits, train_idx: np
         scores["val_mse"].append(evaluate(model, data.val, cfg.model.revin))
         scores["test_mse"].append(evaluate(model, data.test, cfg.model.revin))
     model.set_units(None)
-    return modes, {**record, **scores}
+    return modes, {**record, **scores, "before": before}
 
 
 def _resume_meta(cfg: TrainConfig, data_desc: dict[str, Any]) -> dict[str, Any]:

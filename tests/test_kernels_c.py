@@ -66,6 +66,9 @@ def lib(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
     cl.cisl_layernorm_s8.restype = None
     cl.cisl_fc_s8_s32.argtypes = [p(c_int8), p(c_int8), c_int32, c_uint16, c_uint16, p(c_int32)]
     cl.cisl_fc_s8_s32.restype = None
+    cl.cisl_fc_strided_s8.argtypes = [p(c_int8), c_uint16, c_uint16, p(c_int8), c_uint16, c_uint16, p(c_int32),
+                                      p(c_int32), p(c_int32), c_int32, c_int32, c_int32, c_int32, p(c_int8)]  # fmt: skip
+    cl.cisl_fc_strided_s8.restype = None
     cl.cisl_reduce_requant_s32_s8.argtypes = [p(p(c_int32)), p(c_uint8), c_uint16, p(c_int32), p(c_int32),
                                               p(c_int32), c_int32, c_uint16, p(c_int8)]  # fmt: skip
     cl.cisl_reduce_requant_s32_s8.restype = None
@@ -513,3 +516,26 @@ def test_isqrt_edges(lib: ctypes.CDLL) -> None:
         assert lib.cisl_isqrt_u64(v) == math.isqrt(v)
     edges = np.array([0, 1, 3, 2**62, 2**63 - 1, 3037000499**2, 3037000499**2 - 1], dtype=np.int64)
     assert kernels.isqrt_u64(edges).tolist() == [math.isqrt(int(v)) for v in edges]
+
+
+@CASES
+@given(rows=st.integers(1, 9), k=st.integers(1, 40), extra=st.integers(0, 17), n=st.integers(1, 12),
+       in_off=st.integers(-127, 128), out_off=st.integers(-128, 127), relu=st.booleans(), seed=st.integers(0, 2**31))
+def test_fc_strided_matches_its_mirror(api: h.CmsisApi, rows: int, k: int, extra: int, n: int, in_off: int,
+                                       out_off: int, relu: bool, seed: int) -> None:
+    """cisl_fc_strided_s8 (an elastic mode's prefix of longer weight rows) equals the fully
+    connected layer on w[:, :k], bit for bit; the entries beyond k are never read into the sum."""
+    rng = np.random.default_rng(seed)
+    x, w = h.rng_int8(rng, (rows, k)), h.rng_int8(rng, (n, k + extra))
+    bias = rng.integers(-(1 << 20), 1 << 20, n).astype(np.int32)
+    mult = rng.integers(1 << 30, (1 << 31) - 1, n).astype(np.int32)
+    shift = rng.integers(-14, 2, n).astype(np.int32)
+    act_min = max(-128, out_off) if relu else -128
+    got = np.zeros((rows, n), dtype=np.int8)
+    api.lib.cisl_fc_strided_s8(ptr(x, c_int8), rows, k, ptr(w, c_int8), k + extra, n, ptr(bias, c_int32),
+                               ptr(mult, c_int32), ptr(shift, c_int32), in_off, out_off, act_min, 127,
+                               ptr(got, c_int8))
+    want = kernels.fc_strided_s8(x, w, k, bias, in_off, out_off, mult, shift, act_min, 127)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(want, kernels.fully_connected_s8(x, w[:, :k], bias, in_off, 0, out_off, mult, shift,
+                                                                   act_min, 127))

@@ -133,6 +133,13 @@ def fully_connected_s8(
     return out.reshape(xa.shape[:-1] + (n,))
 
 
+def fc_strided_s8(x: npt.ArrayLike, w: npt.ArrayLike, k: int, bias: npt.ArrayLike | None, in_offset: int,
+                  out_offset: int, mult: IntOrArray, shift: IntOrArray, act_min: int = -128, act_max: int = 127) -> I8:
+    """cisl_fc_strided_s8: the first ``k`` columns of every row of ``w`` [N, stride] applied to
+    x [..., k] — arm_fully_connected_per_channel_s8 on w[:, :k]."""
+    return fully_connected_s8(x, np.asarray(w)[:, :k], bias, in_offset, 0, out_offset, mult, shift, act_min, act_max)
+
+
 def batch_matmul_s8(
     lhs: npt.ArrayLike,
     rhs: npt.ArrayLike,

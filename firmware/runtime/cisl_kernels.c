@@ -236,6 +236,46 @@ void cisl_fc_s8_s32(const int8_t *x, const int8_t *w, int32_t in_offset, uint16_
     }
 }
 
+/* ---- elastic modes: a prefix of every weight row --------------------------- */
+
+void cisl_fc_strided_s8(const int8_t *x,
+                        uint16_t rows,
+                        uint16_t k,
+                        const int8_t *w,
+                        uint16_t w_stride,
+                        uint16_t n,
+                        const int32_t *bias,
+                        const int32_t *mult,
+                        const int32_t *shift,
+                        int32_t in_offset,
+                        int32_t out_offset,
+                        int32_t act_min,
+                        int32_t act_max,
+                        int8_t *y)
+{
+    uint16_t r;
+    uint16_t o;
+    uint16_t i;
+
+    for (r = 0; r < rows; r++)
+    {
+        const int8_t *xr = x + (size_t)r * k;
+        for (o = 0; o < n; o++)
+        {
+            const int8_t *wr = w + (size_t)o * w_stride;
+            uint32_t acc = bias != NULL ? (uint32_t)bias[o] : 0u; /* modulo 2^32, as the SMLAD sums wrap */
+            for (i = 0; i < k; i++)
+            {
+                acc += (uint32_t)((int32_t)xr[i] + in_offset) * (uint32_t)(int32_t)wr[i];
+            }
+            /* the output offset is added in wrapping int32, as CMSIS-NN does */
+            int32_t v = cisl_wrap32((int64_t)cisl_requantize(cisl_wrap32((int64_t)acc), mult[o], shift[o]) + out_offset);
+            v = v < act_min ? act_min : v;
+            y[(size_t)r * n + o] = (int8_t)(v > act_max ? act_max : v);
+        }
+    }
+}
+
 void cisl_reduce_requant_s32_s8(const int32_t *const *parts,
                                 const uint8_t *delivered,
                                 uint16_t nparts,

@@ -65,6 +65,28 @@ void cisl_fc_s8_s32(const int8_t *x,
                     int32_t *out);
 
 /*
+ * A fully connected layer whose weight rows are longer than its input: an elastic mode uses the
+ * first k entries of every row of a larger mode's weights (row stride w_stride >= k).
+ * y[r][o] = clamp(requantize(wrap32(bias[o] + sum_{i<k} (x[r][i] + in_offset) * w[o * w_stride + i]),
+ *                            mult[o], shift[o]) + out_offset, act_min, act_max)
+ * for r < rows, o < n: arm_fully_connected_per_channel_s8 on w[:, :k], bit for bit. bias may be NULL.
+ */
+void cisl_fc_strided_s8(const int8_t *x,
+                        uint16_t rows,
+                        uint16_t k,
+                        const int8_t *w,
+                        uint16_t w_stride,
+                        uint16_t n,
+                        const int32_t *bias,
+                        const int32_t *mult,
+                        const int32_t *shift,
+                        int32_t in_offset,
+                        int32_t out_offset,
+                        int32_t act_min,
+                        int32_t act_max,
+                        int8_t *y);
+
+/*
  * Sink reduction of nparts partial sums parts[p][n]:
  * acc[o] = wrap32(bias[o] + sum of the delivered parts[p][o]), then
  * y[o] = clamp(requantize(acc[o], mult[o], shift[o]) + out_zp, -128, 127)

@@ -17,7 +17,7 @@ import numpy as np
 
 from . import __version__
 from .boards import load_board
-from .emit.cnode import emit_node, environment
+from .emit.cnode import emit_node, emit_node_modes, environment
 from .errors import UserError
 from .executor import PlanExecutor
 from .fsutil import atomic_output_dir, check_output_dir, output_lock, sha256_file
@@ -26,14 +26,17 @@ from .partition import Split, full_masks, masks_are_full, realised_keep
 from .planner.split import read_split
 from .plan.io import PLAN_FORMAT, PLAN_VERSION, NodeData, load_plan, write_plan
 from .plan.memory import buffers_of, check_plan, format_plan, plan_arena
-from .plan.mixer_schedule import MAX_GENERATION, RoundPolicy, schedule_plan
+from .plan.mixer_schedule import MAX_GENERATION, RoundPolicy, schedule_exchange, schedule_plan
 from .plan.quantize import calibrate, quantize
 from .elastic import KINDS
+from .plan.elastic import alignment_problem, mode_structures, quantize_modes, sharing_problem
 from .plan.structure import SINK, build_structure
 
 OUTPUT_KIND = "build"
 _BUILD_ENTRY = re.compile(r"^(plan\.json|constants\.bin|compile\.json|inputs\.npy|build(-[a-z0-9-]+)?\.json|_obj|"
-                          r"logs|node_\d\d)$")
+                          r"logs|modes|node_\d\d)$")
+CONTROL_ROW_BYTES = 2  # an elastic image's control row: the mode a node ran, its request (cisl_modes.c)
+MODES_DIR = "modes"  # an all-modes build: modes/mode_M/{plan.json,constants.bin} for every mode M >= 1
 
 
 def build_entry(name: str) -> bool:
@@ -129,20 +132,19 @@ def planned_split(model: CislModel, planned, where: Path) -> tuple[Split, list]:
 
 
 def _mode_units(model: CislModel, split: Split, mode: int | None, where: Path) -> list[dict] | None:
-    """The units of the elastic mode to build (None: the model is not elastic)."""
+    """The units of the elastic mode to build (None: the model is not elastic, or every mode)."""
     modes = model.modes
     if modes is None:
         if mode is not None:
             raise UserError(f"{where} has no elastic modes; drop --mode (train with [elastic] modes for them)")
         return None
-    if mode is None:
-        raise UserError(f"{where} holds {modes.count} elastic modes; cisl compile builds one mode per image so far: "
-                        f"pass --mode M (0 = the largest, {modes.count - 1} = the smallest)")
-    if not 0 <= mode < modes.count:
+    if mode is not None and not 0 <= mode < modes.count:
         raise UserError(f"--mode {mode}: {where} has modes 0 to {modes.count - 1}")
     if split != model.split:
         raise UserError(f"{where}: an elastic model's modes hold for the split it was trained on "
                         f"({model.devices} devices, heads {model.heads_per_device}); drop --devices/--split")
+    if mode is None:
+        return None  # every mode in one image
     return [{kind: modes.units(mode, kind, l) for kind in KINDS} for l in range(model.config.layers)]
 
 
@@ -230,22 +232,31 @@ def _compile(model_path: Path, out_dir: Path, opts: CompileOptions, say: Callabl
         f"(realised {realised:.4f} of an allgather's columns)")
     if units is not None:
         say(f"elastic mode {opts.mode} of {model.modes.count}")
-    st = build_structure(cfg, split, masks, model.keep_ratio, rescale=model.rescale, prune_own=model.prune_own,
-                         units=units)
-    say(f"calibrate: {len(cal)} windows")
-    q = calibrate(st, model.weights, cal)
-    consts = quantize(st, model.weights, q)
+    every_mode = model.modes is not None and units is None
+    if every_mode:
+        say(f"elastic: every one of {model.modes.count} modes in one image")
+        structs = mode_structures(cfg, split, masks, model.keep_ratio, model.modes)
+        problem = alignment_problem(structs)
+        if problem is not None:
+            raise AssertionError(f"the elastic modes do not run the same schedule: {problem}")
+        say(f"calibrate: {len(cal)} windows, every mode")
+        q, mode_consts = quantize_modes(structs, model.weights, cal)
+        problem = sharing_problem(structs, mode_consts)
+        if problem is not None:
+            raise AssertionError(f"the elastic modes cannot share mode 0's constants: {problem}")
+    else:
+        structs = [build_structure(cfg, split, masks, model.keep_ratio, rescale=model.rescale,
+                                   prune_own=model.prune_own, units=units)]
+        say(f"calibrate: {len(cal)} windows")
+        q = calibrate(structs[0], model.weights, cal)
+        mode_consts = [quantize(structs[0], model.weights, q)]
+    st = structs[0]
+    control = len(structs) * len(st.sgs) if every_mode else None  # the control round's exchange number
 
-    nodes = []
-    for node, c in zip(st.nodes, consts):
-        nd = NodeData(node.device, node.tensors, {}, 0, node.ops, c)
-        bufs = buffers_of(nd)
-        offsets, arena = plan_arena(bufs)
-        problems = check_plan(bufs, offsets, arena)
-        if problems:
-            raise AssertionError(f"memory plan of node {node.device} is wrong: {problems[0]}")
-        nd.offsets, nd.arena_bytes = offsets, arena
-        nodes.append(nd)
+    def elastic_meta(m: int) -> dict:
+        if every_mode:  # this plan is mode m of an image holding every mode
+            return {"elastic": {"mode": m, "modes": model.modes.count, "image": "every mode"}}
+        return {"elastic": {"mode": opts.mode, "modes": model.modes.count}} if units is not None else {}
 
     meta = {
         "format": PLAN_FORMAT, "format_version": PLAN_VERSION, "tool_version": __version__, "input_hash": input_hash,
@@ -256,31 +267,65 @@ def _compile(model_path: Path, out_dir: Path, opts: CompileOptions, say: Callabl
         **({"testbed_nodes": planned.nodes} if planned is not None else {}),
         "model": cfg.to_json(), "devices": split.devices, "sink": SINK,
         # an elastic model's mode this plan computes, of how many
-        **({"elastic": {"mode": opts.mode, "modes": model.modes.count}} if units is not None else {}),
+        **elastic_meta(0),
         "keep_ratio": model.keep_ratio, "realised_keep": realised, "rescale": st.rescale, "prune_own": st.prune_own,
         "partition": {"heads_per_device": list(split.heads_per_device),
                       "model_cols": [list(split.model_cols(k)) for k in range(split.devices)],
                       "hidden_cols": [list(split.hidden_cols(k)) for k in range(split.devices)]},
-        "mixer": mixer_section(st, opts),
+        "mixer": mixer_section(st, opts, control),
         "input_windows": int(len(sim_inputs)),  # rows of inputs.npy (boards compile them into the image)
     }
     with atomic_output_dir(Path(out_dir), OUTPUT_KIND, build_entry, legacy_build) as tmp:
-        write_plan(tmp, meta, st.sgs, nodes, q)
-        plan = load_plan(tmp)  # emit from what is on disk: plan.json is the source of truth
-        if split.devices == model.devices:
-            _check_metadata_against_graph(model, plan, cal, opts.mode if units is not None else None)
+        plans = []
+        for m, (sm, cm) in enumerate(zip(structs, mode_consts)):
+            where = tmp if m == 0 else tmp / MODES_DIR / f"mode_{m}"
+            where.mkdir(parents=True, exist_ok=True)
+            write_plan(where, meta if m == 0 else {**meta, **elastic_meta(m), "mixer": mixer_section(sm, opts, control)},
+                       sm.sgs, _arena_nodes(sm, cm, plans[0].nodes if m else None), q)
+            plans.append(load_plan(where))  # emit from what is on disk: plan.json is the source of truth
+            if split.devices == model.devices:
+                _check_metadata_against_graph(model, plans[m], cal, m if every_mode else (opts.mode if units is not None else None))
+        plan = plans[0]
         env = environment()
-        say(f"emit C: {plan.devices} nodes")
-        for node in plan.nodes:
+        say(f"emit C: {plan.devices} nodes" + (f", {len(plans)} modes each" if every_mode else ""))
+        for k, node in enumerate(plan.nodes):
             d = tmp / f"node_{node.device:02d}"
-            emit_node(plan, node, d, input_hash, env)
-            (d / "memory.txt").write_text(format_plan(buffers_of(node), node.offsets, node.arena_bytes) + "\n")
+            if every_mode:
+                emit_node_modes(plans, k, d, input_hash, env)
+            else:
+                emit_node(plan, node, d, input_hash, env)
+            (d / "memory.txt").write_text("\n".join(
+                (f"mode {m}:\n" if every_mode else "") + format_plan(buffers_of(p.nodes[k]), p.nodes[k].offsets,
+                                                                     p.nodes[k].arena_bytes)
+                for m, p in enumerate(plans)) + "\n")
         np.save(tmp / "inputs.npy", sim_inputs.astype(np.float32))
         summary = _summary(plan, board, model, test_x, test_y, test_scale)
+        if every_mode:
+            summary["modes"] = [_summary(p, board, model, test_x, test_y, test_scale) for p in plans]
         _budget_check(plan, board, summary, say)
         _calibration_check(cal, summary)
         (tmp / "compile.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary
+
+
+def _arena_nodes(st, consts: list[dict], like: list[NodeData] | None = None) -> list[NodeData]:
+    """Every node of ``st`` with its constants and its arena planned (checked). ``like``: take these
+    nodes' arena offsets (an elastic mode takes mode 0's: its tensors are no larger and live as long,
+    and one layout for every mode keeps a mode switch to different sizes)."""
+    nodes = []
+    for i, (node, c) in enumerate(zip(st.nodes, consts)):
+        nd = NodeData(node.device, node.tensors, {}, 0, node.ops, c)
+        bufs = buffers_of(nd)
+        if like is not None:
+            offsets, arena = {n: like[i].offsets[n] for n in node.tensors}, like[i].arena_bytes
+        else:
+            offsets, arena = plan_arena(bufs)
+        problems = check_plan(bufs, offsets, arena)
+        if problems:
+            raise AssertionError(f"memory plan of node {node.device} is wrong: {problems[0]}")
+        nd.offsets, nd.arena_bytes = offsets, arena
+        nodes.append(nd)
+    return nodes
 
 
 def check_node_boards(node_boards: list[str] | None, board, devices: int) -> list[str] | None:
@@ -413,8 +458,10 @@ def round_policy(board_name: str | list[str], devices: int, kind: str = "done", 
                        slot_work_us=_slowest([_slot_work_us(b) for b in names]), round_guard_us=guard)
 
 
-def mixer_section(st, opts: CompileOptions) -> dict:
-    """How every exchange runs over Mixer (codegen/plan/mixer_schedule.py), for radio transports."""
+def mixer_section(st, opts: CompileOptions, control: int | None = None) -> dict:
+    """How every exchange runs over Mixer (codegen/plan/mixer_schedule.py), for radio transports.
+    ``control``: an elastic image's control round (docs/design/elastic.md) is exchange ``control``,
+    one 2-byte row per node."""
     real = load_board(opts.board).models is None  # a virtual board's slots are its own (host time)
     policy = round_policy(opts.node_boards if (opts.node_boards and real) else opts.board, st.split.devices,
                           opts.round_policy, opts.phy)
@@ -424,6 +471,11 @@ def mixer_section(st, opts: CompileOptions) -> dict:
         hint = ("allow a larger --max-generation" if opts.max_generation < MAX_GENERATION else
                 "use more nodes, fewer tokens or a lower keep ratio")
         raise UserError(f"{e}: {hint}") from None
+    ctl = schedule_exchange(control, [CONTROL_ROW_BYTES] * st.split.devices, policy, opts.max_generation) \
+        if control is not None else []
+    if len(ctl) > 1:
+        raise UserError(f"the elastic control round of {st.split.devices} nodes needs {len(ctl)} Mixer rounds; "
+                        f"allow a larger --max-generation")
     return {"initiator": SINK, "policy": {"kind": policy.kind, "linger": policy.linger, "phy": policy.phy,
                                           "margin_us": policy.margin_us,
                                           **({"per_packet_us": list(policy.per_packet_us)}
@@ -434,7 +486,8 @@ def mixer_section(st, opts: CompileOptions) -> dict:
                                              if policy.round_guard_us else {})},
             "max_generation": opts.max_generation,
             "exchanges": [[r.to_json() for r in ex] for ex in rounds],
-            "estimated_us_per_inference": int(sum(r.estimated_us for ex in rounds for r in ex))}
+            **({"control": ctl[0].to_json()} if ctl else {}),
+            "estimated_us_per_inference": int(sum(r.estimated_us for ex in [*rounds, ctl] for r in ex))}
 
 
 def _check_metadata_against_graph(model: CislModel, plan, windows: np.ndarray, mode: int | None = None) -> None:

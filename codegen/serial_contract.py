@@ -21,13 +21,16 @@ EVENTS = {
     "output": ("inf", "crc", "n", "off", "q"),
     "error": ("inf", "where", "code"),
     "peer": ("inf", "peer", "state", "rounds", "role"),
+    "mode": ("inf", "state", "mode"),
     "end": ("inferences",),
 }
 """Required keys of every event (lines may carry more keys, e.g. ``cycles``; boot's optional keys are
 ``clock`` and ``cmsis_nn``, docs/serial-contract.md)."""
 
 INT_KEYS = {"node", "nodes", "inf", "layer", "us", "comm_us", "cycles", "tx", "rx", "delivered", "expected",
-            "ignored", "n", "off", "code", "inferences", "tx_on_us", "rx_on_us", "peer", "rounds"}
+            "ignored", "n", "off", "code", "inferences", "tx_on_us", "rx_on_us", "peer", "rounds", "mode",
+            "peer_mode"}
+MODE_STATES = ("request", "switch", "unheard", "mixed")  # the `mode` event's states (cisl_modes.c)
 
 
 @dataclass
@@ -116,7 +119,7 @@ def peer_summary(records: list[Record]) -> list[str]:
 
 U32_MAX = 2**32 - 1
 NON_NEGATIVE = ("inf", "us", "comm_us", "cycles", "tx", "rx", "delivered", "expected", "ignored", "n", "off",
-                "inferences", "nodes", "node", "tx_on_us", "rx_on_us", "peer", "rounds")
+                "inferences", "nodes", "node", "tx_on_us", "rx_on_us", "peer", "rounds", "mode", "peer_mode")
 
 
 class SequenceChecker:
@@ -152,7 +155,11 @@ class SequenceChecker:
         inf = f.get("inf")
         if rec.event == "peer" and f["state"] not in ("dead", "alive"):
             return f"peer state={f['state']} is neither dead nor alive"
-        if rec.event in ("block", "sg", "output", "infer", "peer") and isinstance(inf, int):
+        if rec.event == "mode" and f["state"] not in MODE_STATES:
+            return f"mode state={f['state']} is none of {', '.join(MODE_STATES)}"
+        if rec.event == "mode" and f["state"] == "mixed" and not isinstance(f.get("peer_mode"), int):
+            return "mode state=mixed without peer_mode"
+        if rec.event in ("block", "sg", "output", "infer", "peer", "mode") and isinstance(inf, int):
             if self.next_inf is None:
                 self.next_inf = inf  # the capture started mid-run
             if inf != self.next_inf:

@@ -58,17 +58,92 @@ def test_each_mode_compiles_runs_bit_exact_and_matches_onnx_runtime(elastic_mode
     assert params[0] > params[1] > params[2] and sent[0] > sent[1] > sent[2]
 
 
-def test_compile_of_an_elastic_model_needs_a_mode(elastic_model: Path, tmp_path: Path) -> None:
+def test_compile_refuses_a_mode_the_model_lacks_and_another_split(elastic_model: Path, tmp_path: Path) -> None:
     from click.testing import CliRunner
 
     from codegen.cli import main
 
-    for args, message in ((["--mode", "3"], "--mode 3: "), ([], "holds 3 elastic modes"),
+    for args, message in ((["--mode", "3"], "--mode 3: "), (["--devices", "1"], "modes hold for the split it was trained on"),
                           (["--mode", "0", "--devices", "1"], "modes hold for the split it was trained on")):
         res = CliRunner().invoke(main, ["compile", str(elastic_model / "model.onnx"), "-o", str(tmp_path / "b"),
                                         "--quiet", *args])
         assert res.exit_code == 2 and message in res.output and len(res.output.strip().splitlines()) == 1, res.output
         assert not (tmp_path / "b").exists()
+
+
+def _switch_lines(records) -> dict[int, list[tuple[int, int]]]:
+    out: dict[int, list[tuple[int, int]]] = {}
+    for r in records:
+        if r.event == "mode" and r.fields["state"] == "switch":
+            out.setdefault(r.node, []).append((int(r.fields["inf"]), int(r.fields["mode"])))
+    return out
+
+
+@pytest.fixture(scope="module")
+def every_mode_build(elastic_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from codegen.build import build
+    from codegen.compile import CompileOptions, compile_model
+
+    out = tmp_path_factory.mktemp("every") / "b"
+    compile_model(elastic_model / "model.onnx", out, CompileOptions())
+    build(out)
+    return out
+
+
+def test_one_image_switches_mode_network_wide_bit_exact_per_mode(every_mode_build: Path, elastic_model: Path) -> None:
+    """Without --mode an elastic model compiles into one image per node holding every mode. Requests
+    from two different nodes' hosts switch every node at the same inference (one inference after a
+    peer's request, at once for the control round's starter), and every inference is bit-exact with
+    the int8 reference of the mode it ran."""
+    from codegen.plan.io import load_plan
+    from codegen.vtestbed.run import run_sim
+
+    plan = load_plan(every_mode_build)
+    assert plan.meta["elastic"] == {"mode": 0, "modes": 3, "image": "every mode"}
+    assert [load_plan(every_mode_build / "modes" / f"mode_{m}").meta["elastic"]["mode"] for m in (1, 2)] == [1, 2]
+    x = np.load(elastic_model / "test_windows.npy").astype(np.float32)[:8]
+    sim = run_sim(every_mode_build, x, radio="full_mesh", mode_requests=[(1, 1, 2), (3, 0, 1), (5, 1, 0), (6, 1, 2)])
+    assert sim.bit_exact and not sim.problems, (sim.problems, sim.first_difference)
+    lines = _switch_lines(sim.records)
+    assert lines[0] == lines[1] == [(2, 2), (3, 1), (6, 0), (7, 2)], lines
+    requests = sorted((int(r.fields["inf"]), r.node, int(r.fields["mode"])) for r in sim.records
+                      if r.event == "mode" and r.fields["state"] == "request")
+    assert requests == [(1, 1, 2), (3, 0, 1), (5, 1, 0), (6, 1, 2)]
+
+
+def test_a_node_that_misses_a_switch_is_reported_not_silently_mixed(every_mode_build: Path, elastic_model: Path) -> None:
+    """Node 1's radio is dead for the control round that announces a switch: it runs the old mode
+    while node 0 runs the new one. The run fails naming the mixed modes; nothing is reported as
+    bit-exact."""
+    from codegen.plan.io import load_plan
+    from codegen.vtestbed.run import run_sim
+
+    plan = load_plan(every_mode_build)
+    per_inference = 1 + sum(len(ex) for ex in plan.meta["mixer"]["exchanges"])  # control round + data rounds
+    x = np.load(elastic_model / "test_windows.npy").astype(np.float32)[:6]
+    sim = run_sim(every_mode_build, x, radio="full_mesh", mode_requests=[(3, 0, 2)],
+                  radio_fail=[(1, 3 * per_inference, 1)], timeout=60)
+    assert not sim.bit_exact
+    assert any("inference 3 ran mixed modes: node 0 mode 2, node 1 mode 0" in p for p in sim.problems), sim.problems
+    assert any("different rounds" in p for p in sim.problems), sim.problems
+
+
+def test_the_every_mode_image_stores_the_weights_once(elastic_model: Path, tmp_path: Path) -> None:
+    """nRF52840 images: every mode together costs less flash than one more copy of mode 1's weights
+    on top of mode 0 alone, and much less than the bag of one image per mode."""
+    from codegen.build import build
+    from codegen.compile import CompileOptions, compile_model
+
+    flash = {}
+    for mode in (None, 0, 1, 2):
+        out = tmp_path / f"m{mode}"
+        summary = compile_model(elastic_model / "model.onnx", out, CompileOptions(board="nrf52840dk", mode=mode))
+        flash[mode] = [n["flash"] for n in build(out)["nodes"]]
+        if mode == 1:
+            mode1_params = [n["param_bytes"] for n in summary["nodes"]]
+    for k in range(2):
+        assert flash[None][k] - flash[0][k] < mode1_params[k]
+        assert flash[None][k] < 0.6 * (flash[0][k] + flash[1][k] + flash[2][k])
 
 
 def test_every_mode_shares_mode_0s_constants(elastic_model: Path) -> None:

@@ -348,3 +348,9 @@ int cisl_transport_round(uint16_t sg, uint32_t inference, const uint8_t *msg, ui
     (void)dest; /* Mixer floods every message to every node */
     return cisl_mixer_exchange(sg, inference, msg, len, on_rx, ctx);
 }
+
+int cisl_transport_control(uint32_t inference, uint8_t mode, const uint8_t *row, uint32_t len, cisl_rx_fn on_rx,
+                           void *ctx)
+{
+    return cisl_mixer_control(inference, mode, row, len, on_rx, ctx);
+}

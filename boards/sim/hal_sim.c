@@ -24,6 +24,7 @@
 
 #include "cisl_board.h"
 #include "cisl_mixer_transport.h"
+#include "cisl_modes.h"
 #include "cisl_node_api.h"
 #include "cisl_transport.h"
 
@@ -311,6 +312,34 @@ void cisl_board_write(const char *text, uint32_t n)
     }
 }
 
+/* Mode requests this node's host makes (the virtual testbed's stand-in for a `mode` command on
+ * the serial line): CISL_SIM_MODE_REQUESTS="INF:MODE,INF:MODE,..." asks for MODE just before
+ * inference INF. */
+static uint32_t inputs_taken;
+
+static void host_mode_requests(uint32_t inference)
+{
+    const char *p = getenv("CISL_SIM_MODE_REQUESTS");
+    while (p != NULL && *p != '\0') {
+        char *end = NULL;
+        const unsigned long inf = strtoul(p, &end, 10);
+        if (end == p || *end != ':') {
+            return; /* the host writes the list; a malformed one asks for nothing */
+        }
+        p = end + 1;
+        const unsigned long mode = strtoul(p, &end, 10);
+        if (end == p) {
+            return;
+        }
+        p = *end == ',' ? end + 1 : end;
+        if (inf == inference && cisl_modes_request(inference, (uint8_t)(mode > 255u ? 255u : mode),
+                                                   cisl_node_modes()) != 0) {
+            fprintf(stderr, "cisl sim node %u: mode %lu requested, but the image holds %u mode(s)\n",
+                    (unsigned)cisl_node_id, mode, (unsigned)cisl_node_modes());
+        }
+    }
+}
+
 int cisl_board_next_input(int8_t *dst, uint32_t len)
 {
     frame_header f;
@@ -330,6 +359,7 @@ int cisl_board_next_input(int8_t *dst, uint32_t len)
     if (board_time) {
         bt_cycles += bt_runtime; /* the input loop, reports and checksums between two inferences */
     }
+    host_mode_requests(inputs_taken++);
     return 1;
 }
 
@@ -368,6 +398,15 @@ int cisl_transport_round(uint16_t sg, uint32_t inference, const uint8_t *msg, ui
         medium_lost("sending");
     }
     return cisl_mixer_exchange(sg, inference, msg, len, on_rx, ctx);
+}
+
+int cisl_transport_control(uint32_t inference, uint8_t mode, const uint8_t *row, uint32_t len, cisl_rx_fn on_rx,
+                           void *ctx)
+{
+    if (medium_mode == MODE_MESSAGE) {
+        return CISL_NO_CONTROL; /* the ideal medium has no control round: every node keeps its mode */
+    }
+    return cisl_mixer_control(inference, mode, row, len, on_rx, ctx);
 }
 
 /* ---- radio mode: the Mixer round slot by slot against the medium -------------------------- */

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ..errors import CheckFailed
+from ..errors import CheckFailed, UserError
 from .app import main
 from .options import build_dir_argument, loss_options, loss_rates, say
 
@@ -155,9 +155,13 @@ def estimate_cmd(build_dir: Path, topology: str | None, policy: str | None, infe
 @click.option("--radio-seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the topology and channel.")
 @click.option("--radio-dead", type=int, multiple=True, metavar="NODE",
               help="Radio medium: this node's radio is dead (repeatable); it computes but nothing gets through.")
+@click.option("--mode-request", "mode_requests", multiple=True, metavar="INF:NODE:MODE",
+              help="An image with every elastic mode: NODE's host asks for MODE just before inference INF "
+                   "(repeatable); every node switches together and each inference is checked in its mode.")
 def sim(build_dir: Path, inputs: Path | None, count: int | None, logs: Path | None, timeout: float,
         loss_q: float | None, loss_link: float, loss_receiver: float, loss_sender: float, loss_seed: int,
-        medium: str, radio_topology: str | None, radio_seed: int, radio_dead: tuple[int, ...]) -> None:
+        medium: str, radio_topology: str | None, radio_seed: int, radio_dead: tuple[int, ...],
+        mode_requests: tuple[str, ...]) -> None:
     """Run every node of BUILD_DIR as its own process on the virtual testbed.
 
     A medium process carries the somegather messages; each node prints the serial log contract.
@@ -167,8 +171,14 @@ def sim(build_dir: Path, inputs: Path | None, count: int | None, logs: Path | No
     """
     from ..vtestbed.run import simulate
 
+    asks = []
+    for text in mode_requests:
+        parts = text.split(":")
+        if len(parts) != 3 or not all(p.isdigit() for p in parts):
+            raise UserError(f"--mode-request {text}: expected INF:NODE:MODE, three whole numbers (e.g. 4:2:1)")
+        asks.append(tuple(int(p) for p in parts))
     r = simulate(build_dir, inputs, count, logs, timeout, loss_rates(loss_q, loss_link, loss_receiver, loss_sender),
-                 loss_seed, medium, radio_topology, radio_seed, list(radio_dead))
+                 loss_seed, medium, radio_topology, radio_seed, list(radio_dead), asks)
     _print_sim(r, build_dir, logs)
     if not r.ok:
         raise CheckFailed(r.first_difference or r.problems[0])
@@ -193,6 +203,11 @@ def _print_sim(r, build_dir: Path, logs: Path | None) -> None:
 
     for line in peer_summary(r.records):
         click.echo(f"peers: {line}")
+    switches = sorted({(int(x.fields["inf"]), int(x.fields["mode"])) for x in r.records
+                       if x.event == "mode" and x.fields.get("state") == "switch"})
+    if switches:
+        click.echo("modes: " + ", ".join(f"mode {m} from inference {i}" for i, m in switches)
+                   + " (every inference checked against its mode's reference)")
     click.echo(f"bit-exact with the int8 reference: {'yes' if r.bit_exact else 'NO'}")
     if r.first_difference:
         click.echo(f"  first difference: {r.first_difference}")

@@ -6,6 +6,7 @@ looks. Every symbol is prefixed ``cisl_``; every file carries the generated bann
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +48,9 @@ def _format_array(arr: np.ndarray, per_line: int = 24) -> str:
     return ",\n".join("    " + ln for ln in lines)
 
 
-def emit_node(plan: Plan, node: NodeData, out_dir: Path, input_hash: str, env: jinja2.Environment) -> list[Path]:
-    """Write cisl_node.h, cisl_weights.h, cisl_weights.c and cisl_node.c for ``node``."""
-    k = node.device
+def _schedule(plan: Plan, node: NodeData, cname: dict[str, str], sg_prefix: str = "", exchange_base: int = 0,
+              stored: dict | None = None, strided: frozenset = frozenset()) -> dict[str, Any]:
+    """One schedule's C context: its tensor macros (arena offsets), its ops, its somegather descriptors."""
     bufs = {b.name: b for b in buffers_of(node)}
     macros: dict[str, str] = {}
     tensors = []
@@ -61,12 +62,11 @@ def emit_node(plan: Plan, node: NodeData, out_dir: Path, input_hash: str, env: j
         tensors.append({"name": name, "macro": macro, "ctype": CTYPE[t.dtype], "offset": node.offsets[name],
                         "shape": list(t.shape), "first": bufs[name].first, "last": bufs[name].last})
     tensors.sort(key=lambda t: (t["offset"], t["first"]))
-    cname = {name: f"cisl_c_{name}" for name in node.constants}
 
     def T(name: str | None) -> str:
         return macros[name] if name else "NULL"
 
-    ec = EmitContext(node, T, cname, {s.sg: s for s in plan.sgs}, [])
+    ec = EmitContext(node, T, cname, {s.sg: s for s in plan.sgs}, [], sg_prefix, exchange_base, stored, strided)
     ops = []
     for i, op in enumerate(node.ops):
         kind = kind_of(op)
@@ -77,33 +77,51 @@ def emit_node(plan: Plan, node: NodeData, out_dir: Path, input_hash: str, env: j
             f"{op.kind} {a.get('block', '')} layer {a.get('layer', '')}"
         ctx.update(kind.c_context(ec, op))
         ops.append(ctx)
-    somegathers = ec.somegathers
+    return {"tensors": tensors, "ops": ops, "somegathers": ec.somegathers, "desc_tables": [],
+            "input_macro": macros["input"]}
 
-    constants = []
+
+def _constants(node: NodeData) -> list[dict[str, Any]]:
+    out = []
     for name in sorted(node.constants):
         arr = node.constants[name]
-        constants.append({"name": name, "cname": cname[name], "ctype": CTYPE[str(arr.dtype)],
-                          "shape": list(arr.shape) or [1], "size": max(arr.size, 1), "body": _format_array(arr)})
+        out.append({"name": name, "cname": f"cisl_c_{name}", "ctype": CTYPE[str(arr.dtype)],
+                    "shape": list(arr.shape) or [1], "size": max(arr.size, 1), "body": _format_array(arr)})
+    return out
 
-    common = {
-        "tool_version": __version__, "node": k, "nodes": plan.devices, "sink": plan.sink,
-        "input_hash": input_hash, "plan_hash": plan.sha256[:16],
-        "input_len": plan.cfg.lookback, "output_len": plan.cfg.horizon,
-        "arena_bytes": max(node.arena_bytes, 4), "const_bytes": sum(c.nbytes for c in node.constants.values()),
-    }
+
+def _mixer_exchanges(plan: Plan) -> list[dict[str, Any]]:
     mixer = plan.meta["mixer"]
     linger = mixer["policy"]["linger"]
-    exchanges = [{"sg": sg.sg, "name": sg.name,
-                  "rounds": [{**r, "linger": linger} for r in mixer["exchanges"][sg.sg]]} for sg in plan.sgs]
-    max_message = max([f["nbytes"] for ex in mixer["exchanges"] for r in ex for f in r["senders"]] + [1])
+    return [{"sg": sg.sg, "name": sg.name, "rounds": [{**r, "linger": linger} for r in mixer["exchanges"][sg.sg]]}
+            for sg in plan.sgs]
+
+
+def _write(plan: Plan, node: NodeData, out_dir: Path, input_hash: str, env: jinja2.Environment,
+           sched: dict[str, Any], exchanges: list[dict[str, Any]], arena_bytes: int, modes: int = 1,
+           mode_values: list[list[int]] | None = None) -> list[Path]:
+    constants = _constants(node)
+    common = {
+        "tool_version": __version__, "node": node.device, "nodes": plan.devices, "sink": plan.sink,
+        "input_hash": input_hash, "plan_hash": plan.sha256[:16],
+        "input_len": plan.cfg.lookback, "output_len": plan.cfg.horizon, "modes_count": modes,
+        "arena_bytes": max(arena_bytes, 4), "const_bytes": sum(c.nbytes for c in node.constants.values()),
+    }
+    mixer = plan.meta["mixer"]
+    control = mixer.get("control") if modes > 1 else None
+    max_message = max([f["nbytes"] for ex in exchanges for r in ex["rounds"] for f in r["senders"]] +
+                      [f["nbytes"] for f in (control or {}).get("senders", [])] + [1])
+    values = mode_values or [[0]]
     files = {
         "cisl_node.h": env.get_template("node.h.j2").render(**common),
         "cisl_weights.h": env.get_template("weights.h.j2").render(constants=constants, **common),
         "cisl_weights.c": env.get_template("weights.c.j2").render(constants=constants, **common),
-        "cisl_node.c": env.get_template("node.c.j2").render(tensors=tensors, ops=ops, somegathers=somegathers,
-                                                             input_macro=macros["input"], **common),
+        "cisl_node.c": env.get_template("node.c.j2").render(
+            **sched, mode_values=values, mv_ctype="uint16_t" if max(map(max, values)) < 65536 else "uint32_t",
+            **common),
         "cisl_mixer.c": env.get_template("mixer.c.j2").render(
             exchanges=exchanges, max_message=max_message, initiator=mixer["initiator"],
+            control={**control, "linger": mixer["policy"]["linger"]} if control else None,
             termination="MX_TERM_DONE" if mixer["policy"]["kind"] == "done" else "MX_TERM_DEADLINE",
             policy=f"{mixer['policy']['kind']}, {mixer['policy']['phy']}", **common),
     }
@@ -114,3 +132,133 @@ def emit_node(plan: Plan, node: NodeData, out_dir: Path, input_hash: str, env: j
         p.write_text(text)
         written.append(p)
     return written
+
+
+def emit_node(plan: Plan, node: NodeData, out_dir: Path, input_hash: str, env: jinja2.Environment) -> list[Path]:
+    """Write cisl_node.h, cisl_weights.h, cisl_weights.c, cisl_node.c and cisl_mixer.c for ``node``."""
+    cname = {name: f"cisl_c_{name}" for name in node.constants}
+    return _write(plan, node, out_dir, input_hash, env, _schedule(plan, node, cname), _mixer_exchanges(plan),
+                  node.arena_bytes)
+
+
+_TOKEN = re.compile(r"\d+u?|[A-Za-z_]\w*|\s+|.", re.S)
+_LITERAL = re.compile(r"\d+u?")
+
+
+class _ModeValues:
+    """The numbers that differ between modes: one column per distinct per-mode tuple."""
+
+    def __init__(self, modes: int) -> None:
+        self.modes = modes
+        self.columns: dict[tuple[int, ...], int] = {}
+
+    def ref(self, values: tuple[int, ...], unsigned: bool) -> str:
+        j = self.columns.setdefault(values, len(self.columns))
+        return f"(({'uint32_t' if unsigned else 'int32_t'})CISL_MV({j}))"
+
+    def rows(self) -> list[list[int]]:
+        cols = sorted(self.columns, key=self.columns.get)
+        return [[c[m] for c in cols] for m in range(self.modes)] if cols else [[0] for _ in range(self.modes)]
+
+
+def _merge(texts: list[str], mv: _ModeValues) -> str:
+    """One piece of C for every mode's version of it: where the versions differ only in integer
+    literals, those become CISL_MV lookups (and the block's statics automatic, as their initialisers
+    are no longer constant); otherwise a switch over the modes."""
+    if all(t == texts[0] for t in texts):
+        return texts[0]
+    toks = [_TOKEN.findall(t) for t in texts]
+    same_shape = all(len(t) == len(toks[0]) for t in toks)
+    out = []
+    for col in (zip(*toks) if same_shape else []):
+        if all(c == col[0] for c in col):
+            out.append(col[0])
+        elif all(_LITERAL.fullmatch(c) for c in col) and len({c.endswith("u") for c in col}) == 1:
+            out.append(mv.ref(tuple(int(c.rstrip("u")) for c in col), col[0].endswith("u")))
+        else:
+            same_shape = False
+            break
+    if same_shape:
+        return re.sub(r"\bstatic const\b", "const", "".join(out))
+    cases = "".join(f"    case {m}u:\n    {{\n{t}    }}\n        break;\n" for m, t in enumerate(texts) if m)
+    return f"    switch (cisl_mode) {{\n{cases}    default:\n    {{\n{texts[0]}    }}\n        break;\n    }}\n"
+
+
+def emit_node_modes(plans: list[Plan], k: int, out_dir: Path, input_hash: str, env: jinja2.Environment) -> list[Path]:
+    """Node ``k`` of an elastic image holding every mode (``plans``: mode 0 first, each mode's plan as
+    codegen/plan/elastic.py builds them). The weights are mode 0's, stored once; mode m's schedule
+    reads a prefix of each (its rows; in W_O and W_2 the first columns of each row, through
+    cisl_fc_strided_s8 in every mode), has its own arena offsets (the arena is the largest mode's)
+    and its own exchanges, numbered after the smaller modes' in one Mixer schedule, so that a round
+    of one mode is never taken for another's. One schedule serves every mode: what differs is a
+    table of numbers per mode (sizes, offsets, exchanges), selected when the mode changes."""
+    base = plans[0].nodes[k]
+    stored = {name: tuple(arr.shape) for name, arr in base.constants.items()}
+    nsg = len(plans[0].sgs)
+    per_mode = []
+    for m, plan in enumerate(plans):
+        node = plan.nodes[k]
+        if len(plan.sgs) != nsg or len(node.ops) != len(base.ops) or set(node.tensors) != set(base.tensors):
+            raise AssertionError(f"node {k}: mode {m} does not run mode 0's schedule")
+        cname, shapes = {}, {}
+        for op0, op in zip(base.ops, node.ops):
+            for attr, name in op.attrs.items():
+                if attr.endswith("_c") and isinstance(name, str) and name in node.constants:
+                    big, own = stored[op0.attrs[attr]], node.constants[name].shape
+                    # a row prefix is contiguous; a column prefix only an fc reads (with a row stride)
+                    if len(own) != len(big) or any(s > t for s, t in zip(own, big)) or \
+                            (len(own) > 1 and tuple(own[1:]) != big[1:] and not (op.kind == "fc" and attr == "weight_c")):
+                        raise AssertionError(f"node {k} mode {m} {op.kind} {attr}: {tuple(own)} is no prefix of {big}")
+                    cname[name], shapes[name] = f"cisl_c_{op0.attrs[attr]}", big
+        per_mode.append((plan, node, cname, shapes))
+    # the fc layers whose weight rows some mode reads only in part use the strided kernel in every mode
+    strided0 = {op0.attrs["weight_c"] for pl, node, _, _ in per_mode for op0, op in zip(base.ops, node.ops)
+                if op.kind == "fc" and node.constants[op.attrs["weight_c"]].shape[1] != stored[op0.attrs["weight_c"]][1]}
+    scheds = []
+    for m, (plan, node, cname, shapes) in enumerate(per_mode):
+        strided = frozenset(op.attrs["weight_c"] for op0, op in zip(base.ops, node.ops)
+                            if op.kind == "fc" and op0.attrs["weight_c"] in strided0)
+        scheds.append(_schedule(plan, node, cname, f"m{m}_" if m else "", m * nsg, shapes, strided))
+    # somegather descriptors: one per distinct content (a point whose exchange no mode shrinks, x and y,
+    # has one for every mode); an op whose modes differ reads its mode's through a table of pointers
+    descs: list[dict] = []
+    by_content: dict[str, str] = {}
+    tables: list[dict] = []
+    for i, op in enumerate(scheds[0]["ops"]):
+        if op["kind"] != "somegather":
+            continue
+        names = []
+        for sc in scheds:
+            d = next(x for x in sc["somegathers"] if x["c"] == sc["ops"][i]["desc"])
+            key = repr(sorted((k, v) for k, v in d.items() if k not in ("c", "sg")))
+            if key not in by_content:
+                by_content[key] = d["c"]
+                descs.append(d)
+            names.append(by_content[key])
+        if len(set(names)) == 1:
+            desc = names[0]
+        else:
+            tables.append({"c": f"{names[0]}_by_mode", "descs": names})
+            desc = f"(*{names[0]}_by_mode[cisl_mode])"
+        for sc in scheds:
+            sc["ops"][i]["desc"] = desc
+    mv = _ModeValues(len(plans))
+    ops = []
+    for i, op in enumerate(scheds[0]["ops"]):
+        texts = [env.get_template(f"ops/{op['kind']}.c.j2").render(op=sc["ops"][i]) for sc in scheds]
+        ops.append({**op, "code": _merge(texts, mv)})
+    tensors = []
+    for t in scheds[0]["tensors"]:
+        offs = tuple(next(u["offset"] for u in sc["tensors"] if u["name"] == t["name"]) for sc in scheds)
+        tensors.append({**t, "offset": offs[0] if len(set(offs)) == 1 else mv.ref(offs, True)})
+    sched = {"tensors": tensors, "ops": ops, "somegathers": descs, "desc_tables": tables,
+             "input_macro": scheds[0]["input_macro"]}
+    exchanges = []
+    for m, plan in enumerate(plans):
+        for ex, ex0 in zip(_mixer_exchanges(plan), _mixer_exchanges(plans[0])):
+            # an exchange whose rounds are mode 0's (x, y) shares mode 0's tables
+            same = m > 0 and ex["rounds"] == ex0["rounds"]
+            exchanges.append({**ex, "sg": m * nsg + ex["sg"], "name": f"{ex['name']} (mode {m})",
+                              "tables": ex0["sg"] if same else m * nsg + ex["sg"]})
+    return _write(plans[0], base, out_dir, input_hash, env, sched, exchanges,
+                  max(p.nodes[k].arena_bytes for p in plans), len(plans), mv.rows())

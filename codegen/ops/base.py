@@ -118,12 +118,24 @@ class EmitContext:
     const: dict[str, str]        # constant name -> C symbol
     sg_by_id: dict
     somegathers: list            # descriptors the node file defines (somegather_desc.c.j2)
+    # an elastic image's mode m > 0 (codegen/emit/cnode.py emit_node_modes): its symbols' prefix, its
+    # exchanges' first index in the image's Mixer schedule, and the shape each constant is stored
+    # with (mode 0's, of which this mode uses a prefix)
+    prefix: str = ""
+    exchange_base: int = 0
+    stored: dict | None = None
+    strided: frozenset = frozenset()  # fc weights read through cisl_fc_strided_s8 in every mode
 
     def shape(self, name: str) -> tuple[int, ...]:
         return self.node.tensors[name].shape
 
     def size(self, name: str) -> int:
         return self.node.tensors[name].size
+
+    def stored_shape(self, const: str) -> tuple[int, ...]:
+        """The shape constant ``const`` is stored with in the image (its own, but in an elastic mode)."""
+        own = tuple(self.node.constants[const].shape)
+        return own if self.stored is None else tuple(self.stored[const])
 
 
 # -- the kind ----------------------------------------------------------------------------------------

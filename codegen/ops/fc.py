@@ -69,7 +69,10 @@ class Fc(OpKind):
     def c_context(self, e, op):
         a = op.attrs
         rows, kk = e.shape(op.ins[0])
+        stored = e.stored_shape(a["weight_c"])
+        # an elastic mode that uses the first kk columns of longer stored rows: cisl_fc_strided_s8
         return {"in": e.tensor(op.ins[0]), "out": e.tensor(op.outs[0]), "rows": rows, "k": kk,
+                "stride": stored[1] if stored[1] != kk or a["weight_c"] in e.strided else 0,
                 "n": e.shape(op.outs[0])[1], "weight": e.const[a["weight_c"]], "bias": e.const[a["bias_c"]],
                 "mult": e.const[a["mult_c"]], "shift": e.const[a["shift_c"]], "in_offset": a["in_offset"],
                 "out_offset": a["out_offset"], "act_min": a["act_min"], "act_max": a["act_max"]}

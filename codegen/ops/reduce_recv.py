@@ -78,7 +78,7 @@ class ReduceRecv(OpKind):
     def c_context(self, e, op):
         a = op.attrs
         return {"out": e.tensor(op.outs[0]), "own": e.tensor(op.ins[0]) if a["weights"] else None,
-                "n": e.shape(op.outs[0])[0], "sg": a["sg"], "senders": a["senders"], "weights": a["weights"]}
+                "n": e.shape(op.outs[0])[0], "sg": e.exchange_base + a["sg"], "senders": a["senders"], "weights": a["weights"]}
 
     def table_bytes(self, op):
         return len(op.attrs["senders"]) * (3 if op.attrs["weights"] else 1)

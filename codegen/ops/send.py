@@ -31,4 +31,4 @@ class Send(OpKind):
 
     def c_context(self, e, op):
         a = op.attrs
-        return {"in": e.tensor(op.ins[0]), "n": e.shape(op.ins[0])[0], "sg": a["sg"], "dest": a["dest"]}
+        return {"in": e.tensor(op.ins[0]), "n": e.shape(op.ins[0])[0], "sg": e.exchange_base + a["sg"], "dest": a["dest"]}

@@ -103,10 +103,10 @@ class Somegather(OpKind):
     def c_context(self, e, op):
         a = op.attrs
         sg = e.sg_by_id[a["sg"]]
-        c = f"cisl_sg_{c_ident(a['name'])}"
+        c = f"cisl_sg_{e.prefix}{c_ident(a['name'])}"
         own_shape = e.shape(op.ins[0])
         e.somegathers.append({
-            "c": c, "name": a["name"], "sg": sg.sg, "layer": sg.layer, "point": sg.point,
+            "c": c, "name": a["name"], "sg": e.exchange_base + sg.sg, "layer": sg.layer, "point": sg.point,
             "rows": own_shape[0], "own_cols": own_shape[1], "out_cols": e.shape(a["gathered"])[1],
             "send_cols": e.shape(a["send"])[1] if a["send"] else 0,
             "pack_runs": c_runs(a["pack_runs"]), "npack": len(a["pack_runs"]),
@@ -114,7 +114,7 @@ class Somegather(OpKind):
             "recv": [{"from": r["from"], "cols": r["cols"], "bytes": r["bytes"], "runs": c_runs(r["runs"]),
                       "nruns": len(r["runs"])} for r in a["recv"]],
             "fill": a["fill"]})
-        return dict(desc=c, own=e.tensor(op.ins[0]), send=e.tensor(a["send"]), out=e.tensor(a["gathered"]),
+        return dict(desc=c, sg=e.exchange_base + sg.sg, own=e.tensor(op.ins[0]), send=e.tensor(a["send"]), out=e.tensor(a["gathered"]),
                     valid=e.tensor(a["valid"]))
 
     def table_bytes(self, op):

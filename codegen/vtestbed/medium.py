@@ -108,6 +108,15 @@ def serve(sock_path: str, nodes: int, inputs: np.ndarray, transcript_path: str, 
                     rnd[k] = f
                     # the node's next frames are its slot actions: leave them for run_round
                     sel.unregister(conns[k])
+                    waiting = {j: key for key, rr in radio.starting.items() for j in rr}
+                    if len(waiting) + len(done) == nodes and len(radio.starting) > 1:
+                        # every node waits for a round, but not the same one: they run different
+                        # schedules (an elastic image's node that missed a mode switch); the radio
+                        # medium runs rounds in lockstep, so the run cannot go on
+                        raise MediumError("the nodes run different rounds of one inference ("
+                                          + ", ".join(f"node {j}: inference {key[0]} exchange {key[1]}"
+                                                      for j, key in sorted(waiting.items()))
+                                          + "): mixed schedules, e.g. elastic modes after a missed switch")
                     if len(rnd) == nodes:  # everyone is in: run the round slot by slot
                         del radio.starting[(f.inference, f.sg, f.flags)]
                         radio.run_round(conns, rnd)

@@ -75,8 +75,13 @@ def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | 
             timeout: float = 120.0, loss: LossRates | None = None, loss_seed: int = 0,
             radio: str | None = None, radio_seed: int = 0, radio_dead: list[int] | None = None,
             radio_fail: list[tuple[int, int, int]] | None = None,
-            radio_positions: list[list[float]] | None = None) -> SimResult:
+            radio_positions: list[list[float]] | None = None,
+            mode_requests: list[tuple[int, int, int]] | None = None) -> SimResult:
     """Run every node of ``build_dir`` on the virtual testbed and compare with the reference.
+
+    ``mode_requests`` (an image holding every elastic mode): (inference, node, mode) — that node's
+    host asks for the mode just before that inference; every inference is then compared with the
+    reference of the mode the nodes' `mode` lines say it ran, and the nodes must agree.
 
     ``radio_positions`` (with ``radio`` a label, e.g. "positions"): the nodes' [x, y] in metres
     instead of a named topology (a testbed's own layout).
@@ -98,6 +103,16 @@ def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | 
     missing = [str(p) for p in images if not p.is_file()]
     if missing:
         raise UserError(f"{missing[0]}: node image not built; run `cisl build {build_dir}` first")
+    mode_plans = elastic_plans(build_dir, plan)
+    if mode_requests and mode_plans is None:
+        raise UserError(f"{build_dir}: mode requests need an image with every elastic mode (cisl compile of an "
+                        f"elastic model without --mode)")
+    for inf, node, mode in mode_requests or []:
+        if not 0 <= node < plan.devices or not 0 <= mode < len(mode_plans):
+            raise UserError(f"mode request {inf}:{node}:{mode}: the build has nodes 0 to {plan.devices - 1} and "
+                            f"modes 0 to {len(mode_plans) - 1}")
+    if mode_requests and radio is None:
+        raise UserError("mode requests travel in Mixer's control round: use the radio medium")
     if plan.meta["board"] != "sim":
         raise UserError(f"{build_dir}: compiled for board '{plan.meta['board']}'; the virtual testbed runs "
                         f"board 'sim' builds (cisl compile --board sim)")
@@ -116,14 +131,15 @@ def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | 
     run_id = uuid.uuid4().hex[:12]
     with atomic_output_dir(final_logs, "sim-logs", _sim_logs_entry, _legacy_sim_logs) as logs_dir:
         result = _run(plan, images, xq, logs_dir, timeout, loss, loss_seed, radio, radio_seed, radio_dead, run_id,
-                      radio_fail, radio_positions)
+                      radio_fail, radio_positions, mode_plans, mode_requests or [])
     return result
 
 
 def _run(plan: Plan, images: list[Path], xq: np.ndarray, logs_dir: Path, timeout: float, loss: LossRates,
          loss_seed: int, radio: str | None, radio_seed: int, radio_dead: list[int] | None, run_id: str,
          radio_fail: list[tuple[int, int, int]] | None = None,
-         radio_positions: list[list[float]] | None = None) -> "SimResult":
+         radio_positions: list[list[float]] | None = None, mode_plans: list[Plan] | None = None,
+         mode_requests: list[tuple[int, int, int]] = ()) -> "SimResult":
 
     t_start = time.monotonic()
     _clean_stale_runs()
@@ -160,8 +176,10 @@ def _run(plan: Plan, images: list[Path], xq: np.ndarray, logs_dir: Path, timeout
             try:
                 # its own process group: the timeout ends the node and whatever it started
                 log_command([str(img), sock])
+                asks = ",".join(f"{i}:{m}" for i, k, m in mode_requests if k == n.device)
+                env = {**os.environ, "CISL_SIM_MODE_REQUESTS": asks} if asks else None
                 p = subprocess.Popen([str(img), sock], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     start_new_session=True)
+                                     start_new_session=True, env=env)
             except OSError as e:
                 for q in procs:
                     _kill_group(q)
@@ -200,13 +218,12 @@ def _run(plan: Plan, images: list[Path], xq: np.ndarray, logs_dir: Path, timeout
     wrong = sorted({r.node for r in records if r.event == "boot" and r.fields.get("plan") != plan.sha256[:16]})
 
     # -- the reference, on exactly the same int8 inputs
-    lost = None
-    if loss.any or radio:
-        none = np.zeros((plan.devices, plan.devices), dtype=bool)
-        lost = {sg.sg: np.stack([dropped.get((i, sg.sg), none) for i in range(len(xq))]) for sg in plan.sgs}
-    ref = PlanExecutor([n.tensors for n in plan.nodes], [n.ops for n in plan.nodes], plan.sgs, "int8",
-                       constants=[n.constants for n in plan.nodes]).run(xq, lost=lost)
-    first = _first_payload_difference(plan, ref.payloads, carried, len(xq))
+    modes = [0] * len(xq)
+    if mode_plans is not None:
+        modes, disagree = inference_modes(records, plan.devices, len(xq))
+        problems += disagree
+    ref = _reference(mode_plans or [plan], modes, xq, dropped if (loss.any or radio) else None)
+    first = _first_payload_difference(mode_plans or [plan], modes, ref.payloads, carried, len(xq))
     outputs = outputs_by_inference([r for r in records if r.node == plan.sink])
     forecast = np.full((len(xq), plan.cfg.horizon), np.nan)
     for i in range(len(xq)):
@@ -389,15 +406,82 @@ def _supervise(plan: Plan, procs: list[subprocess.Popen], medium: subprocess.Pop
     return problems
 
 
-def _first_payload_difference(plan: Plan, ref: dict, carried: dict, inferences: int) -> str | None:
-    """Describe the first message (in schedule order) whose bytes differ from the reference."""
+def elastic_plans(build_dir: Path, plan: Plan) -> list[Plan] | None:
+    """The plan of every mode of an image that holds every elastic mode (mode 0 first); else None."""
+    el = plan.meta.get("elastic") or {}
+    if el.get("image") != "every mode":
+        return None
+    from ..compile import MODES_DIR
+
+    return [plan, *(load_plan(Path(build_dir) / MODES_DIR / f"mode_{m}") for m in range(1, int(el["modes"])))]
+
+
+def inference_modes(records: list[Record], nodes: int, inferences: int) -> tuple[list[int], list[str]]:
+    """The mode each inference ran, from the nodes' `mode` lines (every node starts in mode 0 and
+    switches where it prints state=switch), and a problem per inference the nodes disagree on or per
+    mixed-mode report."""
+    per_node = {k: [0] * inferences for k in range(nodes)}
+    for r in records:
+        if r.event == "mode" and r.fields.get("state") == "switch" and r.node in per_node:
+            i = int(r.fields["inf"])
+            per_node[r.node][i:] = [int(r.fields["mode"])] * max(inferences - i, 0)
+    problems = []
     for i in range(inferences):
+        seen = {per_node[k][i] for k in range(nodes)}
+        if len(seen) > 1:
+            problems.append(f"inference {i} ran mixed modes: " + ", ".join(f"node {k} mode {per_node[k][i]}"
+                                                                          for k in range(nodes)))
+    for r in records:
+        if r.event == "mode" and r.fields.get("state") == "mixed":
+            problems.append(f"node {r.node} reports that node {r.fields.get('peer')} ran mode "
+                            f"{r.fields.get('peer_mode')} before inference {r.fields['inf']} while it ran "
+                            f"{r.fields['mode']}")
+    return per_node[0], problems
+
+
+@dataclass
+class _Ref:
+    output: np.ndarray
+    payloads: dict  # (inference, exchange of the image, sender) -> bytes
+
+
+def _reference(plans: list[Plan], modes: list[int], xq: np.ndarray, dropped: dict | None) -> _Ref:
+    """The int8 reference of every inference in its mode; exchange numbers as the image numbers them
+    (mode m's exchange sg is m * exchanges + sg)."""
+    base = plans[0]
+    nsg = len(base.sgs)
+    out = np.zeros((len(xq), base.cfg.horizon), dtype=np.int64)
+    payloads: dict = {}
+    none = np.zeros((base.devices, base.devices), dtype=bool)
+    for m, plan in enumerate(plans):
+        idx = [i for i in range(len(xq)) if modes[i] == m]
+        if not idx:
+            continue
+        lost = None
+        if dropped is not None:
+            lost = {sg.sg: np.stack([dropped.get((i, m * nsg + sg.sg), none) for i in idx]) for sg in plan.sgs}
+        r = PlanExecutor([n.tensors for n in plan.nodes], [n.ops for n in plan.nodes], plan.sgs, "int8",
+                         constants=[n.constants for n in plan.nodes]).run(xq[idx], lost=lost)
+        out[idx] = r.output
+        for (sg, j), arr in r.payloads.items():
+            for t, i in enumerate(idx):
+                payloads[(i, m * nsg + sg, j)] = arr[t]
+    return _Ref(out, payloads)
+
+
+def _first_payload_difference(plans: list[Plan], modes: list[int], ref: dict, carried: dict,
+                              inferences: int) -> str | None:
+    """Describe the first message (in schedule order) whose bytes differ from the reference."""
+    nsg = len(plans[0].sgs)
+    for i in range(inferences):
+        plan = plans[modes[i]]
         for sg in plan.sgs:
+            ex = modes[i] * nsg + sg.sg
             for j in range(plan.devices):
                 if sg.msg_bytes[j] == 0:
                     continue
-                want = ref[(sg.sg, j)][i].tobytes()
-                got = carried.get((i, sg.sg, j))
+                want = ref[(i, ex, j)].tobytes()
+                got = carried.get((i, ex, j))
                 if got is None:
                     return f"inference {i}, node {j}: never sent its {_where(sg)} message"
                 if got != want:
@@ -426,7 +510,7 @@ def crc32_of(values: np.ndarray) -> int:
 def simulate(build_dir: Path, inputs_file: Path | None = None, count: int | None = None,
              logs_dir: Path | None = None, timeout: float = 120.0, loss: LossRates | None = None, loss_seed: int = 0,
              medium: str = "radio", topology: str | None = None, radio_seed: int = 0,
-             radio_dead: list[int] | None = None) -> SimResult:
+             radio_dead: list[int] | None = None, mode_requests: list[tuple[int, int, int]] | None = None) -> SimResult:
     """`cisl sim`: check the options of the chosen medium, pick the radio topology (default: the
     paper's hallway for the plan's node count) and the input windows, then :func:`run_sim`.
 
@@ -454,4 +538,4 @@ def simulate(build_dir: Path, inputs_file: Path | None = None, count: int | None
             raise UserError(f"--topology {topology}: unknown; choose one of {', '.join(TOPOLOGIES)}")
         topology = topology or default_topology(load_plan(build_dir).devices)
     return run_sim(build_dir, x, logs_dir, timeout, loss, loss_seed, topology if medium == "radio" else None,
-                   radio_seed, list(radio_dead or []))
+                   radio_seed, list(radio_dead or []), mode_requests=mode_requests)

@@ -28,7 +28,13 @@ int cisl_node_init(void);
  * output and crc may be NULL. Returns 0, or a negative CISL_ERR_* code (an `error` line is printed). */
 int cisl_node_infer(const int8_t *input, int8_t *output, uint32_t *crc);
 
-/* The node's own input buffer (input_len bytes): passing it as input skips a copy. */
+/* The node's own input buffer (input_len bytes) in the current mode: passing it as input skips a copy. */
 int8_t *cisl_node_input_buffer(void);
+
+/* Elastic modes (docs/design/elastic.md): how many the image holds (1 without modes), the mode the
+ * next inference runs (0 = the largest), and setting it: 0, or CISL_ERR_ARG for a mode it lacks. */
+uint8_t cisl_node_modes(void);
+uint8_t cisl_node_mode(void);
+int cisl_node_set_mode(uint8_t mode);
 
 #endif /* CISL_NODE_API_H */

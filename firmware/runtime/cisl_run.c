@@ -6,12 +6,15 @@
 
 int cisl_run(void)
 {
-    int8_t *const input = cisl_node_input_buffer();
     uint32_t inference = 0u;
     int failed = 0;
     (void)cisl_node_init();
     cisl_report_boot(cisl_node.plan_hash, cisl_node.node, cisl_node.nodes);
-    while (cisl_board_next_input(input, cisl_node.input_len)) {
+    for (;;) {
+        int8_t *const input = cisl_node_input_buffer(); /* the current mode's: no copy */
+        if (!cisl_board_next_input(input, cisl_node.input_len)) {
+            break;
+        }
         uint32_t crc = 0u;
         const uint32_t t0 = cisl_board_time_us();
         if (cisl_node_infer(input, 0, &crc) != CISL_OK) {

@@ -7,6 +7,7 @@
 #define CISL_OK 0
 #define CISL_ERR_KERNEL (-1)
 #define CISL_ERR_TRANSPORT (-2)
+#define CISL_ERR_ARG (-3) /* an argument the node cannot take (a mode it does not hold) */
 
 /* Time spent in one block (embedding, attention, MLP, head) of one inference. Communication
  * inside the block is accumulated separately so compute and communication can be told apart. */

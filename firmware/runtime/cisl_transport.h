@@ -19,4 +19,13 @@ typedef void (*cisl_rx_fn)(void *ctx, uint8_t sender, const uint8_t *data, uint3
 int cisl_transport_round(uint16_t sg, uint32_t inference, const uint8_t *msg, uint32_t len, uint8_t dest,
                          cisl_rx_fn on_rx, void *ctx);
 
+/* Elastic images (cisl_modes.h): the control round that starts inference `inference`. Send the
+ * `len`-byte control row, announce `mode` (0..15) if this node starts the round, hand every other
+ * node's row to on_rx. Returns the mode the round's header announced, -1 if this node heard none,
+ * CISL_NO_CONTROL if the transport has no control round (every node keeps its mode), -2 if the
+ * round failed as a whole. */
+#define CISL_NO_CONTROL (-3)
+int cisl_transport_control(uint32_t inference, uint8_t mode, const uint8_t *row, uint32_t len, cisl_rx_fn on_rx,
+                           void *ctx);
+
 #endif /* CISL_TRANSPORT_H */

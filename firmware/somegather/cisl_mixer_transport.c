@@ -104,6 +104,17 @@ static void header_of(uint8_t *h, uint32_t inference, uint16_t sg, uint8_t part)
     h[7] = 0xC5u; /* marker */
 }
 
+/* A control round's header (elastic images): the marker's low nibble is the initiator's mode for
+ * the inference, which no node can predict, so only the other bytes must match. */
+#define CONTROL_MARK 0xD0u
+static int header_matches(const uint8_t *h, const uint8_t *want, int control)
+{
+    if (!control) {
+        return memcmp(h, want, HEADER_BYTES) == 0;
+    }
+    return memcmp(h, want, HEADER_BYTES - 1u) == 0 && (h[HEADER_BYTES - 1u] & 0xF0u) == CONTROL_MARK;
+}
+
 /* The message being put together from its pieces. The schedule puts a split message's pieces in
  * consecutive rounds and starts no other message before it is complete (codegen/plan/
  * mixer_schedule.py check_pieces), so at most one is in flight, in cisl_mx_plan.reassembly. */
@@ -202,8 +213,12 @@ static int take_pieces(const cisl_mx_round *r, int header_ok, uint8_t lost, cisl
     return 0;
 }
 
+/* control >= 0: the round is a control round and `control` the mode the header announces if this
+ * node starts it; *heard (control rounds) gets the announced mode of the header this node decoded,
+ * or -1. */
 static int run_round(const cisl_mx_round *r, uint16_t sg, uint8_t part, uint32_t inference, const uint8_t *msg,
-                     uint32_t len, cisl_mx_rx *rx, uint8_t *got, uint16_t *slot, cisl_rx_fn on_rx, void *ctx)
+                     uint32_t len, cisl_mx_rx *rx, uint8_t *got, uint16_t *slot, cisl_rx_fn on_rx, void *ctx,
+                     int control, int *heard)
 {
     const cisl_mx_schedule *plan = &cisl_mx_plan;
     mx_config cfg;
@@ -248,6 +263,9 @@ static int run_round(const cisl_mx_round *r, uint16_t sg, uint8_t part, uint32_t
     }
     uint8_t header[HEADER_BYTES];
     header_of(header, inference, sg, part);
+    if (control >= 0) {
+        header[HEADER_BYTES - 1u] = (uint8_t)(CONTROL_MARK | ((uint8_t)control & 0x0Fu));
+    }
     if (cisl_node_id == initiator && mx_write(&mixer, 0, header, HEADER_BYTES) != MX_OK) {
         return -1;
     }
@@ -292,7 +310,10 @@ static int run_round(const cisl_mx_round *r, uint16_t sg, uint8_t part, uint32_t
     /* a round whose header did not arrive (or belongs to another round) delivers nothing */
     uint16_t hlen = 0;
     const uint8_t *h = mx_read(&mixer, 0, &hlen);
-    const int header_ok = h != NULL && h != MX_WEAK_ZERO && memcmp(h, header, HEADER_BYTES) == 0;
+    const int header_ok = h != NULL && h != MX_WEAK_ZERO && hlen >= HEADER_BYTES && header_matches(h, header, control >= 0);
+    if (heard != NULL) {
+        *heard = header_ok ? (int)(h[HEADER_BYTES - 1u] & 0x0Fu) : -1;
+    }
     const int taken = mx_taken_over(&mixer); /* the backup started it: its header is no sign of the initiator */
     if (header_ok && !taken) {
         alive |= 1u << initiator;
@@ -321,11 +342,31 @@ int cisl_mixer_exchange(uint16_t sg, uint32_t inference, const uint8_t *msg, uin
     cisl_mx_rx rx = {NO_MESSAGE, 0u, 0u, 0u};
     int rc = 0;
     for (uint8_t part = 0; part < ex->nrounds && rc == 0; part++) {
-        rc = run_round(&ex->rounds[part], sg, part, inference, msg, len, &rx, got, slot, on_rx, ctx);
+        rc = run_round(&ex->rounds[part], sg, part, inference, msg, len, &rx, got, slot, on_rx, ctx, -1, NULL);
     }
     if (rc == 0 && rx.node != NO_MESSAGE) {
         rc = -1; /* the plan ends the exchange in the middle of a message */
     }
     cisl_board_mixer_delivery(sg, inference, got, slot, plan->nodes);
     return rc;
+}
+
+int cisl_mixer_control(uint32_t inference, uint8_t mode, const uint8_t *row, uint32_t len, cisl_rx_fn on_rx,
+                       void *ctx)
+{
+    const cisl_mx_schedule *plan = &cisl_mx_plan;
+    if (plan->control == NULL || mode > 0x0Fu) {
+        return -2;
+    }
+    uint8_t got[MX_MAX_NODES];
+    uint16_t slot[MX_MAX_NODES];
+    memset(got, 0, sizeof got);
+    cisl_mx_rx rx = {NO_MESSAGE, 0u, 0u, 0u};
+    int heard = -1;
+    const int rc = run_round(plan->control, plan->nexchanges, 0u, inference, row, len, &rx, got, slot, on_rx, ctx,
+                             mode, &heard);
+    if (rc != 0) {
+        return -2;
+    }
+    return heard;
 }

@@ -49,6 +49,9 @@ typedef struct {
     uint8_t *reassembly;  /* max_message bytes, where received fragments are put together */
     const cisl_mx_exchange *exchanges; /* indexed by exchange (plan.json "sg") */
     uint16_t nexchanges;
+    /* elastic images (every mode in one image): the control round each inference starts with, its
+     * exchange number nexchanges; NULL otherwise */
+    const cisl_mx_round *control;
 } cisl_mx_schedule;
 
 /* The schedule of this node's plan (generated, cisl_node.c). */
@@ -59,6 +62,13 @@ extern const cisl_mx_schedule cisl_mx_plan;
  * `dest` is ignored: Mixer floods every message to every node. Returns 0 or < 0. */
 int cisl_mixer_exchange(uint16_t sg, uint32_t inference, const uint8_t *msg, uint32_t len, cisl_rx_fn on_rx,
                         void *ctx);
+
+/* Elastic images: the control round of inference `inference` (docs/design/elastic.md). Every node
+ * sends its `len`-byte control row; the header, if this node starts the round, announces `mode`
+ * (0..15) as the inference's mode. on_rx gets every other node's row that arrived. Returns the mode
+ * the header this node decoded announces, -1 if it decoded none, -2 on error. */
+int cisl_mixer_control(uint32_t inference, uint8_t mode, const uint8_t *row, uint32_t len, cisl_rx_fn on_rx,
+                       void *ctx);
 
 /* Board hook: run one armed Mixer round to its end (on hardware: mx_start over the RADIO HAL; on
  * the virtual testbed: the slot-level medium). The round is part `part` of exchange `sg` of

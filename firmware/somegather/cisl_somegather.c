@@ -100,8 +100,8 @@ static void report_sg(uint32_t inference, int32_t layer, const char *point, cons
     cisl_log_end(&l);
 }
 
-int cisl_somegather(const cisl_sg_desc *d, uint32_t inference, const int8_t *own, int8_t *send, int8_t *out,
-                    uint8_t *valid, cisl_block *blk)
+int cisl_somegather(const cisl_sg_desc *d, uint16_t exchange, uint32_t inference, const int8_t *own, int8_t *send,
+                    int8_t *out, uint8_t *valid, cisl_block *blk)
 {
     sg_timer t;
     sg_timer_start(&t);
@@ -135,7 +135,7 @@ int cisl_somegather(const cisl_sg_desc *d, uint32_t inference, const int8_t *own
         cisl_pack_cols_s8(send, d->send_cols, own, d->own_cols, d->rows, d->pack_runs, d->npack);
         tx = (uint32_t)d->rows * d->send_cols;
     }
-    const int rc = cisl_transport_round(d->sg, inference, (const uint8_t *)send, tx, CISL_BROADCAST, sg_on_rx, &s);
+    const int rc = cisl_transport_round(exchange, inference, (const uint8_t *)send, tx, CISL_BROADCAST, sg_on_rx, &s);
     sg_timer_stop(&t, blk);
     report_sg(inference, d->layer, d->point, &t, tx, s.rx_bytes, s.delivered, d->nrecv, s.ignored);
     return rc == 0 ? CISL_OK : CISL_ERR_TRANSPORT;

@@ -25,7 +25,6 @@ typedef struct {
 } cisl_sg_recv;
 
 typedef struct {
-    uint16_t sg;          /* round number within an inference, as in plan.json */
     int16_t layer;
     const char *point;    /* "x", "h", "y", "z" */
     uint16_t rows;        /* tokens */
@@ -41,11 +40,12 @@ typedef struct {
     int8_t fill;          /* zero point of the tensor: the value of a column that is missing */
 } cisl_sg_desc;
 
-/* Run one somegather. `send` may be NULL when send_cols is 0; `valid` (out_cols bytes) may be NULL
- * when the consumer does not need to know which columns are present. Prints the "sg" line and adds
- * the time spent to blk->comm_us. */
-int cisl_somegather(const cisl_sg_desc *d, uint32_t inference, const int8_t *own, int8_t *send, int8_t *out,
-                    uint8_t *valid, cisl_block *blk);
+/* Run one somegather as exchange `exchange` (plan.json "sg"; in an image holding every elastic mode,
+ * mode m's exchanges follow the smaller modes'). `send` may be NULL when send_cols is 0; `valid`
+ * (out_cols bytes) may be NULL when the consumer does not need to know which columns are present.
+ * Prints the "sg" line and adds the time spent to blk->comm_us. */
+int cisl_somegather(const cisl_sg_desc *d, uint16_t exchange, uint32_t inference, const int8_t *own, int8_t *send,
+                    int8_t *out, uint8_t *valid, cisl_block *blk);
 
 /* Head reduction: a non-sink node sends its int32 partial sums (little-endian) to the sink. */
 int cisl_send_partial(uint16_t sg, uint32_t inference, const int32_t *part, uint32_t n, uint8_t dest,

@@ -34,7 +34,7 @@ from .plan.structure import SINK, build_structure
 
 OUTPUT_KIND = "build"
 _BUILD_ENTRY = re.compile(r"^(plan\.json|constants\.bin|compile\.json|inputs\.npy|build(-[a-z0-9-]+)?\.json|_obj|"
-                          r"logs|modes|node_\d\d)$")
+                          r"logs|modes|modes\.json|node_\d\d)$")
 CONTROL_ROW_BYTES = 2  # an elastic image's control row: the mode a node ran, its request (cisl_modes.c)
 MODES_DIR = "modes"  # an all-modes build: modes/mode_M/{plan.json,constants.bin} for every mode M >= 1
 
@@ -254,8 +254,11 @@ def _compile(model_path: Path, out_dir: Path, opts: CompileOptions, say: Callabl
     control = len(structs) * len(st.sgs) if every_mode else None  # the control round's exchange number
 
     def elastic_meta(m: int) -> dict:
-        if every_mode:  # this plan is mode m of an image holding every mode
-            return {"elastic": {"mode": m, "modes": model.modes.count, "image": "every mode"}}
+        if every_mode:  # this plan is mode m of an image holding every mode; profile: what training measured
+            el = model.elastic
+            profile = [{"mode": i, "macs": int(el["macs"][i]), "val_mse": float(el["val_mse"][i]),
+                        "test_mse": float(el["test_mse"][i])} for i in range(model.modes.count)]
+            return {"elastic": {"mode": m, "modes": model.modes.count, "image": "every mode", "profile": profile}}
         return {"elastic": {"mode": opts.mode, "modes": model.modes.count}} if units is not None else {}
 
     meta = {

@@ -87,6 +87,7 @@ def every_mode_build(elastic_model: Path, tmp_path_factory: pytest.TempPathFacto
     out = tmp_path_factory.mktemp("every") / "b"
     compile_model(elastic_model / "model.onnx", out, CompileOptions())
     build(out)
+    build(out, "qemu-m4")  # the ARM images the cycle model runs (`cisl build` makes both)
     return out
 
 
@@ -99,7 +100,9 @@ def test_one_image_switches_mode_network_wide_bit_exact_per_mode(every_mode_buil
     from codegen.vtestbed.run import run_sim
 
     plan = load_plan(every_mode_build)
-    assert plan.meta["elastic"] == {"mode": 0, "modes": 3, "image": "every mode"}
+    el = plan.meta["elastic"]
+    assert (el["mode"], el["modes"], el["image"]) == (0, 3, "every mode")
+    assert [p["mode"] for p in el["profile"]] == [0, 1, 2] and el["profile"][0]["macs"] > el["profile"][2]["macs"]
     assert [load_plan(every_mode_build / "modes" / f"mode_{m}").meta["elastic"]["mode"] for m in (1, 2)] == [1, 2]
     x = np.load(elastic_model / "test_windows.npy").astype(np.float32)[:8]
     sim = run_sim(every_mode_build, x, radio="full_mesh", mode_requests=[(1, 1, 2), (3, 0, 1), (5, 1, 0), (6, 1, 2)])
@@ -178,3 +181,41 @@ def test_every_mode_shares_mode_0s_constants(elastic_model: Path) -> None:
 
     own = quantize(structs[1], model.weights, calibrate(list(structs), model.weights, cal))
     assert "values are not mode 0's" in sharing_problem(structs[:2], [consts[0], own])
+
+
+def test_cisl_modes_profiles_every_mode_and_picks_under_limits(every_mode_build: Path) -> None:
+    """`cisl modes` runs each mode on the timing model (the images on the cycle model: a smaller
+    mode is faster and needs less energy), writes modes.json, and under each constraint set names
+    the mode the selector rule gives on that table (exit 1 when none fits)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from codegen.cli import main
+    from codegen.modes import NO_LIMIT, select_mode
+
+    res = CliRunner().invoke(main, ["modes", str(every_mode_build), "--topology", "full_mesh", "--quiet"])
+    assert res.exit_code == 0, res.output
+    rows = json.loads((every_mode_build / "modes.json").read_text())["modes"]
+    assert [r["mode"] for r in rows] == [0, 1, 2]
+    assert rows[0]["latency_us"] > rows[1]["latency_us"] > rows[2]["latency_us"]
+    assert rows[0]["energy_nj"] > rows[2]["energy_nj"]
+    table = [(r["latency_us"], r["energy_nj"], int(r["val_mse"] * 1e6 + 0.5)) for r in rows]
+    cases = [(None, None, None)] + [(r["latency_us"] / 1e3, None, None) for r in rows] + \
+            [(None, r["energy_nj"] / 1e3, None) for r in rows] + [(rows[2]["latency_us"] / 1e3 - 1, None, None),
+                                                                (None, None, rows[1]["val_mse"])]
+    for deadline, energy, mse in cases:
+        args = [*(["--deadline", repr(deadline)] if deadline is not None else []),
+                *(["--energy", repr(energy)] if energy is not None else []),
+                *(["--max-mse", repr(mse)] if mse is not None else [])]
+        res = CliRunner().invoke(main, ["modes", str(every_mode_build), *args])
+        if not args:
+            assert res.exit_code == 0 and "<- chosen" not in res.output
+            continue
+        want = select_mode(table, round(deadline * 1e3) if deadline is not None else NO_LIMIT,
+                           round(energy * 1e3) if energy is not None else NO_LIMIT,
+                           int(mse * 1e6 + 0.5) if mse is not None else NO_LIMIT)
+        if want < 0:
+            assert res.exit_code == 1 and "no mode meets the limits" in res.output, res.output
+        else:
+            assert res.exit_code == 0 and res.output.strip().splitlines()[-1] == f"mode {want}", res.output

@@ -211,3 +211,54 @@ def _print_sim(r, build_dir: Path, logs: Path | None) -> None:
     click.echo(f"bit-exact with the int8 reference: {'yes' if r.bit_exact else 'NO'}")
     if r.first_difference:
         click.echo(f"  first difference: {r.first_difference}")
+
+
+@main.command(name="modes")
+@build_dir_argument
+@click.option("--deadline", "deadline_ms", type=click.FloatRange(min=0), default=None, metavar="MS",
+              help="Latest end of one inference (ms, the timing model's central estimate).")
+@click.option("--energy", "energy_uj", type=click.FloatRange(min=0), default=None, metavar="UJ",
+              help="Largest energy of one inference, every node together (uJ).")
+@click.option("--max-mse", type=click.FloatRange(min=0), default=None, help="Largest validation MSE.")
+@click.option("--profile", is_flag=True, help="Profile again even if BUILD_DIR/modes.json is this plan's.")
+@click.option("--topology", default=None, metavar="TOPOLOGY",
+              help="Radio topology of the profile (default: the plan's, as `cisl estimate`).")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, help="Nodes modelled at once (default: CPUs).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress output.")
+def modes_cmd(build_dir: Path, deadline_ms: float | None, energy_uj: float | None, max_mse: float | None,
+              profile: bool, topology: str | None, jobs: int | None, quiet: bool) -> None:
+    """Every elastic mode of BUILD_DIR (a build holding every mode) and the one to run under limits.
+
+    The first call (or --profile) runs each mode on the timing model — the real node images on the
+    cycle model, the mode's Mixer rounds on the radio simulation — and writes BUILD_DIR/modes.json;
+    later calls read it. With --deadline, --energy and/or --max-mse it names the mode with the
+    lowest validation MSE within every limit (the rule the node's cisl_mode_select applies), or
+    exits with code 1 if no mode meets them.
+    """
+    from tqdm import tqdm
+
+    from .. import modes as M
+
+    table = None if profile else M.read_table(build_dir)
+    if table is None:
+        plan_modes = (M.load_plan(build_dir).meta.get("elastic") or {}).get("modes", 0)
+        with tqdm(total=plan_modes, desc="profile modes", unit="mode", leave=False,
+                  disable=quiet or None) as bar:
+            table = M.profile_modes(build_dir, topology, jobs=jobs, progress=bar.update)
+        path = M.write_table(build_dir, table, topology)
+        if not quiet:
+            click.echo(f"profiled {len(table)} modes -> {path}")
+    limits = [x is not None for x in (deadline_ms, energy_uj, max_mse)]
+    chosen = None
+    if any(limits):
+        chosen = M.select_mode([(p.latency_us, p.energy_nj, p.mse_u) for p in table],
+                               M.to_micro(deadline_ms / 1e3) if deadline_ms is not None else M.NO_LIMIT,
+                               M.to_micro(energy_uj / 1e3) if energy_uj is not None else M.NO_LIMIT,
+                               M.to_micro(max_mse) if max_mse is not None else M.NO_LIMIT)
+    click.echo(M.format_table(table, chosen))
+    if any(limits):
+        if chosen < 0:
+            raise CheckFailed("no mode meets the limits (fastest: mode "
+                              f"{min(table, key=lambda p: p.latency_us).mode}, lowest energy: mode "
+                              f"{min(table, key=lambda p: p.energy_nj).mode})")
+        click.echo(f"mode {chosen}")

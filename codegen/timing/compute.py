@@ -170,14 +170,29 @@ def fold_blocks(plan: Plan, device: int, nc: NodeCycles) -> NodeCompute:
                        {i: c for i, c in rx.items() if isinstance(i, int)})
 
 
-def _run_one(args) -> NodeCompute:
-    build_dir, device, inferences, flash_wait, flash_bytes = args
+def mode_plan(build_dir: Path, mode: int | None) -> Plan:
+    """The plan of ``build_dir`` or, of an image holding every elastic mode, that mode's plan."""
     plan = load_plan(build_dir)
+    if mode is None:
+        return plan
+    from ..vtestbed.run import elastic_plans
+
+    plans = elastic_plans(build_dir, plan)
+    if plans is None:
+        raise UserError(f"{build_dir}: not an image with every elastic mode; drop --mode")
+    if not 0 <= mode < len(plans):
+        raise UserError(f"--mode {mode}: {build_dir} holds modes 0 to {len(plans) - 1}")
+    return plans[mode]
+
+
+def _run_one(args) -> NodeCompute:
+    build_dir, device, inferences, flash_wait, flash_bytes, mode = args
+    plan = mode_plan(build_dir, mode)
     board, model = board_for_estimate(plan, device)
     xq = inputs_for(build_dir, plan, inferences)
     ref = reference(plan, xq)
     memory = MemoryModel.for_board(model, flash_wait, flash_bytes)
-    nc = run_node(build_dir, plan, device, xq, ref, image_of(build_dir, device, plan), memory)
+    nc = run_node(build_dir, plan, device, xq, ref, image_of(build_dir, device, load_plan(build_dir)), memory, mode)
     return fold_blocks(plan, device, nc)
 
 
@@ -201,8 +216,9 @@ def images_digest(build_dir: Path, plan: Plan) -> str:
 
 def compute_build(build_dir: Path, inferences: int = 1, jobs: int | None = None, nodes: list[int] | None = None,
                   flash_wait: tuple[float, float, float] | None = None, progress=None,
-                  flash_bytes: int | None = None) -> list[NodeCompute]:
-    """Per-node compute of a built nrf52840dk/qemu-m4 build (each node checked bit-exact)."""
+                  flash_bytes: int | None = None, mode: int | None = None) -> list[NodeCompute]:
+    """Per-node compute of a built nrf52840dk/qemu-m4 build (each node checked bit-exact); ``mode``:
+    of an image holding every elastic mode, that mode."""
     build_dir = Path(build_dir)
     plan = load_plan(build_dir)
     todo = list(range(plan.devices)) if nodes is None else nodes
@@ -211,7 +227,7 @@ def compute_build(build_dir: Path, inferences: int = 1, jobs: int | None = None,
     for d in todo:
         image_of(build_dir, d, plan)
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(todo)))
-    args = [(build_dir, d, inferences, flash_wait, flash_bytes) for d in todo]
+    args = [(build_dir, d, inferences, flash_wait, flash_bytes, mode) for d in todo]
     if jobs == 1:
         out = []
         for a in args:

@@ -20,7 +20,7 @@ from ..errors import UserError
 from ..plan.io import load_plan
 from . import comm as C
 from .memsystem import MemoryModel
-from .compute import NodeCompute, board_for_estimate, compute_build, images_digest
+from .compute import NodeCompute, board_for_estimate, compute_build, images_digest, mode_plan
 from .energy import Energy, load_power, node_energy, radio_use
 
 Triple = tuple[float, float, float]
@@ -126,11 +126,13 @@ def _j(t: Triple) -> dict:
 
 def estimate(build_dir: Path, topology: str | None = None, policy: str | None = None, inferences: int = 1,
              radio_inferences: int = 4, seed: int = 0, jobs: int | None = None, period_ms: float | None = None,
-             flash_wait: Triple | None = None, progress=None, nodes: list[NodeCompute] | None = None) -> Estimate:
+             flash_wait: Triple | None = None, progress=None, nodes: list[NodeCompute] | None = None,
+             mode: int | None = None) -> Estimate:
     """The estimate of a built build; ``nodes`` reuses compute already modelled (e.g. for a second
-    round policy: the cycle model does not depend on the radio)."""
+    round policy: the cycle model does not depend on the radio). ``mode``: of an image holding every
+    elastic mode, that mode (its compute on the image, its Mixer rounds)."""
     build_dir = Path(build_dir)
-    plan = load_plan(build_dir)
+    plan = mode_plan(build_dir, mode)
     board, model = board_for_estimate(plan)
     models = [board_for_estimate(plan, d)[1] for d in range(plan.devices)]  # a mixed testbed's differ
     clock = float(model.facts["board"]["clock_hz"])
@@ -140,7 +142,8 @@ def estimate(build_dir: Path, topology: str | None = None, policy: str | None = 
         raise UserError(f"{build_dir}: its nodes' boards run at different clocks ({named}); the estimate "
                         f"supports one CPU clock per testbed")
     if nodes is None:
-        nodes = compute_build(build_dir, inferences=inferences, jobs=jobs, flash_wait=flash_wait, progress=progress)
+        nodes = compute_build(build_dir, inferences=inferences, jobs=jobs, flash_wait=flash_wait, progress=progress,
+                              mode=mode)
     topo = C.resolve_topology(plan, topology)
     pol = policy or str(plan.meta.get("mixer", {}).get("policy", {}).get("kind", "done"))  # the firmware's
     rounds = C.comm_schedule(plan, topo, pol, inferences=radio_inferences, seed=seed)
@@ -214,7 +217,7 @@ def format_table(est: Estimate) -> str:
 
 def run_estimate(build_dir: Path, topology: str | None = None, policy: str | None = None, inferences: int = 1,
                  radio_inferences: int = 4, seed: int = 0, jobs: int | None = None, period_ms: float | None = None,
-                 out_file: Path | None = None, progress_bar=None) -> Estimate:
+                 out_file: Path | None = None, progress_bar=None, mode: int | None = None) -> Estimate:
     """`cisl estimate`: :func:`estimate`, with its JSON written to ``out_file`` (only over a file an
     estimate wrote). ``progress_bar(total)`` gives a context manager with ``update(n)`` (a tqdm bar)."""
     import contextlib
@@ -227,7 +230,7 @@ def run_estimate(build_dir: Path, topology: str | None = None, policy: str | Non
     plan = load_plan(build_dir)
     with (progress_bar(plan.devices) if progress_bar else contextlib.nullcontext()) as bar:
         est = estimate(build_dir, topology, policy, inferences, radio_inferences, seed, jobs, period_ms,
-                       progress=bar.update if bar is not None else None)
+                       progress=bar.update if bar is not None else None, mode=mode)
     if out_file is not None:
         write_output_file(out_file, json.dumps(est.to_json(), indent=1) + "\n", ours)
     return est

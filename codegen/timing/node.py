@@ -138,8 +138,10 @@ def _function_end_line(source: str, last_mark: int) -> int:
 
 
 def run_node(build_dir: Path, plan: Plan, device: int, xq: np.ndarray, ref: RunResult, image_path: Path,
-             memory: MemoryModel | None = None) -> NodeCycles:
-    """Run node ``device``'s image over all windows of ``xq``; raise CheckFailed unless bit-exact."""
+             memory: MemoryModel | None = None, mode: int | None = None) -> NodeCycles:
+    """Run node ``device``'s image over all windows of ``xq``; raise CheckFailed unless bit-exact.
+    ``mode``: an image holding every elastic mode runs that mode (``plan`` and ``ref`` are its): the
+    control round announces it, and the mode's exchanges are numbered after the smaller modes'."""
     board = load_board(plan.node_board(device))  # a virtual board's images stand in for a real one
     memory = memory or MemoryModel.for_board(board)
     clock = float(board.facts["board"]["clock_hz"])
@@ -147,6 +149,7 @@ def run_node(build_dir: Path, plan: Plan, device: int, xq: np.ndarray, ref: RunR
     em = Emulator(image, memory)
     em.set_region_lookup(schedule_lookup(image_path, Path(build_dir) / f"node_{device:02d}" / "cisl_node.c"))
     exchanges = node_exchanges(plan, device)
+    base = (mode or 0) * len(plan.sgs)  # the image's number of the mode's exchange 0
     out_text = bytearray()
     state = {"inf": 0, "xch": 0, "checked": 0, "error": None}
     n = len(xq)
@@ -168,6 +171,7 @@ def run_node(build_dir: Path, plan: Plan, device: int, xq: np.ndarray, ref: RunR
         # arguments: sg, inference, msg, len, dest (broadcast: unused here), on_rx, ctx
         sg, inference, msg, length, on_rx, ctx = (e.arg(0) & 0xFFFF, e.arg(1), e.arg(2), e.arg(3), e.arg(5),
                                                   e.arg(6))
+        sg -= base
         i = state["inf"] - 1
         k = state["xch"]
         state["xch"] = k + 1
@@ -213,6 +217,8 @@ def run_node(build_dir: Path, plan: Plan, device: int, xq: np.ndarray, ref: RunR
     em.replace("cisl_board_next_input", next_input)
     em.replace("cisl_transport_round", transport_round)
     em.replace("cisl_board_write", board_write)
+    if "cisl_transport_control" in image.symbols:  # the control round announces the mode (default 0)
+        em.replace("cisl_transport_control", lambda e: mode or 0)
     em.replace("cisl_board_cycles", lambda e: int(e.central_total) & 0xFFFF_FFFF)
     em.replace("cisl_board_time_us", lambda e: int(e.central_total * 1e6 / clock) & 0xFFFF_FFFF)
     # hooks of the virtual testbed's boards (qemu-m4's board time): no work on an nRF52840 node

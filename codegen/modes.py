@@ -1,0 +1,114 @@
+"""`cisl modes`: every elastic mode of an every-mode build profiled, and the mode to run under limits.
+
+Per mode: MACs and validation / test MSE from training (plan.json ``elastic.profile``), latency and
+the network's energy per inference from the timing model (the real images on the cycle model,
+each mode's Mixer rounds on the radio simulation; ``codegen.timing.estimate``), and the image's
+flash and RAM per node (one image serves every mode). :func:`select_mode` is the rule the node's
+``cisl_mode_select`` (firmware/runtime/cisl_mode_select.c) applies to the same integers.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .errors import UserError
+from .fsutil import json_with, write_output_file
+from .plan.io import load_plan
+
+NO_LIMIT = 0xFFFFFFFF  # CISL_NO_LIMIT
+TABLE = "modes.json"
+
+
+@dataclass(frozen=True)
+class ModeProfile:
+    mode: int
+    macs: int
+    val_mse: float
+    test_mse: float
+    latency_us: int  # central estimate of one inference (bulk-synchronous)
+    energy_nj: int   # every node's energy of one inference, central
+    latency_range_us: tuple[int, int]
+    energy_range_nj: tuple[int, int]
+
+    @property
+    def mse_u(self) -> int:
+        return to_micro(self.val_mse)
+
+
+def to_micro(x: float) -> int:
+    """x · 1e6 rounded half up, as an unsigned 32-bit value: how limits and MSEs reach the node."""
+    return min(NO_LIMIT - 1, max(0, int(x * 1e6 + 0.5)))
+
+
+def select_mode(table: list[tuple[int, int, int]], deadline_us: int = NO_LIMIT, energy_nj: int = NO_LIMIT,
+                max_mse_u: int = NO_LIMIT) -> int:
+    """Of the modes (latency_us, energy_nj, mse_u) within every limit, the lowest MSE (ties: the
+    lower energy, then the lower mode); -1 if none. The twin of cisl_mode_select."""
+    best = -1
+    for m, (lat, en, mse) in enumerate(table):
+        if lat > deadline_us or en > energy_nj or mse > max_mse_u:
+            continue
+        if best < 0 or mse < table[best][2] or (mse == table[best][2] and en < table[best][1]):
+            best = m
+    return best
+
+
+def profile_modes(build_dir: Path, topology: str | None = None, inferences: int = 1, radio_inferences: int = 4,
+                  seed: int = 0, jobs: int | None = None, progress=None) -> list[ModeProfile]:
+    """Every mode of ``build_dir`` (an every-mode build, built for an ARM board or sim) on the timing model."""
+    from .timing.estimate import estimate
+
+    plan = load_plan(build_dir)
+    el = plan.meta.get("elastic") or {}
+    if el.get("image") != "every mode":
+        raise UserError(f"{build_dir}: not a build with every elastic mode; compile an elastic model "
+                        f"(`[elastic]` in its training config) without --mode")
+    out = []
+    for row in el["profile"]:
+        m = int(row["mode"])
+        est = estimate(build_dir, topology, None, inferences, radio_inferences, seed, jobs, mode=m)
+        lat = est.latency_ms
+        energy = [sum(getattr(e.total_uj, f) for e in est.energy.values()) for f in ("low", "central", "high")]
+        out.append(ModeProfile(m, int(row["macs"]), float(row["val_mse"]), float(row["test_mse"]),
+                               int(round(lat[1] * 1e3)), int(round(energy[1] * 1e3)),
+                               (int(round(lat[0] * 1e3)), int(round(lat[2] * 1e3))),
+                               (int(round(energy[0] * 1e3)), int(round(energy[2] * 1e3)))))
+        if progress is not None:
+            progress(1)
+    return out
+
+
+def write_table(build_dir: Path, profiles: list[ModeProfile], topology: str | None) -> Path:
+    """BUILD/modes.json: the profile table (replaced only over one cisl wrote)."""
+    plan = load_plan(build_dir)
+    path = Path(build_dir) / TABLE
+    doc = {"plan": plan.sha256[:16], "topology": topology, "modes": [asdict(p) for p in profiles]}
+    write_output_file(path, json.dumps(doc, indent=1) + "\n", json_with("plan", "modes"))
+    return path
+
+
+def read_table(build_dir: Path) -> list[ModeProfile] | None:
+    """The table `cisl modes` wrote for this very plan, or None (missing or of another plan)."""
+    path = Path(build_dir) / TABLE
+    if not path.is_file():
+        return None
+    try:
+        doc = json.loads(path.read_text())
+        if doc.get("plan") != load_plan(build_dir).sha256[:16]:
+            return None  # a stale table: the build was recompiled since
+        return [ModeProfile(**{**r, "latency_range_us": tuple(r["latency_range_us"]),
+                               "energy_range_nj": tuple(r["energy_range_nj"])}) for r in doc["modes"]]
+    except (ValueError, KeyError, TypeError):
+        raise UserError(f"{path}: not a table `cisl modes` wrote; delete it or run `cisl modes --profile`") from None
+
+
+def format_table(profiles: list[ModeProfile], chosen: int | None = None) -> str:
+    lines = [f"{'mode':>4} {'MACs':>12} {'val MSE':>9} {'test MSE':>9} {'latency ms':>24} {'energy uJ':>26}"]
+    for p in profiles:
+        mark = "  <- chosen" if chosen == p.mode else ""
+        lat = f"{p.latency_us / 1e3:.2f} [{p.latency_range_us[0] / 1e3:.2f}..{p.latency_range_us[1] / 1e3:.2f}]"
+        en = f"{p.energy_nj / 1e3:.1f} [{p.energy_range_nj[0] / 1e3:.1f}..{p.energy_range_nj[1] / 1e3:.1f}]"
+        lines.append(f"{p.mode:>4} {p.macs:>12,} {p.val_mse:>9.4f} {p.test_mse:>9.4f} {lat:>24} {en:>26}{mark}")
+    return "\n".join(lines)

@@ -89,6 +89,20 @@ def write_table(build_dir: Path, profiles: list[ModeProfile], topology: str | No
     return path
 
 
+def put_table_in_images(build_dir: Path, profiles: list[ModeProfile], say=lambda s: None) -> None:
+    """Every node's cisl_mode_table.h gets the table, and the images are built again (as `cisl
+    build` does: the plan's board, and for a virtual board the ARM images with board time)."""
+    from .emit.cnode import emit_mode_table, environment
+    from .timing.boardtime import build_with_board_time
+
+    plan = load_plan(build_dir)
+    rows = [{"latency_us": p.latency_us, "energy_nj": p.energy_nj, "mse_u": p.mse_u} for p in profiles]
+    env = environment()
+    for k, node in enumerate(plan.nodes):
+        emit_mode_table(plan, k, Path(build_dir) / f"node_{node.device:02d}", env, rows)
+    build_with_board_time(build_dir, None, None, say, None, True, False)
+
+
 def read_table(build_dir: Path) -> list[ModeProfile] | None:
     """The table `cisl modes` wrote for this very plan, or None (missing or of another plan)."""
     path = Path(build_dir) / TABLE

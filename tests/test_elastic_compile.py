@@ -219,3 +219,49 @@ def test_cisl_modes_profiles_every_mode_and_picks_under_limits(every_mode_build:
             assert res.exit_code == 1 and "no mode meets the limits" in res.output, res.output
         else:
             assert res.exit_code == 0 and res.output.strip().splitlines()[-1] == f"mode {want}", res.output
+
+
+def test_the_sinks_selector_picks_what_cisl_modes_picks(every_mode_build: Path, elastic_model: Path) -> None:
+    """After `cisl modes` the images hold the profile table; the sink, given a constraint set per
+    inference, switches every node to the mode the host's rule gives for it (no fitting mode: it
+    stays), at that inference, bit-exact throughout."""
+    import json
+
+    from click.testing import CliRunner
+
+    from codegen.cli import main
+    from codegen.modes import NO_LIMIT, select_mode
+    from codegen.vtestbed.run import run_sim
+
+    res = CliRunner().invoke(main, ["modes", str(every_mode_build), "--topology", "full_mesh", "--quiet"])
+    assert res.exit_code == 0, res.output
+    assert "CISL_MODE_TABLE_LEN 3u" in (every_mode_build / "node_00" / "cisl_mode_table.h").read_text()
+    rows = json.loads((every_mode_build / "modes.json").read_text())["modes"]
+    table = [(r["latency_us"], r["energy_nj"], int(r["val_mse"] * 1e6 + 0.5)) for r in rows]
+    N = NO_LIMIT
+    sets = [(table[1][0], N, N), (N, table[2][1], N), (table[2][0] - 1, N, N), (N, N, table[0][2]),
+            (table[0][0], table[1][1], N), (N, N, table[1][2]), (table[2][0], N, table[1][2])]
+    x = np.load(elastic_model / "test_windows.npy").astype(np.float32)[:len(sets)]
+    sim = run_sim(every_mode_build, x, radio="full_mesh", mode_limits=[(i, 0, *s) for i, s in enumerate(sets)])
+    assert sim.bit_exact and not sim.problems, (sim.problems, sim.first_difference)
+    want, mode = [], 0
+    for s in sets:
+        pick = select_mode(table, *s)
+        mode = pick if pick >= 0 else mode
+        want.append(mode)
+    ran = [0] * len(sets)
+    for r in sim.records:
+        if r.node == 1 and r.event == "mode" and r.fields["state"] == "switch":
+            ran[int(r.fields["inf"]):] = [int(r.fields["mode"])] * (len(sets) - int(r.fields["inf"]))
+    assert ran == want and len(set(want)) == 3, (ran, want)
+    # the host answers the same for each set (exit 1 where nothing fits)
+    for s in sets:
+        args = [*(["--deadline", repr(s[0] / 1e3)] if s[0] != N else []),
+                *(["--energy", repr(s[1] / 1e3)] if s[1] != N else []),
+                *(["--max-mse", repr(s[2] / 1e6)] if s[2] != N else [])]
+        res = CliRunner().invoke(main, ["modes", str(every_mode_build), *args])
+        pick = select_mode(table, *s)
+        if pick >= 0:
+            assert res.exit_code == 0 and res.output.strip().splitlines()[-1] == f"mode {pick}", res.output
+        else:
+            assert res.exit_code == 1 and "no mode meets the limits" in res.output, res.output

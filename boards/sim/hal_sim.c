@@ -340,6 +340,40 @@ static void host_mode_requests(uint32_t inference)
     }
 }
 
+/* Limits this node's host sets for the on-node selector: CISL_SIM_MODE_LIMITS="INF:DEADLINE_US:
+ * ENERGY_NJ:MSE_U,..." (a field "-": no limit) from inference INF on. */
+static unsigned long limit_field(const char **p)
+{
+    char *end = NULL;
+    if (**p == '-') {
+        (*p)++;
+        return CISL_NO_LIMIT;
+    }
+    const unsigned long v = strtoul(*p, &end, 10);
+    *p = end;
+    return v > CISL_NO_LIMIT ? CISL_NO_LIMIT : v;
+}
+
+static void host_mode_limits(uint32_t inference)
+{
+    const char *p = getenv("CISL_SIM_MODE_LIMITS");
+    while (p != NULL && *p != '\0') {
+        unsigned long f[4];
+        for (int i = 0; i < 4; i++) {
+            f[i] = limit_field(&p);
+            if (i < 3 && *p++ != ':') {
+                return; /* the host writes the list; a malformed one sets nothing */
+            }
+        }
+        if (*p == ',') {
+            p++;
+        }
+        if (f[0] == inference) {
+            cisl_modes_set_limits((uint32_t)f[1], (uint32_t)f[2], (uint32_t)f[3]);
+        }
+    }
+}
+
 int cisl_board_next_input(int8_t *dst, uint32_t len)
 {
     frame_header f;
@@ -359,6 +393,7 @@ int cisl_board_next_input(int8_t *dst, uint32_t len)
     if (board_time) {
         bt_cycles += bt_runtime; /* the input loop, reports and checksums between two inferences */
     }
+    host_mode_limits(inputs_taken);
     host_mode_requests(inputs_taken++);
     return 1;
 }

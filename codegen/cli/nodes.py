@@ -158,10 +158,14 @@ def estimate_cmd(build_dir: Path, topology: str | None, policy: str | None, infe
 @click.option("--mode-request", "mode_requests", multiple=True, metavar="INF:NODE:MODE",
               help="An image with every elastic mode: NODE's host asks for MODE just before inference INF "
                    "(repeatable); every node switches together and each inference is checked in its mode.")
+@click.option("--mode-limits", "mode_limits", multiple=True, metavar="INF:NODE:MS:UJ:MSE",
+              help="From inference INF on, NODE (the sink, 0, as a rule) picks the best mode within a deadline "
+                   "(ms), an energy per inference (uJ) and a validation MSE, '-' for none, from the table "
+                   "`cisl modes` put into the images (repeatable).")
 def sim(build_dir: Path, inputs: Path | None, count: int | None, logs: Path | None, timeout: float,
         loss_q: float | None, loss_link: float, loss_receiver: float, loss_sender: float, loss_seed: int,
         medium: str, radio_topology: str | None, radio_seed: int, radio_dead: tuple[int, ...],
-        mode_requests: tuple[str, ...]) -> None:
+        mode_requests: tuple[str, ...], mode_limits: tuple[str, ...]) -> None:
     """Run every node of BUILD_DIR as its own process on the virtual testbed.
 
     A medium process carries the somegather messages; each node prints the serial log contract.
@@ -177,8 +181,22 @@ def sim(build_dir: Path, inputs: Path | None, count: int | None, logs: Path | No
         if len(parts) != 3 or not all(p.isdigit() for p in parts):
             raise UserError(f"--mode-request {text}: expected INF:NODE:MODE, three whole numbers (e.g. 4:2:1)")
         asks.append(tuple(int(p) for p in parts))
+    from ..modes import NO_LIMIT, to_micro
+
+    limits = []
+    for text in mode_limits:
+        parts = text.split(":")
+        try:
+            if len(parts) != 5:
+                raise ValueError
+            inf, node = int(parts[0]), int(parts[1])
+            vals = [NO_LIMIT if p == "-" else to_micro(float(p) / scale) for p, scale in zip(parts[2:], (1e3, 1e3, 1))]
+        except ValueError:
+            raise UserError(f"--mode-limits {text}: expected INF:NODE:MS:UJ:MSE (whole INF and NODE; '-' for no "
+                            f"limit), e.g. 10:0:80:-:-") from None
+        limits.append((inf, node, *vals))
     r = simulate(build_dir, inputs, count, logs, timeout, loss_rates(loss_q, loss_link, loss_receiver, loss_sender),
-                 loss_seed, medium, radio_topology, radio_seed, list(radio_dead), asks)
+                 loss_seed, medium, radio_topology, radio_seed, list(radio_dead), asks, limits)
     _print_sim(r, build_dir, logs)
     if not r.ok:
         raise CheckFailed(r.first_difference or r.problems[0])
@@ -230,8 +248,10 @@ def modes_cmd(build_dir: Path, deadline_ms: float | None, energy_uj: float | Non
     """Every elastic mode of BUILD_DIR (a build holding every mode) and the one to run under limits.
 
     The first call (or --profile) runs each mode on the timing model — the real node images on the
-    cycle model, the mode's Mixer rounds on the radio simulation — and writes BUILD_DIR/modes.json;
-    later calls read it. With --deadline, --energy and/or --max-mse it names the mode with the
+    cycle model, the mode's Mixer rounds on the radio simulation — writes BUILD_DIR/modes.json and
+    builds the node images again with the table in them (node_NN/cisl_mode_table.h), so that a
+    node given limits (cisl sim --mode-limits) picks the mode this command names; later calls read
+    the table. With --deadline, --energy and/or --max-mse it names the mode with the
     lowest validation MSE within every limit (the rule the node's cisl_mode_select applies), or
     exits with code 1 if no mode meets them.
     """
@@ -246,8 +266,10 @@ def modes_cmd(build_dir: Path, deadline_ms: float | None, energy_uj: float | Non
                   disable=quiet or None) as bar:
             table = M.profile_modes(build_dir, topology, jobs=jobs, progress=bar.update)
         path = M.write_table(build_dir, table, topology)
+        M.put_table_in_images(build_dir, table, say(quiet))
         if not quiet:
-            click.echo(f"profiled {len(table)} modes -> {path}")
+            click.echo(f"profiled {len(table)} modes -> {path}; the node images now hold the table "
+                       f"(node_NN/cisl_mode_table.h) for their on-node selector")
     limits = [x is not None for x in (deadline_ms, energy_uj, max_mse)]
     chosen = None
     if any(limits):

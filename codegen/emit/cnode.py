@@ -184,6 +184,20 @@ def _merge(texts: list[str], mv: _ModeValues) -> str:
     return f"    switch (cisl_mode) {{\n{cases}    default:\n    {{\n{texts[0]}    }}\n        break;\n    }}\n"
 
 
+MODE_TABLE = "cisl_mode_table.h"
+
+
+def emit_mode_table(plan: Plan, k: int, out_dir: Path, env: jinja2.Environment, rows: list[dict] | None = None) -> Path:
+    """node_NN/cisl_mode_table.h of an every-mode image: the selector's table (``rows``: per mode
+    latency_us, energy_nj, mse_u; none before `cisl modes --profile`)."""
+    text = env.get_template("mode_table.h.j2").render(
+        tool_version=__version__, node=plan.nodes[k].device, nodes=plan.devices, input_hash=plan.meta["input_hash"],
+        plan_hash=plan.sha256[:16], modes_count=int(plan.meta["elastic"]["modes"]), rows=rows or [])
+    path = Path(out_dir) / MODE_TABLE
+    path.write_text(text)
+    return path
+
+
 def emit_node_modes(plans: list[Plan], k: int, out_dir: Path, input_hash: str, env: jinja2.Environment) -> list[Path]:
     """Node ``k`` of an elastic image holding every mode (``plans``: mode 0 first, each mode's plan as
     codegen/plan/elastic.py builds them). The weights are mode 0's, stored once; mode m's schedule
@@ -260,5 +274,6 @@ def emit_node_modes(plans: list[Plan], k: int, out_dir: Path, input_hash: str, e
             same = m > 0 and ex["rounds"] == ex0["rounds"]
             exchanges.append({**ex, "sg": m * nsg + ex["sg"], "name": f"{ex['name']} (mode {m})",
                               "tables": ex0["sg"] if same else m * nsg + ex["sg"]})
-    return _write(plans[0], base, out_dir, input_hash, env, sched, exchanges,
-                  max(p.nodes[k].arena_bytes for p in plans), len(plans), mv.rows())
+    written = _write(plans[0], base, out_dir, input_hash, env, sched, exchanges,
+                     max(p.nodes[k].arena_bytes for p in plans), len(plans), mv.rows())
+    return [*written, emit_mode_table(plans[0], k, out_dir, env)]

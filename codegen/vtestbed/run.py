@@ -76,12 +76,15 @@ def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | 
             radio: str | None = None, radio_seed: int = 0, radio_dead: list[int] | None = None,
             radio_fail: list[tuple[int, int, int]] | None = None,
             radio_positions: list[list[float]] | None = None,
-            mode_requests: list[tuple[int, int, int]] | None = None) -> SimResult:
+            mode_requests: list[tuple[int, int, int]] | None = None,
+            mode_limits: list[tuple[int, int, int, int, int]] | None = None) -> SimResult:
     """Run every node of ``build_dir`` on the virtual testbed and compare with the reference.
 
     ``mode_requests`` (an image holding every elastic mode): (inference, node, mode) — that node's
     host asks for the mode just before that inference; every inference is then compared with the
     reference of the mode the nodes' `mode` lines say it ran, and the nodes must agree.
+    ``mode_limits``: (inference, node, deadline_us, energy_nj, max_mse_u; NO_LIMIT: none) — from that
+    inference on that node's selector asks for the best mode within the limits (`cisl modes`).
 
     ``radio_positions`` (with ``radio`` a label, e.g. "positions"): the nodes' [x, y] in metres
     instead of a named topology (a testbed's own layout).
@@ -104,14 +107,19 @@ def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | 
     if missing:
         raise UserError(f"{missing[0]}: node image not built; run `cisl build {build_dir}` first")
     mode_plans = elastic_plans(build_dir, plan)
-    if mode_requests and mode_plans is None:
+    if mode_limits:
+        for inf, node, *_ in mode_limits:
+            if not 0 <= node < plan.devices:
+                raise UserError(f"mode limits for node {node}: the build has nodes 0 to {plan.devices - 1}")
+        mode_requests = list(mode_requests or [])
+    if (mode_requests or mode_limits) and mode_plans is None:
         raise UserError(f"{build_dir}: mode requests need an image with every elastic mode (cisl compile of an "
                         f"elastic model without --mode)")
     for inf, node, mode in mode_requests or []:
         if not 0 <= node < plan.devices or not 0 <= mode < len(mode_plans):
             raise UserError(f"mode request {inf}:{node}:{mode}: the build has nodes 0 to {plan.devices - 1} and "
                             f"modes 0 to {len(mode_plans) - 1}")
-    if mode_requests and radio is None:
+    if (mode_requests or mode_limits) and radio is None:
         raise UserError("mode requests travel in Mixer's control round: use the radio medium")
     if plan.meta["board"] != "sim":
         raise UserError(f"{build_dir}: compiled for board '{plan.meta['board']}'; the virtual testbed runs "
@@ -131,7 +139,7 @@ def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | 
     run_id = uuid.uuid4().hex[:12]
     with atomic_output_dir(final_logs, "sim-logs", _sim_logs_entry, _legacy_sim_logs) as logs_dir:
         result = _run(plan, images, xq, logs_dir, timeout, loss, loss_seed, radio, radio_seed, radio_dead, run_id,
-                      radio_fail, radio_positions, mode_plans, mode_requests or [])
+                      radio_fail, radio_positions, mode_plans, mode_requests or [], mode_limits or [])
     return result
 
 
@@ -139,7 +147,8 @@ def _run(plan: Plan, images: list[Path], xq: np.ndarray, logs_dir: Path, timeout
          loss_seed: int, radio: str | None, radio_seed: int, radio_dead: list[int] | None, run_id: str,
          radio_fail: list[tuple[int, int, int]] | None = None,
          radio_positions: list[list[float]] | None = None, mode_plans: list[Plan] | None = None,
-         mode_requests: list[tuple[int, int, int]] = ()) -> "SimResult":
+         mode_requests: list[tuple[int, int, int]] = (),
+         mode_limits: list[tuple[int, int, int, int, int]] = ()) -> "SimResult":
 
     t_start = time.monotonic()
     _clean_stale_runs()
@@ -177,7 +186,9 @@ def _run(plan: Plan, images: list[Path], xq: np.ndarray, logs_dir: Path, timeout
                 # its own process group: the timeout ends the node and whatever it started
                 log_command([str(img), sock])
                 asks = ",".join(f"{i}:{m}" for i, k, m in mode_requests if k == n.device)
-                env = {**os.environ, "CISL_SIM_MODE_REQUESTS": asks} if asks else None
+                limits = ",".join(":".join(str(v) for v in (i, *rest)) for i, k, *rest in mode_limits if k == n.device)
+                env = {**os.environ, **({"CISL_SIM_MODE_REQUESTS": asks} if asks else {}),
+                       **({"CISL_SIM_MODE_LIMITS": limits} if limits else {})} if asks or limits else None
                 p = subprocess.Popen([str(img), sock], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      start_new_session=True, env=env)
             except OSError as e:
@@ -510,7 +521,8 @@ def crc32_of(values: np.ndarray) -> int:
 def simulate(build_dir: Path, inputs_file: Path | None = None, count: int | None = None,
              logs_dir: Path | None = None, timeout: float = 120.0, loss: LossRates | None = None, loss_seed: int = 0,
              medium: str = "radio", topology: str | None = None, radio_seed: int = 0,
-             radio_dead: list[int] | None = None, mode_requests: list[tuple[int, int, int]] | None = None) -> SimResult:
+             radio_dead: list[int] | None = None, mode_requests: list[tuple[int, int, int]] | None = None,
+             mode_limits: list[tuple[int, int, int, int, int]] | None = None) -> SimResult:
     """`cisl sim`: check the options of the chosen medium, pick the radio topology (default: the
     paper's hallway for the plan's node count) and the input windows, then :func:`run_sim`.
 
@@ -538,4 +550,4 @@ def simulate(build_dir: Path, inputs_file: Path | None = None, count: int | None
             raise UserError(f"--topology {topology}: unknown; choose one of {', '.join(TOPOLOGIES)}")
         topology = topology or default_topology(load_plan(build_dir).devices)
     return run_sim(build_dir, x, logs_dir, timeout, loss, loss_seed, topology if medium == "radio" else None,
-                   radio_seed, list(radio_dead or []), mode_requests=mode_requests)
+                   radio_seed, list(radio_dead or []), mode_requests=mode_requests, mode_limits=mode_limits)

@@ -53,6 +53,30 @@ int cisl_modes_request(uint32_t inference, uint8_t mode, uint8_t modes)
     return CISL_OK;
 }
 
+static struct {
+    uint32_t deadline_us, energy_nj, mse_u;
+} limits = {CISL_NO_LIMIT, CISL_NO_LIMIT, CISL_NO_LIMIT};
+
+void cisl_modes_set_limits(uint32_t deadline_us, uint32_t energy_nj, uint32_t max_mse_u)
+{
+    limits.deadline_us = deadline_us;
+    limits.energy_nj = energy_nj;
+    limits.mse_u = max_mse_u;
+}
+
+void cisl_modes_choose(uint32_t inference, const cisl_mode_profile *table, uint8_t len, uint8_t current,
+                       uint8_t modes)
+{
+    if (limits.deadline_us == CISL_NO_LIMIT && limits.energy_nj == CISL_NO_LIMIT && limits.mse_u == CISL_NO_LIMIT) {
+        return;
+    }
+    const int best = cisl_mode_select(table, len < modes ? len : modes, limits.deadline_us, limits.energy_nj,
+                                      limits.mse_u);
+    if (best >= 0 && (uint8_t)best != current && (uint8_t)best != st.request) {
+        (void)cisl_modes_request(inference, (uint8_t)best, modes);
+    }
+}
+
 static void on_row(void *ctx, uint8_t sender, const uint8_t *row, uint32_t len)
 {
     (void)ctx;

@@ -13,6 +13,8 @@
 
 #include <stdint.h>
 
+#include "cisl_mode_select.h"
+
 #define CISL_NO_MODE 0xFFu
 
 /* Forget every request; the next inference runs mode 0. */
@@ -22,6 +24,15 @@ void cisl_modes_reset(void);
  * selector): sent in the next control round. `modes`: how many modes the image holds. Returns 0,
  * or CISL_ERR_ARG for a mode the image does not hold. Logs a `mode` event (state "request"). */
 int cisl_modes_request(uint32_t inference, uint8_t mode, uint8_t modes);
+
+/* Limits for the on-node selector (CISL_NO_LIMIT: none; all CISL_NO_LIMIT: the node does not
+ * choose). Logs nothing; takes effect at the next inference. */
+void cisl_modes_set_limits(uint32_t deadline_us, uint32_t energy_nj, uint32_t max_mse_u);
+
+/* Before inference `inference`, with limits set: the best mode of `table` (len entries) within
+ * them (cisl_mode_select); if it is not `current` and not already requested, request it. */
+void cisl_modes_choose(uint32_t inference, const cisl_mode_profile *table, uint8_t len, uint8_t current,
+                       uint8_t modes);
 
 /* Before inference `inference`: run its control round and set *mode (the mode the previous
  * inference ran on entry) to the mode this one runs. Returns 0, or < 0 if the transport failed. */

@@ -59,12 +59,24 @@ def mx_state_bytes(nodes: int, g: int, p: int, pool_words: int | None = None) ->
 
 
 def table_bytes(exchanges: list, ops: list) -> int:
-    """Generated descriptor tables: somegather column runs and the Mixer schedule."""
+    """Generated descriptor tables: somegather column runs and the Mixer schedule, each distinct
+    table once (as codegen/emit/cnode.py stores them)."""
     n = sum(kind_of(op).table_bytes(op) for op in ops)
+    shared = {key: size for op in ops for key, size in kind_of(op).shared_tables(op)}
+    n += sum(shared.values())
+    senders, rounds = set(), set()
     for ex in exchanges:
         n += MX_EXCHANGE_BYTES
+        keys = []
         for r in ex:
-            n += MX_ROUND_BYTES + MX_FRAG_BYTES * len(r["senders"])
+            key = tuple((f["node"], f["first_row"], f["rows"], f["nbytes"], f["offset"]) for f in r["senders"])
+            if key not in senders:
+                senders.add(key)
+                n += MX_FRAG_BYTES * len(r["senders"])
+            keys.append((r["generation"], r["payload"], r["deadline_slots"], r["slot_us"], r["takeover_slots"], key))
+        if ex and tuple(keys) not in rounds:
+            rounds.add(tuple(keys))
+            n += MX_ROUND_BYTES * len(ex)
     return n
 
 

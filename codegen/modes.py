@@ -126,3 +126,34 @@ def format_table(profiles: list[ModeProfile], chosen: int | None = None) -> str:
         en = f"{p.energy_nj / 1e3:.1f} [{p.energy_range_nj[0] / 1e3:.1f}..{p.energy_range_nj[1] / 1e3:.1f}]"
         lines.append(f"{p.mode:>4} {p.macs:>12,} {p.val_mse:>9.4f} {p.test_mse:>9.4f} {lat:>24} {en:>26}{mark}")
     return "\n".join(lines)
+
+
+def switch_cycles(build_dir: Path) -> list[float]:
+    """Node 0's cycles (cycle model, central) to settle each inference's mode when the control round
+    announces mode m after an inference in mode 0: ``cisl_modes_agree`` with the round itself
+    replaced (its air time is communication), so entry m minus entry 0 is what a switch to m adds —
+    the `mode` line and a pointer to the mode's row of numbers; nothing is copied."""
+    from .boards import load_board
+    from .timing.compute import board_for_estimate, image_of
+    from .timing.engine import SCRATCH, Emulator, Image
+    from .timing.memsystem import MemoryModel
+
+    plan = load_plan(build_dir)
+    _, model = board_for_estimate(plan, 0)
+    em = Emulator(Image.load(image_of(build_dir, 0, plan)), MemoryModel.for_board(load_board(model.name)))
+    announced = {"mode": 0}
+    em.replace("cisl_board_write", lambda e: 0)
+    em.replace("cisl_transport_control", lambda e: announced["mode"])
+    modes = int(plan.meta["elastic"]["modes"])
+    out = []
+    for m in range(modes):
+        em.write(SCRATCH, bytes([0]))
+        em.call("cisl_modes_reset")
+        announced["mode"] = 0
+        em.call("cisl_modes_agree", [0, SCRATCH, modes])  # inference 0 ran mode 0
+        announced["mode"] = m
+        before = em.central_total
+        if em.call("cisl_modes_agree", [1, SCRATCH, modes]) != 0 or em.read(SCRATCH, 1)[0] != m:
+            raise UserError(f"{build_dir}: node 0's image did not settle on mode {m}; rebuild it with `cisl build`")
+        out.append(em.central_total - before)
+    return out

@@ -278,6 +278,10 @@ def modes_cmd(build_dir: Path, deadline_ms: float | None, energy_uj: float | Non
                                M.to_micro(energy_uj / 1e3) if energy_uj is not None else M.NO_LIMIT,
                                M.to_micro(max_mse) if max_mse is not None else M.NO_LIMIT)
     click.echo(M.format_table(table, chosen))
+    if not quiet:
+        sw = M.switch_cycles(build_dir)
+        click.echo("switching from mode 0 (node 0, cycle model): " + ", ".join(
+            f"mode {m} +{c - sw[0]:,.0f} cycles" for m, c in enumerate(sw) if m) + "; no weights are copied")
     if any(limits):
         if chosen < 0:
             raise CheckFailed("no mode meets the limits (fastest: mode "

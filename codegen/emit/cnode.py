@@ -97,6 +97,62 @@ def _mixer_exchanges(plan: Plan) -> list[dict[str, Any]]:
             for sg in plan.sgs]
 
 
+def _mixer_tables(exchanges: list[dict[str, Any]]) -> tuple[list[dict], list[dict]]:
+    """The Mixer schedule's fragment and round tables, each once (exchanges of equal messages, e.g.
+    one point in every layer, or in every elastic mode, share them); sets each exchange's
+    ``rounds_name`` (None without rounds)."""
+    senders: dict[str, str] = {}
+    rounds: dict[str, str] = {}
+    s_tables: list[dict] = []
+    r_tables: list[dict] = []
+    for ex in exchanges:
+        entries = []
+        for r in ex["rounds"]:
+            body = ",\n".join(f"    {{ .node = {f['node']}u, .first_row = {f['first_row']}u, .rows = {f['rows']}u, "
+                              f".nbytes = {f['nbytes']}u, .offset = {f['offset']}u }}" for f in r["senders"])
+            if body not in senders:
+                senders[body] = f"cisl_mx_e{ex['sg']}_r{r['part']}_senders"
+                s_tables.append({"name": senders[body], "body": body})
+            entries.append(f"    {{ .generation = {r['generation']}u, .payload = {r['payload']}u, .deadline = "
+                           f"{r['deadline_slots']}u /* slots */, .linger = {r['linger']}u, .slot_us = {r['slot_us']}u, "
+                           f".senders = {senders[body]}, .nsenders = {len(r['senders'])}u, "
+                           f".takeover = {r['takeover_slots']}u /* scan slots */ }}")
+        body = ",\n".join(entries)
+        if not entries:
+            ex["rounds_name"] = None
+            continue
+        if body not in rounds:
+            rounds[body] = f"cisl_mx_e{ex['sg']}_rounds"
+            r_tables.append({"name": rounds[body], "body": body})
+        ex["rounds_name"] = rounds[body]
+    return s_tables, r_tables
+
+
+def _sg_tables(descs: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """Give every somegather descriptor the names of its run and reception tables, one table per
+    distinct content (the layers of a model place their columns alike); returns the tables."""
+    tables: list[dict[str, str]] = []
+    names: dict[tuple[str, str], str] = {}
+
+    def table(ctype: str, body: str, name: str) -> str:
+        key = (ctype, body)
+        if key not in names:
+            names[key] = name
+            tables.append({"ctype": ctype, "name": name, "body": body})
+        return names[key]
+
+    for d in descs:
+        d["pack_name"] = table("cisl_col_run", d["pack_runs"], f"{d['c']}_pack") if d["pack_runs"] else None
+        d["own_name"] = table("cisl_col_run", d["own_runs"], f"{d['c']}_own")
+        rows = []
+        for r in d["recv"]:
+            runs = table("cisl_col_run", r["runs"], f"{d['c']}_from{r['from']}")
+            rows.append(f"{{ .from = {r['from']}u, .cols = {r['cols']}u, .bytes = {r['bytes']}u, .runs = {runs}, "
+                        f".nruns = {r['nruns']}u }}")
+        d["recv_name"] = table("cisl_sg_recv", ", ".join(rows), f"{d['c']}_recv") if rows else None
+    return tables
+
+
 def _write(plan: Plan, node: NodeData, out_dir: Path, input_hash: str, env: jinja2.Environment,
            sched: dict[str, Any], exchanges: list[dict[str, Any]], arena_bytes: int, modes: int = 1,
            mode_values: list[list[int]] | None = None) -> list[Path]:
@@ -112,15 +168,18 @@ def _write(plan: Plan, node: NodeData, out_dir: Path, input_hash: str, env: jinj
     max_message = max([f["nbytes"] for ex in exchanges for r in ex["rounds"] for f in r["senders"]] +
                       [f["nbytes"] for f in (control or {}).get("senders", [])] + [1])
     values = mode_values or [[0]]
+    sg_tables = _sg_tables(sched["somegathers"])
+    mx_senders, mx_rounds = _mixer_tables(exchanges)
     files = {
         "cisl_node.h": env.get_template("node.h.j2").render(**common),
         "cisl_weights.h": env.get_template("weights.h.j2").render(constants=constants, **common),
         "cisl_weights.c": env.get_template("weights.c.j2").render(constants=constants, **common),
         "cisl_node.c": env.get_template("node.c.j2").render(
-            **sched, mode_values=values, mv_ctype="uint16_t" if max(map(max, values)) < 65536 else "uint32_t",
+            **sched, sg_tables=sg_tables, mode_values=values, mv_ctype="uint16_t" if max(map(max, values)) < 65536 else "uint32_t",
             **common),
         "cisl_mixer.c": env.get_template("mixer.c.j2").render(
-            exchanges=exchanges, max_message=max_message, initiator=mixer["initiator"],
+            exchanges=exchanges, mx_senders=mx_senders, mx_rounds=mx_rounds, max_message=max_message,
+            initiator=mixer["initiator"],
             control={**control, "linger": mixer["policy"]["linger"]} if control else None,
             termination="MX_TERM_DONE" if mixer["policy"]["kind"] == "done" else "MX_TERM_DEADLINE",
             policy=f"{mixer['policy']['kind']}, {mixer['policy']['phy']}", **common),
@@ -269,11 +328,8 @@ def emit_node_modes(plans: list[Plan], k: int, out_dir: Path, input_hash: str, e
              "input_macro": scheds[0]["input_macro"]}
     exchanges = []
     for m, plan in enumerate(plans):
-        for ex, ex0 in zip(_mixer_exchanges(plan), _mixer_exchanges(plans[0])):
-            # an exchange whose rounds are mode 0's (x, y) shares mode 0's tables
-            same = m > 0 and ex["rounds"] == ex0["rounds"]
-            exchanges.append({**ex, "sg": m * nsg + ex["sg"], "name": f"{ex['name']} (mode {m})",
-                              "tables": ex0["sg"] if same else m * nsg + ex["sg"]})
+        for ex in _mixer_exchanges(plan):  # equal rounds share their tables (_mixer_tables)
+            exchanges.append({**ex, "sg": m * nsg + ex["sg"], "name": f"{ex['name']} (mode {m})"})
     written = _write(plans[0], base, out_dir, input_hash, env, sched, exchanges,
                      max(p.nodes[k].arena_bytes for p in plans), len(plans), mv.rows())
     return [*written, emit_mode_table(plans[0], k, out_dir, env)]

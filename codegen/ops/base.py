@@ -199,6 +199,10 @@ class OpKind:
         """Bytes of generated descriptor tables for this op (not counting the op's code)."""
         return 0
 
+    def shared_tables(self, op: "Op") -> list[tuple[object, int]]:
+        """Tables the generated C stores once however many ops hold them: (content key, bytes)."""
+        return []
+
     # -- timing ----------------------------------------------------------------------------------
     def work(self, op: "Op", shape: dict[str, tuple[int, ...]]) -> int:
         """Units of :attr:`work_unit` one execution does: the output's elements for "element"

@@ -118,6 +118,19 @@ class Somegather(OpKind):
                     valid=e.tensor(a["valid"]))
 
     def table_bytes(self, op):
+        return SG_DESC_BYTES  # its run and reception tables are shared (shared_tables)
+
+    def shared_tables(self, op):
+        """The column runs and receptions, as codegen/emit/cnode.py _sg_tables stores them: once per content."""
         a = op.attrs
-        runs = len(a["pack_runs"]) + len(a["own_runs"]) + sum(len(r["runs"]) for r in a["recv"])
-        return SG_DESC_BYTES + COL_RUN_BYTES * runs + SG_RECV_BYTES * len(a["recv"])
+
+        def runs(r) -> tuple:
+            return ("runs", tuple(map(tuple, r)))
+
+        out = [(runs(a["pack_runs"]), COL_RUN_BYTES * len(a["pack_runs"]))] if a["pack_runs"] else []
+        out.append((runs(a["own_runs"]), COL_RUN_BYTES * len(a["own_runs"])))
+        out += [(runs(r["runs"]), COL_RUN_BYTES * len(r["runs"])) for r in a["recv"]]
+        if a["recv"]:
+            key = ("recv", tuple((r["from"], r["cols"], r["bytes"], runs(r["runs"])) for r in a["recv"]))
+            out.append((key, SG_RECV_BYTES * len(a["recv"])))
+        return out

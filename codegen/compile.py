@@ -29,14 +29,13 @@ from .plan.memory import buffers_of, check_plan, format_plan, plan_arena
 from .plan.mixer_schedule import MAX_GENERATION, RoundPolicy, schedule_exchange, schedule_plan
 from .plan.quantize import calibrate, quantize
 from .elastic import KINDS
-from .plan.elastic import alignment_problem, mode_structures, quantize_modes, sharing_problem
+from .plan.elastic import MODES_DIR, alignment_problem, mode_structures, quantize_modes, sharing_problem
 from .plan.structure import SINK, build_structure
 
 OUTPUT_KIND = "build"
 _BUILD_ENTRY = re.compile(r"^(plan\.json|constants\.bin|compile\.json|inputs\.npy|build(-[a-z0-9-]+)?\.json|_obj|"
                           r"logs|modes|modes\.json|node_\d\d)$")
 CONTROL_ROW_BYTES = 2  # an elastic image's control row: the mode a node ran, its request (cisl_modes.c)
-MODES_DIR = "modes"  # an all-modes build: modes/mode_M/{plan.json,constants.bin} for every mode M >= 1
 
 
 def build_entry(name: str) -> bool:

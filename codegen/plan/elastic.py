@@ -10,13 +10,18 @@ constants once and a mode is a table of sizes (docs/design/elastic.md).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from ..elastic import KINDS, Modes
 from ..modelspec import ModelConfig
 from ..partition import Masks, Split
+from .io import Plan, load_plan
 from .quantize import calibrate, quantize
 from .structure import Structure, build_structure
+
+MODES_DIR = "modes"  # a build holding every mode: modes/mode_M/{plan.json,constants.bin} for every mode M >= 1
 
 
 def unit_levels(modes: Modes, layers: int) -> list[dict[str, dict[int, int]]]:
@@ -93,3 +98,11 @@ def sharing_problem(structs: list[Structure], consts: list[list[dict[str, np.nda
                     if not np.array_equal(view, small):
                         return f"node {n0.device} op {i} ({b.kind}) {attr}: mode {m}'s values are not mode 0's"
     return None
+
+
+def elastic_plans(build_dir: Path, plan: Plan) -> list[Plan] | None:
+    """The plan of every mode of an image that holds every elastic mode (mode 0 first); else None."""
+    el = plan.meta.get("elastic") or {}
+    if el.get("image") != "every mode":
+        return None
+    return [plan, *(load_plan(Path(build_dir) / MODES_DIR / f"mode_{m}") for m in range(1, int(el["modes"])))]

@@ -175,7 +175,7 @@ def mode_plan(build_dir: Path, mode: int | None) -> Plan:
     plan = load_plan(build_dir)
     if mode is None:
         return plan
-    from ..vtestbed.run import elastic_plans
+    from ..plan.elastic import elastic_plans
 
     plans = elastic_plans(build_dir, plan)
     if plans is None:

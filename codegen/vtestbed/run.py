@@ -30,6 +30,7 @@ from ..errors import CheckFailed, UserError
 from ..fsutil import atomic_output_dir, check_output_dir, sha256_file
 from ..executor import PlanExecutor
 from ..lossmodel import LossRates
+from ..plan.elastic import elastic_plans
 from ..plan.io import Plan, load_plan
 from ..serial_contract import Record, SequenceChecker, outputs_by_inference, parse_line
 from ..toolrun import log_command
@@ -415,16 +416,6 @@ def _supervise(plan: Plan, procs: list[subprocess.Popen], medium: subprocess.Pop
     elif medium.returncode not in (0, None):
         problems.insert(0, f"the medium exited with code {medium.returncode}")
     return problems
-
-
-def elastic_plans(build_dir: Path, plan: Plan) -> list[Plan] | None:
-    """The plan of every mode of an image that holds every elastic mode (mode 0 first); else None."""
-    el = plan.meta.get("elastic") or {}
-    if el.get("image") != "every mode":
-        return None
-    from ..compile import MODES_DIR
-
-    return [plan, *(load_plan(Path(build_dir) / MODES_DIR / f"mode_{m}") for m in range(1, int(el["modes"])))]
 
 
 def inference_modes(records: list[Record], nodes: int, inferences: int) -> tuple[list[int], list[str]]:

@@ -110,10 +110,12 @@ def qemu_cmd(build_dir: Path, nodes: tuple[int, ...], inputs: Path | None, count
 @click.option("-o", "--out", "out_file", type=click.Path(path_type=Path), default=None,
               help="Also write the JSON to this file.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, help="Nodes modelled at once (default: CPUs).")
+@click.option("--mode", type=click.IntRange(min=0), default=None,
+              help="A build holding every elastic mode: estimate this mode (default 0).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
 def estimate_cmd(build_dir: Path, topology: str | None, policy: str | None, inferences: int, radio_inferences: int,
                  radio_seed: int, period_ms: float | None, as_json: bool, out_file: Path | None, jobs: int | None,
-                 quiet: bool) -> None:
+                 mode: int | None, quiet: bool) -> None:
     """Board time and energy of one inference of BUILD_DIR (an nrf52840dk or qemu-m4 build).
 
     Every node's real ARM image runs on the Cortex-M4 cycle model (TRM instruction timings plus the
@@ -131,7 +133,7 @@ def estimate_cmd(build_dir: Path, topology: str | None, policy: str | None, infe
 
     est = run_estimate(build_dir, topology, policy, inferences, radio_inferences, radio_seed, jobs, period_ms,
                        out_file, progress_bar=lambda total: tqdm(total=total, desc="cycle model", unit="node",
-                                                                 leave=False, disable=quiet or None))
+                                                                 leave=False, disable=quiet or None), mode=mode)
     click.echo(json.dumps(est.to_json(), indent=1) if as_json else format_table(est))
 
 

@@ -293,6 +293,12 @@ class _RecordingChannel(Channel):
         return got
 
 
+def control_exchange(plan: Plan) -> int | None:
+    """The key of an every-mode image's control round among the plan's exchanges (one past the last;
+    the image numbers it after every mode's exchanges), or None."""
+    return len(plan.sgs) if (plan.meta.get("mixer") or {}).get("control") else None
+
+
 def exchange_order(plan: Plan) -> list[int]:
     """The exchanges (sg) in the order the nodes run them: node 0's schedule, else plan order."""
     order: list[int] = []
@@ -352,7 +358,8 @@ def comm_schedule(plan: Plan, topology: "str | Topology | None" = None, policy: 
     if kind not in POLICIES:
         raise UserError(f"round policy {kind!r}: choose 'done' or 'fixed'")
     n = plan.devices
-    order = [sg for sg in exchange_order(plan) if mixer["exchanges"][sg]]
+    control = control_exchange(plan)  # an every-mode image starts each inference with a control round
+    order = ([control] if control is not None else []) + [sg for sg in exchange_order(plan) if mixer["exchanges"][sg]]
     if n < 2 or not order:
         return []
     if relays and not isinstance(topology, Topology):
@@ -379,6 +386,14 @@ def comm_schedule(plan: Plan, topology: "str | Topology | None" = None, policy: 
     sink = plan.sink
     guard = _guard_us(plan)
     sgs = {s.sg: s for s in plan.sgs}
+
+    def rounds_of(sg: int) -> list[dict]:
+        return [mixer["control"]] if sg == control else mixer["exchanges"][sg]
+
+    if control is not None:
+        from ..plan.structure import SomegatherPoint
+
+        sgs[control] = SomegatherPoint(control, "control", -1, "control", None, [[] for _ in range(n)], [0] * n)
     nets: dict[tuple, MixerNetwork] = {}
     samples: dict[tuple[int, int], list[RoundSample]] = {}
     n_all = n + relays
@@ -386,7 +401,7 @@ def comm_schedule(plan: Plan, topology: "str | Topology | None" = None, policy: 
     for inf in range(inferences):
         for sg in order:
             pieces: dict[tuple[int, int], bool] = {}  # (receiver, sender) -> a split message's pieces so far
-            for r in mixer["exchanges"][sg]:
+            for r in rounds_of(sg):
                 key = (r["generation"], r["payload"], r["deadline_slots"], kind)
                 net = nets.get(key)
                 if net is None:
@@ -423,7 +438,7 @@ def comm_schedule(plan: Plan, topology: "str | Topology | None" = None, policy: 
     out = []
     for sg in order:
         s = sgs[sg]
-        for r in mixer["exchanges"][sg]:
+        for r in rounds_of(sg):
             ss = samples[(sg, r["part"])]
             plen = int(nets[(r["generation"], r["payload"], r["deadline_slots"], kind)].plen)
             nodes = [NodeRadio(k, *(Stat.of(getattr(x.nodes[k], f) for x in ss) for f in

@@ -149,6 +149,12 @@ def estimate(build_dir: Path, topology: str | None = None, policy: str | None = 
     rounds = C.comm_schedule(plan, topo, pol, inferences=radio_inferences, seed=seed)
     ex = C.exchange_times(rounds)
     blocks: list[BlockEstimate] = []
+    control = C.control_exchange(plan)
+    if control is not None and control in ex:  # the control round that fixes the inference's mode
+        e = ex[control]
+        air = tuple(getattr(e.air_us, f) / 1e3 + e.guard_us / 1e3 for f in ("min", "mean", "max"))
+        blocks.append(BlockEstimate("control", "control", -1, {n.device: (0.0, 0.0, 0.0) for n in nodes}, air,
+                                    [control], {n.device: air for n in nodes}))
     for bi, b0 in enumerate(nodes[0].blocks):
         compute = {n.device: _ms(n.blocks[bi].cycles, clock) for n in nodes}
         air = [0.0, 0.0, 0.0]
@@ -194,9 +200,10 @@ def format_table(est: Estimate) -> str:
              "central [low..high]; compute = the cycle model of each node's image (bit-exact checked), "
              "communication = Mixer air time + start guard + receive work", ""]
     lines.append(f"{'node':>4} {'block':<7} {'cycles':>30} {'compute ms':>24} {'comm ms':>24} {'energy uJ':>26}")
+    by_label = {b.label: b for b in est.blocks}  # an every-mode image's blocks start with its control round
     for n in est.nodes:
         for bi, b in enumerate(n.blocks):
-            be = est.blocks[bi]
+            be = by_label[b.key.label]
             energy = _r((est.energy[n.device].total_uj.low, est.energy[n.device].total_uj.central,
                          est.energy[n.device].total_uj.high), 1) if bi == 0 else ""
             cyc = f"{b.cycles[1]:,.0f} [{b.cycles[0]:,.0f}..{b.cycles[2]:,.0f}]"

@@ -18,6 +18,8 @@ they exist, as bench/split_training.py's):
 
     python bench/elastic_modes.py run [--seeds 0] [--jobs 2 --threads 1]
     python bench/elastic_modes.py report        # docs/results/elastic_modes.md
+    python bench/elastic_modes.py deploy [MODEL_DIR]   # the deployment half only (default: a briefly trained
+                                                       # model): docs/results/elastic_deploy.md
     python bench/elastic_modes.py run --smoke /tmp/em   # plumbing check with a tiny model
 """
 
@@ -139,29 +141,36 @@ def twin_unit(params: dict, ctx) -> dict:
 
 
 def deploy_unit(params: dict, ctx) -> dict:
-    """Every mode compiled alone for nrf52840dk, linked and estimated."""
+    """Every mode compiled alone for nrf52840dk, linked and estimated; then the image of every mode."""
+    model_dir = _model_dir(params, ctx)
+    modes = _alone_modes(model_dir, ctx.work, params["protocol"]["elastic"]["modes"])
+    return {"unit": params["name"], "seed": params["seed"], "board": "nrf52840dk", "modes": modes,
+            "every_mode": _every_mode(model_dir, ctx.work, len(modes))}
+
+
+def _alone_modes(model_dir: Path, work: Path, count: int) -> list[dict]:
+    """Each mode compiled on its own (`cisl compile --mode M`) for nrf52840dk, linked, estimated."""
     from codegen.build import build
     from codegen.compile import CompileOptions, compile_model
     from codegen.timing.estimate import estimate
 
-    model_dir = _model_dir(params, ctx)
-    ctx.work.mkdir(parents=True, exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
     modes = []
-    for m in range(params["protocol"]["elastic"]["modes"]):
-        out = ctx.work / f"mode{m}"
+    for m in range(count):
+        out = work / f"mode{m}"
         s = compile_model(model_dir / "model.onnx", out, CompileOptions(board="nrf52840dk", max_calibration=64, mode=m))
         build(out)
         sizes = [json.loads(p.read_text())["elf"] for p in sorted(out.glob("node_*/size.json"))]
         est = estimate(out)
-        modes.append({"mode": m, "flash_bytes_max": max(z["flash"] for z in sizes),
+        modes.append({"mode": m, "flash_bytes": [z["flash"] for z in sizes],
+                      "flash_bytes_max": max(z["flash"] for z in sizes),
                       "flash_bytes_total": sum(z["flash"] for z in sizes),
                       "ram_bytes_max": max(z["ram"] for z in sizes),
                       "param_bytes_total": sum(n["param_bytes"] for n in s["nodes"]),
                       "bytes_sent_per_inference": sum(n["bytes_sent_per_inference"] for n in s["nodes"]),
                       "latency_ms": est.latency_ms[1], "latency_ms_range": [est.latency_ms[0], est.latency_ms[2]],
                       "energy_uj": est.network_energy_uj[1], "int8": s.get("accuracy")})
-    return {"unit": params["name"], "seed": params["seed"], "board": "nrf52840dk", "modes": modes,
-            "every_mode": _every_mode(model_dir, ctx.work, len(modes))}
+    return modes
 
 
 def _every_mode(model_dir: Path, work: Path, modes: int) -> dict:
@@ -245,30 +254,76 @@ def report(records: Path, out: Path) -> None:
                 lines.append(f"| {d['mode']} | {d['flash_bytes_max']:,} | {d['flash_bytes_total']:,} | "
                              f"{d['ram_bytes_max']:,} | {d['bytes_sent_per_inference']:,} | {d['latency_ms']:.1f} | "
                              f"{d['energy_uj']:,.0f} |")
-            bag = sum(d["flash_bytes_max"] for d in dep["modes"])
-            ev = dep.get("every_mode")
-            lines += ["", f"A bag of models holds every mode's image: {bag:,} B on the largest node against "
-                      f"{dep['modes'][0]['flash_bytes_max']:,} B for mode 0 alone."]
-            if ev:
-                big = max(ev["flash_bytes"])
-                lines += [f"The image holding every mode (`cisl compile` without --mode): {big:,} B on the largest node, "
-                          f"{100 * big / dep['modes'][0]['flash_bytes_max']:.1f} % of mode 0 alone "
-                          f"(target ≤ 105 %), {100 * big / bag:.1f} % of the bag.", "",
-                          "Each mode in that image on the timing model (`cisl modes`), and what a switch adds on node 0 "
-                          "(cycle model; nothing is copied):", "",
-                          "| mode | latency (ms) | energy (µJ) | switch from mode 0 (cycles) |", "|---|---|---|---|"]
-                for p, c in zip(ev["profile"], ev["switch_cycles"]):
-                    lines.append(f"| {p['mode']} | {p['latency_ms']:.1f} | {p['energy_uj']:,.0f} | "
-                                 f"{c - ev['switch_cycles'][0]:+,.0f} |")
-                sm = ev["sim"]
-                lines += ["", f"Virtual testbed (hallway), {sm['inferences']} inferences, mode requests "
-                          f"(inference, node, mode) {sm['requests']}: every node switched at "
-                          f"{sm['switches']} (agree: {'yes' if sm['agree'] else 'NO'}); bit-exact with each mode's "
-                          f"int8 reference: {'yes' if sm['bit_exact'] else 'NO'}"
-                          + (f"; problems: {sm['problems']}" if sm["problems"] else "") + "."]
+            lines += [""] + _every_mode_md(dep["modes"], dep.get("every_mode"))
             lines.append("")
     out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out / "elastic_modes.md", "\n".join(lines) + "\n")
+
+
+QUICK = {"epochs": 1, "batch_size": 64, "lr": 1e-3, "seed": 0, "max_train_windows": 256, "threads": 1,
+         "calibration_samples": 32, "test_samples": 32}
+QUICK_ELASTIC = {"modes": 4, "core_macs": 0.3, "shrink": ["attention", "hidden"], "compress_epochs": 1, "grow_epochs": 1,
+                 "clip": 1.0}
+
+
+def quick_model(out: Path) -> Path:
+    """The protocol's model at D = 8 with 4 modes, trained briefly (256 windows, one epoch per phase):
+    enough for sizes, times and switching, not for accuracy."""
+    from codegen.train.api import run_train
+
+    if not (out / "model.onnx").is_file():
+        run_train(None, st.ETTH2, out, {"model": dict(st.PROTOCOL["model"]), "split": {"devices": 8},
+                                         "train": dict(QUICK), "elastic": dict(QUICK_ELASTIC)}, progress=True)
+    return out
+
+
+def _every_mode_md(alone: list[dict], ev: dict | None) -> list[str]:
+    """The flash of each mode alone, of the bag and of the image holding every mode (on each one's
+    largest node), each mode's time and energy in that image, the switch cycles and the sim run."""
+    bag = sum(d["flash_bytes_max"] for d in alone)
+    lines = ["| | flash, largest node (B) | share of mode 0 alone |", "|---|---|---|"]
+    lines += [f"| mode {d['mode']} alone (`--mode {d['mode']}`) | {d['flash_bytes_max']:,} | "
+              f"{100 * d['flash_bytes_max'] / alone[0]['flash_bytes_max']:.1f} % |" for d in alone]
+    lines.append(f"| bag of models (every mode's image) | {bag:,} | {100 * bag / alone[0]['flash_bytes_max']:.1f} % |")
+    if ev is None:
+        return lines + [""]
+    big = max(ev["flash_bytes"])
+    lines += [f"| **one image, every mode** (`cisl compile` without --mode) | **{big:,}** | "
+              f"**{100 * big / alone[0]['flash_bytes_max']:.1f} %** (target ≤ 105 %) |", "",
+              "Each mode in that image on the timing model (`cisl modes`; the control round included), and what a "
+              "switch adds on node 0 (cycle model: the `mode` line and a pointer; nothing is copied):", "",
+              "| mode | latency (ms) | energy, every node (mJ) | switch from mode 0 (cycles) |", "|---|---|---|---|"]
+    for p, c in zip(ev["profile"], ev["switch_cycles"]):
+        lines.append(f"| {p['mode']} | {p['latency_ms']:,.1f} | {p['energy_uj'] / 1e3:,.1f} | "
+                     f"{c - ev['switch_cycles'][0]:+,.0f} |")
+    sm = ev["sim"]
+    return lines + ["", f"Virtual testbed (hallway, 8 nodes), {sm['inferences']} inferences, mode requests (inference, "
+                    f"node, mode) {sm['requests']} from nodes 3 and 6: every node switched at (inference, mode) "
+                    f"{sm['switches']}; nodes agree: {'yes' if sm['agree'] else 'NO'}; every inference bit-exact with "
+                    f"its mode's int8 reference: {'yes' if sm['bit_exact'] else 'NO'}"
+                    + (f"; problems: {sm['problems']}" if sm["problems"] else "") + ".", ""]
+
+
+def deploy_only(model_dir: Path, work: Path, out: Path) -> dict:
+    """`deploy MODEL_DIR`: the deployment half of the study for an elastic model trained elsewhere
+    (sizes, times, switching and the selector do not depend on how well it was trained): every mode
+    alone for nRF52840 DK, then the image holding every mode; docs/results/elastic_deploy.{json,md}."""
+    from codegen.fsutil import write_text_atomic
+    from codegen.onnx_model import load_model
+
+    el = load_model(model_dir / "model.onnx").elastic
+    alone = _alone_modes(model_dir, work, int(el["modes"]))
+    ev = _every_mode(model_dir, work, int(el["modes"]))
+    res = {"model": str(model_dir), "macs_share": el["macs_share"], "alone": alone, "every_mode": ev}
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out / "elastic_deploy.json", json.dumps(res, indent=1) + "\n")
+    lines = ["# Elastic modes deployed: one image holding every mode (issue 18)", "",
+             f"`python bench/elastic_modes.py deploy` — an elastic model with {el['modes']} modes (MACs of each mode as "
+             f"a share of mode 0: {', '.join(f'{100 * x:.1f} %' for x in el['macs_share'])}), D = 8, nRF52840 DK "
+             "images (nnref). Sizes, times and switching do not depend on how well the model was trained; its "
+             "accuracy per mode is in elastic_modes.md.", "", *_every_mode_md(alone, ev)]
+    write_text_atomic(out / "elastic_deploy.md", "\n".join(lines) + "\n")
+    return res
 
 
 def main() -> None:
@@ -281,10 +336,17 @@ def main() -> None:
     r.add_argument("--threads", type=int, default=THREADS)
     r.add_argument("--backend", choices=["joblib", "local", "slurm"], default="joblib")
     r.add_argument("--smoke", type=Path, default=None, help="a tiny model, results into this folder")
+    dep = sub.add_parser("deploy", help="the deployment half for an elastic model trained elsewhere")
+    dep.add_argument("model_dir", type=Path, nargs="?", default=None,
+                     help="an elastic model's folder (default: train the quick model into --work)")
+    dep.add_argument("--work", type=Path, default=WORK / "deploy")
     rep = sub.add_parser("report")
     rep.add_argument("--records", type=Path, default=None)
     rep.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
+    if args.cmd == "deploy":
+        deploy_only(args.model_dir or quick_model(args.work / "quick-model"), args.work, RESULTS.parent)
+        return
     if args.cmd == "report":
         report(args.records or RECORDS, args.out or RESULTS.parent)
         return

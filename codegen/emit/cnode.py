@@ -257,21 +257,15 @@ def emit_mode_table(plan: Plan, k: int, out_dir: Path, env: jinja2.Environment, 
     return path
 
 
-def emit_node_modes(plans: list[Plan], k: int, out_dir: Path, input_hash: str, env: jinja2.Environment) -> list[Path]:
-    """Node ``k`` of an elastic image holding every mode (``plans``: mode 0 first, each mode's plan as
-    codegen/plan/elastic.py builds them). The weights are mode 0's, stored once; mode m's schedule
-    reads a prefix of each (its rows; in W_O and W_2 the first columns of each row, through
-    cisl_fc_strided_s8 in every mode), has its own arena offsets (the arena is the largest mode's)
-    and its own exchanges, numbered after the smaller modes' in one Mixer schedule, so that a round
-    of one mode is never taken for another's. One schedule serves every mode: what differs is a
-    table of numbers per mode (sizes, offsets, exchanges), selected when the mode changes."""
+def _shared_constants(plans: list[Plan], k: int) -> list[tuple[dict[str, str], dict[str, tuple]]]:
+    """Per mode: each of node k's constants as the C symbol of mode 0's it is a prefix of, and the
+    shape that one is stored with (checked: rows a prefix; columns a prefix only for fc weights)."""
     base = plans[0].nodes[k]
     stored = {name: tuple(arr.shape) for name, arr in base.constants.items()}
-    nsg = len(plans[0].sgs)
-    per_mode = []
+    out = []
     for m, plan in enumerate(plans):
         node = plan.nodes[k]
-        if len(plan.sgs) != nsg or len(node.ops) != len(base.ops) or set(node.tensors) != set(base.tensors):
+        if len(plan.sgs) != len(plans[0].sgs) or len(node.ops) != len(base.ops) or set(node.tensors) != set(base.tensors):
             raise AssertionError(f"node {k}: mode {m} does not run mode 0's schedule")
         cname, shapes = {}, {}
         for op0, op in zip(base.ops, node.ops):
@@ -283,17 +277,14 @@ def emit_node_modes(plans: list[Plan], k: int, out_dir: Path, input_hash: str, e
                             (len(own) > 1 and tuple(own[1:]) != big[1:] and not (op.kind == "fc" and attr == "weight_c")):
                         raise AssertionError(f"node {k} mode {m} {op.kind} {attr}: {tuple(own)} is no prefix of {big}")
                     cname[name], shapes[name] = f"cisl_c_{op0.attrs[attr]}", big
-        per_mode.append((plan, node, cname, shapes))
-    # the fc layers whose weight rows some mode reads only in part use the strided kernel in every mode
-    strided0 = {op0.attrs["weight_c"] for pl, node, _, _ in per_mode for op0, op in zip(base.ops, node.ops)
-                if op.kind == "fc" and node.constants[op.attrs["weight_c"]].shape[1] != stored[op0.attrs["weight_c"]][1]}
-    scheds = []
-    for m, (plan, node, cname, shapes) in enumerate(per_mode):
-        strided = frozenset(op.attrs["weight_c"] for op0, op in zip(base.ops, node.ops)
-                            if op.kind == "fc" and op0.attrs["weight_c"] in strided0)
-        scheds.append(_schedule(plan, node, cname, f"m{m}_" if m else "", m * nsg, shapes, strided))
-    # somegather descriptors: one per distinct content (a point whose exchange no mode shrinks, x and y,
-    # has one for every mode); an op whose modes differ reads its mode's through a table of pointers
+        out.append((cname, shapes))
+    return out
+
+
+def _one_descriptor_per_content(scheds: list[dict]) -> tuple[list[dict], list[dict]]:
+    """Somegather descriptors, one per distinct content (x and y, which no mode shrinks, have one for
+    every mode); an op whose modes differ reads its mode's through a table of pointers. Rewrites
+    every mode's op contexts to name them; returns the descriptors and the pointer tables."""
     descs: list[dict] = []
     by_content: dict[str, str] = {}
     tables: list[dict] = []
@@ -315,6 +306,31 @@ def emit_node_modes(plans: list[Plan], k: int, out_dir: Path, input_hash: str, e
             desc = f"(*{names[0]}_by_mode[cisl_mode])"
         for sc in scheds:
             sc["ops"][i]["desc"] = desc
+    return descs, tables
+
+
+def emit_node_modes(plans: list[Plan], k: int, out_dir: Path, input_hash: str, env: jinja2.Environment) -> list[Path]:
+    """Node ``k`` of an elastic image holding every mode (``plans``: mode 0 first, each mode's plan as
+    codegen/plan/elastic.py builds them, all with mode 0's arena layout). The weights are mode 0's,
+    stored once; mode m reads a prefix of each (its rows; in W_O and W_2 the first columns of each
+    row, through cisl_fc_strided_s8 in every mode) and runs its own exchanges, numbered after the
+    smaller modes' in one Mixer schedule, so that a round of one mode is never taken for another's.
+    One schedule serves every mode: what differs is a row of numbers per mode (sizes, exchange
+    numbers; _merge), selected when the mode changes."""
+    base = plans[0].nodes[k]
+    nsg = len(plans[0].sgs)
+    shared = _shared_constants(plans, k)
+    # the fc layers whose weight rows some mode reads only in part use the strided kernel in every mode
+    strided0 = {op0.attrs["weight_c"] for (cname, shapes), plan in zip(shared, plans)
+                for op0, op in zip(base.ops, plan.nodes[k].ops)
+                if op.kind == "fc" and shapes[op.attrs["weight_c"]][1] != plan.nodes[k].constants[op.attrs["weight_c"]].shape[1]}
+    scheds = []
+    for m, (plan, (cname, shapes)) in enumerate(zip(plans, shared)):
+        node = plan.nodes[k]
+        strided = frozenset(op.attrs["weight_c"] for op0, op in zip(base.ops, node.ops)
+                            if op.kind == "fc" and op0.attrs["weight_c"] in strided0)
+        scheds.append(_schedule(plan, node, cname, f"m{m}_" if m else "", m * nsg, shapes, strided))
+    descs, tables = _one_descriptor_per_content(scheds)
     mv = _ModeValues(len(plans))
     ops = []
     for i, op in enumerate(scheds[0]["ops"]):

@@ -292,9 +292,11 @@ def _every_mode_md(alone: list[dict], ev: dict | None) -> list[str]:
               f"**{100 * big / alone[0]['flash_bytes_max']:.1f} %** (target ≤ 105 %) |", "",
               "Each mode in that image on the timing model (`cisl modes`; the control round included), and what a "
               "switch adds on node 0 (cycle model: the `mode` line and a pointer; nothing is copied):", "",
-              "| mode | latency (ms) | energy, every node (mJ) | switch from mode 0 (cycles) |", "|---|---|---|---|"]
-    for p, c in zip(ev["profile"], ev["switch_cycles"]):
-        lines.append(f"| {p['mode']} | {p['latency_ms']:,.1f} | {p['energy_uj'] / 1e3:,.1f} | "
+              "| mode | latency (ms) | vs the mode's own image | energy, every node (mJ) | vs its own image | "
+              "switch from mode 0 (cycles) |", "|---|---|---|---|---|---|"]
+    for p, c, a in zip(ev["profile"], ev["switch_cycles"], alone):
+        lines.append(f"| {p['mode']} | {p['latency_ms']:,.1f} | {100 * (p['latency_ms'] / a['latency_ms'] - 1):+.1f} % | "
+                     f"{p['energy_uj'] / 1e3:,.1f} | {100 * (p['energy_uj'] / a['energy_uj'] - 1):+.1f} % | "
                      f"{c - ev['switch_cycles'][0]:+,.0f} |")
     sm = ev["sim"]
     return lines + ["", f"Virtual testbed (hallway, 8 nodes), {sm['inferences']} inferences, mode requests (inference, "
@@ -314,16 +316,25 @@ def deploy_only(model_dir: Path, work: Path, out: Path) -> dict:
     el = load_model(model_dir / "model.onnx").elastic
     alone = _alone_modes(model_dir, work, int(el["modes"]))
     ev = _every_mode(model_dir, work, int(el["modes"]))
-    res = {"model": str(model_dir), "macs_share": el["macs_share"], "alone": alone, "every_mode": ev}
+    res = {"model": model_dir.name, "modes": int(el["modes"]), "macs_share": el["macs_share"], "alone": alone,
+           "every_mode": ev}
     out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out / "elastic_deploy.json", json.dumps(res, indent=1) + "\n")
+    write_deploy_md(res, out)
+    return res
+
+
+def write_deploy_md(res: dict, out: Path) -> None:
+    """docs/results/elastic_deploy.md from elastic_deploy.json (`deploy --report` redoes only this)."""
+    from codegen.fsutil import write_text_atomic
+
+    alone, ev = res["alone"], res["every_mode"]
     lines = ["# Elastic modes deployed: one image holding every mode (issue 18)", "",
-             f"`python bench/elastic_modes.py deploy` — an elastic model with {el['modes']} modes (MACs of each mode as "
-             f"a share of mode 0: {', '.join(f'{100 * x:.1f} %' for x in el['macs_share'])}), D = 8, nRF52840 DK "
+             f"`python bench/elastic_modes.py deploy` — an elastic model with {res['modes']} modes (MACs of each mode as "
+             f"a share of mode 0: {', '.join(f'{100 * x:.1f} %' for x in res['macs_share'])}), D = 8, nRF52840 DK "
              "images (nnref). Sizes, times and switching do not depend on how well the model was trained; its "
              "accuracy per mode is in elastic_modes.md.", "", *_every_mode_md(alone, ev)]
     write_text_atomic(out / "elastic_deploy.md", "\n".join(lines) + "\n")
-    return res
 
 
 def main() -> None:
@@ -340,10 +351,14 @@ def main() -> None:
     dep.add_argument("model_dir", type=Path, nargs="?", default=None,
                      help="an elastic model's folder (default: train the quick model into --work)")
     dep.add_argument("--work", type=Path, default=WORK / "deploy")
+    dep.add_argument("--report", action="store_true", help="only rewrite elastic_deploy.md from elastic_deploy.json")
     rep = sub.add_parser("report")
     rep.add_argument("--records", type=Path, default=None)
     rep.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
+    if args.cmd == "deploy" and args.report:
+        write_deploy_md(json.loads((RESULTS.parent / "elastic_deploy.json").read_text()), RESULTS.parent)
+        return
     if args.cmd == "deploy":
         deploy_only(args.model_dir or quick_model(args.work / "quick-model"), args.work, RESULTS.parent)
         return

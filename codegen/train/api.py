@@ -217,14 +217,16 @@ def _prune(cfg: TrainConfig, model: SplitPatchTST, data: Splits, train_idx: np.n
 
 
 def _retrainer(cfg: TrainConfig, model: SplitPatchTST, data: Splits, train_idx: np.ndarray, progress: bool,
-               first: int = 0) -> Callable[[str, int], dict[str, Any]]:
-    """retrain(tag, epochs): one fit of its own per phase (fresh Adam and cosine schedule, own data
-    order: seed train.seed · 1000 + the phase's number) that keeps its best-validation weights."""
+               first: int = 0, lr_scale: float = 1.0) -> Callable[[str, int], dict[str, Any]]:
+    """retrain(tag, epochs): one fit of its own per phase (fresh Adam and cosine schedule at
+    lr_scale · train.lr, own data order: seed train.seed · 1000 + the phase's number) that keeps its
+    best-validation weights."""
     t, phases = cfg.train, [first]
 
     def retrain(tag: str, epochs: int) -> dict[str, Any]:
         phases[0] += 1
-        opts = dataclasses.replace(t, epochs=epochs, seed=t.seed * 1000 + phases[0], stop_after_epochs=0)
+        opts = dataclasses.replace(t, epochs=epochs, seed=t.seed * 1000 + phases[0], stop_after_epochs=0,
+                                   lr=t.lr * lr_scale)
         res = fit(model, data.train, train_idx, data.val, opts, cfg.model.revin, progress)
         model.load_state_dict(res.best_state)
         return {"epochs": epochs, "best_epoch": res.best_epoch, "val_mse": res.best_val, "history": res.history}
@@ -239,7 +241,7 @@ def _elastic(cfg: TrainConfig, model: SplitPatchTST, data: Splits, train_idx: np
     el = cfg.elastic
     if el.modes <= 1:
         return None, None
-    retrain = _retrainer(cfg, model, data, train_idx, progress, first=500)
+    retrain = _retrainer(cfg, model, data, train_idx, progress, first=500, lr_scale=el.lr_scale)
     # the model as trained, before the modes (what mode 0 is compared with)
     before = {"val_mse": evaluate(model, data.val, cfg.model.revin), "test_mse": evaluate(model, data.test, cfg.model.revin)}
     try:

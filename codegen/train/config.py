@@ -123,6 +123,10 @@ class ElasticConfig:
     compress_epochs: int = 1  # fine-tuning after each pruning round (compress)
     grow_epochs: int = 1  # training of each mode's new weights, the smaller modes' frozen (grow)
     clip: float = 1.0  # gradient-norm clip per parameter, on the new weights only (0: none)
+    # learning rate of the compress and grow phases as a share of [train] lr: they fine-tune a trained
+    # model, and the full rate undoes it (ETTh2, D = 8: 0.1 gives 2-6 % lower validation MSE on every
+    # mode than 1.0; docs/design/elastic.md)
+    lr_scale: float = 0.1
 
 
 @dataclass(frozen=True)
@@ -207,6 +211,7 @@ def _range_problems(cfg: TrainConfig) -> list[tuple[str, str]]:
         ("elastic.compress_epochs", el.compress_epochs >= 0, "must be >= 0"),
         ("elastic.grow_epochs", el.grow_epochs >= 0, "must be >= 0"),
         ("elastic.clip", el.clip >= 0, "must be >= 0 (0 = no clipping)"),
+        ("elastic.lr_scale", 0.0 < el.lr_scale <= 1.0, "must be in (0, 1]"),
     ] + [(f"dropout.{k}", 0.0 <= getattr(dr, k) < 1.0, "must be in [0, 1)")
          for k in ("q", "q_link", "q_recv", "q_send", "q_max", "clean")]
     return [(key, why) for key, ok, why in checks if not ok]

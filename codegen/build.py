@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from .plan.io import Plan
 
 RUNTIME_SOURCES = ["runtime/cisl_kernels.c", "runtime/cisl_log.c", "runtime/cisl_runtime.c", "runtime/cisl_run.c",
-                   "runtime/cisl_mode_select.c", "somegather/cisl_somegather.c", "somegather/cisl_mixer_transport.c", "somegather/cisl_modes.c",
+                   "runtime/cisl_host.c", "runtime/cisl_mode_select.c", "somegather/cisl_somegather.c", "somegather/cisl_mixer_transport.c", "somegather/cisl_modes.c",
                    "mixer/mixer.c"]
 # speed-critical runtime sources: built with the board's kernel_cflags (e.g. -O2 where the rest is -Os)
 SPEED_SOURCES = {"runtime/cisl_kernels.c", "mixer/mixer.c"}
@@ -132,7 +132,7 @@ def board_defines(board: Board, plan: Plan) -> list[str]:
     f = board.facts
     out = []
     uart = f.get("uart", {})
-    for key, macro in (("baud", "CISL_UART_BAUD"), ("tx_pin", "CISL_UART_TX_PIN")):
+    for key, macro in (("baud", "CISL_UART_BAUD"), ("tx_pin", "CISL_UART_TX_PIN"), ("rx_pin", "CISL_UART_RX_PIN")):
         if key in uart:
             out.append(f"-D{macro}={int(uart[key])}")
     radio = f.get("radio", {})

@@ -14,6 +14,7 @@
 #include "hal_sim.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -310,6 +311,27 @@ void cisl_board_write(const char *text, uint32_t n)
         }
         off += (size_t)w;
     }
+}
+
+/* The host's side of the serial line: the node's stdin (the virtual testbed's supervisor writes what
+ * a host writes to the node's pseudo-terminal; `cisl sim` gives the nodes an empty stdin). */
+static int stdin_closed;
+
+uint32_t cisl_board_read(char *buf, uint32_t max)
+{
+    if (stdin_closed || max == 0u) {
+        return 0u;
+    }
+    struct pollfd p = {STDIN_FILENO, POLLIN, 0};
+    if (poll(&p, 1, 0) <= 0 || (p.revents & (POLLIN | POLLHUP)) == 0) {
+        return 0u;
+    }
+    const ssize_t n = read(STDIN_FILENO, buf, max);
+    if (n <= 0) {
+        stdin_closed = n == 0 || errno != EINTR; /* EOF or a broken stdin: no host from now on */
+        return 0u;
+    }
+    return (uint32_t)n;
 }
 
 /* Mode requests this node's host makes (the virtual testbed's stand-in for a `mode` command on

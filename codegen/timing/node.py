@@ -5,7 +5,7 @@ The node's image (``node_NN/firmware.elf`` of an nrf52840dk or qemu-m4 build) ru
 :class:`codegen.timing.engine.Emulator`. The board layer is replaced at its interface: ``cisl_board_next_input`` hands in the quantised input windows, ``cisl_transport_round``
 records what the node sends and hands it, through the node's own receive callback, exactly the
 messages the numpy int8 reference says it receives (as `cisl qemu` does), ``cisl_board_cycles`` /
-``cisl_board_time_us`` read the model's running cycle count and ``cisl_board_write`` collects the
+``cisl_board_time_us`` read the model's running cycle count, ``cisl_board_read`` has no host input and ``cisl_board_write`` collects the
 serial lines. Every message the node sends and the sink's forecast are compared with the
 reference byte for byte: a cycle count is only reported for a run that computed the right thing.
 
@@ -222,6 +222,8 @@ def run_node(build_dir: Path, plan: Plan, device: int, xq: np.ndarray, ref: RunR
     em.replace("cisl_board_cycles", lambda e: int(e.central_total) & 0xFFFF_FFFF)
     em.replace("cisl_board_time_us", lambda e: int(e.central_total * 1e6 / clock) & 0xFFFF_FFFF)
     # hooks of the virtual testbed's boards (qemu-m4's board time): no work on an nRF52840 node
+    if "cisl_board_read" in image.symbols:  # the host's serial commands: none arrive in the model
+        em.replace("cisl_board_read", lambda e: 0)
     if "cisl_board_op_end" in image.symbols:
         em.replace("cisl_board_op_end", lambda e: 0)
     if "cisl_board_radio_on_us" in image.symbols:

@@ -30,6 +30,11 @@ int cisl_board_radio_on_us(uint32_t *tx_us, uint32_t *rx_us);
 /* Write n bytes of serial output (the log lines of the serial contract). */
 void cisl_board_write(const char *text, uint32_t n);
 
+/* Copy up to max bytes the host sent on the serial line since the last call into buf; returns how
+ * many (0: nothing new). Never blocks. Optional: boards without a receive path get a weak default
+ * that returns 0 (cisl_host.c); their nodes take no host commands. */
+uint32_t cisl_board_read(char *buf, uint32_t max);
+
 /* Fetch the next input window (len int8 values) into dst. Returns 1 if one was delivered,
  * 0 when there are no more inputs (the node then reports and stops). */
 int cisl_board_next_input(int8_t *dst, uint32_t len);

@@ -1,6 +1,7 @@
 /* cisl_run: the loop every cisl board's main() calls (cisl_runtime.h). Its own file, so firmware
  * that calls the node library itself (cisl_node_api.h) need not provide cisl_board_next_input. */
 #include "cisl_board.h"
+#include "cisl_host.h"
 #include "cisl_node_api.h"
 #include "cisl_runtime.h"
 
@@ -11,6 +12,7 @@ int cisl_run(void)
     (void)cisl_node_init();
     cisl_report_boot(cisl_node.plan_hash, cisl_node.node, cisl_node.nodes);
     for (;;) {
+        cisl_host_poll(inference); /* the host's commands (e.g. a mode request) count from this inference */
         int8_t *const input = cisl_node_input_buffer(); /* the current mode's: no copy */
         if (!cisl_board_next_input(input, cisl_node.input_len)) {
             break;

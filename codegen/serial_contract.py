@@ -22,6 +22,7 @@ EVENTS = {
     "error": ("inf", "where", "code"),
     "peer": ("inf", "peer", "state", "rounds", "role"),
     "mode": ("inf", "state", "mode"),
+    "host": ("inf", "cmd", "state"),
     "end": ("inferences",),
 }
 """Required keys of every event (lines may carry more keys, e.g. ``cycles``; boot's optional keys are
@@ -31,6 +32,7 @@ INT_KEYS = {"node", "nodes", "inf", "layer", "us", "comm_us", "cycles", "tx", "r
             "ignored", "n", "off", "code", "inferences", "tx_on_us", "rx_on_us", "peer", "rounds", "mode",
             "peer_mode"}
 MODE_STATES = ("request", "switch", "unheard", "mixed")  # the `mode` event's states (cisl_modes.c)
+HOST_STATES = ("ok", "refused", "unknown", "toolong")  # the `host` event's states (cisl_host.c)
 
 
 @dataclass
@@ -159,7 +161,9 @@ class SequenceChecker:
             return f"mode state={f['state']} is none of {', '.join(MODE_STATES)}"
         if rec.event == "mode" and f["state"] == "mixed" and not isinstance(f.get("peer_mode"), int):
             return "mode state=mixed without peer_mode"
-        if rec.event in ("block", "sg", "output", "infer", "peer", "mode") and isinstance(inf, int):
+        if rec.event == "host" and f["state"] not in HOST_STATES:
+            return f"host state={f['state']} is none of {', '.join(HOST_STATES)}"
+        if rec.event in ("block", "sg", "output", "infer", "peer", "mode", "host") and isinstance(inf, int):
             if self.next_inf is None:
                 self.next_inf = inf  # the capture started mid-run
             if inf != self.next_inf:

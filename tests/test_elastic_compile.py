@@ -265,3 +265,40 @@ def test_the_sinks_selector_picks_what_cisl_modes_picks(every_mode_build: Path, 
             assert res.exit_code == 0 and res.output.strip().splitlines()[-1] == f"mode {pick}", res.output
         else:
             assert res.exit_code == 1 and "no mode meets the limits" in res.output, res.output
+
+
+def test_the_host_switches_modes_over_a_nodes_serial_line(every_mode_build: Path, tmp_path: Path) -> None:
+    """`cisl logs --mode-request/--mode-limits` on the virtual testbed: the commands go out on the
+    nodes' serial ports (pseudo-terminals, opened like a board's USB port), each node answers its
+    command with a `host` line, and every node switches to the requested mode at the same
+    inference, the one after the request went out in a control round. A mode the image lacks is
+    answered `refused` and fails the run."""
+    from clirun import cisl, ok
+
+    from codegen.serial_contract import parse_text
+
+    ok(cisl("testbed", "sim", "--nodes", "2", "--inferences", "16", "-o", "tb.toml", cwd=tmp_path))
+    try:
+        ok(cisl("flash", str(every_mode_build), "--testbed", "tb.toml", "--no-reset", cwd=tmp_path))
+        p = ok(cisl("logs", "--testbed", "tb.toml", "-o", "logs", "--mode-request", "1:1:2", "--mode-limits",
+                    "2:0:-:-:-", cwd=tmp_path))
+        assert "host command to node 1 ('mode 2', cue: inference 1): ok" in p.stdout, p.stdout
+        summary = json.loads((tmp_path / "logs" / "summary.json").read_text())
+        assert [n["inferences"] for n in summary["nodes"].values()] == [16, 16]  # [sim] inferences: windows cycled
+        cmds = {c["text"]: c for c in summary["commands"]}
+        assert {c["answer"] for c in cmds.values()} == {"ok"} and set(cmds) == {"mode 2", "limits - - -"}
+        assert all(c["answered_inf"] >= c["before"] for c in cmds.values())
+        records = [r for k in (0, 1) for r in parse_text((tmp_path / "logs" / f"node_{k:02d}.log").read_text())]
+        # node 1's request goes out in the control round of the inference it was taken before; node 0,
+        # which starts the rounds, announces it in the next one, and every node switches there
+        want = [(cmds["mode 2"]["answered_inf"] + 1, 2)]
+        lines = _switch_lines(records)
+        assert lines[0] == lines[1] == want, (lines, want)
+        hosts = [(r.node, r.fields["cmd"], r.fields["state"]) for r in records if r.event == "host"]
+        assert sorted(hosts) == [(0, "limits", "ok"), (1, "mode", "ok")]
+
+        p = cisl("logs", "--testbed", "tb.toml", "-o", "logs-bad", "--mode-request", "1:1:7", cwd=tmp_path)
+        assert p.returncode == 1 and "host command 'mode 7' was not carried out: the node answered state=refused" \
+            in p.stdout + p.stderr, (p.stdout, p.stderr)
+    finally:
+        cisl("testbed", "stop", "--testbed", "tb.toml", cwd=tmp_path)

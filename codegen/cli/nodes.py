@@ -9,6 +9,8 @@ import click
 from ..errors import CheckFailed, UserError
 from .app import main
 from .options import build_dir_argument, loss_options, loss_rates, say
+from .options import mode_limits as parse_mode_limits
+from .options import mode_requests as parse_mode_requests
 
 
 @main.command(name="build")
@@ -177,26 +179,7 @@ def sim(build_dir: Path, inputs: Path | None, count: int | None, logs: Path | No
     """
     from ..vtestbed.run import simulate
 
-    asks = []
-    for text in mode_requests:
-        parts = text.split(":")
-        if len(parts) != 3 or not all(p.isdigit() for p in parts):
-            raise UserError(f"--mode-request {text}: expected INF:NODE:MODE, three whole numbers (e.g. 4:2:1)")
-        asks.append(tuple(int(p) for p in parts))
-    from ..modes import NO_LIMIT, to_micro
-
-    limits = []
-    for text in mode_limits:
-        parts = text.split(":")
-        try:
-            if len(parts) != 5:
-                raise ValueError
-            inf, node = int(parts[0]), int(parts[1])
-            vals = [NO_LIMIT if p == "-" else to_micro(float(p) / scale) for p, scale in zip(parts[2:], (1e3, 1e3, 1))]
-        except ValueError:
-            raise UserError(f"--mode-limits {text}: expected INF:NODE:MS:UJ:MSE (whole INF and NODE; '-' for no "
-                            f"limit), e.g. 10:0:80:-:-") from None
-        limits.append((inf, node, *vals))
+    asks, limits = parse_mode_requests(mode_requests), parse_mode_limits(mode_limits)
     r = simulate(build_dir, inputs, count, logs, timeout, loss_rates(loss_q, loss_link, loss_receiver, loss_sender),
                  loss_seed, medium, radio_topology, radio_seed, list(radio_dead), asks, limits)
     _print_sim(r, build_dir, logs)

@@ -59,3 +59,34 @@ def sweep_values(text: str) -> list[float]:
     if not values or not all(0.0 <= v < 1.0 for v in values):
         raise UserError(f"--sweep {text!r}: every probability must be in [0, 1), e.g. 0,0.05,0.1")
     return values
+
+
+def mode_requests(texts: tuple[str, ...]) -> list[tuple[int, int, int]]:
+    """--mode-request INF:NODE:MODE values as (inference, node, mode)."""
+    out = []
+    for text in texts:
+        parts = text.split(":")
+        if len(parts) != 3 or not all(p.isdigit() for p in parts):
+            raise UserError(f"--mode-request {text}: expected INF:NODE:MODE, three whole numbers (e.g. 4:2:1)")
+        out.append(tuple(int(p) for p in parts))
+    return out
+
+
+def mode_limits(texts: tuple[str, ...]) -> list[tuple[int, int, int, int, int]]:
+    """--mode-limits INF:NODE:MS:UJ:MSE values as (inference, node, deadline µs, energy nJ, MSE × 10⁶):
+    the integers node and host compare (codegen.modes; NO_LIMIT for '-')."""
+    from ..modes import NO_LIMIT, to_micro
+
+    out = []
+    for text in texts:
+        parts = text.split(":")
+        try:
+            if len(parts) != 5:
+                raise ValueError
+            inf, node = int(parts[0]), int(parts[1])
+            vals = [NO_LIMIT if p == "-" else to_micro(float(p) / scale) for p, scale in zip(parts[2:], (1e3, 1e3, 1))]
+        except ValueError:
+            raise UserError(f"--mode-limits {text}: expected INF:NODE:MS:UJ:MSE (whole INF and NODE; '-' for no "
+                            f"limit), e.g. 10:0:80:-:-") from None
+        out.append((inf, node, *vals))
+    return out

@@ -10,6 +10,8 @@ import click
 from ..errors import CheckFailed, UserError
 from .app import main
 from .options import build_dir_argument, say
+from .options import mode_limits as parse_mode_limits
+from .options import mode_requests as parse_mode_requests
 
 
 @main.group(name="testbed")
@@ -66,9 +68,12 @@ def testbed_scan(out: Path | None, board: str, runner: str | None, baud: int, fo
 @click.option("--models", default=None, metavar="BOARDS",
               help="The boards the virtual nodes stand in for, e.g. nrf52840dk*8,nrf52833dk*8 (a mixed testbed: "
                    "each node gets that board's flash, RAM, cycles and power). Default: nrf52840dk for all.")
+@click.option("--inferences", type=click.IntRange(min=1), default=None,
+              help="Run this many inferences, inference i on the build's input window i mod count ([sim] inferences; "
+                   "default: each window once).")
 @click.option("--force", is_flag=True, help="Overwrite OUT if it exists.")
 def testbed_sim(nodes: int, out: Path, topology: str | None, seed: int, state: str, board: str, models: str | None,
-                force: bool) -> None:
+                inferences: int | None, force: bool) -> None:
     """Write a testbed file for the virtual testbed: runner sim, one pseudo-terminal port per node.
 
     `cisl flash BUILD --testbed OUT` then starts a background supervisor that gives every node
@@ -79,7 +84,7 @@ def testbed_sim(nodes: int, out: Path, topology: str | None, seed: int, state: s
     from ..vtestbed.bed import write_sim_testbed
 
     write_sim_testbed(out, nodes, topology, seed, state, board, force,
-                      parse_board_list(models) if models else None)
+                      parse_board_list(models) if models else None, inferences)
     click.echo(f"virtual testbed of {nodes} nodes -> {out} (ports under {out.parent / state})")
 
 
@@ -174,9 +179,17 @@ def flash_cmd(build_dir: Path, testbed_file: Path, runner: str | None, verify: b
               help="Record only this node (repeatable; default: the nodes `cisl flash` programmed).")
 @click.option("--open-timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
               help="Seconds to wait for every port to open.")
+@click.option("--mode-request", "mode_requests", multiple=True, metavar="INF:NODE:MODE",
+              help="Elastic images: write `mode MODE` on NODE's serial line once it has printed inference INF-1 "
+                   "(its boot line for 0); every node switches together, one or two inferences later (repeatable).")
+@click.option("--mode-limits", "mode_limits", multiple=True, metavar="INF:NODE:MS:UJ:MSE",
+              help="Elastic images: write `limits` on NODE's serial line (as --mode-request): from then on the node "
+                   "picks the best mode within a deadline (ms), an energy per inference (uJ) and a validation MSE, "
+                   "'-' for none (repeatable).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
 def logs_cmd(testbed_file: Path, out_dir: Path, inferences: int | None, duration: float | None, timeout: float,
-             no_reset: bool, node_ids: tuple[int, ...], open_timeout: float, quiet: bool) -> None:
+             no_reset: bool, node_ids: tuple[int, ...], open_timeout: float, mode_requests: tuple[str, ...],
+             mode_limits: tuple[str, ...], quiet: bool) -> None:
     """Record a run: open every node's serial port, reset the nodes, parse their log lines.
 
     The ports are opened before the reset, so boot lines are not lost. Writes OUT/node_NN.log (raw),
@@ -184,15 +197,25 @@ def logs_cmd(testbed_file: Path, out_dir: Path, inferences: int | None, duration
     order) and OUT/summary.json. A node whose final line (`end`, or the N-th `infer`) never came has
     failed: exit code 1, and the logs of the failed run go to OUT.failed/ when OUT holds a previous
     run's logs (they stay). OUT is replaced only if cisl wrote it and it holds nothing else.
+
+    --mode-request and --mode-limits are host commands written on a node's serial line during the
+    run (docs/serial-contract.md); a command the node did not carry out fails that node.
     """
+    from ..modes import NO_LIMIT
+    from ..testbed.capture import HostCommand
     from ..testbed.config import load_testbed
     from ..testbed.logs import run_logs
 
     if inferences is not None and duration is not None:
         raise UserError("--inferences and --duration: choose one way to stop")
+    commands = [HostCommand(node, inf, f"mode {mode}") for inf, node, mode in parse_mode_requests(mode_requests)]
+    commands += [HostCommand(node, inf, "limits " + " ".join("-" if v == NO_LIMIT else str(v) for v in vals))
+                 for inf, node, *vals in parse_mode_limits(mode_limits)]
+    if commands and no_reset:
+        raise UserError("--mode-request/--mode-limits need the run from its start: leave out --no-reset")
     tb = load_testbed(testbed_file)
     r = run_logs(tb, out_dir, inferences=inferences, duration=duration, timeout=timeout, reset=not no_reset,
-                 node_ids=list(node_ids) or None, open_timeout=open_timeout, say=say(quiet))
+                 node_ids=list(node_ids) or None, open_timeout=open_timeout, say=say(quiet), commands=commands)
     c = r.capture
     click.echo(f"{'node':>4} {'bytes':>8} {'lines':>6} {'records':>7} {'infer':>5} {'mean us':>9}  status")
     for k, n in sorted(c.nodes.items()):
@@ -201,6 +224,10 @@ def logs_cmd(testbed_file: Path, out_dir: Path, inferences: int | None, duration
         status = "ok" + (" (end)" if n.ended else "") if n.failed is None else f"FAILED: {n.failed}"
         click.echo(f"{k:>4} {n.bytes:>8} {n.lines:>6} {len(n.records):>7} {n.infers:>5} {mean:>9}  {status}"
                    + (f" [port reopened {n.reopens}x]" if n.reopens else ""))
+    for cmd in c.commands:
+        when = f"taken before inference {cmd.answered_inf}" if cmd.answered_inf is not None else "not taken"
+        click.echo(f"host command to node {cmd.node} ({cmd.text!r}, cue: inference {cmd.before}): "
+                   f"{cmd.answer or 'no answer'}, {when}")
     click.echo(f"stopped: {c.stop_reason}; {sum(len(n.records) for n in c.nodes.values())} records in "
                f"{c.ended - c.started:.1f} s -> {r.out_dir}/merged.jsonl")
     if r.kept is not None:

@@ -9,6 +9,12 @@ backoff, and the fragment of the line it was in is discarded rather than glued t
 The capture stops when every node has printed its final line (``end``, or the N-th ``infer`` with
 ``inferences=N``), after ``duration`` seconds, or at ``timeout``; a node whose final line never
 came has failed, and so has a node that printed ``error``.
+
+Host commands (``commands``: e.g. ``mode 2``, firmware/runtime/cisl_host.h) are written to a node's
+port once it has printed the line before the inference they are for (``infer inf=I-1``, or ``boot``
+for the first); the node takes them at the start of its next inference and answers each with one
+``host`` line, which the capture pairs with the command (a node that is past that point when the
+bytes arrive takes them one inference later: a UART is asynchronous).
 """
 
 from __future__ import annotations
@@ -30,6 +36,17 @@ class PortSpec:
     node: int
     port: str
     baud: int = 115200
+
+
+@dataclass
+class HostCommand:
+    """A line for a node's host to write: ``text`` before inference ``before`` (at its boot for 0)."""
+    node: int
+    before: int
+    text: str
+    sent: float | None = None  # host time it was written
+    answer: str | None = None  # the node's `host` line's state (ok, refused, ...), None if none came
+    answered_inf: int | None = None
 
 
 @dataclass
@@ -60,6 +77,8 @@ class PortReader(threading.Thread):
         self.read_timeout = read_timeout
         self.opened = threading.Event()
         self.open_error: str | None = None
+        self._ser = None  # the open port, for send()
+        self._send_lock = threading.Lock()
         self.reopens = 0
         self.bytes = 0
         self.lines = 0
@@ -85,6 +104,8 @@ class PortReader(threading.Thread):
                     self.stop.wait(backoff)
                     backoff = min(2 * backoff, 1.0)
                     continue
+                with self._send_lock:
+                    self._ser = ser
                 if ever_open:
                     self.reopens += 1
                 ever_open = True
@@ -122,6 +143,8 @@ class PortReader(threading.Thread):
                     # TypeError: pyserial on a port that vanished mid-read; the partial line is dropped
                     self.open_error = f"dropped: {e}"
                 finally:
+                    with self._send_lock:
+                        self._ser = None
                     try:
                         ser.close()
                     except Exception:
@@ -132,6 +155,18 @@ class PortReader(threading.Thread):
             if raw is not None:
                 raw.close()
 
+    def send(self, data: bytes) -> bool:
+        """Write to the port (the node's receive line); False if it is not open."""
+        with self._send_lock:
+            if self._ser is None:
+                return False
+            try:
+                self._ser.write(data)
+                self._ser.flush()
+                return True
+            except Exception:  # a port that vanished: the command is not sent, and reported so
+                return False
+
 
 @dataclass
 class CaptureResult:
@@ -140,6 +175,7 @@ class CaptureResult:
     ended: float
     stop_reason: str
     reset_errors: dict[int, str] = field(default_factory=dict)
+    commands: list[HostCommand] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -156,12 +192,14 @@ def capture(ports: list[PortSpec], raw_dir: Path | None = None, *, reset: Callab
             inferences: int | None = None, duration: float | None = None, timeout: float = 300.0,
             open_timeout: float = 10.0, run_status: Callable[[], dict | None] | None = None,
             on_record: Callable[[int, Record], None] | None = None, expected_plan: str | None = None,
-            progress: Callable[[str], None] | None = None) -> CaptureResult:
+            progress: Callable[[str], None] | None = None, commands: list[HostCommand] | None = None
+            ) -> CaptureResult:
     """Read every port until every node printed its final line (or ``duration``/``timeout``).
 
     ``reset`` is called once all ports are open (it returns per-node reset errors). ``run_status``
     (virtual testbeds) says when the node processes have all ended, so a crashed run is not waited
     out to the timeout. Raises OSError naming the ports that could not be opened in ``open_timeout``.
+    ``commands`` are written and paired with their answers as the module's docstring says.
     """
     say = progress or (lambda s: None)
     stop = threading.Event()
@@ -198,6 +236,20 @@ def capture(ports: list[PortSpec], raw_dir: Path | None = None, *, reset: Callab
     reason = "timeout"
     finished_at = None
     last_status = 0.0
+    commands = list(commands or [])
+    unanswered: dict[int, list[HostCommand]] = {}  # per node, sent and not yet answered, in order
+
+    def host_side(k: int, rec: Record) -> None:
+        """Write the commands this line is the cue for; pair a `host` line with the oldest unanswered."""
+        if rec.event == "host" and unanswered.get(k):
+            cmd = unanswered[k].pop(0)
+            cmd.answer, cmd.answered_inf = str(rec.fields["state"]), int(rec.fields["inf"])
+        cue = 0 if rec.event == "boot" else int(rec.fields["inf"]) + 1 if rec.event == "infer" else None
+        for cmd in commands:
+            if cmd.node == k and cmd.before == cue and cmd.sent is None:
+                if readers[k].send(cmd.text.encode("ascii") + b"\n"):
+                    cmd.sent = time.time()
+                    unanswered.setdefault(k, []).append(cmd)
 
     def consume(block: float) -> None:
         try:
@@ -210,6 +262,8 @@ def capture(ports: list[PortSpec], raw_dir: Path | None = None, *, reset: Callab
                 caps[k].pre_reset += 1  # read before any node was reset: the old run's
             else:
                 _account(caps[k], rec, inferences, expected_plan, rules[k], line)
+                if commands:
+                    host_side(k, rec)
                 if on_record:
                     on_record(k, rec)
             try:
@@ -259,7 +313,7 @@ def capture(ports: list[PortSpec], raw_dir: Path | None = None, *, reset: Callab
                 c.failed = (f"its final line {want} never came ({reason}); "
                             + (f"last line: {last.event} {_brief(last)}" if last else "it printed no contract line"))
         c.done = True
-    return CaptureResult(caps, started, ended, reason, {k: v for k, v in reset_errors.items() if v})
+    return CaptureResult(caps, started, ended, reason, {k: v for k, v in reset_errors.items() if v}, commands)
 
 
 def _brief(r: Record) -> str:

@@ -14,6 +14,8 @@ Schema (every table and key other than those marked required is optional)::
                                     # "positions": the [[node]] positions below (your lab's layout)
     seed = 0
     timeout = 120                   # seconds the medium waits for progress
+    inferences = 100                # inference i takes the build's input window i mod count (default:
+                                    # each window once), e.g. a long run to switch elastic modes in
 
     [[node]]
     id = 0                          # required, unique, 0..255: the node of the build it runs
@@ -51,7 +53,7 @@ DEFAULT_STATE = ".cisl-testbed"
 
 TOP_KEYS = ("testbed", "defaults", "sim", "node")
 TESTBED_KEYS = ("name", "state")
-SIM_KEYS = ("topology", "seed", "timeout")
+SIM_KEYS = ("topology", "seed", "timeout", "inferences")
 VIRTUAL_BOARDS = ("sim", "qemu-m4")  # boards the virtual testbed runs (runner "sim")
 NODE_KEYS = ("id", "board", "runner", "probe", "port", "baud", "target", "position", "models", "energy_source",
              "energy_uj")
@@ -92,6 +94,7 @@ class SimSettings:
     topology: str | None = None
     seed: int = 0
     timeout: float = 120.0
+    inferences: int | None = None  # None: each of the build's input windows once
 
 
 @dataclass
@@ -201,6 +204,11 @@ def _parse_sim(f: str, sim: Any) -> SimSettings:
         if not isinstance(t, (int, float)) or isinstance(t, bool) or t <= 0:
             raise UserError(f"{f}: [sim] timeout must be a positive number of seconds")
         out.timeout = float(t)
+    if "inferences" in sim:
+        n = sim["inferences"]
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise UserError(f"{f}: [sim] inferences must be a whole number of inferences, at least 1")
+        out.inferences = n
     return out
 
 

@@ -17,7 +17,7 @@ from typing import Callable
 
 from ..errors import UserError
 from ..fsutil import OWNER_FILE, check_output_dir, output_lock
-from .capture import CaptureResult, PortSpec, capture
+from .capture import CaptureResult, HostCommand, PortSpec, capture
 from .config import Testbed
 from .flash import read_flashed, resolve_serials
 from .runners import RUNNERS, Runner
@@ -45,7 +45,8 @@ def run_logs(testbed: Testbed, out_dir: Path, **kwargs) -> LogsResult:
 
 def _run_logs(testbed: Testbed, out_dir: Path, *, inferences: int | None = None, duration: float | None = None,
              timeout: float = 300.0, reset: bool = True, node_ids: list[int] | None = None,
-             open_timeout: float = 10.0, say: Callable[[str], None] | None = None) -> LogsResult:
+             open_timeout: float = 10.0, say: Callable[[str], None] | None = None,
+             commands: list[HostCommand] | None = None) -> LogsResult:
     say = say or (lambda s: None)
     flashed = read_flashed(testbed)
     known = set(testbed.ids)
@@ -59,6 +60,10 @@ def _run_logs(testbed: Testbed, out_dir: Path, *, inferences: int | None = None,
         ids = list(flashed["nodes"])  # the nodes the last `cisl flash` programmed
     else:
         ids = testbed.ids
+    for cmd in commands or []:
+        if cmd.node not in ids:
+            raise UserError(f"a host command for node {cmd.node} ({cmd.text!r}): this run records only nodes "
+                            f"{', '.join(map(str, ids))}")
     nodes = [testbed.node(k) for k in ids]
     runners: dict[str, Runner] = {}
     for n in nodes:
@@ -112,13 +117,14 @@ def _run_logs(testbed: Testbed, out_dir: Path, *, inferences: int | None = None,
                          reset=do_reset if reset else None, inferences=inferences, duration=duration,
                          timeout=timeout, open_timeout=open_timeout,
                          run_status=status if run_status and reset else None,
-                         expected_plan=(flashed or {}).get("plan"), progress=say)
+                         expected_plan=(flashed or {}).get("plan"), progress=say, commands=commands)
     except OSError as e:
         shutil.rmtree(out_dir, ignore_errors=True)
         raise UserError(f"{e}; {_attached_ports_hint(runners)}") from None
     except BaseException:
         shutil.rmtree(out_dir, ignore_errors=True)
         raise
+    _judge_commands(result)
     if problems:  # the virtual testbed knows why a node went silent: say it with the node's failure
         for k, c in result.nodes.items():
             mine = [p for p in problems if p.startswith(f"node {k} ")]
@@ -175,6 +181,22 @@ def _attached_ports_hint(runners: dict[str, Runner]) -> str:
     return "attached serial ports: " + (", ".join(p.path for p in ports) if ports else "none")
 
 
+def _judge_commands(r: CaptureResult) -> None:
+    """A host command that was not carried out fails its node's run: the user asked for it."""
+    for cmd in r.commands:
+        c = r.nodes[cmd.node]
+        if cmd.answer == "ok" or c.failed is not None:
+            continue
+        if cmd.sent is None:
+            c.failed = (f"host command {cmd.text!r} was never sent: the node did not reach inference {cmd.before}"
+                        if c.infers < cmd.before else f"host command {cmd.text!r} could not be written to {c.port}")
+        elif cmd.answer is None:
+            c.failed = (f"host command {cmd.text!r} got no answer (the node takes host commands before each "
+                        f"inference; it ended first, or its board has no receive path)")
+        else:
+            c.failed = f"host command {cmd.text!r} was not carried out: the node answered state={cmd.answer}"
+
+
 def _write(testbed: Testbed, out_dir: Path, r: CaptureResult, flashed: dict | None, inferences: int | None,
            duration: float | None, problems: list[str], run_id: str) -> None:
     for k, c in r.nodes.items():
@@ -189,6 +211,8 @@ def _write(testbed: Testbed, out_dir: Path, r: CaptureResult, flashed: dict | No
         "run_id": run_id, "testbed": str(testbed.path.resolve()), "started": r.started, "ended": r.ended, "stop_reason": r.stop_reason,
         "inferences": inferences, "duration": duration, "ok": r.ok, "records": len(merged),
         "flashed": flashed, "problems": problems,
+        "commands": [{"node": c.node, "before": c.before, "text": c.text, "sent": c.sent, "answer": c.answer,
+                      "answered_inf": c.answered_inf} for c in r.commands],
         "nodes": {str(k): {"port": c.port, "bytes": c.bytes, "lines": c.lines, "records": len(c.records),
                            "inferences": c.infers, "ended": c.ended, "reopens": c.reopens, "failed": c.failed}
                   for k, c in r.nodes.items()},

@@ -185,6 +185,8 @@ def prepare(testbed: Testbed, nodes: list[NodeEntry], build) -> None:
     request(testbed, {"cmd": "halt"})
     state = testbed.state_dir
     xq = plan.quantize_input(np.asarray(x, dtype=np.float64)).astype(np.int8)
+    if testbed.sim.inferences is not None:  # [sim] inferences: window i mod count, as the boards cycle theirs
+        xq = xq[np.arange(testbed.sim.inferences) % len(xq)]
     np.save(state / "inputs.npy", xq)
     keep = {nd.id for nd in nodes}
     for k in sim_ports(testbed):
@@ -291,7 +293,8 @@ def _write_transcripts(testbed: Testbed, build, xq: np.ndarray, run: dict) -> No
 
 
 def sim_testbed_text(nodes: int, topology_name: str | None = None, seed: int = 0,
-                     state: str = ".cisl-testbed", board: str = "sim", models: list[str] | None = None) -> str:
+                     state: str = ".cisl-testbed", board: str = "sim", models: list[str] | None = None,
+                     inferences: int | None = None) -> str:
     """A testbed file for the virtual testbed: runner "sim", ports at stable paths in the state folder
     (symlinks to the pseudo-terminals the supervisor creates), positions of the radio topology."""
     from ..radio.topology import default_topology, topology
@@ -315,7 +318,7 @@ def sim_testbed_text(nodes: int, topology_name: str | None = None, seed: int = 0
               "node's pseudo-terminal while the testbed runs (`cisl testbed stop` ends it).",
               f"positions (metres) are those of the radio topology {name}, seed {seed}; the medium places the",
               "nodes by [sim] topology and seed, so editing them changes nothing."]
-    sim = {"seed": seed, "timeout": 120}
+    sim = {"seed": seed, "timeout": 120, **({"inferences": inferences} if inferences else {})}
     if topology_name:
         sim = {"topology": topology_name, **sim}
     return render_testbed(rows, header, {"name": f"sim{nodes}", "state": state}, sim)
@@ -323,11 +326,11 @@ def sim_testbed_text(nodes: int, topology_name: str | None = None, seed: int = 0
 
 def write_sim_testbed(out: Path, nodes: int, topology_name: str | None = None, seed: int = 0,
                       state: str = ".cisl-testbed", board: str = "sim", force: bool = False,
-                      models: list[str] | None = None) -> None:
+                      models: list[str] | None = None, inferences: int | None = None) -> None:
     """`cisl testbed sim`: write :func:`sim_testbed_text` to ``out`` (an existing file only with ``force``)."""
     from ..fsutil import write_new_file
     from ..radio.topology import TOPOLOGIES
 
     if topology_name is not None and topology_name not in TOPOLOGIES:
         raise UserError(f"--topology {topology_name}: unknown; choose one of {', '.join(TOPOLOGIES)}")
-    write_new_file(out, sim_testbed_text(nodes, topology_name, seed, state, board, models), force)
+    write_new_file(out, sim_testbed_text(nodes, topology_name, seed, state, board, models, inferences), force)

@@ -190,7 +190,7 @@ def _run(plan: Plan, images: list[Path], xq: np.ndarray, logs_dir: Path, timeout
                 limits = ",".join(":".join(str(v) for v in (i, *rest)) for i, k, *rest in mode_limits if k == n.device)
                 env = {**os.environ, **({"CISL_SIM_MODE_REQUESTS": asks} if asks else {}),
                        **({"CISL_SIM_MODE_LIMITS": limits} if limits else {})} if asks or limits else None
-                p = subprocess.Popen([str(img), sock], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                p = subprocess.Popen([str(img), sock], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      start_new_session=True, env=env)
             except OSError as e:
                 for q in procs:

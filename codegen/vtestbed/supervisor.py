@@ -12,6 +12,10 @@ A node program is started from run.json's ``node_command`` (default ``["{image}"
 command line: qemu-m4 nodes run on QEMU against their reference transcripts, with
 ``"medium": false`` (codegen/vtestbed/bed.py).
 
+What a host writes to a port goes the other way, to the node program's standard input (the UART's
+receive line: host commands such as ``mode 2``, firmware/runtime/cisl_host.h); a node that does not
+read its input drops what does not fit, as a UART overrun would. QEMU nodes take no input.
+
 Control: one JSON request per connection on a UNIX socket (``ping``, ``reset``, ``halt``,
 ``status``, ``stop``); state in the testbed's state folder (supervisor.json with pid and socket,
 supervisor.log, the medium's files under run/, each node's stderr in node_NN.stderr).
@@ -49,8 +53,7 @@ class Pty:
         tty.setraw(slave)  # no echo, no line discipline: bytes pass unchanged, as on a UART
         self.slave_name = os.ttyname(slave)
         os.close(slave)  # readers open it by name; with nobody holding it, the master reports POLLHUP
-        fl = fcntl.fcntl(self.master, fcntl.F_GETFL)
-        fcntl.fcntl(self.master, fcntl.F_SETFL, fl | os.O_NONBLOCK)
+        _nonblocking(self.master)
         self.pending = bytearray()
         self.dropped = 0
         Path(link).parent.mkdir(parents=True, exist_ok=True)
@@ -87,6 +90,13 @@ class Pty:
                 raise
             del self.pending[:n]
 
+    def read_input(self) -> bytes:
+        """What a host wrote to the port since the last call (b"" if nothing or nobody has it open)."""
+        try:
+            return os.read(self.master, 4096)
+        except OSError:  # BlockingIOError: nothing; EIO: no reader holds the port
+            return b""
+
     def close(self) -> None:
         try:
             if os.path.islink(self.link) and os.readlink(self.link) == self.slave_name:
@@ -104,6 +114,8 @@ class Run:
         self.medium: subprocess.Popen | None = None
         self.nodes: dict[int, subprocess.Popen] = {}
         self.pipes: dict[int, int] = {}  # stdout fd -> node
+        self.inputs: dict[int, int] = {}  # node -> its stdin's fd (the UART's receive line)
+        self.input_dropped = 0  # bytes a node did not take in time
         self.problems: list[str] = []
         self.state = "running"
         self.tmp = tempfile.mkdtemp(prefix="cisl-tb-")
@@ -157,11 +169,14 @@ class Supervisor:
             argv = [a.format(**fmt) for a in template]
             log_command(argv, cwd=cwd.format(**fmt) if cwd else None)
             with open(self.state / f"node_{k:02d}.stderr", "w") as err:
-                p = subprocess.Popen(argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, stderr=err,
-                                     cwd=cwd.format(**fmt) if cwd else None)
+                # sim nodes read host commands on stdin; QEMU nodes (no medium) take none
+                p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, cwd=cwd.format(**fmt) if cwd else None,
+                                     stdin=subprocess.PIPE if run.medium is not None else subprocess.DEVNULL)
             fd = p.stdout.fileno()
-            fl = fcntl.fcntl(fd, fcntl.F_GETFL)
-            fcntl.fcntl(fd, fcntl.F_SETFL, fl | os.O_NONBLOCK)
+            _nonblocking(fd)
+            if p.stdin is not None:
+                _nonblocking(p.stdin.fileno())
+                run.inputs[k] = p.stdin.fileno()
             run.nodes[k] = p
             run.pipes[fd] = k
             self.poller.register(fd, select.POLLIN)
@@ -214,6 +229,9 @@ class Supervisor:
                 self.drain(fd, k)
                 self.close_pipe(fd)
         if final:
+            for k in list(run.inputs):
+                run.nodes[k].stdin.close()
+                del run.inputs[k]
             if run.medium is not None:
                 run.medium.stdout.close()
             try:
@@ -233,6 +251,25 @@ class Supervisor:
             if not data:
                 return False
             self.ptys[k].feed(data)
+
+    def forward_input(self) -> None:
+        """A host's writes to a port, to that node's stdin (dropped while no run takes them)."""
+        run = self.run
+        for k, pty in self.ptys.items():
+            data = pty.read_input()
+            if not data:
+                continue
+            fd = run.inputs.get(k) if run is not None and run.state == "running" else None
+            if fd is None:
+                continue
+            try:
+                n = os.write(fd, data)
+            except BlockingIOError:
+                n = 0
+            except OSError:  # the node has exited
+                del run.inputs[k]
+                continue
+            run.input_dropped += len(data) - n
 
     def close_pipe(self, fd: int) -> None:
         run = self.run
@@ -271,7 +308,7 @@ class Supervisor:
         nodes = {k: {"pid": p.pid, "returncode": p.poll()} for k, p in run.nodes.items()}
         medium = {"pid": run.medium.pid, "returncode": run.medium.poll()} if run.medium is not None else None
         return {**out, "state": run.state, "run": run.number, "nodes": nodes, "problems": run.problems,
-                "medium": medium}
+                "medium": medium, "input_dropped_bytes": run.input_dropped}
 
     def owns_state(self) -> bool:
         """Still this testbed's supervisor? (Not if the state folder was deleted or a new one started.)"""
@@ -336,12 +373,17 @@ class Supervisor:
                 elif self.run is not None and fd in self.run.pipes:
                     if not self.drain(fd, self.run.pipes[fd]):  # end of file: the node closed its UART
                         self.close_pipe(fd)
+            self.forward_input()  # at least every 100 ms: a host's command waits no longer than that
             self.check_run()
             if time.monotonic() - last_check > 2.0:
                 last_check = time.monotonic()
                 if not self.owns_state():
                     self.log("the state folder is gone or another supervisor took it over: stopping")
                     self.stopping = True
+
+
+def _nonblocking(fd: int) -> None:
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NONBLOCK)
 
 
 def read_line(conn: socket.socket) -> bytes:

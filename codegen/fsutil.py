@@ -27,6 +27,19 @@ def _owner(target: Path) -> str | None:
     return line[5:].strip() if line.startswith("cisl ") else None
 
 
+def check_creatable(target: Path, option: str = "-o") -> None:
+    """Fail early (before hours of work) if ``target`` cannot be created: the nearest existing folder
+    above it must be a folder cisl may write in."""
+    target = Path(target)
+    above = target.parent
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    if not above.is_dir():
+        raise UserError(f"{target}: {above} is a file, not a folder; choose another output with {option}")
+    if not os.access(above, os.W_OK | os.X_OK):
+        raise UserError(f"{target}: cannot write in {above} (permission denied); choose another output with {option}")
+
+
 def check_output_dir(target: Path, kind: str, entries: Callable[[str], bool],
                      legacy: Callable[[Path], bool] | None = None) -> None:
     """Fail early (before any work) if ``target`` may not be replaced by a cisl output of ``kind``.
@@ -37,8 +50,7 @@ def check_output_dir(target: Path, kind: str, entries: Callable[[str], bool],
     user put next to cisl's is never deleted."""
     target = Path(target)
     if not target.exists():
-        if target.parent.exists() and not target.parent.is_dir():
-            raise UserError(f"{target}: {target.parent} is a file, not a folder; choose another output with -o")
+        check_creatable(target)
         return
     if not target.is_dir():
         raise UserError(f"{target}: exists and is not a directory; choose another output with -o")

@@ -90,6 +90,26 @@ def test_csv_source_needs_a_path(tmp_path: Path) -> None:
         run_train(None, None, tmp_path / "out", overrides={"data.source": "csv"}, progress=False)
 
 
+@pytest.mark.train
+def test_an_output_that_cannot_be_made_is_refused_before_training(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(UserError, match="is a file, not a folder"):  # raised before any epoch
+        run_train(None, None, tmp_path / "afile" / "out", overrides={"train.epochs": 50}, progress=False)
+    with pytest.raises(UserError, match="--work"):
+        run_train(None, None, tmp_path / "out", overrides={"train.epochs": 50}, progress=False,
+                  work_dir=tmp_path / "afile" / "w")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+@pytest.mark.train
+@pytest.mark.parametrize("value", ["0", "two", "-1"])
+def test_a_bad_thread_cap_is_refused_by_name(tmp_path: Path, monkeypatch, value: str) -> None:
+    monkeypatch.setenv("CISL_THREADS", value)
+    with pytest.raises(UserError, match="CISL_THREADS"):
+        run_train(None, None, tmp_path / "out", overrides={"train.epochs": 1}, progress=False)
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.unit
 def test_write_atomically_keeps_old_files_on_failure(tmp_path: Path) -> None:
     out = tmp_path / "out"

@@ -41,7 +41,7 @@ from codegen.data.revin import revin_normalize
 from codegen.data.synthetic import synthetic_series
 from codegen.elastic import Modes, permute
 from codegen.errors import UserError
-from codegen.fsutil import temp_sibling
+from codegen.fsutil import check_creatable, temp_sibling
 from codegen.lossmodel import LossRates
 from codegen.modelspec import ModelConfig
 from codegen.onnx_model import build_onnx
@@ -116,7 +116,15 @@ def model_inputs(windows: Windows | SegmentWindows, idx: np.ndarray,
 
 @contextmanager
 def _torch_settings(threads: int) -> Iterator[None]:
-    """Fixed thread count and deterministic kernels for the run; the caller's settings come back after."""
+    """Fixed thread count and deterministic kernels for the run; the caller's settings come back after.
+
+    CISL_THREADS caps the thread count: several trainings side by side (parallel tests, a sweep by
+    hand) each at [train] threads would oversubscribe the cores and all run slower."""
+    cap = os.environ.get("CISL_THREADS", "").strip()
+    if cap:
+        if not cap.isdigit() or int(cap) < 1:
+            raise UserError(f"CISL_THREADS={cap}: expected a whole number >= 1 (or unset it)")
+        threads = min(threads, int(cap))
     old_threads = torch.get_num_threads()
     old_det = torch.are_deterministic_algorithms_enabled()
     torch.set_num_threads(threads)
@@ -313,6 +321,9 @@ def run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, o
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"{out_dir} exists and is not a directory; choose another output folder")
+    check_creatable(out_dir)  # before the training, not after it
+    if work_dir is not None:
+        check_creatable(Path(work_dir) / CHECKPOINT_NAME, "--work")
     split, planned = training_split(cfg)
     cfg = dataclasses.replace(cfg, split=dataclasses.replace(cfg.split, devices=split.devices))  # the file decides
     m, s, t = cfg.model, cfg.split, cfg.train

@@ -117,6 +117,7 @@ case "$cmd" in
   setup) setup ;;
   demo)  setup; exec "$VENV/bin/cisl" demo "$@" ;;
   # two workers by default (CISL_TEST_WORKERS=0: one process, e.g. to debug; a later -n wins)
-  test)  setup; exec "$VENV/bin/python" -m pytest -n "${CISL_TEST_WORKERS:-2}" "$@" ;;
+  # each training in a test at one torch thread: two workers at [train] threads = 2 would oversubscribe
+  test)  setup; CISL_THREADS="${CISL_THREADS:-1}" exec "$VENV/bin/python" -m pytest -n "${CISL_TEST_WORKERS:-2}" "$@" ;;
   *) log "unknown command '$cmd'; use demo, test or setup"; exit 2 ;;
 esac

@@ -15,6 +15,9 @@ when its record exists, so the study can be interrupted and continued, locally o
   (q = 0: the dense model of fig7), scored under sampled loss at every deployment rate.
 * ``fig8-D{D}-s{seed}-qmax{q}``: the same, trained with a loss rate per window drawn from [0, q]
   (``[dropout] q_max``): one model for every deployed rate up to q.
+  A trajectory saves its state after every stage in its work folder and resumes there when it was
+  stopped (a SLURM time limit); ``CISL_STUDY_STOP_AFTER=K`` stops it after K stages and scores, as
+  a time limit would (the tests use it).
 * ``deploy-D8``: a somegather-pruned (keep 0.1), dropout-hardened model exported to ONNX, scored
   in int8 through the bit-exact reference, and run on the virtual testbed.
 
@@ -36,6 +39,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
+import shutil
 import time
 import zlib
 from pathlib import Path
@@ -184,7 +189,7 @@ def _dense(s: Session, ctx, dense_unit=None):
         return model, None
     rec = s.fit(model, PROTOCOL["dense_epochs"], "dense")
     state.parent.mkdir(parents=True, exist_ok=True)
-    tmp = state.with_suffix(f".tmp{__import__('os').getpid()}")
+    tmp = state.with_suffix(f".tmp{os.getpid()}")
     torch.save(model.state_dict(), tmp)
     tmp.replace(state)
     return model, rec
@@ -197,34 +202,80 @@ def dense_unit(s: Session, ctx) -> dict:
     return {"devices": s.devices, "seed": s.seed, "train": rec, "test_mse": s.test_mse(model)}
 
 
+def trajectory_actions(split, layers: int, start, method: str) -> list[tuple[str, float, object]]:
+    """One stepwise pass through every keep in turn, as a list of actions: ("stage", keep, counts) prunes
+    to those counts and retrains; ("score", keep, None) fine-tunes and scores at that keep. The first
+    stage starts from ``start`` (the dense model's counts), each later one from the stage before."""
+    from codegen.train.pruning import stage_counts
+
+    actions: list[tuple[str, float, object]] = []
+    for keep in sorted(PROTOCOL["keeps"], reverse=True):
+        for counts in stage_counts(split, layers, keep, PROTOCOL["prune_step"], method, start=start):
+            actions.append(("stage", keep, counts))
+            start = counts
+        actions.append(("score", keep, None))
+    return actions
+
+
+def _save_progress(path: Path, state: dict) -> None:
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    torch.save(state, tmp)
+    tmp.replace(path)
+
+
 def fig7_method(s: Session, method: str, ctx, dense) -> dict:
+    """A pruning trajectory. It takes hours, so its state is saved after every stage (the model, its
+    masks, torch's RNG, the points so far) in the unit's work folder: a unit that was stopped (a
+    SLURM time limit, a closed session) resumes after the last finished stage and ends with the record
+    an uninterrupted run writes."""
+    import torch
+
     from codegen.train.model import state_to_numpy
-    from codegen.train.pruning import column_counts, communication, drop_pruned_weights, prune_step, stage_counts
+    from codegen.train.pruning import column_counts, communication, drop_pruned_weights, prune_step
 
     name = f"fig7-D{s.devices}-s{s.seed}-{method}"
     model, _ = _dense(s, ctx, dense)
     dense_comm = communication(model.split, model.masks, s.cfg.model.tokens, s.cfg.model.horizon)
     split = model.split
     layers = s.cfg.model.layers
-    points, i = [], 0
-    # one stepwise pass through every keep in turn: from the dense model to the largest keep's exact
-    # counts, fine-tune and score there, then on from those counts to the next keep
-    for keep in sorted(PROTOCOL["keeps"], reverse=True):
-        for counts in stage_counts(split, layers, keep, PROTOCOL["prune_step"], method, start=column_counts(model.masks)):
-            i += 1
+    actions = trajectory_actions(split, layers, column_counts(model.masks), method)
+    progress = ctx.work / f"{method}-trajectory.pt"
+    points, done = [], 0
+    if progress.is_file():
+        state = torch.load(progress, weights_only=False)
+        model.set_masks(state["masks"], prune_own=method == "normal")
+        model.load_state_dict(state["model"])
+        torch.set_rng_state(state["torch_rng"])
+        points, done = state["points"], state["done"]
+        print(f"   {name}: resuming after action {done} of {len(actions)}", flush=True)
+    for k, (action, keep, counts) in enumerate(actions, start=1):
+        stage = sum(1 for a in actions[:k] if a[0] == "stage")
+        if k <= done:
+            continue
+        if action == "stage":
             weights = drop_pruned_weights(state_to_numpy(model), split, model.masks, method)
             masks = prune_step(method, weights, split, model.masks, counts)
             model.set_masks(masks, prune_own=method == "normal")
+            if column_counts(model.masks) != counts:
+                raise RuntimeError(f"{name}: stage {stage} reached other counts than planned")
             model.load_numpy(drop_pruned_weights(weights, split, masks, method))
-            s.fit(model, PROTOCOL["epochs_per_stage"], f"{method} stage {i}")
-        ft = s.fit(model, PROTOCOL["finetune_epochs"], f"{method} finetune {keep}")
-        comm = communication(split, model.masks, s.cfg.model.tokens, s.cfg.model.horizon)
-        points.append({"keep": keep, "realised_keep": comm["ratio_to_allgather"], "stage": i, "finetune": ft,
-                       "test_mse": s.test_mse(model), "communication": comm})
-        if keep == min(PROTOCOL["keeps"]):
-            points[-1]["deployment"] = deployment(s, model, method, keep, ctx.work / f"deploy-{keep:g}")
-        print(f"   {name} keep {keep} (realised {comm['ratio_to_allgather']:.4f}): test MSE "
-              f"{points[-1]['test_mse']:.4f}", flush=True)
+            s.fit(model, PROTOCOL["epochs_per_stage"], f"{method} stage {stage}")
+        else:
+            ft = s.fit(model, PROTOCOL["finetune_epochs"], f"{method} finetune {keep}")
+            comm = communication(split, model.masks, s.cfg.model.tokens, s.cfg.model.horizon)
+            points.append({"keep": keep, "realised_keep": comm["ratio_to_allgather"], "stage": stage,
+                           "finetune": ft, "test_mse": s.test_mse(model), "communication": comm})
+            if keep == min(PROTOCOL["keeps"]):
+                points[-1]["deployment"] = deployment(s, model, method, keep, ctx.work / f"deploy-{keep:g}")
+            print(f"   {name} keep {keep} (realised {comm['ratio_to_allgather']:.4f}): test MSE "
+                  f"{points[-1]['test_mse']:.4f}", flush=True)
+        _save_progress(progress, {"done": k, "masks": model.masks, "model": model.state_dict(),
+                                  "torch_rng": torch.get_rng_state(), "points": points})
+        if k == int(os.environ.get("CISL_STUDY_STOP_AFTER", "0")) < len(actions):
+            raise RuntimeError(f"stopped after action {k} of {len(actions)} (CISL_STUDY_STOP_AFTER, as a time limit would)")
     return {"devices": s.devices, "seed": s.seed, "method": method, "dense_communication": dense_comm,
             "points": points}
 
@@ -243,7 +294,9 @@ def deployment(s: Session, model, method: str, keep: float, work: Path) -> dict:
 
     split = model.split
     weights = drop_pruned_weights(state_to_numpy(model), split, model.masks, method)
-    work.mkdir(parents=True, exist_ok=True)
+    if work.exists():  # this study's own scratch, left by a run stopped while deploying
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
     save_onnx(build_onnx(s.cfg.model, weights, split, model.masks, keep, {"source": "bench/split_training.py"},
                          rescale=model.rescale, prune_own=method == "normal"), work / "model.onnx")
     cal, _, _ = model_inputs(s.data.train, s.data.train.evenly_spaced(64), s.cfg.model.revin)

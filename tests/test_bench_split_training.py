@@ -7,6 +7,7 @@ the per-seed tables and plots) from rotting between runs.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -60,6 +61,23 @@ def test_smoke_run_writes_every_unit_and_the_report(tmp_path: Path) -> None:
     assert runs["fig8-D8-s0-q0.1"]["clean"] == 0.5 and runs["fig8-D8-s0-q0.1"]["rescale"] is False
     rng = runs["fig8-D8-s0-qmax0.2"]
     assert rng["q_max_train"] == 0.2 and set(rng["test_mse_at_q"]) == {"0", "0.1"} and rng["threads"] == 1
+    # a trajectory stopped part way (a SLURM time limit) resumes after its last stage and writes the
+    # record an uninterrupted run writes
+    record = next(p for p in (tmp_path / "records").glob("*.json") if json.loads(p.read_text())["label"] == UNITS[1])
+    record.unlink()
+    shutil.rmtree(tmp_path / "work" / record.stem)
+    cmd = [sys.executable, str(ROOT / "bench" / "split_training.py"), "run", "--smoke", str(tmp_path), "--threads", "1",
+           "--seeds", "0", "--only", UNITS[1]]
+    stopped = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "CISL_STUDY_STOP_AFTER": "3"})
+    assert stopped.returncode != 0 and "stopped after action 3 of 5" in stopped.stdout + stopped.stderr
+    assert not record.exists()
+    resumed = bench("run", "--smoke", str(tmp_path), "--threads", "1", "--seeds", "0", "--only", UNITS[1])
+    assert "resuming after action 3 of 5" in resumed.stdout
+
+    def without_seconds(points: list) -> list:
+        return [{**p, "finetune": {k: v for k, v in p["finetune"].items() if k != "seconds"}} for p in points]
+    again_pts = json.loads(record.read_text())["result"]["points"]
+    assert without_seconds(again_pts) == without_seconds(runs[UNITS[1]]["points"])
     # a second run finds every record and trains nothing
     again = bench("run", "--smoke", str(tmp_path), "--threads", "1", "--seeds", "0", "--only", *UNITS)
     assert "train" not in again.stderr and "== " not in again.stdout and "sweep:" not in again.stdout

@@ -90,3 +90,30 @@ def test_weighted_first_pass_earns_its_place(name: str) -> None:
     assert full[True] < 0.5 * full[False], full
     if name == "full_mesh":  # one systematic row per slot, nobody waits: exactly the bound G - 1
         assert full[True] == g - 1, full
+
+
+@pytest.mark.parametrize("senders", [0, 4])
+def test_owner_limit_follows_the_firmwares_owners(senders: int) -> None:
+    """owner_schedule_limit (bench/mixer_rounds.py's owner limit) models the firmware's slot owners: on a
+    full mesh the owner of every slot of the weighted pass is the node that sends in it, the limit is
+    the measured all-full-rank slot, and a node that cannot hear some owners gets a later limit."""
+    from codegen.radio.mixer_network import owner_schedule_limit, owner_table, slot_shares
+
+    g, n = 64, 16
+    owners = ([0] + [1 + (i * senders) // (g - 1) for i in range(g - 1)]) if senders else \
+        [0] + [1 + (i % (n - 1)) for i in range(g - 1)]
+    shares = slot_shares(n, owners)
+    topo = topology("full_mesh", n, 0)
+    ch = Channel(topo, ChannelParams.for_phy("2M"), seed=0)
+    sent: list[list[int]] = []
+    real_slot = ch.slot
+    ch.slot = lambda tx, rx: (sent.append(sorted(tx)), real_slot(tx, rx))[1]
+    res = MixerNetwork(ch, g, 32).run_round(owners, seed=7)
+    table = owner_table(n, shares, 0, len(sent))
+    assert [s for s in sent[:sum(shares) + 1]] == [[o] for o in table[:sum(shares) + 1]]
+    prr = np.ones((n, n)) - np.eye(n)
+    assert max(owner_schedule_limit(prr, owners, shares)) == res.full_rank_slot.max() == g - 1
+    deaf = prr.copy()
+    deaf[[o for o in range(n) if o % 2], 0] = 0.0  # node 0 hears no odd node
+    assert owner_schedule_limit(deaf, owners, shares)[0] > g - 1
+    assert owner_schedule_limit(deaf, owners, shares)[1:] == owner_schedule_limit(prr, owners, shares)[1:]

@@ -126,6 +126,44 @@ def slot_shares(n: int, owners: list[int], weak_rows: set[int] = frozenset()) ->
     return shares
 
 
+
+def owner_table(n: int, shares: list[int], initiator: int, slots: int) -> list[int]:
+    """The owner of each of the first ``slots`` slots, as the firmware's slot_owner computes it: slot 0
+    the initiator's, then the weighted pass (smooth weighted round robin over ``shares``, ties to the
+    lower id), then slot s node s mod n's; without shares slot s is node s mod n's throughout."""
+    total = sum(shares)
+    if not total:
+        return [t % n for t in range(slots)]
+    cur, table = [0] * n, [initiator]
+    for _ in range(total):
+        best = 0
+        for j in range(n):
+            cur[j] += shares[j]
+            if cur[j] > cur[best]:
+                best = j
+        cur[best] -= total
+        table.append(best)
+    return (table + [t % n for t in range(len(table), slots)])[:slots]
+
+
+def owner_schedule_limit(prr: np.ndarray, owners: list[int], shares: list[int], initiator: int = 0) -> list[int]:
+    """Per node, the slot in which its expected receptions reach G minus its own rows when every
+    slot's owner sends and nobody else does (coordinated TX): the sum over earlier slots of the PRR from
+    the slot's owner. A node that cannot hear some owners loses their slots; with one sender per slot no
+    schedule of these owners does better on average. ``prr[sender, receiver]`` is the median link PRR."""
+    n, g = prr.shape[0], len(owners)
+    table = owner_table(n, shares, initiator, 8 * g + 64 * n)
+    out = []
+    for v in range(n):
+        need, got = g - owners.count(v), 0.0
+        for t, o in enumerate(table):
+            if got >= need - 1e-9:
+                break
+            if o != v:
+                got += float(prr[o, v])
+        out.append(t - 1)  # the slot of the last reception needed (as full_rank_slot counts)
+    return out
+
 class MixerNetwork:
     """n Mixer instances sharing a channel; `run_round` plays one round of G rows of P bytes."""
 

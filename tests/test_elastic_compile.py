@@ -302,3 +302,43 @@ def test_the_host_switches_modes_over_a_nodes_serial_line(every_mode_build: Path
             in p.stdout + p.stderr, (p.stdout, p.stderr)
     finally:
         cisl("testbed", "stop", "--testbed", "tb.toml", cwd=tmp_path)
+
+
+@pytest.mark.arm
+def test_sim_nodes_count_the_board_time_of_the_mode_they_run(every_mode_build: Path, elastic_model: Path,
+                                                             tmp_path: Path) -> None:
+    """With board time, the nodes of an every-mode sim image count the cycle model's cycles of the mode
+    each inference runs: every block line's cycles equal that mode's cycle model (each op rounded to
+    whole cycles), so a smaller mode prints a shorter block than mode 0."""
+    import shutil
+
+    from codegen.timing.boardtime import read_table, refresh
+    from codegen.timing.compute import compute_build
+    from codegen.vtestbed.run import run_sim
+
+    if shutil.which("arm-none-eabi-gcc") is None:
+        pytest.skip("board time needs the ARM images (arm-none-eabi-gcc)")
+    work = tmp_path / "b"
+    shutil.copytree(every_mode_build, work)
+    assert "each of 3 modes" in refresh(work)
+    assert sorted(read_table(work / "node_00" / "board_time.txt")["modes"]) == [1, 2]
+    model = {m: {nc.device: {(b.key.block, b.key.layer): b for b in nc.blocks}
+                 for nc in compute_build(work, mode=m if m else None)} for m in range(3)}
+    x = np.load(elastic_model / "test_windows.npy").astype(np.float32)[:4]
+    sim = run_sim(work, x, radio="full_mesh", mode_requests=[(1, 0, 2), (2, 0, 1)])
+    assert sim.bit_exact and not sim.problems, sim.problems
+    mode_at: dict[tuple[int, int], int] = {}
+    for node, switches in _switch_lines(sim.records).items():
+        for inf in range(len(x)):
+            mode_at[node, inf] = max([(i, m) for i, m in switches if i <= inf], default=(0, 0))[1]
+    seen_modes, checked = set(), 0
+    for r in sim.records:
+        if r.event != "block":
+            continue
+        node, inf = r.node, int(r.fields["inf"])
+        m = mode_at.get((node, inf), 0)
+        b = model[m][node][(r.fields["block"], int(r.fields["layer"]))]
+        assert int(r.fields["cycles"]) == pytest.approx(b.cycles[1], abs=len(b.ops)), (node, inf, m, r.fields)
+        seen_modes.add(m)
+        checked += 1
+    assert seen_modes == {0, 1, 2} and checked > 0

@@ -73,12 +73,13 @@ static int64_t virtual_offset_us; /* radio mode: virtual air time minus host tim
  * prints then carry board time, not host time. */
 #define BT_MAX_OPS 4096u
 #define BT_MAX_SG 1024u
+#define BT_MAX_MODES 16u /* elastic modes in one image; each counts its own op cycles */
 static int board_time = 0;
 static uint64_t bt_cycles;          /* the virtual cycle counter */
 static uint64_t bt_clock_hz = 64000000u;
-static uint32_t bt_op[BT_MAX_OPS];
-static uint32_t bt_rx[BT_MAX_SG];
-static uint32_t bt_runtime;
+static uint32_t bt_op[BT_MAX_MODES][BT_MAX_OPS];
+static uint32_t bt_rx[BT_MAX_SG]; /* by the image's exchange number (each mode has its own) */
+static uint32_t bt_runtime[BT_MAX_MODES];
 static uint32_t radio_tx_us, radio_rx_us; /* radio mode: the medium's count of this node's radio-on time */
 static int radio_counted = 0;
 
@@ -89,7 +90,7 @@ int cisl_sim_load_board_time(const char *path)
         return 0; /* no table: host time */
     }
     char key[32];
-    unsigned long a, b;
+    unsigned long a, b, mode = 0;
     int version = 0;
     if (fscanf(f, "cisl-board-time %d", &version) != 1 || version != 1) {
         fprintf(stderr, "cisl sim node %u: %s is not a board time table (version 1)\n", (unsigned)cisl_node_id, path);
@@ -101,13 +102,15 @@ int cisl_sim_load_board_time(const char *path)
         if (strcmp(key, "clock_hz") == 0) {
             ok = fscanf(f, "%lu", &a) == 1 && a > 0;
             bt_clock_hz = ok ? a : bt_clock_hz;
+        } else if (strcmp(key, "mode") == 0) { /* the op and runtime lines that follow are this mode's */
+            ok = fscanf(f, "%lu", &mode) == 1 && mode < BT_MAX_MODES;
         } else if (strcmp(key, "runtime") == 0) {
             ok = fscanf(f, "%lu", &a) == 1;
-            bt_runtime = (uint32_t)a;
+            bt_runtime[mode] = (uint32_t)a;
         } else if (strcmp(key, "op") == 0) {
             ok = fscanf(f, "%lu %lu", &a, &b) == 2 && a < BT_MAX_OPS;
             if (ok) {
-                bt_op[a] = (uint32_t)b;
+                bt_op[mode][a] = (uint32_t)b;
             }
         } else if (strcmp(key, "rx") == 0) {
             ok = fscanf(f, "%lu %lu", &a, &b) == 2 && a < BT_MAX_SG;
@@ -134,10 +137,17 @@ static void bt_advance_us(uint64_t us)
     bt_cycles += us * bt_clock_hz / 1000000u;
 }
 
+/* The mode the node runs (an image with every elastic mode): its ops' cycles. */
+static unsigned bt_mode(void)
+{
+    unsigned m = cisl_node_mode();
+    return m < BT_MAX_MODES ? m : 0u;
+}
+
 void cisl_board_op_end(uint32_t index)
 {
     if (board_time && index < BT_MAX_OPS) {
-        bt_cycles += bt_op[index];
+        bt_cycles += bt_op[bt_mode()][index];
     }
 }
 
@@ -413,7 +423,7 @@ int cisl_board_next_input(int8_t *dst, uint32_t len)
     }
     memcpy(dst, payload, len);
     if (board_time) {
-        bt_cycles += bt_runtime; /* the input loop, reports and checksums between two inferences */
+        bt_cycles += bt_runtime[bt_mode()]; /* the input loop, reports and checksums between two inferences */
     }
     host_mode_limits(inputs_taken);
     host_mode_requests(inputs_taken++);

@@ -11,7 +11,10 @@ each sim image. A sim node that finds the table keeps a virtual nRF52840 clock (
   as the firmware's block timer does on a board and as `cisl estimate` reports;
 * ``rx sg c`` — the receive work of exchange sg (the node's receive callbacks), inside the round;
 * ``runtime c`` — per inference, everything outside the ops (input loop, reports);
-* radio rounds advance the clock by the medium's air time (slots × slot length).
+* radio rounds advance the clock by the medium's air time (slots × slot length);
+* ``mode m`` — in an image holding every elastic mode, the ``op`` and ``runtime`` lines that follow
+  are mode m's (the lines before the first ``mode`` are mode 0's); ``rx`` lines use the image's
+  exchange numbers, which differ per mode. The node counts the mode it runs (cisl_node_mode).
 
 The table names the plan and the sim image it belongs to; tools that place it (``cisl sim``,
 ``cisl flash`` onto sim nodes) check both, so a stale table is never used.
@@ -33,12 +36,25 @@ TABLE = "board_time.txt"
 VERSION = 1
 
 
-def table_text(plan: Plan, node: NodeCompute, image_sha: str) -> str:
+def table_text(plan: Plan, node: NodeCompute, image_sha: str,
+               modes: list[tuple[Plan, NodeCompute]] = ()) -> str:
+    """The table of one node; ``modes``: of an image holding every elastic mode, each further mode's
+    plan and cycles (mode 1 first)."""
+    out = [f"cisl-board-time {VERSION}", f"plan {plan.sha256[:16]}", f"image {image_sha}",
+           f"clock_hz {int(node.clock_hz)}"]
+    for m, (mode_plan, nc) in enumerate([(plan, node), *modes]):
+        if m:
+            out.append(f"mode {m}")
+        out += _mode_lines(mode_plan, nc, sg_base=m * len(mode_plan.sgs))
+    return "\n".join(out) + "\n"
+
+
+def _mode_lines(plan: Plan, node: NodeCompute, sg_base: int) -> list[str]:
+    """runtime, op and rx lines of one mode (its exchanges numbered from ``sg_base`` in the image)."""
     ops = plan.nodes[node.device].ops
     cycles = {i: int(round(c[1])) for i, c in node.op_cycles.items()}
     inside = {i for b in node.blocks for i in b.ops}
-    out = [f"cisl-board-time {VERSION}", f"plan {plan.sha256[:16]}", f"image {image_sha}",
-           f"clock_hz {int(node.clock_hz)}", f"runtime {int(round(node.runtime_cycles[1] - _outside(node, inside)))}"]
+    out = [f"runtime {int(round(node.runtime_cycles[1] - _outside(node, inside)))}"]
     pending = 0
     for i, op in enumerate(ops):
         c = cycles.get(i, 0)
@@ -56,8 +72,7 @@ def table_text(plan: Plan, node: NodeCompute, image_sha: str) -> str:
         per_sg = node_rx_by_sg(plan, node, b)
         for sg, c in per_sg.items():
             rx[sg] = rx.get(sg, 0) + c
-    out += [f"rx {sg} {c}" for sg, c in sorted(rx.items()) if c]
-    return "\n".join(out) + "\n"
+    return out + [f"rx {sg_base + sg} {c}" for sg, c in sorted(rx.items()) if c]
 
 
 def _outside(node: NodeCompute, inside: set[int]) -> float:
@@ -83,17 +98,28 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
 
 
-def write_tables(build_dir: Path, nodes: list[NodeCompute]) -> list[Path]:
+def write_tables(build_dir: Path, nodes: list[NodeCompute], modes: list[list[NodeCompute]] = ()) -> list[Path]:
+    """node_NN/board_time.txt of every node in ``nodes``; ``modes``: of an image holding every elastic
+    mode, the cycles of modes 1, 2, … (each a list like ``nodes``)."""
     build_dir = Path(build_dir)
     plan = load_plan(build_dir)
+    plans = _mode_plans(build_dir, plan) if modes else []
     paths = []
-    for n in nodes:
+    for k, n in enumerate(nodes):
         nd = build_dir / f"node_{n.device:02d}"
         image = nd / "firmware.elf"
         path = nd / TABLE
-        write_text_atomic(path, table_text(plan, n, sha256(image)))
+        write_text_atomic(path, table_text(plan, n, sha256(image),
+                                           [(plans[m + 1], per[k]) for m, per in enumerate(modes)]))
         paths.append(path)
     return paths
+
+
+def _mode_plans(build_dir: Path, plan: Plan) -> list[Plan]:
+    """Every mode's plan of an image holding every elastic mode, else []."""
+    from ..plan.elastic import elastic_plans
+
+    return elastic_plans(build_dir, plan) or []
 
 
 def remove_tables(build_dir: Path, plan: Plan) -> None:
@@ -161,22 +187,36 @@ def refresh(build_dir: Path, nodes: list[int] | None = None, jobs: int | None = 
                     f"libnewlib-arm-none-eabi) and build again for nRF52840 time")
         build(build_dir, "qemu-m4", jobs, say, selected)
     parts = ", ".join(sorted({load_board(plan.node_board(d)).part for d in selected}))
-    say(f"board time: the {parts} cycle model runs {len(selected)} node images")
+    modes = len(_mode_plans(build_dir, plan))
+    if modes and kind == "qemu-m4":
+        # the qemu-m4 board reads one mode's cycles and radio per exchange (node_table_bin): counting
+        # mode 0's time in another mode would print a wrong board time, so these nodes count instructions
+        return (f"board time: not for qemu-m4 nodes of an image with every elastic mode (they print instruction "
+                f"counts, clock=icount); build it for board sim for {parts} time per mode")
+    say(f"board time: the {parts} cycle model runs {len(selected)} node images"
+        + (f" in each of {modes} modes" if modes else ""))
     computed = compute_build(build_dir, jobs=jobs, nodes=selected)
-    write_tables(build_dir, computed)
-    return (f"board time: {len(computed)} nodes on the {parts} cycle model (bit-exact), "
-            f"node_NN/{TABLE}: the {kind} nodes print {parts} time")
+    others = [compute_build(build_dir, jobs=jobs, nodes=selected, mode=m) for m in range(1, modes)]
+    write_tables(build_dir, computed, others)
+    return (f"board time: {len(computed)} nodes on the {parts} cycle model (bit-exact"
+            + (f", each of {modes} modes" if modes else "") + f"), node_NN/{TABLE}: the {kind} nodes print {parts} time")
 
 
 def read_table(path: Path) -> dict:
-    """The numbers of a board time table: clock_hz, runtime, op {index: cycles}, rx {sg: cycles}."""
-    out: dict = {"clock_hz": 64_000_000, "runtime": 0, "op": {}, "rx": {}}
+    """The numbers of a board time table: clock_hz, runtime, op {index: cycles}, rx {sg: cycles} (mode
+    0's runtime and ops), and modes {m: {"runtime", "op"}} for the further modes of an every-mode image."""
+    out: dict = {"clock_hz": 64_000_000, "runtime": 0, "op": {}, "rx": {}, "modes": {}}
+    cur = out
     for line in Path(path).read_text().splitlines()[1:]:
         key, *vals = line.split()
-        if key in ("clock_hz", "runtime"):
-            out[key] = int(vals[0])
-        elif key in ("op", "rx"):
-            out[key][int(vals[0])] = int(vals[1])
+        if key == "mode":
+            cur = out["modes"].setdefault(int(vals[0]), {"runtime": 0, "op": {}})
+        elif key in ("clock_hz", "runtime"):
+            cur[key] = int(vals[0])
+        elif key == "op":
+            cur["op"][int(vals[0])] = int(vals[1])
+        elif key == "rx":
+            out["rx"][int(vals[0])] = int(vals[1])
     return out
 
 

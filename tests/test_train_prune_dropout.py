@@ -209,3 +209,30 @@ def test_cli_says_what_pruning_kept_and_the_lossy_mse(tmp_path: Path, method: st
             f"an allgather's {comm['allgather_columns']} columns") in lines[1]
     rate = "up to q = 0.2" if method == "somegather" else "message loss 0.1/0/0 (link/receiver/sender)"
     assert rate in lines[2] and lines[2].endswith(f"{summary['test_mse_lossy']:.4f}")
+
+
+@pytest.mark.train
+@pytest.mark.parametrize("method", ["somegather", "normal"])
+def test_a_run_stopped_while_pruning_resumes_to_the_same_bytes(runs, tmp_path: Path, method: str) -> None:
+    """The pruning saves its state after every stage: a run stopped there ([train] stop_after_epochs,
+    or killed) continues with --resume after its last stage, not from the dense model, and writes the
+    bytes of an uninterrupted run."""
+    from codegen.train.api import OUTPUT_FILES, PRUNE_CHECKPOINT_NAME, default_work_dir
+
+    text = TINY.replace("{method}", method)
+    if method == "normal":
+        text = text.replace("q = 0.1", "q_max = 0.2")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(text)
+    out = tmp_path / "model"
+    s = run_train(cfg, None, out, {"train.stop_after_epochs": 2}, progress=False)  # the dense epoch + stage 1
+    assert s["stopped"] and s["prune_stages_done"] == 1 and not out.exists()
+    assert (default_work_dir(out) / PRUNE_CHECKPOINT_NAME).is_file()
+    s = run_train(cfg, None, out, {"train.stop_after_epochs": 1}, progress=False, resume=True)  # stage 2 only
+    assert s["stopped"] and s["prune_stages_done"] == 2
+    s = run_train(cfg, None, out, progress=False, resume=True)  # the fine-tuning, then the outputs
+    assert not s.get("stopped") and s["prune"]["stages"] == 2
+    for name in OUTPUT_FILES:
+        if name != "train.json":  # it records the wall time
+            assert (out / name).read_bytes() == (runs[method][0] / name).read_bytes(), name
+    assert not default_work_dir(out).exists()

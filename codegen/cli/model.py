@@ -66,8 +66,10 @@ def train(config: Path | None, out_dir: Path, data: Path | None, resume: bool, w
                            prune=prune, keep=keep, random_keep=random_keep, seed=seed, dropout_file=dropout_file,
                            split_file=split_file, progress=not quiet, note=say(quiet))
     if s.get("stopped"):
-        click.echo(f"stopped after epoch {s['epochs_done']} of {s['epochs']} ([train] stop_after_epochs); "
-                   f"checkpoint {s['checkpoint']}; continue with the same command and --resume")
+        where = (f"after {s['prune_stages_done']} pruning stage(s)" if "prune_stages_done" in s
+                 else f"after epoch {s['epochs_done']} of {s['epochs']}")
+        click.echo(f"stopped {where} ([train] stop_after_epochs); checkpoint {s['checkpoint']}; continue with the "
+                   f"same command and --resume")
         return
     target = out_dir / "model.onnx"
     click.echo(f"trained {s['params']} parameters in {s['seconds']:.1f} s: "

@@ -13,7 +13,8 @@ compiles, runs in int8 and on the testbed like a somegather-pruned model.
 
 While training, a checkpoint is saved after every epoch into the run's work folder (by default the
 hidden sibling ``.<out name>.cisl-train/`` of ``out_dir``); ``resume=True`` continues from it and
-gives the same bytes as an uninterrupted run. The checkpoint is deleted once the outputs are written.
+gives the same bytes as an uninterrupted run. The pruning saves its state after every stage there
+too (``prune.pt``). Both are deleted once the outputs are written.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ from codegen.partition import Masks, Split, full_masks, random_masks, realised_k
 from codegen.train.config import DataConfig, TrainConfig, load_config
 from codegen.train.dropout import LossRange, evaluate_with_loss
 from codegen.train.elastic import make_elastic, unit_tensors
-from codegen.train.loop import checkpoint_meta, evaluate, fit, load_checkpoint
+from codegen.train.loop import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, checkpoint_meta, evaluate, fit, \
+    load_checkpoint, save_checkpoint
 from codegen.train.model import SplitPatchTST, state_to_numpy
 from codegen.train.pruning import column_counts, communication, drop_pruned_weights, run_pruning
 
@@ -212,20 +214,53 @@ def _resolve_config(config_path: Path | None, data_path: Path | None, overrides:
     return cfg
 
 
-def _prune(cfg: TrainConfig, model: SplitPatchTST, data: Splits, train_idx: np.ndarray,
-           progress: bool) -> list[dict[str, Any]]:
+PRUNE_CHECKPOINT_NAME = "prune.pt"
+
+
+class _Budget:
+    """[train] stop_after_epochs across the phases of one call: the dense fit stops itself; pruning
+    stops at the first stage boundary after the budget is spent."""
+
+    def __init__(self, limit: int, used: int) -> None:
+        self.limit, self.used = limit, used
+
+    def spent(self) -> bool:
+        return self.limit > 0 and self.used >= self.limit
+
+
+def _prune(cfg: TrainConfig, model: SplitPatchTST, data: Splits, train_idx: np.ndarray, progress: bool,
+           path: Path, meta: dict[str, Any], resume: bool, budget: _Budget) -> list[dict[str, Any]] | None:
     """[prune] after the dense epochs. Every retraining phase is a fit of its own (fresh Adam and
-    cosine schedule over the phase, own data order) that keeps its best-validation weights; phases
-    write no checkpoint (a resumed run redoes the pruning from the dense checkpoint)."""
+    cosine schedule over the phase, own data order) that keeps its best-validation weights. After
+    every stage the model, its masks, the history and torch's RNG are saved to ``path``; a resumed
+    run continues after the last saved stage and ends as an uninterrupted run. Returns None when
+    [train] stop_after_epochs ended the run (``path`` kept)."""
     p = cfg.prune
     if p.method == "none":
         return []
-    return run_pruning(model, p.method, p.keep, p.step, p.epochs_per_step, p.finetune_epochs,
-                       _retrainer(cfg, model, data, train_idx, progress))
+    done, history = 0, []
+    if resume and path.is_file():
+        state = load_checkpoint(path)
+        _check_resumable(path, checkpoint_meta(state), meta)
+        model.set_masks(state["masks"], prune_own=p.method == "normal")
+        model.load_state_dict(state["model"])
+        torch.set_rng_state(state["torch_rng"])
+        done, history = int(state["done"]), list(state["history"])
+    retrain = _retrainer(cfg, model, data, train_idx, progress, first=sum(1 for h in history if "epochs" in h),
+                         budget=budget)
+
+    def after(steps: int, hist: list[dict[str, Any]]) -> None:
+        save_checkpoint(path, {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "meta": json.dumps(meta),
+                               "done": steps, "masks": model.masks, "model": model.state_dict(),
+                               "history": hist, "torch_rng": torch.get_rng_state()})
+
+    return run_pruning(model, p.method, p.keep, p.step, p.epochs_per_step, p.finetune_epochs, retrain,
+                       done=done, history=history, after=after, stop=budget.spent)
 
 
 def _retrainer(cfg: TrainConfig, model: SplitPatchTST, data: Splits, train_idx: np.ndarray, progress: bool,
-               first: int = 0, lr_scale: float = 1.0) -> Callable[[str, int], dict[str, Any]]:
+               first: int = 0, lr_scale: float = 1.0, budget: _Budget | None = None
+               ) -> Callable[[str, int], dict[str, Any]]:
     """retrain(tag, epochs): one fit of its own per phase (fresh Adam and cosine schedule at
     lr_scale · train.lr, own data order: seed train.seed · 1000 + the phase's number) that keeps its
     best-validation weights."""
@@ -237,6 +272,8 @@ def _retrainer(cfg: TrainConfig, model: SplitPatchTST, data: Splits, train_idx: 
                                    lr=t.lr * lr_scale)
         res = fit(model, data.train, train_idx, data.val, opts, cfg.model.revin, progress)
         model.load_state_dict(res.best_state)
+        if budget is not None:
+            budget.used += epochs
         return {"epochs": epochs, "best_epoch": res.best_epoch, "val_mse": res.best_val, "history": res.history}
 
     return retrain
@@ -314,7 +351,8 @@ def run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, o
     {"section.key": value} or {"section": {key: value}}. A checkpoint is saved after every epoch in
     ``work_dir`` (default `default_work_dir`); ``resume`` continues from it. If [train]
     stop_after_epochs ends the run early, nothing is written to ``out_dir`` and the summary is
-    {"stopped": True, "epochs_done", "epochs", "checkpoint", "seconds"}.
+    {"stopped": True, "epochs_done", "epochs", "checkpoint", "seconds"} (and "prune_stages_done" when it
+    stopped while pruning).
     """
     started = time.perf_counter()
     cfg = _resolve_config(config_path, data_path, overrides)
@@ -334,6 +372,8 @@ def run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, o
     if planned is not None:  # a resumed run trains for the same split, whatever the file says by then
         meta["split"] = planned
     state = None
+    if not resume:  # a run that starts over: an older run's pruning state is not this run's
+        (work / PRUNE_CHECKPOINT_NAME).unlink(missing_ok=True)
     if resume:
         state = load_checkpoint(ckpt_path)
         _check_resumable(ckpt_path, checkpoint_meta(state), meta)
@@ -357,7 +397,13 @@ def run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, o
             return {"stopped": True, "epochs_done": result.epochs_done, "epochs": t.epochs,
                     "checkpoint": str(ckpt_path), "seconds": round(time.perf_counter() - started, 3)}
         model.load_state_dict(result.best_state)
-        prune_history = _prune(cfg, model, data, train_idx, progress)
+        budget = _Budget(t.stop_after_epochs, result.epochs_done - (result.resumed_from or 0))
+        prune_history = _prune(cfg, model, data, train_idx, progress, work / PRUNE_CHECKPOINT_NAME, meta, resume, budget)
+        if prune_history is None:
+            done = sum(1 for h in load_checkpoint(work / PRUNE_CHECKPOINT_NAME)["history"] if h["stage"] != "finetune") \
+                if (work / PRUNE_CHECKPOINT_NAME).is_file() else 0
+            return {"stopped": True, "epochs_done": result.epochs_done, "epochs": t.epochs, "prune_stages_done": done,
+                    "checkpoint": str(ckpt_path), "seconds": round(time.perf_counter() - started, 3)}
         modes, elastic = _elastic(cfg, model, data, train_idx, progress)
         masks = model.masks
         metrics = {
@@ -426,6 +472,7 @@ def run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, o
         "train.json": (json.dumps(report, indent=2) + "\n").encode(),
     })
     ckpt_path.unlink(missing_ok=True)  # the outputs are complete: nothing left to resume
+    (work / PRUNE_CHECKPOINT_NAME).unlink(missing_ok=True)
     try:
         work.rmdir()
     except OSError:

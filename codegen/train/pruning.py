@@ -270,13 +270,19 @@ def communication(split: Split, masks: Masks, tokens: int, horizon: int) -> dict
 # --------------------------------------------------------------------------------------------
 
 def run_pruning(model, method: str, target_keep: float, step: float, epochs_per_step: int, finetune_epochs: int,
-                train: Callable[[str, int], dict[str, Any]]) -> list[dict[str, Any]]:
+                train: Callable[[str, int], dict[str, Any]], done: int = 0, history: list[dict[str, Any]] | None = None,
+                after: Callable[[int, list[dict[str, Any]]], None] | None = None,
+                stop: Callable[[], bool] | None = None) -> list[dict[str, Any]] | None:
     """Prune ``model`` (a SplitPatchTST, trained dense) stage by stage; returns the per-stage history.
 
     ``train(tag, epochs)`` retrains the model in place for ``epochs`` epochs and returns a record
     for the history (e.g. best epoch and validation MSE). Before each stage the model's weights are
     replaced by `drop_pruned_weights` of them (output unchanged), so the ranking sees exactly the
     weights the pruned model uses.
+
+    Resuming: ``done`` steps (the stages, then the fine-tuning as one more) are already in
+    ``history`` and in the model (weights and masks); ``after(steps done, history)`` runs after every
+    step (to save them); ``stop()`` is asked before every step, and True returns None (stopped).
     """
     from codegen.train.model import state_to_numpy
 
@@ -284,9 +290,13 @@ def run_pruning(model, method: str, target_keep: float, step: float, epochs_per_
         raise ValueError(f"unknown pruning method {method!r}; expected one of {', '.join(METHODS[1:])}")
     split = model.split
     prune_own = method == "normal"
-    history: list[dict[str, Any]] = []
+    history = list(history or [])
     stages = stage_counts(split, len(model.masks), target_keep, step, method)
     for s, counts in enumerate(stages, start=1):
+        if s <= done:
+            continue
+        if stop is not None and stop():
+            return None
         weights = drop_pruned_weights(state_to_numpy(model), split, model.masks, method)
         masks = prune_step(method, weights, split, model.masks, counts)
         model.set_masks(masks, prune_own=prune_own)
@@ -296,6 +306,12 @@ def run_pruning(model, method: str, target_keep: float, step: float, epochs_per_
         if epochs_per_step > 0:
             record.update(train(f"prune {s}/{len(stages)}", epochs_per_step))
         history.append(record)
-    if finetune_epochs > 0:
+        if after is not None:
+            after(s, history)
+    if finetune_epochs > 0 and done <= len(stages):
+        if stop is not None and stop():
+            return None
         history.append({"stage": "finetune", **train("finetune", finetune_epochs)})
+        if after is not None:
+            after(len(stages) + 1, history)
     return history

@@ -15,14 +15,17 @@ from codegen.fsutil import write_text_atomic
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load(runs: Path, records: Path | None = None) -> tuple[dict[str, dict], list[str]]:
-    """The study's units by name, and the code versions their results come from.
+LEGACY = "before issue 16 (no code version recorded)"
+
+
+def _load(runs: Path, records: Path | None = None) -> tuple[dict[str, dict], dict[str, str]]:
+    """The study's units by name, and the code version each unit's result comes from.
 
     ``runs``: the records of the study before issue 16 (one file per unit name); ``records``:
     codegen.sweep records (<id>.json, labelled with the unit name), which replace a legacy record of
     the same name. Two sweep records with one name (from different code versions) are refused."""
     out = {p.stem: json.loads(p.read_text()) for p in sorted(runs.glob("*.json"))} if runs.is_dir() else {}
-    versions = ["before issue 16 (no code version recorded)"] if out else []
+    versions = {name: LEGACY for name in out}
     seen: dict[str, str] = {}
     for p in sorted(records.glob("*.json")) if records is not None and records.is_dir() else []:
         rec = json.loads(p.read_text())
@@ -32,8 +35,8 @@ def _load(runs: Path, records: Path | None = None) -> tuple[dict[str, dict], lis
                              "code versions or protocols: keep one set")
         seen[name] = p.name
         out[name] = {**rec["result"], "_fresh": True}
-        versions.append(rec["unit"]["code"])
-    return out, sorted(set(versions))
+        versions[name] = rec["unit"]["code"]
+    return out, versions
 
 
 def _ms(values: list[float]) -> str:
@@ -445,8 +448,12 @@ def criteria(runs: dict[str, dict]) -> list[str]:
 
 
 def report(runs_dir: Path, out: Path, records: Path | None = None) -> None:
-    runs, versions = _load(runs_dir, records)
+    runs, unit_versions = _load(runs_dir, records)
     legacy, _ = _load(runs_dir)
+    # the tables combine the training units; the deployed model (its code version covers all of codegen:
+    # it compiles and runs the testbed) is a section of its own
+    versions = sorted({v for name, v in unit_versions.items() if not name.startswith("deploy")})
+    deploy_version = unit_versions.get("deploy-D8")
     proto = {k: v for k, v in next(iter(runs.values()))["protocol"].items() if k != "threads"} if runs else {}
     threads = sorted({r.get("threads", r["protocol"].get("threads")) for r in runs.values()} - {None})
     lines = ["# Training for the split on ETTh2 (issue 3)", "",
@@ -454,7 +461,8 @@ def report(runs_dir: Path, out: Path, records: Path | None = None) -> None:
              "from the per-run records in `split_training/records/` (codegen.sweep, one per unit id) and, for "
              "units not rerun since issue 16, `split_training/runs/`.", "",
              f"Protocol: {json.dumps(proto)}", "",
-             f"Code version(s) of the results: {', '.join(versions) or 'none'}.", "",
+             f"Code version(s) of the training results: {', '.join(versions) or 'none'}"
+             + (f"; of the deployed model: {deploy_version}" if deploy_version else "") + ".", "",
              *([f"**MIXED: these tables combine results of {len(versions)} code versions** (e.g. models trained "
                 "before and after issue 16's rescaling); rerun the study before reading them as one.", ""]
                if len(versions) > 1 else []),

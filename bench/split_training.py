@@ -336,9 +336,12 @@ def fig8(s: Session, q: float, ctx, dense, q_max: float = 0.0) -> dict:
             "rescale": bool(model.rescale), "clean": clean, "train": train, "test_mse_at_q": deploy, "val_mse_at_q": val}
 
 
-def deploy_unit() -> dict:
-    """Prune (somegather, keep 0.1) + dropout (q = 0.1) through `cisl train`, then int8 and the testbed."""
+def deploy_unit(ctx) -> dict:
+    """Prune (somegather, keep 0.1) + dropout (q = 0.1) through `cisl train`, then int8 and the testbed.
+    The training keeps its checkpoints in the unit's work folder, so a stopped unit resumes there."""
     import tempfile
+
+    from codegen.train.api import CHECKPOINT_NAME
 
     from codegen.build import build
     from codegen.compile import CompileOptions, compile_model
@@ -355,9 +358,11 @@ def deploy_unit() -> dict:
                  "prune": {"method": "somegather", "keep": 0.1, "step": p["prune_step"],
                            "epochs_per_step": p["epochs_per_stage"], "finetune_epochs": p["finetune_epochs"]},
                  "dropout": {"q": 0.1}}
+    train_work = ctx.work / "train"
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        summary = run_train(None, ETTH2, tmp / "model", overrides, progress=True)
+        summary = run_train(None, ETTH2, tmp / "model", overrides, progress=True,
+                            resume=(train_work / CHECKPOINT_NAME).is_file(), work_dir=train_work)
         compile_model(tmp / "model" / "model.onnx", tmp / "build", CompileOptions())
         cfg = _config(8, 0, p["dense_epochs"])
         data, _ = build_data(cfg)
@@ -431,7 +436,7 @@ def unit_fn(params: dict, ctx) -> dict:
     u = params["name"]
     print(f"== {u}", flush=True)
     if u == "deploy-D8":
-        return {"unit": u, "threads": THREADS, **deploy_unit()}
+        return {"unit": u, "threads": THREADS, **deploy_unit(ctx)}
     devices, seed = int(u.split("-")[1][1:]), int(u.split("-")[2][1:])
     s = Session(devices, seed)
     dense = sweep_unit(_dense_name(u)) if _dense_name(u) else None

@@ -18,10 +18,11 @@ from .options import loss_options, loss_rates, say, sweep_values
               help="Train on this data instead of the config's: an ETT-format .csv (a date column and numeric "
                    "columns), a Monash .tsf file, or a folder of ICD recordings (MM-DDTHHMMSS_NNN_modeK.csv).")
 @click.option("--resume", is_flag=True,
-              help="Continue the interrupted run from its checkpoint (same config and data; same bytes as an "
-                   "uninterrupted run).")
+              help="Continue the interrupted run from its checkpoint, after its last epoch or pruning stage "
+                   "(same config and data; same bytes as an uninterrupted run).")
 @click.option("--work", "work_dir", type=click.Path(path_type=Path), default=None,
-              help="Folder for the per-epoch checkpoint. Default: .OUT.cisl-train next to the output folder.")
+              help="Folder for the checkpoints (every epoch, every pruning stage). Default: .OUT.cisl-train next "
+                   "to the output folder.")
 @click.option("--epochs", type=click.IntRange(min=0), default=None, help="Override [train] epochs.")
 @click.option("--devices", type=click.IntRange(min=1), default=None, help="Override [split] devices.")
 @click.option("--prune", "prune", type=click.Choice(["somegather", "normal", "none"]), default=None,
@@ -52,7 +53,8 @@ def train(config: Path | None, out_dir: Path, data: Path | None, resume: bool, w
     Writes OUT/model.onnx (float, cisl metadata in metadata_props), OUT/calibration.npy,
     OUT/test_windows.npy, OUT/test_targets.npy and OUT/train.json. Without --data and without a
     [data] section it trains on built-in synthetic multivariate series. A checkpoint is saved after
-    every epoch (see --work); after an interruption, the same command with --resume continues.
+    every epoch and pruning stage (see --work); after an interruption, the same command with --resume
+    continues.
     With --split (or [split] file) the model is trained for the uneven split `cisl plan` chose.
     With [elastic] modes > 1 it becomes elastic: nested modes in one set of weights, each printed
     with its share of the MACs and its validation MSE (build one with `cisl compile --mode`).

@@ -17,7 +17,8 @@ when its record exists, so the study can be interrupted and continued, locally o
   (``[dropout] q_max``): one model for every deployed rate up to q.
   A trajectory saves its state after every stage in its work folder and resumes there when it was
   stopped (a SLURM time limit); ``CISL_STUDY_STOP_AFTER=K`` stops it after K stages and scores, as
-  a time limit would (the tests use it).
+  a time limit would (the tests use it). The dense and dropout trainings keep a checkpoint per
+  epoch there, and the deployed model's `cisl train` its own: every unit resumes.
 * ``deploy-D8``: a somegather-pruned (keep 0.1), dropout-hardened model exported to ONNX, scored
   in int8 through the bit-exact reference, and run on the virtual testbed.
 
@@ -138,13 +139,21 @@ class Session:
         model.set_message_dropout(LossRates.uniform(q), clean=DropoutConfig().clean)
         return model
 
-    def fit(self, model, epochs: int, tag: str) -> dict:
-        from codegen.train.loop import fit
+    def fit(self, model, epochs: int, tag: str, checkpoint: Path | None = None) -> dict:
+        """Train ``model`` for ``epochs``; with ``checkpoint`` the training state is saved there after every
+        epoch, and a fit stopped part way (a time limit) resumes from it with the same result."""
+        from codegen.train.loop import fit, load_checkpoint
 
         opts = dataclasses.replace(self.cfg.train, epochs=epochs, seed=self.seed * 1000 + zlib.crc32(tag.encode()) % 997)
         t0 = time.time()
-        res = fit(model, self.data.train, self.train_idx, self.data.val, opts, self.cfg.model.revin, progress=True)
+        resume = load_checkpoint(checkpoint) if checkpoint is not None and checkpoint.is_file() else None
+        if checkpoint is not None:
+            checkpoint.parent.mkdir(parents=True, exist_ok=True)
+        res = fit(model, self.data.train, self.train_idx, self.data.val, opts, self.cfg.model.revin, progress=True,
+                  checkpoint=checkpoint, resume=resume)
         model.load_state_dict(res.best_state)
+        if checkpoint is not None:
+            checkpoint.unlink(missing_ok=True)
         return {"epochs": epochs, "best_epoch": res.best_epoch, "val_mse": res.best_val,
                 "seconds": round(time.time() - t0, 1)}
 
@@ -187,7 +196,7 @@ def _dense(s: Session, ctx, dense_unit=None):
     if state.is_file():
         model.load_state_dict(torch.load(state))
         return model, None
-    rec = s.fit(model, PROTOCOL["dense_epochs"], "dense")
+    rec = s.fit(model, PROTOCOL["dense_epochs"], "dense", checkpoint=state.parent / "dense-checkpoint.pt")
     state.parent.mkdir(parents=True, exist_ok=True)
     tmp = state.with_suffix(f".tmp{os.getpid()}")
     torch.save(model.state_dict(), tmp)
@@ -319,13 +328,13 @@ def fig8(s: Session, q: float, ctx, dense, q_max: float = 0.0) -> dict:
     if q_max:
         model = s.new_model(rescale=DropoutConfig(q_max=q_max).rescaled())
         model.set_message_dropout(LossRange(q_max), clean=DropoutConfig().clean)
-        train = s.fit(model, PROTOCOL["dropout_epochs"], f"dropout range {q_max}")
+        train = s.fit(model, PROTOCOL["dropout_epochs"], f"dropout range {q_max}", checkpoint=ctx.work / "checkpoint.pt")
     elif q == 0.0:
         model, _ = _dense(s, ctx, dense)
         train = ctx.record_of(dense)["result"]["train"]
     else:
         model = s.new_model(q)
-        train = s.fit(model, PROTOCOL["dropout_epochs"], f"dropout {q}")
+        train = s.fit(model, PROTOCOL["dropout_epochs"], f"dropout {q}", checkpoint=ctx.work / "checkpoint.pt")
     clean = model.loss_clean  # how it trained: the share of loss-free windows, and rescaled or not
     model.set_message_dropout(None)
     deploy = {f"{qd:g}": s.test_mse(model, qd, loss_seed=s.seed) for qd in PROTOCOL["loss_rates"]}
@@ -341,15 +350,13 @@ def deploy_unit(ctx) -> dict:
     The training keeps its checkpoints in the unit's work folder, so a stopped unit resumes there."""
     import tempfile
 
-    from codegen.train.api import CHECKPOINT_NAME
-
     from codegen.build import build
     from codegen.compile import CompileOptions, compile_model
     from codegen.evaluate import forecast_mse
     from codegen.onnx_model import load_model
     from codegen.plan.io import load_plan
     from codegen.vtestbed.run import run_sim
-    from codegen.train.api import build_data, run_train
+    from codegen.train.api import CHECKPOINT_NAME, build_data, run_train
 
     p = PROTOCOL
     overrides = {"model": dict(p["model"]), "split": {"devices": 8},

@@ -197,6 +197,11 @@ def _dense(s: Session, ctx, dense_unit=None):
         model.load_state_dict(torch.load(state))
         return model, None
     rec = s.fit(model, PROTOCOL["dense_epochs"], "dense", checkpoint=state.parent / "dense-checkpoint.pt")
+    if dense_unit is not None:  # retrained for a unit that starts from it: it must be the model its record scored
+        want = ctx.record_of(dense_unit)["result"]["test_mse"]
+        if s.test_mse(model) != want:
+            raise RuntimeError(f"the dense model retrained into {state.parent} scores {s.test_mse(model)!r}, its "
+                               f"record {want!r}: not the same model (threads or code changed?)")
     state.parent.mkdir(parents=True, exist_ok=True)
     tmp = state.with_suffix(f".tmp{os.getpid()}")
     torch.save(model.state_dict(), tmp)

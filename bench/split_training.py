@@ -191,6 +191,8 @@ def _dense(s: Session, ctx, dense_unit=None):
     start from it (retrained, deterministically, if that folder was cleaned)."""
     import torch
 
+    from codegen.train.loop import save_checkpoint
+
     state = (ctx.work if dense_unit is None else ctx.work_of(dense_unit)) / "dense.pt"
     model = s.new_model()
     if state.is_file():
@@ -202,10 +204,7 @@ def _dense(s: Session, ctx, dense_unit=None):
         if s.test_mse(model) != want:
             raise RuntimeError(f"the dense model retrained into {state.parent} scores {s.test_mse(model)!r}, its "
                                f"record {want!r}: not the same model (threads or code changed?)")
-    state.parent.mkdir(parents=True, exist_ok=True)
-    tmp = state.with_suffix(f".tmp{os.getpid()}")
-    torch.save(model.state_dict(), tmp)
-    tmp.replace(state)
+    save_checkpoint(state, model.state_dict())
     return model, rec
 
 
@@ -231,15 +230,6 @@ def trajectory_actions(split, layers: int, start, method: str) -> list[tuple[str
     return actions
 
 
-def _save_progress(path: Path, state: dict) -> None:
-    import torch
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    torch.save(state, tmp)
-    tmp.replace(path)
-
-
 def fig7_method(s: Session, method: str, ctx, dense) -> dict:
     """A pruning trajectory. It takes hours, so its state is saved after every stage (the model, its
     masks, torch's RNG, the points so far) in the unit's work folder: a unit that was stopped (a
@@ -247,6 +237,7 @@ def fig7_method(s: Session, method: str, ctx, dense) -> dict:
     an uninterrupted run writes."""
     import torch
 
+    from codegen.train.loop import save_checkpoint
     from codegen.train.model import state_to_numpy
     from codegen.train.pruning import column_counts, communication, drop_pruned_weights, prune_step
 
@@ -286,7 +277,7 @@ def fig7_method(s: Session, method: str, ctx, dense) -> dict:
                 points[-1]["deployment"] = deployment(s, model, method, keep, ctx.work / f"deploy-{keep:g}")
             print(f"   {name} keep {keep} (realised {comm['ratio_to_allgather']:.4f}): test MSE "
                   f"{points[-1]['test_mse']:.4f}", flush=True)
-        _save_progress(progress, {"done": k, "masks": model.masks, "model": model.state_dict(),
+        save_checkpoint(progress, {"done": k, "masks": model.masks, "model": model.state_dict(),
                                   "torch_rng": torch.get_rng_state(), "points": points})
         if k == int(os.environ.get("CISL_STUDY_STOP_AFTER", "0")) < len(actions):
             raise RuntimeError(f"stopped after action {k} of {len(actions)} (CISL_STUDY_STOP_AFTER, as a time limit would)")

@@ -217,12 +217,17 @@ def _resolve_config(config_path: Path | None, data_path: Path | None, overrides:
 PRUNE_CHECKPOINT_NAME = "prune.pt"
 
 
+def _stages(history: list[dict[str, Any]]) -> int:
+    return sum(1 for h in history if h["stage"] != "finetune")
+
+
 class _Budget:
     """[train] stop_after_epochs across the phases of one call: the dense fit stops itself; pruning
     stops at the first stage boundary after the budget is spent."""
 
     def __init__(self, limit: int, used: int) -> None:
         self.limit, self.used = limit, used
+        self.prune_stages = 0  # stages finished so far (saved ones included): what a stopped run reports
 
     def spent(self) -> bool:
         return self.limit > 0 and self.used >= self.limit
@@ -246,6 +251,7 @@ def _prune(cfg: TrainConfig, model: SplitPatchTST, data: Splits, train_idx: np.n
         model.load_state_dict(state["model"])
         torch.set_rng_state(state["torch_rng"])
         done, history = int(state["done"]), list(state["history"])
+    budget.prune_stages = _stages(history)
     retrain = _retrainer(cfg, model, data, train_idx, progress, first=sum(1 for h in history if "epochs" in h),
                          budget=budget)
 
@@ -253,6 +259,7 @@ def _prune(cfg: TrainConfig, model: SplitPatchTST, data: Splits, train_idx: np.n
         save_checkpoint(path, {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "meta": json.dumps(meta),
                                "done": steps, "masks": model.masks, "model": model.state_dict(),
                                "history": hist, "torch_rng": torch.get_rng_state()})
+        budget.prune_stages = _stages(hist)
 
     return run_pruning(model, p.method, p.keep, p.step, p.epochs_per_step, p.finetune_epochs, retrain,
                        done=done, history=history, after=after, stop=budget.spent)
@@ -400,9 +407,8 @@ def run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, o
         budget = _Budget(t.stop_after_epochs, result.epochs_done - (result.resumed_from or 0))
         prune_history = _prune(cfg, model, data, train_idx, progress, work / PRUNE_CHECKPOINT_NAME, meta, resume, budget)
         if prune_history is None:
-            done = sum(1 for h in load_checkpoint(work / PRUNE_CHECKPOINT_NAME)["history"] if h["stage"] != "finetune") \
-                if (work / PRUNE_CHECKPOINT_NAME).is_file() else 0
-            return {"stopped": True, "epochs_done": result.epochs_done, "epochs": t.epochs, "prune_stages_done": done,
+            return {"stopped": True, "epochs_done": result.epochs_done, "epochs": t.epochs,
+                    "prune_stages_done": budget.prune_stages,
                     "checkpoint": str(ckpt_path), "seconds": round(time.perf_counter() - started, 3)}
         modes, elastic = _elastic(cfg, model, data, train_idx, progress)
         masks = model.masks

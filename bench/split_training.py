@@ -18,7 +18,8 @@ when its record exists, so the study can be interrupted and continued, locally o
   A trajectory saves its state after every stage in its work folder and resumes there when it was
   stopped (a SLURM time limit); ``CISL_STUDY_STOP_AFTER=K`` stops it after K stages and scores, as
   a time limit would (the tests use it). The dense and dropout trainings keep a checkpoint per
-  epoch there, and the deployed model's `cisl train` its own: every unit resumes.
+  epoch there, and the deployed model's `cisl train` its own: every unit resumes. ``status`` lists
+  every unit as done, started (with how far it got) or todo.
 * ``deploy-D8``: a somegather-pruned (keep 0.1), dropout-hardened model exported to ONNX, scored
   in int8 through the bit-exact reference, and run on the virtual testbed.
 
@@ -462,6 +463,32 @@ def run(seeds: list[int], only: list[str] | None, backend: str, jobs: int, slurm
     run_sweep(units, RECORDS, WORK, backend, jobs, slurm)
 
 
+def status(seeds: list[int], devices: tuple[int, ...] = (8,), all_rates: bool = False) -> None:
+    """One line per unit of the study: done, started (and how far: the trajectory's saved actions and
+    the keeps scored, or the newest checkpoint) or todo."""
+    import datetime
+
+    import torch
+
+    from codegen.sweep import unit_id, unit_state
+
+    for name, _ in units_in_order(seeds, devices, all_rates):
+        u = sweep_unit(name)
+        state, detail = unit_state(RECORDS, WORK, u), ""
+        if state == "started":
+            folder = WORK / unit_id(u)
+            files = sorted((p for p in folder.rglob("*") if p.is_file()), key=lambda p: p.stat().st_mtime)
+            trajectory = [p for p in files if p.name.endswith("-trajectory.pt")]
+            if trajectory:
+                saved = torch.load(trajectory[0], weights_only=False)
+                detail = (f"{saved['done']} pruning action(s) saved, keeps scored: "
+                          f"{[p['keep'] for p in saved['points']] or 'none yet'}")
+            elif files:
+                when = datetime.datetime.fromtimestamp(files[-1].stat().st_mtime).strftime("%Y-%m-%d %H:%M")
+                detail = f"newest checkpoint {files[-1].relative_to(folder)} ({when})"
+        print(f"{unit_id(u)}  {state:7s}  {name}" + (f"  {detail}" if detail else ""))
+
+
 def main() -> None:
     global RECORDS, WORK, THREADS
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -483,6 +510,12 @@ def main() -> None:
                    help="torch threads of this run (on 2 cores, two 1-thread runs side by side do ~9 %% more than one 2-thread run)")
     r.add_argument("--smoke", type=Path, default=None,
                    help="check the script end to end with a tiny model, writing results to this folder")
+    st = sub.add_parser("status", help="each unit's state: done, started (how far) or todo")
+    st.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    st.add_argument("--devices", type=int, nargs="+", default=[8], choices=[8, 16])
+    st.add_argument("--all-rates", action="store_true")
+    st.add_argument("--threads", type=int, default=THREADS, help="the thread count of the runs (part of the ids)")
+    st.add_argument("--smoke", type=Path, default=None, help="the state of a `run --smoke` study in this folder")
     rep = sub.add_parser("report")
     rep.add_argument("--runs", type=Path, default=None, help="legacy per-name records (default: the committed ones)")
     rep.add_argument("--records", type=Path, default=None, help="sweep records (default: the committed ones)")
@@ -493,11 +526,15 @@ def main() -> None:
 
         THREADS = args.threads
         torch.set_num_threads(THREADS)  # Session.fit calls the training loop directly
-    if args.cmd == "run" and args.smoke:
+    if args.cmd in ("run", "status") and args.smoke:
         RECORDS, WORK = args.smoke / "records", args.smoke / "work"
         PROTOCOL.update(model={**PROTOCOL["model"], "layers": 1, "d_model": 32, "mlp_hidden": 32},
                         max_train_windows=512, dense_epochs=1, dropout_epochs=1, finetune_epochs=1,
                         keeps=[0.5, 0.25], loss_rates=[0.0, 0.1], eval_windows=256)
+    if args.cmd == "status":
+        THREADS = args.threads
+        status(args.seeds, tuple(args.devices), args.all_rates)
+        return
     if args.cmd == "run":
         slurm = {"timeout_min": args.slurm_time, "cpus_per_task": max(1, args.threads),
                  **({"partition": args.slurm_partition} if args.slurm_partition else {})}

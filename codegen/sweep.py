@@ -175,6 +175,15 @@ def is_done(records: Path, unit: Unit) -> bool:
     return record_path(records, unit).is_file()
 
 
+def unit_state(records: Path, work: Path, unit: Unit) -> str:
+    """"done" (its record exists), "started" (no record, but its work folder holds files: a run that
+    was stopped; units that checkpoint continue from there) or "todo"."""
+    if is_done(records, unit):
+        return "done"
+    folder = Path(work) / unit_id(unit)
+    return "started" if folder.is_dir() and any(folder.iterdir()) else "todo"
+
+
 def resolve(fn: str) -> Callable[[dict, Context], Any]:
     """The function named ``module:function`` or ``/path/file.py:function``."""
     target, _, name = fn.rpartition(":")

@@ -71,6 +71,9 @@ def test_smoke_run_writes_every_unit_and_the_report(tmp_path: Path) -> None:
     stopped = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "CISL_STUDY_STOP_AFTER": "3"})
     assert stopped.returncode != 0 and "stopped after action 3 of 5" in stopped.stdout + stopped.stderr
     assert not record.exists()
+    state = bench("status", "--smoke", str(tmp_path), "--threads", "1", "--seeds", "0").stdout
+    assert f"{record.stem}  started  {UNITS[1]}  3 pruning action(s) saved, keeps scored: [0.5]" in state, state
+    assert f"  done     {UNITS[0]}" in state
     resumed = bench("run", "--smoke", str(tmp_path), "--threads", "1", "--seeds", "0", "--only", UNITS[1])
     assert "resuming after action 3 of 5" in resumed.stdout
 

@@ -112,6 +112,27 @@ def test_cisl_sweep_smoke_grid_is_the_same_on_joblib_and_submitit_local(tmp_path
     assert dry.returncode == 0 and dry.stdout.count(" done ") == 4
 
 
+@pytest.mark.train
+def test_a_stopped_sweep_unit_resumes_to_the_model_of_an_uninterrupted_one(tmp_path: Path) -> None:
+    """A unit that a time limit (here [train] stop_after_epochs) stops writes no record, shows as
+    started, and the next run of the sweep continues from its checkpoints: its MSEs are those of the
+    same training run without a stop."""
+    pytest.importorskip("torch")
+    train = "epochs = 2\nbatch_size = 64\nmax_train_windows = 64\ncalibration_samples = 8\ntest_samples = 4\nthreads = 1"
+    (tmp_path / "whole.toml").write_text(tiny_train_config(devices=2, train=train))
+    (tmp_path / "stopped.toml").write_text(tiny_train_config(devices=2, train=train + "\nstop_after_epochs = 1"))
+    first = cisl(tmp_path, "sweep", "stopped.toml", "-o", "s", "-q")
+    assert first.returncode == 2 and "stopped after epoch 1 of 2" in first.stderr and "Traceback" not in first.stderr
+    assert not list((tmp_path / "s" / "records").glob("*.json"))
+    dry = cisl(tmp_path, "sweep", "stopped.toml", "-o", "s", "--dry-run")
+    assert dry.returncode == 0 and " started " in dry.stdout, dry.stdout
+    again = cisl(tmp_path, "sweep", "stopped.toml", "-o", "s", "-q")
+    whole = cisl(tmp_path, "sweep", "whole.toml", "-o", "w", "-q")
+    assert again.returncode == 0 and whole.returncode == 0, again.stderr + whole.stderr
+    mse = [line.split(": ", 1)[1].split(" -> ")[0] for line in (again.stdout, whole.stdout)]
+    assert mse[0] == mse[1] and "val MSE" in mse[0]
+
+
 @pytest.mark.unit
 @pytest.mark.parametrize("args,needle", [
     (["--keep", "1,0.5"], "--keep below 1 needs --prune somegather"),

@@ -45,7 +45,8 @@ def _values(option: str, text: str | None, kind, low: float, high: float, high_o
 @click.option("--slurm-partition", default=None, help="slurm: partition.")
 @click.option("--slurm-time", type=click.IntRange(min=1), default=240, show_default=True, help="slurm: minutes per unit.")
 @click.option("--slurm-cpus", type=click.IntRange(min=1), default=2, show_default=True, help="slurm: CPUs per unit.")
-@click.option("--dry-run", is_flag=True, help="List the units, their ids and whether they are done; run nothing.")
+@click.option("--dry-run", is_flag=True,
+              help="List the units, their ids and states (done, started: stopped and resumes, todo); run nothing.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
 def sweep(config: Path | None, out_dir: Path, data: Path | None, seeds: str | None, keep: str | None,
           prune: str | None, rates: str | None, devices: int | None, epochs: int | None, backend: str, jobs: int,
@@ -55,9 +56,10 @@ def sweep(config: Path | None, out_dir: Path, data: Path | None, seeds: str | No
     Every point is a unit with a content-addressed id (config and data content, overrides, code
     version); its record OUT/records/<id>.json is written atomically when it finishes, and a
     finished id is skipped, so an interrupted sweep continues where it stopped and the same records
-    come out on every backend. Prints one line per unit: its grid point, MSEs and realised keep.
+    come out on every backend; a stopped unit resumes from its last epoch or pruning stage
+    (checkpoints in OUT/work/<id>/train). Prints one line per unit: its grid point, MSEs and realised keep.
     """
-    from ..sweep import is_done, record_path, run_sweep, unit_id
+    from ..sweep import record_path, run_sweep, unit_id, unit_state
     from ..train.sweep import grid_units
 
     axes: dict[str, list] = {}
@@ -78,7 +80,7 @@ def sweep(config: Path | None, out_dir: Path, data: Path | None, seeds: str | No
     records, work = out_dir / "records", out_dir / "work"
     if dry_run:
         for u in units:
-            click.echo(f"{unit_id(u)}  {'done' if is_done(records, u) else 'todo'}  {u.label}")
+            click.echo(f"{unit_id(u)}  {unit_state(records, work, u):7s}  {u.label}")
         return
     slurm = {"partition": slurm_partition, "timeout_min": slurm_time, "cpus_per_task": slurm_cpus}
     results = run_sweep(units, records, work, backend, jobs, {k: v for k, v in slurm.items() if v is not None},

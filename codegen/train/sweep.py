@@ -19,10 +19,18 @@ TRAIN_FN = "codegen.train.sweep:train_unit"
 
 
 def train_unit(params: dict, ctx: Context) -> dict:
-    from codegen.train.api import run_train
+    """`cisl train` with its checkpoints in the unit's work folder: a unit stopped by a time limit (or by
+    [train] stop_after_epochs, which ends the call without a record) resumes there when the sweep runs
+    again, and ends with the model of an uninterrupted run."""
+    from codegen.train.api import CHECKPOINT_NAME, run_train
 
-    out = ctx.work / "model"
-    summary = run_train(params.get("config"), params.get("data"), out, params["overrides"] or None, progress=False)
+    out, work = ctx.work / "model", ctx.work / "train"
+    summary = run_train(params.get("config"), params.get("data"), out, params["overrides"] or None, progress=False,
+                        resume=(work / CHECKPOINT_NAME).is_file(), work_dir=work)
+    if summary.get("stopped"):
+        where = (f"{summary['prune_stages_done']} pruning stage(s)" if "prune_stages_done" in summary
+                 else f"epoch {summary['epochs_done']} of {summary['epochs']}")
+        raise RuntimeError(f"stopped after {where} ([train] stop_after_epochs); run the sweep again to continue")
     summary = {k: v for k, v in summary.items() if k != "seconds"}
     return {"model_dir": f"{ctx.unit_id}/model", "summary": summary}  # relative to the sweep's work folder
 

@@ -472,9 +472,14 @@ def status(seeds: list[int], devices: tuple[int, ...] = (8,), all_rates: bool = 
 
     from codegen.sweep import unit_id, unit_state
 
+    by_label: dict[str, list[str]] = {}  # records of this study under other ids (another code version)
+    for path in sorted(RECORDS.glob("*.json")) if RECORDS.is_dir() else []:
+        by_label.setdefault(json.loads(path.read_text()).get("label", ""), []).append(path.stem)
     for name, _ in units_in_order(seeds, devices, all_rates):
         u = sweep_unit(name)
         state, detail = unit_state(RECORDS, WORK, u), ""
+        if state == "todo" and by_label.get(name):
+            detail = f"recorded under other id(s) {', '.join(by_label[name])} (other code or protocol)"
         if state == "started":
             folder = WORK / unit_id(u)
             files = sorted((p for p in folder.rglob("*") if p.is_file()), key=lambda p: p.stat().st_mtime)

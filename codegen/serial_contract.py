@@ -32,7 +32,7 @@ INT_KEYS = {"node", "nodes", "inf", "layer", "us", "comm_us", "cycles", "tx", "r
             "ignored", "n", "off", "code", "inferences", "tx_on_us", "rx_on_us", "peer", "rounds", "mode",
             "peer_mode"}
 MODE_STATES = ("request", "switch", "unheard", "mixed")  # the `mode` event's states (cisl_modes.c)
-HOST_STATES = ("ok", "refused", "unknown", "toolong")  # the `host` event's states (cisl_host.c)
+HOST_STATES = ("ok", "refused", "unknown", "toolong", "damaged")  # the `host` event's states (cisl_host.c)
 
 
 @dataclass

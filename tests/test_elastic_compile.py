@@ -288,6 +288,7 @@ def test_the_host_switches_modes_over_a_nodes_serial_line(every_mode_build: Path
         cmds = {c["text"]: c for c in summary["commands"]}
         assert {c["answer"] for c in cmds.values()} == {"ok"} and set(cmds) == {"mode 2", "limits - - -"}
         assert all(c["answered_inf"] >= c["before"] for c in cmds.values())
+        assert cmds["mode 2"]["took_mode"] == 2 and "took_mode" not in cmds["limits - - -"]  # checked against the text
         records = [r for k in (0, 1) for r in parse_text((tmp_path / "logs" / f"node_{k:02d}.log").read_text())]
         # node 1's request goes out in the control round of the inference it was taken before; node 0,
         # which starts the rounds, announces it in the next one, and every node switches there

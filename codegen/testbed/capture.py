@@ -47,6 +47,7 @@ class HostCommand:
     sent: float | None = None  # host time it was written
     answer: str | None = None  # the node's `host` line's state (ok, refused, ...), None if none came
     answered_inf: int | None = None
+    took: int | None = None  # `mode M` answered ok: the mode of the node's `mode state=request` line
 
 
 @dataclass
@@ -238,12 +239,18 @@ def capture(ports: list[PortSpec], raw_dir: Path | None = None, *, reset: Callab
     last_status = 0.0
     commands = list(commands or [])
     unanswered: dict[int, list[HostCommand]] = {}  # per node, sent and not yet answered, in order
+    requested: dict[int, int] = {}  # per node, the mode of its latest `mode state=request` line
 
     def host_side(k: int, rec: Record) -> None:
-        """Write the commands this line is the cue for; pair a `host` line with the oldest unanswered."""
+        """Write the commands this line is the cue for; pair a `host` line with the oldest unanswered
+        (and a `mode M` command with the request line the node logs just before its `ok`)."""
+        if rec.event == "mode" and rec.fields.get("state") == "request":
+            requested[k] = int(rec.fields["mode"])
         if rec.event == "host" and unanswered.get(k):
             cmd = unanswered[k].pop(0)
             cmd.answer, cmd.answered_inf = str(rec.fields["state"]), int(rec.fields["inf"])
+            if cmd.answer == "ok" and rec.fields.get("cmd") == "mode":
+                cmd.took = requested.pop(k, None)
         cue = 0 if rec.event == "boot" else int(rec.fields["inf"]) + 1 if rec.event == "infer" else None
         for cmd in commands:
             if cmd.node == k and cmd.before == cue and cmd.sent is None:

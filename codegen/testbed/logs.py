@@ -185,7 +185,13 @@ def _judge_commands(r: CaptureResult) -> None:
     """A host command that was not carried out fails its node's run: the user asked for it."""
     for cmd in r.commands:
         c = r.nodes[cmd.node]
-        if cmd.answer == "ok" or c.failed is not None:
+        if c.failed is not None:
+            continue
+        if cmd.answer == "ok":
+            words = cmd.text.split()
+            if words[0] == "mode" and cmd.took is not None and str(cmd.took) != words[1]:
+                c.failed = (f"host command {cmd.text!r} reached the node as 'mode {cmd.took}' (it took mode {cmd.took}; "
+                            "a byte was lost on the serial line): request the mode again")
             continue
         if cmd.sent is None:
             c.failed = (f"host command {cmd.text!r} was never sent: the node did not reach inference {cmd.before}"
@@ -212,7 +218,8 @@ def _write(testbed: Testbed, out_dir: Path, r: CaptureResult, flashed: dict | No
         "inferences": inferences, "duration": duration, "ok": r.ok, "records": len(merged),
         "flashed": flashed, "problems": problems,
         "commands": [{"node": c.node, "before": c.before, "text": c.text, "sent": c.sent, "answer": c.answer,
-                      "answered_inf": c.answered_inf} for c in r.commands],
+                      "answered_inf": c.answered_inf, **({"took_mode": c.took} if c.took is not None else {})}
+                     for c in r.commands],
         "nodes": {str(k): {"port": c.port, "bytes": c.bytes, "lines": c.lines, "records": len(c.records),
                            "inferences": c.infers, "ended": c.ended, "reopens": c.reopens, "failed": c.failed}
                   for k, c in r.nodes.items()},

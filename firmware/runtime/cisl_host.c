@@ -21,6 +21,8 @@ static struct {
     char buf[CISL_HOST_LINE_MAX + 1u];
     uint32_t len;
     uint8_t overlong; /* the line being read no longer fits: dropped up to its newline */
+    uint8_t damaged;  /* it holds a byte no host writes (a NUL, a control or non-ASCII byte: noise or
+                       * a framing error on the wire): dropped whole, never parsed */
 } rx;
 
 static void host_event(uint32_t inference, const char *cmd, const char *state)
@@ -119,14 +121,19 @@ void cisl_host_poll(uint32_t inference)
             if (c == '\n') {
                 if (rx.overlong) {
                     host_event(inference, "unknown", "toolong");
+                } else if (rx.damaged) {
+                    host_event(inference, "unknown", "damaged");
                 } else if (rx.len > 0u) {
                     rx.buf[rx.len] = '\0';
                     (void)cisl_host_command(inference, rx.buf);
                 }
                 rx.len = 0u;
                 rx.overlong = 0u;
+                rx.damaged = 0u;
             } else if (c == '\r') {
                 /* CR LF from terminals */
+            } else if ((c < ' ' && c != '\t') || c > '~') {
+                rx.damaged = 1u;
             } else if (rx.len < CISL_HOST_LINE_MAX) {
                 rx.buf[rx.len++] = c;
             } else {

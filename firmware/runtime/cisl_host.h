@@ -8,9 +8,11 @@
  *                              limits for the on-node selector (cisl_modes_set_limits); a field
  *                              "-" is no limit, all three "-" stops the node choosing
  *
- * Bytes the board could not deliver whole (a line longer than CISL_HOST_LINE_MAX, a byte lost in
- * the UART) make a line that is answered `state=unknown` or `state=toolong`: a command is carried
- * out whole or not at all. */
+ * A line that does not parse as a whole is answered `state=refused` or `state=unknown`, one longer
+ * than CISL_HOST_LINE_MAX `state=toolong`, one holding a byte no host writes (NUL, control,
+ * non-ASCII: noise or a framing error) `state=damaged`; none of them is carried out in part. A byte
+ * lost inside a number ("mode 12" arriving as "mode 1") still parses: the host checks the answer's
+ * `mode` line (`cisl logs` does). */
 #ifndef CISL_HOST_H
 #define CISL_HOST_H
 

@@ -17,6 +17,11 @@ The same records come out whichever backend runs them:
 
 Apart from the result, a record holds only what defines the unit; how it ran (seconds, backend,
 host) is kept beside it in ``run`` so that records from different backends compare equal without it.
+
+A unit that was stopped (a SLURM time limit, a closed session) leaves its work folder behind
+(`unit_state`: "started"); units that checkpoint there — `cisl sweep`'s training units (cisl train's
+epoch and pruning-stage checkpoints), the split-training study's trajectories — continue from it
+when the sweep runs again, and end with the record an uninterrupted run writes.
 """
 
 from __future__ import annotations

@@ -270,16 +270,18 @@ def waves(units: Iterable[Unit]) -> list[list[Unit]]:
 
 def _submitit_executor(backend: str, logs: Path, jobs: int, slurm: dict | None):
     submitit = require("submitit", f"the {backend} sweep backend", "sweep")
-    ex = submitit.AutoExecutor(folder=str(logs), cluster="local" if backend == "local" else "slurm")
     opts = dict(slurm or {})
     if backend == "slurm":
+        ex = submitit.AutoExecutor(folder=str(logs), cluster="slurm")
         params = {"slurm_array_parallelism": jobs}
         for key, value in opts.items():
             params[key if key.startswith(("slurm_", "timeout_min", "cpus_per_task", "mem_gb", "gpus_per_node",
                                           "nodes", "tasks_per_node", "name")) else f"slurm_{key}"] = value
         ex.update_parameters(**params)
-    else:
-        ex.update_parameters(timeout_min=int(opts.get("timeout_min", 24 * 60)))
+    else:  # the local executor itself: AutoExecutor does not pass it the signal delay
+        ex = submitit.LocalExecutor(folder=str(logs))
+        ex.update_parameters(timeout_min=int(opts.get("timeout_min", 24 * 60)),
+                             **({"signal_delay_s": int(opts["signal_delay_s"])} if "signal_delay_s" in opts else {}))
     return ex
 
 
@@ -325,6 +327,23 @@ def _guarded(unit: Unit, records: str, work: str, backend: str) -> str | None:
         return f"{type(e).__name__}: {e}".splitlines()[0][:200]
 
 
+class _Requeueable:
+    """What submitit runs for a unit. When the unit reaches its time limit (SLURM's --time, or the
+    local executor's timeout), submitit calls ``checkpoint`` and requeues the same call (up to its
+    max_num_timeout, 3 by default); the unit then continues from what it saved in its work folder —
+    cisl train's epoch and pruning-stage checkpoints — instead of failing."""
+
+    def __call__(self, unit: Unit, records: str, work: str, backend: str) -> str | None:
+        return _guarded(unit, records, work, backend)
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
+        from submitit.helpers import DelayedSubmission
+
+        return DelayedSubmission(self, *args, **kwargs)
+
+    __submitit_checkpoint__ = checkpoint  # the name newer submitit releases call
+
+
 def _run_level(todo: list[Unit], records: Path, work: Path, backend: str, jobs: int,
                slurm: dict | None) -> list[str | None]:
     if backend == "joblib":
@@ -341,7 +360,7 @@ def _run_level(todo: list[Unit], records: Path, work: Path, backend: str, jobs: 
     for lo in range(0, len(todo), chunk):
         part = todo[lo:lo + chunk]
         n = len(part)
-        for job in ex.map_array(_guarded, part, [str(records)] * n, [str(work)] * n, [backend] * n):
+        for job in ex.map_array(_Requeueable(), part, [str(records)] * n, [str(work)] * n, [backend] * n):
             try:
                 out.append(job.result())
             except Exception as e:  # noqa: BLE001 -- a job that died (killed, out of time)

@@ -17,3 +17,23 @@ def square(params: dict, ctx) -> dict:
     ctx.work.mkdir(parents=True, exist_ok=True)
     (ctx.work / "artefact.txt").write_text(str(out["square"]))
     return out
+
+
+def slow_count(params: dict, ctx) -> dict:
+    """Counts to params["to"], a second per step, saving the count after every step in its work
+    folder and resuming from it: a unit that a time limit stops and submitit requeues."""
+    import os
+    import time
+
+    ctx.work.mkdir(parents=True, exist_ok=True)
+    state, starts = ctx.work / "count", ctx.work / "starts"
+    count = int(state.read_text()) if state.is_file() else 0
+    with open(starts, "a") as f:
+        f.write(f"{os.getpid()}\n")
+    while count < params["to"]:
+        time.sleep(1.0)
+        count += 1
+        tmp = state.with_suffix(".tmp")
+        tmp.write_text(str(count))
+        tmp.replace(state)
+    return {"count": count, "starts": len(starts.read_text().split())}

@@ -83,6 +83,18 @@ def test_submitit_local_executor_writes_the_same_records_as_joblib(tmp_path: Pat
     assert sorted(p.name for p in (tmp_path / "ra").iterdir()) == sorted(p.name for p in (tmp_path / "rb").iterdir())
 
 
+@pytest.mark.faults
+def test_a_unit_at_its_time_limit_is_requeued_and_resumes(tmp_path: Path) -> None:
+    """submitit signals a job shortly before its time limit; the sweep's job is checkpointable, so it
+    is requeued with the same call and the unit continues from its work folder (here the local
+    executor with a 1-minute limit signalled 55 s early, so every start gets ~5 s)."""
+    pytest.importorskip("submitit")
+    u = Unit(f"{FNS}:slow_count", {"to": 8}, label="count")
+    rec = run_sweep([u], tmp_path / "r", tmp_path / "w", backend="local", jobs=1,
+                    slurm={"timeout_min": 1, "signal_delay_s": 55}, say=lambda s: None)[0]
+    assert rec["result"]["count"] == 8 and rec["result"]["starts"] >= 2, rec["result"]
+
+
 TINY = tiny_train_config(devices=2)
 
 

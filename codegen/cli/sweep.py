@@ -43,7 +43,9 @@ def _values(option: str, text: str | None, kind, low: float, high: float, high_o
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True,
               help="Units at a time (joblib, local) or the job array's parallelism (slurm).")
 @click.option("--slurm-partition", default=None, help="slurm: partition.")
-@click.option("--slurm-time", type=click.IntRange(min=1), default=240, show_default=True, help="slurm: minutes per unit.")
+@click.option("--slurm-time", type=click.IntRange(min=1), default=240, show_default=True,
+              help="slurm: minutes per job; a unit still running then is requeued (up to 3 times) and resumes "
+                   "from its checkpoints.")
 @click.option("--slurm-cpus", type=click.IntRange(min=1), default=2, show_default=True, help="slurm: CPUs per unit.")
 @click.option("--dry-run", is_flag=True,
               help="List the units, their ids and states (done, started: stopped and resumes, todo); run nothing.")

@@ -67,8 +67,14 @@ class Unit:
     code: tuple[str, ...] = ()
 
     def key(self) -> dict:
-        return {"fn": self.fn, "params": self.params, "code": code_version(self.fn, self.code),
-                "data": {Path(p).name: data_hash(p) for p in self.data},
+        """What the id is the hash of. Where the files lie is not part of it (a study continued on a
+        cluster, or in another clone, finds its records): a function defined in a file is named by
+        the file's name (its content is in the code version), and a parameter that is the path of a
+        data file by that file's name (its content is in ``data``)."""
+        target, _, name = self.fn.rpartition(":")
+        fn = f"{Path(target).name}:{name}" if target.endswith(".py") else self.fn
+        return {"fn": fn, "params": _without_paths(self.params, {p: Path(p).name for p in self.data}),
+                "code": code_version(self.fn, self.code), "data": {Path(p).name: data_hash(p) for p in self.data},
                 "needs": sorted(unit_id(u) for u in self.needs)}
 
 
@@ -92,6 +98,14 @@ class Context:
 # --------------------------------------------------------------------------------------------
 # ids
 # --------------------------------------------------------------------------------------------
+
+def _without_paths(value: Any, names: dict[str, str]) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_paths(v, names) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_without_paths(v, names) for v in value]
+    return f"<file {names[value]}>" if isinstance(value, str) and value in names else value
+
 
 def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)

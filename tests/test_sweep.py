@@ -44,6 +44,29 @@ def test_ids_follow_content_not_names(tmp_path: Path) -> None:
 
 
 @pytest.mark.unit
+def test_ids_do_not_depend_on_where_the_files_lie(tmp_path: Path) -> None:
+    """The same study in another clone or on a cluster's file system finds its records: the function's
+    file and the data files enter the id by name and content, not by path."""
+    here, there = tmp_path / "laptop", tmp_path / "cluster" / "scratch"
+    for root in (here, there):
+        root.mkdir(parents=True)
+        (root / "sweep_fns.py").write_bytes(Path(FNS).read_bytes())
+        (root / "d.csv").write_text("a,b\n1,2\n")
+
+    def at(root: Path, **params) -> Unit:
+        return Unit(f"{root / 'sweep_fns.py'}:square", {"x": 1, "data": str(root / "d.csv"), **params},
+                    data=(str(root / "d.csv"),))
+
+    assert unit_id(at(here)) == unit_id(at(there))
+    assert unit_id(at(here)) != unit_id(at(here, x=2))
+    changed = tmp_path / "changed"
+    changed.mkdir()
+    (changed / "sweep_fns.py").write_text(Path(FNS).read_text() + "\n# changed\n")
+    (changed / "d.csv").write_text("a,b\n1,2\n")
+    assert unit_id(at(here)) != unit_id(at(changed))  # the function's file enters by content
+
+
+@pytest.mark.unit
 def test_finished_units_are_skipped_and_needs_run_first(tmp_path: Path) -> None:
     base = unit(tmp_path, 3)
     top = unit(tmp_path, 4, base=1, base_unit=None)

@@ -388,8 +388,9 @@ def deploy(runs: dict[str, dict]) -> list[str]:
             f"({100 * i8['relative_increase']:+.2f} %); virtual testbed bit-exact: "
             f"{'yes' if sim['bit_exact'] else 'NO'}; somegather bytes sent per node and inference "
             f"{sorted(set(sent.values()))} of {sorted(set(full.values()))} for allgather "
-            f"(ratio {min(ratios):.3f}–{max(ratios):.3f}; the plan's keep ratio, 2 of 16 columns per device and point, "
-            f"is {r['train']['communication']['ratio_to_allgather']:.3f}). Under message loss q = 10 % in all three modes "
+            f"(per node {min(ratios):.3f}–{max(ratios):.3f}, all nodes {sum(sent.values()) / sum(full.values()):.4f}; "
+            f"the trained model's keep ratio over every somegather point is "
+            f"{r['train']['communication']['ratio_to_allgather']:.4f}). Under message loss q = 10 % in all three modes "
             f"(the rate it was trained for) its float test MSE is {r['train']['test_mse_lossy']:.4f}.", ""]
 
 
@@ -464,8 +465,10 @@ def report(runs_dir: Path, out: Path, records: Path | None = None) -> None:
     # it compiles and runs the testbed) is a section of its own
     versions = sorted({v for name, v in unit_versions.items() if not name.startswith("deploy")})
     deploy_version = unit_versions.get("deploy-D8")
-    proto = {k: v for k, v in next(iter(runs.values()))["protocol"].items() if k != "threads"} if runs else {}
-    threads = sorted({r.get("threads", r["protocol"].get("threads")) for r in runs.values()} - {None})
+    # the training units carry the protocol (the deployed model's record is `cisl train`'s summary)
+    proto = next(({k: v for k, v in r["protocol"].items() if k != "threads"} for r in runs.values() if "protocol" in r), {})
+    threads = sorted({r["threads"] if "threads" in r else r.get("protocol", {}).get("threads") for r in runs.values()}
+                     - {None})
     lines = ["# Training for the split on ETTh2 (issue 3)", "",
              "Produced by `python bench/split_training.py run` and `python bench/split_training_report.py` "
              "from the per-run records in `split_training/records/` (codegen.sweep, one per unit id) and, for "

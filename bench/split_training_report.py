@@ -98,6 +98,13 @@ def fig7(runs: dict[str, dict], out: Path) -> list[str]:
                   f"columns across devices and points to come as close to the request as they allow; before, each "
                   f"device rounded up on its own — at D = {D} it owns {own} columns per point, "
                   f"{math.ceil(0.1 * own)} of {own} = {math.ceil(0.1 * own) / own:.4f}.)", ""]
+        rescored = [sd for sd in seeds if runs.get(f"fig7-D{D}-s{sd}-dense", {}).get("train", {}).get("note")
+                    == "state reused"]
+        if rescored:
+            lines += [f"(Unpruned model of seed(s) {rescored}: scored from the saved model the pruning trajectories "
+                      "started from. It had been retrained in the sweep's work folder after the unit's first record, and "
+                      "the retraining did not reproduce that record's model, so the record was replaced by this one: "
+                      "every comparison with the unpruned model is with the model the pruning actually pruned.)", ""]
         lines += _paired(runs, D, keeps)
         for method, style in (("somegather", "o-"), ("normal", "s--")):
             xs = [0.0] + [100 * (1 - float(np.mean(realised.get(kp, [kp])))) for kp in sorted(curves[method], reverse=True)]

@@ -244,6 +244,9 @@ def fig7_method(s: Session, method: str, ctx, dense) -> dict:
 
     name = f"fig7-D{s.devices}-s{s.seed}-{method}"
     model, _ = _dense(s, ctx, dense)
+    # the model this trajectory prunes, scored: the report compares with it, not only with the dense
+    # unit's record (a dense model retrained elsewhere need not be bit-identical to the recorded one)
+    start = {"test_mse": s.test_mse(model), "val_mse": s.test_mse(model, split="val")}
     dense_comm = communication(model.split, model.masks, s.cfg.model.tokens, s.cfg.model.horizon)
     split = model.split
     layers = s.cfg.model.layers
@@ -282,8 +285,8 @@ def fig7_method(s: Session, method: str, ctx, dense) -> dict:
                                   "torch_rng": torch.get_rng_state(), "points": points})
         if k == int(os.environ.get("CISL_STUDY_STOP_AFTER", "0")) < len(actions):
             raise RuntimeError(f"stopped after action {k} of {len(actions)} (CISL_STUDY_STOP_AFTER, as a time limit would)")
-    return {"devices": s.devices, "seed": s.seed, "method": method, "dense_communication": dense_comm,
-            "points": points}
+    return {"devices": s.devices, "seed": s.seed, "method": method, "start": start,
+            "dense_communication": dense_comm, "points": points}
 
 
 def deployment(s: Session, model, method: str, keep: float, work: Path) -> dict:

@@ -120,8 +120,9 @@ def fig7(runs: dict[str, dict], out: Path) -> list[str]:
     fig.savefig(out / "fig7_pruning.png", dpi=120)
     plt.close(fig)
     dense_runs = [r for k, r in runs.items() if k.startswith("fig7-") and k.endswith("-dense")]
+    # a rescored unpruned model ("state reused") has no training history in its record
     best_epochs = ", ".join(f"D = {r['devices']} seed {r['seed']}: epoch {r['train']['best_epoch']} of "
-                            f"{r['train']['epochs']}" for r in dense_runs)
+                            f"{r['train']['epochs']}" for r in dense_runs if "best_epoch" in r["train"])
     lines += ["![Fig. 7](fig7_pruning.png)", "",
               "Under this reduced protocol the paper's model (F = 128, 6 layers) over-fits ETTh2: the dense model's "
               f"best validation epoch is early ({best_epochs}), and narrower models score better on validation *and* "
@@ -416,15 +417,34 @@ def walltime(path: Path) -> list[str]:
 
 
 def _keep_rel(runs: dict[str, dict], D: int, method: str, keep: float) -> list[tuple[float, float]]:
-    """Per seed, (test, validation) MSE of a method at a keep ratio relative to the same seed's dense model."""
+    """Per seed, (test, validation) MSE of a method at a keep ratio relative to the model the trajectory
+    started from (its record's ``start``; older records: the same seed's dense record)."""
     out = []
     for k, r in sorted(runs.items()):
-        dense = runs.get(f"fig7-D{D}-s{r.get('seed')}-dense")
-        if k.startswith(f"fig7-D{D}-") and r.get("method") == method and dense:
+        base = _start_of(runs, D, r)
+        if k.startswith(f"fig7-D{D}-") and r.get("method") == method and base:
             for pt in r["points"]:
                 if pt["keep"] == keep:
-                    out.append((pt["test_mse"] / dense["test_mse"] - 1,
-                                pt["finetune"]["val_mse"] / dense["train"]["val_mse"] - 1))
+                    out.append((pt["test_mse"] / base[0] - 1, pt["finetune"]["val_mse"] / base[1] - 1))
+    return out
+
+
+def _start_of(runs: dict[str, dict], D: int, traj: dict) -> tuple[float, float] | None:
+    """(test, validation) MSE of the unpruned model a pruning trajectory started from."""
+    if "start" in traj:
+        return traj["start"]["test_mse"], traj["start"]["val_mse"]
+    dense = runs.get(f"fig7-D{D}-s{traj.get('seed')}-dense")
+    return (dense["test_mse"], dense["train"]["val_mse"]) if dense else None
+
+
+def start_mismatches(runs: dict[str, dict]) -> list[str]:
+    """Trajectories that started from another model than their seed's dense record scored."""
+    out = []
+    for k, r in sorted(runs.items()):
+        dense = runs.get(f"fig7-D{r.get('devices')}-s{r.get('seed')}-dense")
+        if k.startswith("fig7-") and "start" in r and dense and r["start"]["test_mse"] != dense["test_mse"]:
+            out.append(f"{k} started from a model scoring {r['start']['test_mse']:.5f} (its dense record: "
+                       f"{dense['test_mse']:.5f})")
     return out
 
 
@@ -486,6 +506,8 @@ def report(runs_dir: Path, out: Path, records: Path | None = None) -> None:
              *([f"**MIXED: these tables combine results of {len(versions)} code versions** (e.g. models trained "
                 "before and after issue 16's rescaling); rerun the study before reading them as one.", ""]
                if len(versions) > 1 else []),
+             *([f"**MIXED: {m}**; its rows are compared with the model it started from." for m in start_mismatches(runs)]
+               + [""] if start_mismatches(runs) else []),
              f"Each run used {' or '.join(map(str, threads))} torch thread(s) (field `threads` of its record); the "
              "thread count changes only float rounding.", ""]
     lines += criteria(runs)

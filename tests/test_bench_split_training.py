@@ -57,6 +57,10 @@ def test_smoke_run_writes_every_unit_and_the_report(tmp_path: Path) -> None:
         dep = pts[-1]["deployment"]
         assert dep["board"] == "nrf52840dk" and 0 < dep["flash_bytes_max"] < 1 << 20 and dep["latency_ms"] > 0
         assert "deployment" not in pts[0]
+    # each trajectory records the model it pruned: the dense unit's own model
+    dense = runs["fig7-D8-s0-dense"]
+    for method in ("somegather", "normal"):
+        assert runs[f"fig7-D8-s0-{method}"]["start"] == {"test_mse": dense["test_mse"], "val_mse": dense["train"]["val_mse"]}
     # the dropout models train as the product does: half the windows clean, nothing rescaled
     assert runs["fig8-D8-s0-q0.1"]["clean"] == 0.5 and runs["fig8-D8-s0-q0.1"]["rescale"] is False
     rng = runs["fig8-D8-s0-qmax0.2"]
@@ -96,5 +100,17 @@ def test_smoke_run_writes_every_unit_and_the_report(tmp_path: Path) -> None:
     criterion = md.split("**The q = 10 % criterion, per seed**", 1)[1]
     assert "\n| 0 | " in criterion and "| mean | " in criterion
     assert "One model for every loss rate" in md
+    assert "MIXED" not in md
     assert (tmp_path / "fig7_pruning.png").stat().st_size > 10_000
+    # a trajectory that pruned another model than its seed's dense record scored (a dense model
+    # retrained elsewhere) is named, and compared with the model it started from
+    dense_record = next(p for p in (tmp_path / "records").glob("*.json") if json.loads(p.read_text())["label"] == UNITS[0])
+    rec = json.loads(dense_record.read_text())
+    rec["result"]["test_mse"] *= 1.01
+    dense_record.write_text(json.dumps(rec))
+    bench("report", "--runs", str(tmp_path / "none"), "--records", str(tmp_path / "records"), "--out", str(tmp_path))
+    md2 = (tmp_path / "split_training.md").read_text()
+    assert "**MIXED: fig7-D8-s0-normal started from a model scoring" in md2
+    claim = next(ln for ln in md.splitlines() if ln.startswith("* D = 8, keep 0.25"))
+    assert claim in md2  # same relative numbers: they are against the recorded start
     assert (tmp_path / "fig8_dropout.png").stat().st_size > 10_000

@@ -6,7 +6,8 @@ unit, the protocol, the torch threads, the code version and the ETTh2 file's con
 when its record exists, so the study can be interrupted and continued, locally or on a cluster:
 
 * ``fig7-D{D}-s{seed}-dense``: the unpruned (allgather) model.
-* ``fig7-D{D}-s{seed}-{method}``: stepwise pruning from that dense model, method ``somegather``
+* ``fig7-D{D}-s{seed}-{method}``: stepwise pruning from that dense model (its record's ``start`` holds
+  the test and validation MSE of the model it pruned, which the report compares with), method ``somegather``
   (prune only what is sent to other devices) or ``normal`` (prune whole columns: the allgather model
   narrowed to the same communication). One trajectory per method: every stage prunes ``step`` of each
   device's columns and retrains one epoch; when the trajectory reaches a reported keep ratio, the
@@ -189,7 +190,10 @@ def cached_dense(devices: int, seed: int):
 
 def _dense(s: Session, ctx, dense_unit=None):
     """The unpruned model of (devices, seed), saved in the dense unit's work folder for the units that
-    start from it (retrained, deterministically, if that folder was cleaned)."""
+    start from it. Retrained if that folder was cleaned; the retrained model must then score exactly what
+    the dense unit's record says, or the unit fails: a retraining in another process has been seen to
+    differ in the last digits (seed 2: 0.3014533 recorded, 0.3014354 retrained in two later runs alike), and 8 epochs
+    can grow that to 0.7 %."""
     import torch
 
     from codegen.train.loop import save_checkpoint

@@ -40,6 +40,13 @@ def _load(runs: Path, records: Path | None = None) -> tuple[dict[str, dict], dic
     return out, versions
 
 
+def version_groups(unit_versions: dict[str, str]) -> dict[str, list[str]]:
+    """The code versions behind each table that is read as one: a table may only mix seeds of one code."""
+    groups = {"Fig. 7 at D = 8": "fig7-D8-", "Fig. 7 at D = 16": "fig7-D16-", "Fig. 8": "fig8-"}
+    out = {g: sorted({v for name, v in unit_versions.items() if name.startswith(prefix)}) for g, prefix in groups.items()}
+    return {g: vs for g, vs in out.items() if vs}
+
+
 def _saved(ratios: list[float]) -> str:
     """Communication saved at the realised keep ratios of the runs (a range when they differ)."""
     lo, hi = 100 * (1 - max(ratios)), 100 * (1 - min(ratios))
@@ -473,7 +480,9 @@ def criteria(runs: dict[str, dict]) -> list[str]:
             continue
         lines.append(f"* D = {D}, keep {keep:g}, vs the unpruned model ({len(sg)} seed(s)): somegather {_mean_pair(sg)} "
                      f"(within 3 %: {sum(t <= 0.03 for t, _ in sg)} of {len(sg)} seeds on test, "
-                     f"{sum(x <= 0.03 for _, x in sg)} of {len(sg)} on validation); normal pruning {_mean_pair(nm)}.")
+                     f"{sum(x <= 0.03 for _, x in sg)} of {len(sg)} on validation); normal pruning {_mean_pair(nm)}"
+                     + ("" if any(r.get("_fresh") for k, r in runs.items() if k.startswith(f"fig7-D{D}-"))
+                        else " (runs from before issue 16: keep realised as rounded up per device, not rerun since)") + ".")
     i8 = runs.get("deploy-D8", {}).get("int8")
     if i8:
         lines.append(f"* int8 deployment of the pruned, dropout-hardened model: {100 * i8['relative_increase']:+.2f} % "
@@ -490,7 +499,8 @@ def report(runs_dir: Path, out: Path, records: Path | None = None) -> None:
     legacy, _ = _load(runs_dir)
     # the tables combine the training units; the deployed model (its code version covers all of codegen:
     # it compiles and runs the testbed) is a section of its own
-    versions = sorted({v for name, v in unit_versions.items() if not name.startswith("deploy")})
+    groups = version_groups(unit_versions)
+    mixed = [g for g, vs in groups.items() if len(vs) > 1]
     deploy_version = unit_versions.get("deploy-D8")
     # the training units carry the protocol (the deployed model's record is `cisl train`'s summary)
     proto = next(({k: v for k, v in r["protocol"].items() if k != "threads"} for r in runs.values() if "protocol" in r), {})
@@ -501,11 +511,12 @@ def report(runs_dir: Path, out: Path, records: Path | None = None) -> None:
              "from the per-run records in `split_training/records/` (codegen.sweep, one per unit id) and, for "
              "units not rerun since issue 16, `split_training/runs/`.", "",
              f"Protocol: {json.dumps(proto)}", "",
-             f"Code version(s) of the training results: {', '.join(versions) or 'none'}"
-             + (f"; of the deployed model: {deploy_version}" if deploy_version else "") + ".", "",
-             *([f"**MIXED: these tables combine results of {len(versions)} code versions** (e.g. models trained "
-                "before and after issue 16's rescaling); rerun the study before reading them as one.", ""]
-               if len(versions) > 1 else []),
+             "Code version(s) of the training results: "
+             + "; ".join(f"{g}: {', '.join(vs)}" for g, vs in groups.items())
+             + (f"; the deployed model: {deploy_version}" if deploy_version else "") + ".", "",
+             *([f"**MIXED: {', '.join(mixed)} combine(s) results of several code versions** (e.g. models trained "
+                "before and after issue 16's changes); rerun those units before reading them as one.", ""]
+               if mixed else []),
              *([f"**MIXED: {m}**; its rows are compared with the model it started from." for m in start_mismatches(runs)]
                + [""] if start_mismatches(runs) else []),
              f"Each run used {' or '.join(map(str, threads))} torch thread(s) (field `threads` of its record); the "

@@ -101,6 +101,7 @@ def test_smoke_run_writes_every_unit_and_the_report(tmp_path: Path) -> None:
     assert "\n| 0 | " in criterion and "| mean | " in criterion
     assert "One model for every loss rate" in md
     assert "MIXED" not in md
+    assert "Code version(s) of the training results: Fig. 7 at D = 8: 0.1.0" in md and "; Fig. 8: 0.1.0" in md
     assert (tmp_path / "fig7_pruning.png").stat().st_size > 10_000
     # a trajectory that pruned another model than its seed's dense record scored (a dense model
     # retrained elsewhere) is named, and compared with the model it started from

@@ -389,6 +389,96 @@ def _range_rows(q_dep: list[float], test: dict, val: dict) -> list[str]:
     return lines + [""]
 
 
+def _pct(pair) -> str:
+    return f"{100 * pair[0]:+.1f} % / {100 * pair[1]:+.1f} %"
+
+
+def _yes(flags: tuple[bool, bool]) -> str:
+    return " / ".join("yes" if f else "no" for f in flags)
+
+
+def paper_claims(runs: dict[str, dict], D: int = 8, q: float = 0.1) -> list[str]:
+    """The CISL paper's accuracy claims (abstract, §5.4 Fig. 7, §5.5 Fig. 8), each next to what this study
+    measures at D = 8 (means over the seeds, test / validation) and whether it holds here, per split."""
+    keeps = sorted({pt["keep"] for k, r in runs.items() if k.startswith(f"fig7-D{D}-") for pt in r.get("points", [])},
+                   reverse=True)
+    rel = {m: {kp: np.mean(_keep_rel(runs, D, m, kp), axis=0) for kp in keeps if _keep_rel(runs, D, m, kp)}
+           for m in ("somegather", "normal")}
+    if not keeps or not rel["somegather"] or not rel["normal"]:
+        return []
+    seeds = len(_keep_rel(runs, D, "somegather", keeps[-1]))
+    saved = [100 * (1 - pt["communication"]["ratio_to_allgather"]) for k, r in runs.items()
+             if k.startswith(f"fig7-D{D}-") and r.get("method") == "somegather" for pt in r["points"] if pt["keep"] == keeps[-1]]
+    series = {m: " → ".join(f"{100 * rel[m][kp][0]:+.1f}" for kp in keeps) + " % (test); "
+                 + " → ".join(f"{100 * rel[m][kp][1]:+.1f}" for kp in keeps) + " % (validation)" for m in rel}
+    sg_flat = tuple(all(abs(rel["somegather"][kp][i]) <= 0.03 for kp in keeps) for i in (0, 1))
+    nm_rises = tuple(all(rel["normal"][a][i] < rel["normal"][b][i] for a, b in zip(keeps, keeps[1:]))
+                     and rel["normal"][keeps[-1]][i] > 0 for i in (0, 1))
+    last = rel["somegather"][keeps[-1]]
+    pts = {(r["seed"], r["method"]): {pt["keep"]: (pt["test_mse"], pt["finetune"]["val_mse"]) for pt in r["points"]}
+           for k, r in runs.items() if k.startswith(f"fig7-D{D}-") and r.get("method") in ("somegather", "normal")}
+    paired = [s for s, m in pts if m == "somegather" and (s, "normal") in pts]
+    wins = tuple(sum(pts[(s, "somegather")][keeps[-1]][i] < pts[(s, "normal")][keeps[-1]][i] for s in paired)
+                 for i in (0, 1))
+    keep_list = ", ".join(f"{kp:g}" for kp in keeps)
+    lines = ["## The paper's accuracy claims and what holds here", "",
+             f"CISL (shared/papers), each claim next to this study's measurement at D = {D} under the reduced protocol "
+             f"above; means over the seeds, test / validation. \"Holds\" is judged per split. \"Almost constant\" "
+             "is read as within 3 % of the unpruned model, the reading issue 3 fixed.", "",
+             "| the paper says | measured here | holds (test / validation) |", "|---|---|---|",
+             f"| somegather \"maintains an almost constant error across the entire range\" of communication savings "
+             f"(§5.4, Fig. 7) | vs unpruned at keep {keep_list} ({seeds} seed(s)): {series['somegather']} | "
+             f"{_yes(sg_flat)} |",
+             f"| communication \"reduced by up to 90 %\" \"while maintaining accuracy\" (§1) | keep {keeps[-1]:g} saves "
+             f"{min(saved):.1f}–{max(saved):.1f} % of the allgather's columns; somegather vs unpruned {_pct(last)} | "
+             f"{_yes(tuple(x <= 0.03 for x in last))} |",
+             f"| with normal pruning \"prediction error rises steadily as communication is reduced\" (§5.4) | vs "
+             f"unpruned at keep {keep_list}: {series['normal']} | {_yes(nm_rises)} |",
+             f"| somegather is the better way to cut communication (Fig. 7: its curve below normal pruning's) | at keep "
+             f"{keeps[-1]:g} somegather has the lower MSE in {wins[0]} of {len(paired)} seeds on test, {wins[1]} of "
+             f"{len(paired)} on validation | {_yes(tuple(w > len(paired) / 2 for w in wins))} |"]
+    lines += _dropout_claims(runs, q)
+    return lines + ["", "Where a claim does not hold, the tables below have the evidence per seed; the notes under "
+                    "Fig. 7 say why this protocol favours narrow models (the paper's model over-fits ETTh2 here). The "
+                    "shortfall row is a limitation the paper reports: where it does not hold, the dropout-trained model "
+                    "under loss did better than the paper found.", ""]
+
+
+def _dropout_claims(runs: dict[str, dict], q: float) -> list[str]:
+    """Fig. 8's claims: rows of the claims table."""
+    qs = f"{q:g}"
+    fig8 = [r for k, r in runs.items() if k.startswith("fig8-D8-")]
+    by = {(r["seed"], _trained(r)): r for r in fig8}
+    seeds = sorted(s for s, t in by if t == (0.0, 0.0) and (s, (0.0, q)) in by)
+    if not seeds:
+        return []
+    keys = ("test_mse_at_q", "val_mse_at_q")
+    nd = np.mean([[by[(s, (0.0, 0.0))][k][qs] / by[(s, (0.0, 0.0))][k]["0"] - 1 for k in keys] for s in seeds], axis=0)
+    dr = np.mean([[by[(s, (0.0, q))][k][qs] / by[(s, (0.0, q))][k]["0"] - 1 for k in keys] for s in seeds], axis=0)
+    short = np.mean([[by[(s, (0.0, q))][k][qs] / by[(s, (0.0, 0.0))][k]["0"] - 1 for k in keys] for s in seeds], axis=0)
+    lines = [f"| without message dropout \"test accuracy degrades rapidly as message loss increases\"; dropout cuts "
+             f"the error increase from none to 10 % loss \"from up to 200 % to 23.6 %\" across datasets (§1, §5.5) | "
+             f"from q = 0 to q = {100 * q:g} % ({len(seeds)} seed(s)): no dropout {_pct(nd)}, trained at {100 * q:g} % "
+             f"{_pct(dr)} | {_yes(tuple(a > 0.05 and b < a for a, b in zip(nd, dr)))} |",
+             f"| dropout-trained models \"still fall short of the original, loss-free network: test losses increase by "
+             f"about 4.2 % for ETT\" (§5.5) | trained at {100 * q:g} % and deployed at {100 * q:g} %, vs the no-dropout "
+             f"model loss-free: {_pct(short)} | {_yes(tuple(x > 0 for x in short))} |"]
+    # "perform best when training and deployment message-loss probabilities match": the seeds trained at every rate
+    fixed = sorted({t for _, t in by if not t[0]})
+    every = sorted(s for s in {s for s, _ in by} if all((s, t) in by for t in fixed))
+    rates = [t[1] for t in fixed if t[1] > 0]
+    if every and len(rates) > 1:
+        match = []
+        for i, k in enumerate(keys):
+            best = {qd: min(fixed, key=lambda t: np.mean([by[(s, t)][k][f"{qd:g}"] for s in every]))[1] for qd in rates}
+            match.append(best)
+        cells = "; ".join(f"deployed {100 * qd:g} %: {100 * match[0][qd]:g} % / {100 * match[1][qd]:g} %" for qd in rates)
+        lines.append(f"| dropout-trained models \"perform best when training and deployment message-loss probabilities "
+                     f"match\" (§5.5) | training rate with the lowest MSE at each deployed rate (seed(s) {every}), test "
+                     f"/ validation: {cells} | {_yes(tuple(all(m[qd] == qd for qd in rates) for m in match))} |")
+    return lines
+
+
 def deploy(runs: dict[str, dict]) -> list[str]:
     r = runs.get("deploy-D8")
     if not r:
@@ -522,6 +612,7 @@ def report(runs_dir: Path, out: Path, records: Path | None = None) -> None:
              f"Each run used {' or '.join(map(str, threads))} torch thread(s) (field `threads` of its record); the "
              "thread count changes only float rounding.", ""]
     lines += criteria(runs)
+    lines += paper_claims(runs)
     lines += before_after(runs, legacy)
     lines += fig7(runs, out) + fig8(runs, out) + deploy(runs) + walltime(runs_dir.parent / "walltime.json")
     write_text_atomic(out / "split_training.md", "\n".join(lines) + "\n")

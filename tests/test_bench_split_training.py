@@ -101,6 +101,9 @@ def test_smoke_run_writes_every_unit_and_the_report(tmp_path: Path) -> None:
     assert "\n| 0 | " in criterion and "| mean | " in criterion
     assert "One model for every loss rate" in md
     assert "MIXED" not in md
+    claims = md.split("## The paper's accuracy claims and what holds here", 1)[1].split("\n## ", 1)[0]
+    assert '| somegather "maintains an almost constant error' in claims and "vs unpruned at keep 0.5, 0.25 (1 seed(s))" in claims
+    assert '"still fall short of the original, loss-free network' in claims
     assert "Code version(s) of the training results: Fig. 7 at D = 8: 0.1.0" in md and "; Fig. 8: 0.1.0" in md
     assert (tmp_path / "fig7_pruning.png").stat().st_size > 10_000
     # a trajectory that pruned another model than its seed's dense record scored (a dense model

@@ -430,7 +430,7 @@ def paper_claims(runs: dict[str, dict], D: int = 8, q: float = 0.1) -> list[str]
              f"(§5.4, Fig. 7) | vs unpruned at keep {keep_list} ({seeds} seed(s)): {series['somegather']} | "
              f"{_yes(sg_flat)} |",
              f"| communication \"reduced by up to 90 %\" \"while maintaining accuracy\" (§1) | keep {keeps[-1]:g} saves "
-             f"{min(saved):.1f}–{max(saved):.1f} % of the allgather's columns; somegather vs unpruned {_pct(last)} | "
+             f"{_saved([1 - x / 100 for x in saved])} of the allgather's columns; somegather vs unpruned {_pct(last)} | "
              f"{_yes(tuple(x <= 0.03 for x in last))} |",
              f"| with normal pruning \"prediction error rises steadily as communication is reduced\" (§5.4) | vs "
              f"unpruned at keep {keep_list}: {series['normal']} | {_yes(nm_rises)} |",

@@ -192,8 +192,8 @@ def _dense(s: Session, ctx, dense_unit=None):
     """The unpruned model of (devices, seed), saved in the dense unit's work folder for the units that
     start from it. Retrained if that folder was cleaned; the retrained model must then score exactly what
     the dense unit's record says, or the unit fails: a retraining in another process has been seen to
-    differ in the last digits (seed 2: 0.3014533 recorded, 0.3014354 retrained in two later runs alike), and 8 epochs
-    can grow that to 0.7 %."""
+    differ in the last digits (seed 2: 0.3014533 recorded, 0.3014354 retrained in two later runs alike),
+    and 8 epochs can grow that to 0.7 %."""
     import torch
 
     from codegen.train.loop import save_checkpoint

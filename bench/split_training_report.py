@@ -402,13 +402,13 @@ def paper_claims(runs: dict[str, dict], D: int = 8, q: float = 0.1) -> list[str]
     measures at D = 8 (means over the seeds, test / validation) and whether it holds here, per split."""
     keeps = sorted({pt["keep"] for k, r in runs.items() if k.startswith(f"fig7-D{D}-") for pt in r.get("points", [])},
                    reverse=True)
-    rel = {m: {kp: np.mean(_keep_rel(runs, D, m, kp), axis=0) for kp in keeps if _keep_rel(runs, D, m, kp)}
-           for m in ("somegather", "normal")}
+    per_seed = {m: {kp: _keep_rel(runs, D, m, kp) for kp in keeps} for m in ("somegather", "normal")}
+    rel = {m: {kp: np.mean(v, axis=0) for kp, v in by_keep.items() if v} for m, by_keep in per_seed.items()}
     if not keeps or not rel["somegather"] or not rel["normal"]:
         return []
-    seeds = len(_keep_rel(runs, D, "somegather", keeps[-1]))
-    saved = [100 * (1 - pt["communication"]["ratio_to_allgather"]) for k, r in runs.items()
-             if k.startswith(f"fig7-D{D}-") and r.get("method") == "somegather" for pt in r["points"] if pt["keep"] == keeps[-1]]
+    seeds = len(per_seed["somegather"][keeps[-1]])
+    realised = [pt["communication"]["ratio_to_allgather"] for k, r in runs.items()
+                if k.startswith(f"fig7-D{D}-") and r.get("method") == "somegather" for pt in r["points"] if pt["keep"] == keeps[-1]]
     series = {m: " → ".join(f"{100 * rel[m][kp][0]:+.1f}" for kp in keeps) + " % (test); "
                  + " → ".join(f"{100 * rel[m][kp][1]:+.1f}" for kp in keeps) + " % (validation)" for m in rel}
     sg_flat = tuple(all(abs(rel["somegather"][kp][i]) <= 0.03 for kp in keeps) for i in (0, 1))
@@ -430,7 +430,7 @@ def paper_claims(runs: dict[str, dict], D: int = 8, q: float = 0.1) -> list[str]
              f"(§5.4, Fig. 7) | vs unpruned at keep {keep_list} ({seeds} seed(s)): {series['somegather']} | "
              f"{_yes(sg_flat)} |",
              f"| communication \"reduced by up to 90 %\" \"while maintaining accuracy\" (§1) | keep {keeps[-1]:g} saves "
-             f"{_saved([1 - x / 100 for x in saved])} of the allgather's columns; somegather vs unpruned {_pct(last)} | "
+             f"{_saved(realised)} of the allgather's columns; somegather vs unpruned {_pct(last)} | "
              f"{_yes(tuple(x <= 0.03 for x in last))} |",
              f"| with normal pruning \"prediction error rises steadily as communication is reduced\" (§5.4) | vs "
              f"unpruned at keep {keep_list}: {series['normal']} | {_yes(nm_rises)} |",
@@ -468,10 +468,8 @@ def _dropout_claims(runs: dict[str, dict], q: float) -> list[str]:
     every = sorted(s for s in {s for s, _ in by} if all((s, t) in by for t in fixed))
     rates = [t[1] for t in fixed if t[1] > 0]
     if every and len(rates) > 1:
-        match = []
-        for i, k in enumerate(keys):
-            best = {qd: min(fixed, key=lambda t: np.mean([by[(s, t)][k][f"{qd:g}"] for s in every]))[1] for qd in rates}
-            match.append(best)
+        match = [{qd: min(fixed, key=lambda t: np.mean([by[(s, t)][k][f"{qd:g}"] for s in every]))[1] for qd in rates}
+                 for k in keys]
         cells = "; ".join(f"deployed {100 * qd:g} %: {100 * match[0][qd]:g} % / {100 * match[1][qd]:g} %" for qd in rates)
         lines.append(f"| dropout-trained models \"perform best when training and deployment message-loss probabilities "
                      f"match\" (§5.5) | training rate with the lowest MSE at each deployed rate (seed(s) {every}), test "
@@ -591,6 +589,7 @@ def report(runs_dir: Path, out: Path, records: Path | None = None) -> None:
     # it compiles and runs the testbed) is a section of its own
     groups = version_groups(unit_versions)
     mixed = [g for g, vs in groups.items() if len(vs) > 1]
+    other_start = start_mismatches(runs)
     deploy_version = unit_versions.get("deploy-D8")
     # the training units carry the protocol (the deployed model's record is `cisl train`'s summary)
     proto = next(({k: v for k, v in r["protocol"].items() if k != "threads"} for r in runs.values() if "protocol" in r), {})
@@ -607,8 +606,8 @@ def report(runs_dir: Path, out: Path, records: Path | None = None) -> None:
              *([f"**MIXED: {', '.join(mixed)} combine(s) results of several code versions** (e.g. models trained "
                 "before and after issue 16's changes); rerun those units before reading them as one.", ""]
                if mixed else []),
-             *([f"**MIXED: {m}**; its rows are compared with the model it started from." for m in start_mismatches(runs)]
-               + [""] if start_mismatches(runs) else []),
+             *([f"**MIXED: {m}**; its rows are compared with the model it started from." for m in other_start]
+               + [""] if other_start else []),
              f"Each run used {' or '.join(map(str, threads))} torch thread(s) (field `threads` of its record); the "
              "thread count changes only float rounding.", ""]
     lines += criteria(runs)

@@ -249,8 +249,15 @@ def fig8(runs: dict[str, dict], out: Path) -> list[str]:
     lines = ["## Fig. 8 — MSE vs message loss, trained with and without message dropout", "",
              "q applies to all three loss modes (link, receiver, sender); the effective per-link loss is "
              "1 − (1 − q)³. Rows: loss rate during training (0 = no dropout); columns: deployed loss rate. "
-             f"Seed(s) trained at every rate: {complete or 'none (each row: its own seeds)'}.", "",
-             "**Test split**", ""]
+             f"Seed(s) trained at every rate: {complete or 'none (each row: its own seeds)'}.", ""]
+    left = sorted((r["seed"], _trained(r)) for r in every if r["seed"] not in complete) if complete else []
+    if left:  # recorded, but a row averaging other seeds than the rest would not compare training rates
+        by_seed: dict[int, list[str]] = {}
+        for seed, qt in left:
+            by_seed.setdefault(seed, []).append(_label(qt))
+        lines += ["Recorded, not yet in these tables (their seed is not trained at every rate): "
+                  + "; ".join(f"seed {s} trained at {', '.join(q)}" for s, q in by_seed.items()) + ".", ""]
+    lines += ["**Test split**", ""]
     test_lines, test_means = _loss_table(rows, "test_mse_at_q", q_dep)
     val_lines, val_means = _loss_table(rows, "val_mse_at_q", q_dep)
     lines += test_lines

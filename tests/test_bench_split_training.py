@@ -106,6 +106,17 @@ def test_smoke_run_writes_every_unit_and_the_report(tmp_path: Path) -> None:
     assert '"still fall short of the original, loss-free network' in claims
     assert "Code version(s) of the training results: Fig. 7 at D = 8: 0.1.0" in md and "; Fig. 8: 0.1.0" in md
     assert (tmp_path / "fig7_pruning.png").stat().st_size > 10_000
+    # a seed not trained at every rate stays out of Fig. 8's tables (its rows would average other
+    # seeds) but is named, not dropped without a word
+    q01 = next(p for p in (tmp_path / "records").glob("*.json") if json.loads(p.read_text())["label"] == "fig8-D8-s0-q0.1")
+    other = json.loads(q01.read_text())
+    other["label"], other["result"]["seed"] = "fig8-D8-s1-q0.1", 1
+    (tmp_path / "records" / "0000000000000001.json").write_text(json.dumps(other))
+    bench("report", "--runs", str(tmp_path / "none"), "--records", str(tmp_path / "records"), "--out", str(tmp_path))
+    md1 = (tmp_path / "split_training.md").read_text()
+    assert "Recorded, not yet in these tables (their seed is not trained at every rate): seed 1 trained at 10 %." in md1
+    assert "| 10 % (1 seed(s)) |" in md1 and "Seed(s) trained at every rate: [0]" in md1
+    (tmp_path / "records" / "0000000000000001.json").unlink()
     # a trajectory that pruned another model than its seed's dense record scored (a dense model
     # retrained elsewhere) is named, and compared with the model it started from
     dense_record = next(p for p in (tmp_path / "records").glob("*.json") if json.loads(p.read_text())["label"] == UNITS[0])

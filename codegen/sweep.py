@@ -228,6 +228,23 @@ def resolve(fn: str) -> Callable[[dict, Context], Any]:
         raise UserError(f"sweep unit function {fn!r}: {target} has no {name}") from None
 
 
+def cpu_model() -> str:
+    """The worker's CPU, kept in ``run``: float results (torch picks its kernels by instruction set)
+    can differ in the last digits between machines, and a rerun that does not match should say why."""
+    name = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    torch = sys.modules.get("torch")  # only when the unit used it: no import for other sweeps
+    if torch is not None and hasattr(torch.backends, "cpu"):
+        name += f" (torch {torch.backends.cpu.get_cpu_capability()})"
+    return name
+
+
 def run_unit(unit: Unit, records: Path, work: Path, backend: str = "inline") -> dict:
     """Run one unit unless its record exists; returns the record. Called in the worker process."""
     records, work = Path(records), Path(work)
@@ -240,7 +257,7 @@ def run_unit(unit: Unit, records: Path, work: Path, backend: str = "inline") -> 
     result = resolve(unit.fn)(unit.params, ctx)
     record = {"format": RECORD_FORMAT, "id": uid, "label": unit.label, "unit": unit.key(), "result": result,
               "run": {"seconds": round(time.time() - t0, 3), "backend": backend, "host": platform.node(),
-                      "pid": os.getpid()}}
+                      "cpu": cpu_model(), "pid": os.getpid()}}
     records.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, json.dumps(record, indent=1, sort_keys=True, default=str) + "\n")
     return record

@@ -80,6 +80,7 @@ def test_finished_units_are_skipped_and_needs_run_first(tmp_path: Path) -> None:
     assert len(calls(tmp_path)) == 3 and again == recs  # nothing ran twice
     rec = json.loads(record_path(tmp_path / "r", base).read_text())
     assert rec["id"] == unit_id(base) and rec["unit"]["params"]["x"] == 3 and rec["run"]["backend"] == "joblib"
+    assert rec["run"]["cpu"]  # a rerun on another machine that differs in the last digits can say why
     assert not list((tmp_path / "r").glob("*.tmp*"))
 
 

@@ -170,8 +170,13 @@ def data_hash(path: str | Path) -> str:
     raise UserError(f"{p}: data file not found; a sweep unit names it as its input")
 
 
+def key_id(key: dict) -> str:
+    """The id of a unit with this key (a record keeps its key: its file name can be checked)."""
+    return hashlib.sha256(_canonical(key).encode()).hexdigest()[:16]
+
+
 def unit_id(unit: Unit) -> str:
-    return hashlib.sha256(_canonical(unit.key()).encode()).hexdigest()[:16]
+    return key_id(unit.key())
 
 
 # --------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import pytest
 
 from codegen import __version__
 from codegen.errors import UserError
-from codegen.sweep import Unit, is_done, record_path, run_sweep, same_record, unit_id, waves
+from codegen.sweep import Unit, is_done, key_id, record_path, run_sweep, same_record, unit_id, waves
 from models import tiny_train_config
 
 FNS = str(Path(__file__).resolve().parent / "sweep_fns.py")
@@ -64,6 +64,22 @@ def test_ids_do_not_depend_on_where_the_files_lie(tmp_path: Path) -> None:
     (changed / "sweep_fns.py").write_text(Path(FNS).read_text() + "\n# changed\n")
     (changed / "d.csv").write_text("a,b\n1,2\n")
     assert unit_id(at(here)) != unit_id(at(changed))  # the function's file enters by content
+
+
+@pytest.mark.unit
+def test_committed_study_records_are_found_from_any_clone() -> None:
+    """The records under docs/results are named by the hash of the key they keep, with no path in it,
+    so a clone at the study's code version finds them (`split_training.py status` says done, `run`
+    does not retrain) and the units that need one find it."""
+    records = Path(__file__).resolve().parents[1] / "docs" / "results" / "split_training" / "records"
+    files = sorted(records.glob("*.json"))
+    assert files
+    for path in files:
+        record = json.loads(path.read_text())
+        key = record["unit"]
+        assert path.stem == record["id"] == key_id(key), path.name
+        assert "/" not in key["fn"], f"{path.name}: the unit's function is named by a path"
+        assert all((records / f"{need}.json").is_file() for need in key["needs"]), path.name
 
 
 @pytest.mark.unit

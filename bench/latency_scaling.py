@@ -314,4 +314,6 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    main()
+    from codegen.cli.app import one_line_errors
+
+    one_line_errors(main)

@@ -363,4 +363,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from codegen.cli.app import one_line_errors
+
+    one_line_errors(main)

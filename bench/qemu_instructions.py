@@ -244,4 +244,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     os.environ.setdefault("PYTHONHASHSEED", "0")
-    main()
+    from codegen.cli.app import one_line_errors
+
+    one_line_errors(main)

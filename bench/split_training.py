@@ -464,9 +464,16 @@ def unit_fn(params: dict, ctx) -> dict:
 
 def run(seeds: list[int], only: list[str] | None, backend: str, jobs: int, slurm: dict,
         devices: tuple[int, ...] = (8,), all_rates: bool = False) -> None:
+    from codegen.errors import UserError
     from codegen.sweep import run_sweep
 
-    units = [sweep_unit(u) for u, _ in units_in_order(seeds, devices, all_rates) if not only or u in only]
+    names = [u for u, _ in units_in_order(seeds, devices, all_rates)]
+    unknown = [u for u in only or () if u not in names]
+    if unknown:  # a silent no-op would look like "already done"
+        raise UserError(f"--only {' '.join(unknown)}: not a unit of this study with these options; `status` "
+                        f"lists them (--seeds, --devices and --all-rates decide which exist: Fig. 8's other "
+                        f"rates need --all-rates beyond the first seed)")
+    units = [sweep_unit(u) for u in names if not only or u in only]
     run_sweep(units, RECORDS, WORK, backend, jobs, slurm)
 
 
@@ -558,4 +565,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from codegen.cli.app import one_line_errors
+
+    one_line_errors(main)

@@ -129,3 +129,13 @@ def test_smoke_run_writes_every_unit_and_the_report(tmp_path: Path) -> None:
     claim = next(ln for ln in md.splitlines() if ln.startswith("* D = 8, keep 0.25"))
     assert claim in md2  # same relative numbers: they are against the recorded start
     assert (tmp_path / "fig8_dropout.png").stat().st_size > 10_000
+
+
+def test_a_unit_that_is_not_in_the_study_is_one_line_not_a_silent_no_op(tmp_path: Path) -> None:
+    """`--only` with a name these options do not produce (Fig. 8's other rates exist for seeds > 0 only
+    with --all-rates) ran nothing and said nothing: it looked like 'already done'."""
+    p = subprocess.run([sys.executable, str(ROOT / "bench" / "split_training.py"), "run", "--smoke", str(tmp_path),
+                        "--seeds", "0", "1", "--only", "fig8-D8-s1-q0.025"], capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert p.stderr.strip().splitlines() == [p.stderr.strip()] and "fig8-D8-s1-q0.025" in p.stderr
+    assert "--all-rates" in p.stderr and not any(tmp_path.iterdir())

@@ -17,8 +17,9 @@ from .. import __version__
 from ..errors import CheckFailed, UserError
 
 
-def _one_line(fn, *args, **kwargs):
-    """Run fn; UserError/CheckFailed, file-system and text errors, Ctrl-C become one line and an exit code."""
+def one_line_errors(fn, *args, **kwargs):
+    """Run fn; UserError/CheckFailed, file-system and text errors, Ctrl-C become one line and an exit code.
+    The bench scripts run their main() through it too."""
     try:
         return fn(*args, **kwargs)
     except UserError as e:
@@ -66,14 +67,14 @@ class CislCommand(click.Command):
 
 class CislGroup(click.Group):
     """Usage mistakes (unknown option, bad value) as one line, like every other input error; the
-    subcommands' UserError/CheckFailed/OSError/Ctrl-C as one line too (see _one_line)."""
+    subcommands' UserError/CheckFailed/OSError/Ctrl-C as one line too (see one_line_errors)."""
 
     command_class = CislCommand
 
     def invoke(self, ctx: click.Context):
         if ctx.parent is not None:  # a nested group (radio, testbed): the top-level group already guards it
             return super().invoke(ctx)
-        return _one_line(super().invoke, ctx)
+        return one_line_errors(super().invoke, ctx)
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         import signal

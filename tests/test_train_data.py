@@ -95,4 +95,13 @@ def test_cli_trains_on_an_icd_folder(files: Path, tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr
     report = json.loads((tmp_path / "out" / "train.json").read_text())
     assert report["summary"]["data"]["source"] == "icd" and report["config"]["data"]["source"] == "icd"
+    assert "trained " in p.stdout and " parameters on icd in " in p.stdout  # the summary names the data
     assert not any(p.name.startswith(".") for p in tmp_path.iterdir())  # the work folder is gone
+
+
+def test_cli_says_when_it_trained_on_the_built_in_synthetic_data(files: Path, tmp_path: Path) -> None:
+    """Without [data] and --data, cisl train uses synthetic series: easy to miss, so the summary says so."""
+    p = subprocess.run([sys.executable, "-m", "codegen.cli", "train", str(files / "tiny.toml"), "-o", "out", "-q"],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "parameters on built-in synthetic data (4 channels x 8000 steps; [data] or --data for yours)" in p.stdout

@@ -74,7 +74,13 @@ def train(config: Path | None, out_dir: Path, data: Path | None, resume: bool, w
                    f"same command and --resume")
         return
     target = out_dir / "model.onnx"
-    click.echo(f"trained {s['params']} parameters in {s['seconds']:.1f} s: "
+    data = s.get("data", {})
+    if data.get("source") == "synthetic":  # the default without [data]: say so, it is easy to miss
+        on = (f"built-in synthetic data ({data['channels']} channels x {data['length']} steps; "
+              f"[data] or --data for yours)")
+    else:
+        on = data.get("file") or data.get("path") or data.get("source", "?")
+    click.echo(f"trained {s['params']} parameters on {on} in {s['seconds']:.1f} s: "
                f"val MSE {s['val_mse']:.4f}, test MSE {s['test_mse']:.4f} -> {target}")
     comm, drop, pr = s["communication"], s["dropout"], s["prune"]
     if pr["masks"] != "full" and comm["allgather_columns"]:

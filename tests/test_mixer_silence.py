@@ -57,3 +57,14 @@ def test_no_false_silence_on_a_lossy_mesh() -> None:
         res = net.run_round(OWNERS, seed=seed)
         assert not res.silent.any()
         assert res.complete and res.slots < res.deadline
+
+
+def test_no_false_silence_down_a_long_chain() -> None:
+    """On a 16-node line (15 hops) with few rows, a far sender's rows can take longer to arrive than
+    the silence wait; a node that knows another has full rank knows those rows exist, so it waits
+    (before, 75 of 3000 rounds at G = 8 declared a live sender silent: a lost message)."""
+    ch = Channel(topology("line", 16, 0, spacing=8.0), ChannelParams.for_phy("2M"), seed=0)
+    net = MixerNetwork(ch, 8, 64)
+    owners = [0] + [1 + i for i in range(7)]
+    silenced = [seed for seed in range(400) if net.run_round(owners, seed=seed).silent.any()]
+    assert silenced == []

@@ -299,7 +299,8 @@ int mx_write(mx_state *s, uint16_t row, const void *data, uint16_t len);
 /* Name the node whose message row `row` carries (first_row..first_row+rows-1 from node `node`).
  * Only before mx_arm. With MX_TERM_DONE it enables in-round silence: a node that has every row
  * but those of nodes it never heard and never saw in a coding vector, and has gained nothing for
- * MX_SILENCE_SLOTS(n, G) slots after the first pass, declares them silent — their rows weak zeros,
+ * MX_SILENCE_SLOTS(n, G) slots after the first pass, while it knows of no other node with full rank
+ * (whose rows would prove the missing ones exist), declares them silent — their rows weak zeros,
  * the nodes absent for the rest of the round (mx_silent_map) — and spreads the weak-zero map, so a
  * node that died since the last round does not hold the round to its deadline
  * (docs/design/dead-nodes.md). Every node must name the same sources. */

@@ -1085,6 +1085,8 @@ int mx_slot(mx_state *s, uint16_t slot, uint8_t *tx_packet, uint16_t *tx_len)
     return MX_ACT_RX;
 }
 
+static void note_dispute(mx_state *s, const uint32_t *map);
+
 int mx_receive(mx_state *s, uint16_t slot, const uint8_t *p, uint16_t len)
 {
     mx_header *h;
@@ -1152,6 +1154,7 @@ int mx_receive(mx_state *s, uint16_t slot, const uint8_t *p, uint16_t len)
         bytes_to_words(im, cvw, info, h->cv_bytes);
         for (w = 0; w < cvw; ++w)
             if (im[w] & ~s->weak[w] & (s->own[w] | s->coded[w])) {
+                note_dispute(s, im);
                 h->st.rx_malformed++;
                 return MX_E_PKT_INFO;
             }
@@ -1216,7 +1219,7 @@ int mx_receive(mx_state *s, uint16_t slot, const uint8_t *p, uint16_t len)
                 h->wz_pending = h->wz_pending ? h->wz_pending : 1u;
         break;
     case MX_INFO_FULL_RANK:
-        h->fr_map |= node_set_from_info(info, h->info_bytes) & h->node_all;
+        h->fr_map |= node_set_from_info(info, h->info_bytes) & h->node_all & ~h->disputed;
         break;
     case MX_INFO_WEAK_ZEROS: {
         unsigned learned = 0;
@@ -1240,8 +1243,10 @@ int mx_receive(mx_state *s, uint16_t slot, const uint8_t *p, uint16_t len)
     default:
         break;
     }
+    if (h->disputed & bit)
+        h->dispute_slot = (uint16_t)pslot;
     if (flags & MX_PKT_ALL_FULL) {
-        h->fr_map = h->node_all;
+        h->fr_map |= h->node_all & ~h->disputed;
         h->ack_map |= bit;
         h->fr_known = 1; /* the sender knows that every node, this one too, has full rank */
     }
@@ -1266,6 +1271,38 @@ static void make_absent(mx_state *s, uint32_t nodes)
     s->h.cfg.absent |= nodes;
     s->h.silenced |= nodes;
     s->h.gone |= nodes;
+}
+
+/* A weak-zero map names rows this node has seen coded: the sender declared their node silent
+ * (in-round silence, or a wrong dead declaration), but this node heard that node this round, so it is
+ * alive. Another node's `ALL_FULL` or full-rank map then counts it as absent, not as done; if this
+ * node took that, it and the live node's other neighbours would leave while the live node may still
+ * miss rows, and it would run to the deadline. So a disputed node's full-rank bit counts only from
+ * its own packets, until it has not been heard for MX_SILENCE_SLOTS (then it is taken as gone). */
+static void note_dispute(mx_state *s, const uint32_t *map)
+{
+    mx_header *h = &s->h;
+    unsigned i;
+    for (i = 0; i < h->cfg.generation_size; ++i) {
+        unsigned src = s->row_src[i];
+        if (src && src - 1u != h->id && bit_get(map, i) && !bit_get(s->weak, i) && bit_get(s->coded, i) &&
+            ((h->heard >> (src - 1u)) & 1u) && !((h->disputed >> (src - 1u)) & 1u)) {
+            h->disputed |= 1u << (src - 1u);
+            h->dispute_slot = h->cur_slot;
+        }
+    }
+}
+
+static void check_disputes(mx_state *s)
+{
+    mx_header *h = &s->h;
+    if (!h->disputed || (unsigned)(uint16_t)(h->cur_slot - h->dispute_slot) <
+                            MX_SILENCE_SLOTS(h->cfg.num_nodes, h->cfg.generation_size))
+        return;
+    if (h->ack_map & ~(1u << h->id)) /* an `ALL_FULL` was heard: it covers them now */
+        h->fr_map |= h->disputed & h->node_all;
+    h->disputed = 0;
+    update_progress(s);
 }
 
 /* In-round silence (mx_row_source, MX_TERM_DONE). (1) A node whose rows this node learnt to be weak
@@ -1363,6 +1400,7 @@ int mx_slot_end(mx_state *s, uint16_t slot)
     }
     h->next_slot = (uint16_t)(h->cur_slot + 1u);
     check_silence(s);
+    check_disputes(s);
     check_acks(s);
     if (h->cur_slot >= h->end_slot)
         finish(s, h->cur_slot);

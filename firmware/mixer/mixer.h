@@ -205,6 +205,9 @@ typedef struct {
     uint32_t ack_map;       /* nodes known to know that every node has full rank */
     uint32_t seen;          /* nodes whose intact packets of this round arrived, accepted or not */
     uint32_t silenced;      /* nodes made absent inside the round (in-round silence, mx_silent_map) */
+    uint32_t disputed;      /* nodes heard this round that another node declared silent (its weak-zero
+                             * map names their rows): their full-rank bit counts only from their own
+                             * packets (docs/design/dead-nodes.md, "False silences on long chains") */
     uint16_t cvw;           /* coding vector words */
     uint16_t pw;            /* payload words */
     uint16_t stride;        /* row words */
@@ -239,6 +242,8 @@ typedef struct {
     uint16_t prep_slot;     /* slot whose random combination mx_prepare built (MX_NO_SLOT: none) */
     uint16_t fresh_pivot;   /* pivot of the latest innovative reception ... */
     uint16_t fresh_slot;    /* ... and its slot (MX_NO_SLOT: none yet) */
+    uint16_t dispute_slot;  /* last slot in which a disputed node was heard */
+    uint16_t pad2;
     uint32_t mask_key;      /* per node key of the combination masks (a counter-based draw per slot) */
 } mx_header;
 

@@ -207,7 +207,7 @@ typedef struct {
     uint32_t silenced;      /* nodes made absent inside the round (in-round silence, mx_silent_map) */
     uint32_t disputed;      /* nodes heard this round that another node declared silent (its weak-zero
                              * map names their rows): their full-rank bit counts only from their own
-                             * packets (docs/design/dead-nodes.md, "False silences on long chains") */
+                             * packets (docs/design/dead-nodes.md, "A live node declared silent far away") */
     uint16_t cvw;           /* coding vector words */
     uint16_t pw;            /* payload words */
     uint16_t stride;        /* row words */

@@ -476,8 +476,40 @@ def test_a_supervisor_killed_during_logs_ends_the_capture_and_is_named(simbuild,
         assert time.monotonic() - t0 < 20, "the capture waited for its timeout"
         assert logs.returncode == 1 and "Traceback" not in err, err
         assert "supervisor" in (out + err), out + err
+        # the killed supervisor could not remove its run folder; the next supervisor does
+        import glob
+        import tempfile
+        left = glob.glob(os.path.join(tempfile.gettempdir(), f"cisl-tb-run-{pid}-*"))
+        assert left, "the killed supervisor's run folder was expected"
+        assert cisl("flash", str(b), "--testbed", "tb.toml", "--no-reset", cwd=tmp_path).returncode == 0
+        assert not [d for d in left if os.path.exists(d)], left
     finally:
         cisl("testbed", "stop", "--testbed", "tb.toml", cwd=tmp_path)
+
+
+def test_only_empty_run_folders_of_dead_supervisors_are_swept(tmp_path):
+    import os
+    import socket
+    import subprocess
+
+    from codegen.vtestbed.supervisor import RUN_DIR_PREFIX, sweep_stale_run_dirs
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid no process has now
+    dead_empty = tmp_path / f"{RUN_DIR_PREFIX}{gone.pid}-a1"
+    dead_sock = tmp_path / f"{RUN_DIR_PREFIX}{gone.pid}-b2"
+    dead_full = tmp_path / f"{RUN_DIR_PREFIX}{gone.pid}-c3"
+    mine = tmp_path / f"{RUN_DIR_PREFIX}{os.getpid()}-d4"
+    other = tmp_path / f"cisl-tb-{gone.pid}-e5"  # not a run folder's name
+    for d in (dead_empty, dead_sock, dead_full, mine, other):
+        d.mkdir()
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(dead_sock / "medium.sock"))
+    (dead_full / "notes.txt").write_text("the user's\n")
+    removed = sweep_stale_run_dirs(str(tmp_path))
+    assert sorted(removed) == sorted([str(dead_empty), str(dead_sock)])
+    assert dead_full.is_dir() and (dead_full / "notes.txt").read_text() == "the user's\n"
+    assert mine.is_dir() and other.is_dir()
 
 
 @pytest.mark.parametrize("argv", [

@@ -106,6 +106,39 @@ class Pty:
         os.close(self.master)
 
 
+# A run's medium socket lives in a folder of its own under the system's temp folder (AF_UNIX paths
+# are short); the supervisor's pid in its name lets the next supervisor clear what a killed one left.
+RUN_DIR_PREFIX = "cisl-tb-run-"
+
+
+def _is_supervisor(pid: int) -> bool:
+    try:
+        return b"codegen.vtestbed.supervisor" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def sweep_stale_run_dirs(tmp_root: str | None = None) -> list[str]:
+    """Remove the run folders of supervisors that are gone (killed by a signal, they could not remove
+    their own). Only folders with cisl's prefix that hold nothing but a medium socket go: os.rmdir
+    never removes other content."""
+    root = Path(tmp_root or tempfile.gettempdir())
+    removed = []
+    for d in root.glob(f"{RUN_DIR_PREFIX}*-*"):
+        pid = d.name[len(RUN_DIR_PREFIX):].split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid() or _is_supervisor(int(pid)):
+            continue
+        sock = d / "medium.sock"  # the killed run's medium may not have removed its socket either
+        try:
+            if sock.is_socket():
+                sock.unlink()
+            os.rmdir(d)
+            removed.append(str(d))
+        except OSError:
+            pass
+    return removed
+
+
 class Run:
     """One reset: the medium and the node processes."""
 
@@ -118,7 +151,7 @@ class Run:
         self.input_dropped = 0  # bytes a node did not take in time
         self.problems: list[str] = []
         self.state = "running"
-        self.tmp = tempfile.mkdtemp(prefix="cisl-tb-")
+        self.tmp = tempfile.mkdtemp(prefix=f"{RUN_DIR_PREFIX}{os.getpid()}-")
 
 
 class Supervisor:
@@ -436,6 +469,8 @@ def main(argv: list[str] | None = None) -> int:
         server.bind(sock_path)
         server.listen(8)
         sup = Supervisor(state, config)
+        for d in sweep_stale_run_dirs():
+            sup.log(f"removed {d}, left by a supervisor that was killed")
         signal.signal(signal.SIGTERM, lambda *_: setattr(sup, "stopping", True))
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         tmp = info.with_suffix(".tmp")

@@ -487,6 +487,25 @@ def test_a_supervisor_killed_during_logs_ends_the_capture_and_is_named(simbuild,
         cisl("testbed", "stop", "--testbed", "tb.toml", cwd=tmp_path)
 
 
+def test_a_run_halted_while_its_medium_runs_leaves_no_folder_behind(simbuild, tmp_path):
+    import glob
+    import json
+    import os
+    import tempfile
+
+    b = with_node_image(simbuild, tmp_path, 1, b"#!/bin/sh\nsleep 30\n")  # the run cannot finish
+    assert cisl("testbed", "sim", "--nodes", "2", "-o", "tb.toml", cwd=tmp_path).returncode == 0
+    try:
+        assert cisl("flash", str(b), "--testbed", "tb.toml", "--no-reset", cwd=tmp_path).returncode == 0
+        pid = json.loads((tmp_path / ".cisl-testbed" / "supervisor.json").read_text())["pid"]
+        p = cisl("logs", "--testbed", "tb.toml", "-o", "logs", "--timeout", "2", cwd=tmp_path)
+        assert p.returncode == 1, p.stderr  # node 1 never ends: the run is halted with the medium running
+    finally:
+        cisl("testbed", "stop", "--testbed", "tb.toml", cwd=tmp_path)
+    # the medium is killed with its socket in the run folder; the supervisor removes both
+    assert glob.glob(os.path.join(tempfile.gettempdir(), f"cisl-tb-run-{pid}-*")) == []
+
+
 def test_only_empty_run_folders_of_dead_supervisors_are_swept(tmp_path):
     import os
     import socket

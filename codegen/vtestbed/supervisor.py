@@ -128,15 +128,22 @@ def sweep_stale_run_dirs(tmp_root: str | None = None) -> list[str]:
         pid = d.name[len(RUN_DIR_PREFIX):].split("-", 1)[0]
         if not pid.isdigit() or int(pid) == os.getpid() or _is_supervisor(int(pid)):
             continue
-        sock = d / "medium.sock"  # the killed run's medium may not have removed its socket either
-        try:
-            if sock.is_socket():
-                sock.unlink()
-            os.rmdir(d)
+        if remove_run_dir(d):
             removed.append(str(d))
-        except OSError:
-            pass
     return removed
+
+
+def remove_run_dir(d: str | Path) -> bool:
+    """Remove a run folder: its medium socket (left when the medium was killed), then the folder if
+    that leaves it empty."""
+    sock = Path(d) / "medium.sock"
+    try:
+        if sock.is_socket():
+            sock.unlink()
+        os.rmdir(d)
+        return True
+    except OSError:
+        return False
 
 
 class Run:
@@ -238,7 +245,7 @@ class Supervisor:
         run.medium.wait()
         run.medium.stdout.close()
         run.medium = None
-        os.rmdir(run.tmp)
+        remove_run_dir(run.tmp)
         err = (outdir / "medium.stderr").read_text().strip().splitlines()
         return f"the medium did not start: {err[-1] if err else 'no message'}"
 
@@ -267,10 +274,7 @@ class Supervisor:
                 del run.inputs[k]
             if run.medium is not None:
                 run.medium.stdout.close()
-            try:
-                os.rmdir(run.tmp)
-            except OSError:
-                pass
+            remove_run_dir(run.tmp)
 
     def drain(self, fd: int, k: int) -> bool:
         """Forward what the node wrote; False at end of file."""

@@ -506,6 +506,26 @@ def test_a_run_halted_while_its_medium_runs_leaves_no_folder_behind(simbuild, tm
     assert glob.glob(os.path.join(tempfile.gettempdir(), f"cisl-tb-run-{pid}-*")) == []
 
 
+def test_flashing_a_stale_node_names_the_fix_without_a_python_class_name(simbuild, tmp_path):
+    import shutil
+
+    b = tmp_path / "build"
+    shutil.copytree(simbuild, b)
+    from codegen.timing.boardtime import TABLE, VERSION
+
+    # a board time table left by another build of this folder (its image hash is not this image's)
+    (b / "node_01" / TABLE).write_text(f"cisl-board-time {VERSION}\nplan 0\nimage 0\n")
+    assert cisl("testbed", "sim", "--nodes", "2", "-o", "tb.toml", cwd=tmp_path).returncode == 0
+    try:
+        p = cisl("flash", str(b), "--testbed", "tb.toml", "--no-reset", cwd=tmp_path)
+    finally:
+        cisl("testbed", "stop", "--testbed", "tb.toml", cwd=tmp_path)
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+    line = [ln for ln in (p.stdout + p.stderr).splitlines() if ln.startswith("FAILED:")]
+    assert line and "node 1: " in line[0] and "stale" in line[0] and "run `cisl build" in line[0], p.stdout + p.stderr
+    assert "UserError" not in p.stdout + p.stderr, p.stdout + p.stderr
+
+
 def test_only_empty_run_folders_of_dead_supervisors_are_swept(tmp_path):
     import os
     import socket

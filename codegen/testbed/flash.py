@@ -202,6 +202,9 @@ def flash_testbed(build_dir: Path, testbed: Testbed, *, verify: bool = True, res
         except FlashError as e:
             r.error, r.kind = str(e), e.kind
             node_say(n, f"FLASH ERROR: {e}")
+        except UserError as e:  # e.g. a stale image: its message already says what to do
+            r.error, r.kind = str(e), "failed"
+            node_say(n, f"FLASH ERROR: {e}")
         except Exception as e:  # a bug or an unexpected tool behaviour: still this node's failure only
             r.error, r.kind = f"{type(e).__name__}: {e}", "failed"
             node_say(n, f"FLASH ERROR: {r.error}")

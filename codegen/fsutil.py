@@ -40,6 +40,76 @@ def check_creatable(target: Path, option: str = "-o") -> None:
         raise UserError(f"{target}: cannot write in {above} (permission denied); choose another output with {option}")
 
 
+def _entries_after_stamp(folder: Path, top: Path) -> Iterator[str]:
+    """Entries under ``folder`` (a cisl output) written or changed after cisl last finished writing it
+    (its OWNER_FILE's modification time, see stamp_output), relative to ``top``: the user's, whatever
+    their names. A nested cisl output (a folder with its own OWNER_FILE) is judged by its own stamp."""
+    try:
+        stamp = os.lstat(folder / OWNER_FILE).st_mtime_ns
+    except OSError:
+        return  # no stamp (a folder of a cisl version before it): the names alone decide
+    for path, newer in _walk_entries(folder):
+        if newer is None:
+            yield from _entries_after_stamp(path, top)
+        elif newer > stamp:
+            yield str(path.relative_to(top))
+
+
+def _walk_entries(folder: Path) -> Iterator[tuple[Path, int | None]]:
+    """(path, modification time in ns) of every file and link under ``folder`` except its OWNER_FILE
+    and killed runs' leftovers; (path, None) for a nested cisl output, which is not entered."""
+    for dirpath, dirnames, filenames in os.walk(folder):
+        d = Path(dirpath)
+        for name in list(dirnames):
+            sub = d / name
+            if sub.is_symlink():
+                dirnames.remove(name)
+                filenames.append(name)
+            elif (sub / OWNER_FILE).is_file():
+                dirnames.remove(name)
+                yield sub, None
+        for name in filenames:
+            if d == folder and (name == OWNER_FILE or _CISL_HIDDEN.match(name)):
+                continue
+            with contextlib.suppress(OSError):  # gone meanwhile
+                yield d / name, os.lstat(d / name).st_mtime_ns
+
+
+def stamp_output(folder: Path) -> None:
+    """Record that cisl has finished writing ``folder``: its OWNER_FILE's modification time becomes that of
+    the newest entry in it, so whatever is added or changed later is recognised as the user's
+    (check_output_dir then refuses to replace the folder). A folder without OWNER_FILE is left alone."""
+    folder = Path(folder)
+    owner = folder / OWNER_FILE
+    try:
+        newest = os.lstat(owner).st_mtime_ns
+    except OSError:
+        return
+    for _, t in _walk_entries(folder):
+        if t is not None and t > newest:
+            newest = t
+    with contextlib.suppress(OSError):
+        os.utime(owner, ns=(newest, newest))
+
+
+def note_written(path: Path) -> None:
+    """cisl has just written ``path`` inside a cisl output (e.g. a table into a build folder): advance
+    the stamp of the nearest enclosing one, so the file counts as cisl's."""
+    path = Path(path).absolute()
+    try:
+        t = os.lstat(path).st_mtime_ns
+    except OSError:
+        return
+    for folder in list(path.parents)[:4]:  # node_NN/x in a build folder is two levels down
+        owner = folder / OWNER_FILE
+        try:
+            if os.lstat(owner).st_mtime_ns < t:
+                os.utime(owner, ns=(t, t))
+            return
+        except OSError:
+            continue
+
+
 def check_output_dir(target: Path, kind: str, entries: Callable[[str], bool],
                      legacy: Callable[[Path], bool] | None = None) -> None:
     """Fail early (before any work) if ``target`` may not be replaced by a cisl output of ``kind``.
@@ -69,6 +139,10 @@ def check_output_dir(target: Path, kind: str, entries: Callable[[str], bool],
     if foreign:
         raise UserError(f"{target}: holds {foreign[0]}, which cisl did not write there; move it away or choose "
                         f"another output with -o")
+    changed = next(_entries_after_stamp(target, target), None)
+    if changed is not None:
+        raise UserError(f"{target}: holds {changed}, which was written or changed after cisl wrote this folder; "
+                        f"move it away or choose another output with -o")
 
 
 @contextlib.contextmanager
@@ -106,6 +180,7 @@ def output_lock(target: Path) -> Iterator[None]:
             yield
         finally:
             _HELD.discard(key)
+            stamp_output(target)  # what this run wrote there is cisl's (also after a failure)
     finally:
         os.close(fd)
 
@@ -143,6 +218,7 @@ def _atomic_output_dir(target: Path, kind: str, entries: Callable[[str], bool],
             raise UserError(f"{target}: cannot create it ({e.strerror}); choose another output with -o") from None
         (tmp / OWNER_FILE).write_text(f"cisl {kind}\n", encoding="ascii")
         yield tmp
+        stamp_output(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -180,6 +256,7 @@ def write_text_atomic(path: Path, text: str) -> None:
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.replace(tmp, path)
+        note_written(path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

@@ -51,6 +51,39 @@ def test_compile_keeps_a_users_file_inside_its_own_build_folder(model, tmp_path)
     assert (out / "notes.md").read_text() == "my notes" and (out / "plan.json").is_file()
 
 
+def test_a_users_file_deep_in_a_build_folder_is_never_deleted(model, tmp_path):
+    out = tmp_path / "build"
+    assert cisl("compile", str(model), "--devices", "2", "-o", str(out), cwd=tmp_path).returncode == 0
+    assert cisl("build", str(out), "-q", "--no-board-time", cwd=tmp_path).returncode == 0  # cisl writes in place
+    assert cisl("sim", str(out), "-n", "1", cwd=tmp_path).returncode == 0  # and its logs/ inside
+    assert cisl("compile", str(model), "--devices", "2", "-o", str(out), cwd=tmp_path).returncode == 0  # all its own
+    (out / "node_01").mkdir(exist_ok=True)
+    (out / "node_01" / "cisl_node.c").write_text("/* my fix */\n")  # a generated file the user edited
+    p = cisl("compile", str(model), "--devices", "2", "-o", str(out), cwd=tmp_path)
+    one_line_error(p, "node_01/cisl_node.c", "after cisl wrote this folder")
+    assert (out / "node_01" / "cisl_node.c").read_text() == "/* my fix */\n"
+
+
+def test_a_report_folder_keeps_a_users_csv(simbuild, tmp_path):
+    assert cisl("sim", str(simbuild), "-n", "1", "--logs", str(tmp_path / "logs"), cwd=tmp_path).returncode == 0
+    for _ in range(2):  # a report folder cisl wrote is replaced
+        assert cisl("report", "logs", "-o", "rep", "--no-plots", cwd=tmp_path).returncode == 0
+    (tmp_path / "rep" / "my_table.csv").write_text("a,b\n1,2\n")  # a name like cisl's own
+    p = cisl("report", "logs", "-o", "rep", "--no-plots", cwd=tmp_path)
+    one_line_error(p, "my_table.csv", "after cisl wrote this folder")
+    assert (tmp_path / "rep" / "my_table.csv").read_text() == "a,b\n1,2\n"
+
+
+@pytest.mark.parametrize("mine", ["notes.txt", "model.onnx"])
+def test_train_refuses_a_folder_it_did_not_write_before_training(tmp_path, mine):
+    out = tmp_path / "mydir"
+    out.mkdir()
+    (out / mine).write_text("the user's")
+    p = cisl("train", "-o", str(out), "--epochs", "1", cwd=tmp_path)
+    one_line_error(p, "mydir", "not written by cisl")
+    assert [x.name for x in out.iterdir()] == [mine] and (out / mine).read_text() == "the user's"
+
+
 def test_a_build_folder_of_an_older_cisl_is_still_replaced(model, tmp_path):
     out = tmp_path / "build"
     assert cisl("compile", str(model), "--devices", "2", "-o", str(out), cwd=tmp_path).returncode == 0

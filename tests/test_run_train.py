@@ -45,7 +45,7 @@ def two_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict
 @pytest.mark.train
 def test_writes_every_output(two_runs: tuple[Path, Path, dict, dict]) -> None:
     out, _, summary, _ = two_runs
-    assert sorted(p.name for p in out.iterdir()) == sorted(OUTPUT_FILES)
+    assert sorted(p.name for p in out.iterdir()) == sorted([*OUTPUT_FILES, ".cisl-output"])
     for key in ("train_mse", "val_mse", "test_mse"):
         assert isinstance(summary[key], float) and np.isfinite(summary[key])
     assert summary["epochs"] == 1 and summary["params"] > 0 and summary["windows"]["train"] == 300
@@ -113,9 +113,9 @@ def test_a_bad_thread_cap_is_refused_by_name(tmp_path: Path, monkeypatch, value:
 @pytest.mark.unit
 def test_write_atomically_keeps_old_files_on_failure(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    write_atomically(out, {"a.txt": b"old"})
+    write_atomically(out, {"model.onnx": b"old"})
 
     with pytest.raises(TypeError):  # the second file cannot be written
-        write_atomically(out, {"a.txt": b"new", "b.txt": None})  # type: ignore[dict-item]
-    assert (out / "a.txt").read_bytes() == b"old" and not (out / "b.txt").exists()
+        write_atomically(out, {"model.onnx": b"new", "train.json": None})  # type: ignore[dict-item]
+    assert (out / "model.onnx").read_bytes() == b"old" and not (out / "train.json").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no temp folder left behind

@@ -23,7 +23,6 @@ import dataclasses
 import io
 import json
 import os
-import shutil
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -42,7 +41,7 @@ from codegen.data.revin import revin_normalize
 from codegen.data.synthetic import synthetic_series
 from codegen.elastic import Modes, permute
 from codegen.errors import UserError
-from codegen.fsutil import check_creatable, temp_sibling
+from codegen.fsutil import atomic_output_dir, check_creatable, check_output_dir
 from codegen.lossmodel import LossRates
 from codegen.modelspec import ModelConfig
 from codegen.onnx_model import build_onnx
@@ -144,28 +143,34 @@ def _npy_bytes(a: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def write_atomically(out_dir: Path, files: dict[str, bytes]) -> None:
-    """Write every file into a temp folder next to ``out_dir``, then move them in.
+MODEL_KIND = "model"
 
-    A failure while writing leaves ``out_dir`` untouched. A new ``out_dir`` appears in one rename;
-    into an existing one each file moves by an atomic rename (other files there are kept).
-    """
-    out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UserError(f"{out_dir} exists and is not a directory; choose another output folder")
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_sibling(out_dir)  # named before it exists, so an interrupt cannot leave it behind
+
+def model_entry(name: str) -> bool:
+    """What `cisl train` writes into its output folder."""
+    return name in OUTPUT_FILES
+
+
+def legacy_model(target: Path) -> bool:
+    """A model folder of a cisl version before the owner file: its train.json is `cisl train`'s report."""
     try:
-        tmp.mkdir()
+        return "summary" in json.loads((Path(target) / "train.json").read_text())
+    except (OSError, ValueError, TypeError):
+        return False
+
+
+def check_model_output(out_dir: Path) -> None:
+    """Before the training, not after it: ``out_dir`` must be new, empty, or a model folder cisl wrote
+    (never a folder holding the user's files, which the new model would replace)."""
+    check_output_dir(out_dir, MODEL_KIND, model_entry, legacy_model)
+
+
+def write_atomically(out_dir: Path, files: dict[str, bytes]) -> None:
+    """The model folder, whole or not at all: written next to ``out_dir``, then renamed over it (a
+    folder cisl may replace, see check_model_output)."""
+    with atomic_output_dir(Path(out_dir), MODEL_KIND, model_entry, legacy_model) as tmp:
         for name, data in files.items():
             (tmp / name).write_bytes(data)
-        if not out_dir.exists():
-            tmp.rename(out_dir)
-            return
-        for name in files:
-            (tmp / name).replace(out_dir / name)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -364,9 +369,7 @@ def run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, o
     started = time.perf_counter()
     cfg = _resolve_config(config_path, data_path, overrides)
     out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UserError(f"{out_dir} exists and is not a directory; choose another output folder")
-    check_creatable(out_dir)  # before the training, not after it
+    check_model_output(out_dir)  # before the training, not after it
     if work_dir is not None:
         check_creatable(Path(work_dir) / CHECKPOINT_NAME, "--work")
     split, planned = training_split(cfg)

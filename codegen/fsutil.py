@@ -111,7 +111,7 @@ def note_written(path: Path) -> None:
 
 
 def check_output_dir(target: Path, kind: str, entries: Callable[[str], bool],
-                     legacy: Callable[[Path], bool] | None = None) -> None:
+                     legacy: Callable[[Path], bool] | None = None, option: str = "-o") -> None:
     """Fail early (before any work) if ``target`` may not be replaced by a cisl output of ``kind``.
 
     An existing folder is replaced only if it is empty, or cisl made it for the same kind (its
@@ -120,29 +120,29 @@ def check_output_dir(target: Path, kind: str, entries: Callable[[str], bool],
     user put next to cisl's is never deleted."""
     target = Path(target)
     if not target.exists():
-        check_creatable(target)
+        check_creatable(target, option)
         return
     if not target.is_dir():
-        raise UserError(f"{target}: exists and is not a directory; choose another output with -o")
+        raise UserError(f"{target}: exists and is not a directory; choose another output with {option}")
     try:
         names = sorted(p.name for p in target.iterdir())
     except OSError as e:
-        raise UserError(f"{target}: cannot read it ({e.strerror}); choose another output with -o") from None
+        raise UserError(f"{target}: cannot read it ({e.strerror}); choose another output with {option}") from None
     if not names:
         return
     owner = _owner(target)
     if owner is None and not (legacy is not None and legacy(target)):
-        raise UserError(f"{target}: exists and was not written by cisl; choose an empty or new output folder with -o")
+        raise UserError(f"{target}: exists and was not written by cisl; choose an empty or new output folder with {option}")
     if owner is not None and owner != kind:
-        raise UserError(f"{target}: is a cisl {owner} folder, not a {kind} folder; choose another output with -o")
+        raise UserError(f"{target}: is a cisl {owner} folder, not a {kind} folder; choose another output with {option}")
     foreign = [n for n in names if n != OWNER_FILE and not _CISL_HIDDEN.match(n) and not entries(n)]
     if foreign:
         raise UserError(f"{target}: holds {foreign[0]}, which cisl did not write there; move it away or choose "
-                        f"another output with -o")
+                        f"another output with {option}")
     changed = next(_entries_after_stamp(target, target), None)
     if changed is not None:
         raise UserError(f"{target}: holds {changed}, which was written or changed after cisl wrote this folder; "
-                        f"move it away or choose another output with -o")
+                        f"move it away or choose another output with {option}")
 
 
 @contextlib.contextmanager

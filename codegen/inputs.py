@@ -21,4 +21,28 @@ def load_input_windows(inputs: Path | None) -> np.ndarray | None:
         raise UserError(f"{inputs}: not a .npy array of input windows") from None
     if not np.issubdtype(x.dtype, np.number) or not np.all(np.isfinite(x)):
         raise UserError(f"{inputs}: the input windows must be finite numbers (found NaN, infinity or non-numbers)")
+    if x.ndim != 2 or len(x) == 0:
+        raise UserError(f"{inputs}: holds an array of shape {x.shape}; give at least one window, as float [n, lookback]")
+    return x
+
+
+def load_build_inputs(build_dir: Path, required: bool = True, lookback: int | None = None) -> np.ndarray | None:
+    """BUILD/inputs.npy, the input windows `cisl compile` wrote: one-line errors for a missing, empty or
+    damaged file, or windows of another length than ``lookback`` (None if it is missing and not ``required``)."""
+    path = Path(build_dir) / "inputs.npy"
+    if not path.is_file():
+        if not required:
+            return None
+        raise UserError(f"{path}: missing; run `cisl compile` again to write the build's input windows")
+    try:
+        x = np.load(path, allow_pickle=False)
+    except Exception:  # empty (EOFError), truncated or not an array (ValueError), unreadable (OSError)
+        raise UserError(f"{path}: empty or damaged, not a .npy array; run `cisl compile` again to write "
+                        f"the build's input windows") from None
+    if x.ndim != 2 or len(x) == 0 or not np.issubdtype(x.dtype, np.number) or not np.all(np.isfinite(x)):
+        raise UserError(f"{path}: holds an array of shape {x.shape} and dtype {x.dtype}, not finite input windows; "
+                        f"run `cisl compile` again")
+    if lookback is not None and x.shape[1] != lookback:
+        raise UserError(f"{path}: windows of {x.shape[1]} steps, but the plan's lookback is {lookback}; run "
+                        f"`cisl compile` again")
     return x

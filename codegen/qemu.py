@@ -30,6 +30,7 @@ import numpy as np
 
 from .boards import load_board
 from .errors import CheckFailed, UserError
+from .inputs import load_build_inputs
 from .executor import RunResult
 from .plan.io import Plan, load_plan
 from .serial_contract import Record, outputs_by_inference, parse_text
@@ -167,7 +168,7 @@ def run_qemu(build_dir: Path, nodes: list[int] | None = None, inputs: np.ndarray
         raise UserError(f"{build_dir}: compiled for board '{plan.meta['board']}'; QEMU runs qemu-m4 builds "
                         f"(compile with --board {' or --board '.join(runs)})")
     if inputs is None:
-        inputs = np.load(build_dir / "inputs.npy")
+        inputs = load_build_inputs(build_dir, lookback=plan.cfg.lookback)
     xq = plan.quantize_input(np.asarray(inputs, dtype=np.float64))
     ref = reference(plan, xq, lost)
     todo = list(range(plan.devices)) if nodes is None else list(nodes)
@@ -197,7 +198,7 @@ def check_on_qemu(build_dir: Path, nodes: list[int] | None = None, inputs_file: 
     plan = load_plan(build_dir)
     x = load_input_windows(inputs_file)
     if x is None:
-        x = np.load(Path(build_dir) / "inputs.npy")
+        x = load_build_inputs(build_dir, lookback=plan.cfg.lookback)
     if count is not None:
         x = x[:count]
     lost = None

@@ -559,6 +559,65 @@ def test_flashing_a_stale_node_names_the_fix_without_a_python_class_name(simbuil
     assert "UserError" not in p.stdout + p.stderr, p.stdout + p.stderr
 
 
+@pytest.mark.parametrize("damage", [b"", b"\x93NUMPY garbage", "nan", "width"])
+def test_a_damaged_inputs_npy_is_one_line(simbuild, tmp_path, damage):
+    import shutil
+
+    import numpy as np
+
+    b = tmp_path / "build"
+    shutil.copytree(simbuild, b)
+    if damage == "nan":
+        np.save(b / "inputs.npy", np.full((2, np.load(simbuild / "inputs.npy").shape[1]), np.nan, np.float32))
+    elif damage == "width":
+        np.save(b / "inputs.npy", np.zeros((2, 5), np.float32))
+    else:
+        (b / "inputs.npy").write_bytes(damage)
+    p = cisl("sim", str(b), "-n", "1", cwd=tmp_path)  # (a sim build does not read it; ARM builds compile it in)
+    one_line_error(p, "inputs.npy", "cisl compile")
+
+
+def test_logs_refuse_to_record_after_a_flash_that_failed_on_a_node(simbuild, tmp_path):
+    import json
+
+    assert cisl("testbed", "sim", "--nodes", "2", "-o", "tb.toml", cwd=tmp_path).returncode == 0
+    try:
+        assert cisl("flash", str(simbuild), "--testbed", "tb.toml", "--no-reset", cwd=tmp_path).returncode == 0
+        rec = tmp_path / ".cisl-testbed" / "flashed.json"
+        doc = json.loads(rec.read_text())
+        doc["results"][1].update(ok=False, error="verify failed")  # as a flash that failed on node 1 records it
+        rec.write_text(json.dumps(doc))
+        p = cisl("logs", "--testbed", "tb.toml", "-o", "logs", "--timeout", "5", cwd=tmp_path)
+        one_line_error(p, "node 1", "last `cisl flash` failed")
+        assert not (tmp_path / "logs").exists()
+    finally:
+        cisl("testbed", "stop", "--testbed", "tb.toml", cwd=tmp_path)
+
+
+def test_logs_check_the_failed_runs_folder_before_the_run(tmp_path):
+    (tmp_path / "tb.toml").write_text(LAB.format(port=tmp_path / "no-such-port"))
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "summary.json").write_text('{"stop_reason": "all nodes done", "ok": true}')
+    (tmp_path / "logs.failed").mkdir()
+    (tmp_path / "logs.failed" / "mine.txt").write_text("x")
+    p = cisl("logs", "--testbed", "tb.toml", "-o", "logs", "--no-reset", "--timeout", "5", "--open-timeout", "1",
+             cwd=tmp_path)
+    one_line_error(p, "logs.failed", "not written by cisl")
+    assert (tmp_path / "logs.failed" / "mine.txt").read_text() == "x"
+    assert not [x for x in tmp_path.iterdir() if x.name.startswith(".logs.tmp-")]
+
+
+def test_a_reader_that_stops_early_is_not_reported_as_a_bad_path(simbuild, tmp_path):
+    import subprocess
+    import sys
+
+    # `cisl sim BUILD | head -1`: the pipe closes after one line; that is no error of the user's
+    p = subprocess.run(f"{sys.executable} -m codegen.cli sim {simbuild} -n 1 --logs {tmp_path / 'l'} | head -c 1",
+                       shell=True, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                       executable="/bin/bash")
+    assert "error" not in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
 def test_only_empty_run_folders_of_dead_supervisors_are_swept(tmp_path):
     import os
     import socket

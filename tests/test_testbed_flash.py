@@ -16,6 +16,8 @@ from models import config_for_tokens, make_model_dir
 from codegen.cli import main
 from codegen.compile import CompileOptions, compile_model
 from codegen.errors import UserError
+from codegen.fsutil import sha256_file
+from codegen.plan.io import load_plan
 from codegen.testbed.config import load_testbed
 from codegen.testbed.flash import flash_testbed
 from codegen.testbed.runners import FlashError, NrfJprogRunner, NrfUtilRunner, PyOCDRunner, image_segments
@@ -42,8 +44,11 @@ def nrf_build(tmp_path_factory) -> Path:
             ih.puts(addr, data)
         (build / f"node_{k:02d}").mkdir(exist_ok=True)
         ih.write_hex_file(str(build / f"node_{k:02d}" / "firmware.hex"))
-        nodes.append({"node": k, "image": f"node_{k:02d}/firmware.hex", "bytes": 1124})
-    (build / "build.json").write_text(json.dumps({"board": "nrf52840dk", "nodes": nodes}))
+        nodes.append({"node": k, "image": f"node_{k:02d}/firmware.hex", "bytes": 1124,
+                      "sha256": sha256_file(build / f"node_{k:02d}" / "firmware.hex")})
+    # what `cisl build` records: the plan the images were made from, and each image's hash
+    (build / "build.json").write_text(json.dumps({"board": "nrf52840dk", "plan": load_plan(build).sha256[:16],
+                                                  "nodes": nodes}))
     return build
 
 
@@ -498,6 +503,19 @@ def test_pyocd_protected_then_recover(tmp_path, monkeypatch, nrf_build):
     assert e.value.kind == "protected" and "debug_port" in str(e.value)
 
 
+def test_images_of_another_plan_are_never_flashed(tmp_path, tools, nrf_build):
+    build = tmp_path / "build"
+    shutil.copytree(nrf_build, build)
+    plan = json.loads((build / "plan.json").read_text())
+    plan["note"] = "edited after the build"
+    (build / "plan.json").write_text(json.dumps(plan))
+    fake = tools(["683000001", "683000002"])
+    tb = write_testbed(tmp_path, "nrfjprog", ["683000001", "683000002"])
+    r = invoke("flash", str(build), "--testbed", str(tb))
+    assert r.exit_code == 2 and "built from another plan.json; run `cisl build" in r.output, r.output
+    assert not [c for c in fake.calls if "--program" in c]
+
+
 def test_a_planned_split_flashes_each_plan_node_onto_its_testbed_node(tmp_path, tools, nrf_build):
     """`cisl compile --split` of a plan for testbed nodes [0, 2] (node 1 left out): plan node 1's image
     goes to testbed node 2's probe; node 1 is not touched."""
@@ -506,6 +524,8 @@ def test_a_planned_split_flashes_each_plan_node_onto_its_testbed_node(tmp_path, 
     plan = json.loads((build / "plan.json").read_text())
     plan["testbed_nodes"] = [0, 2]
     (build / "plan.json").write_text(json.dumps(plan))
+    summary = json.loads((build / "build.json").read_text())  # the images as `cisl build` made them for it
+    (build / "build.json").write_text(json.dumps({**summary, "plan": load_plan(build).sha256[:16]}))
     fake = tools(["683000001", "683000002", "683000003"])
     tb = write_testbed(tmp_path, "nrfjprog", ["683000001", "683000002", "683000003"])
     r = invoke("flash", str(build), "--testbed", str(tb))

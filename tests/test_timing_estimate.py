@@ -147,6 +147,16 @@ def test_calibration_recovers_the_flash_wait_states(builds, tmp_path):
     assert "fitted flash wait states 3.0" in p.stdout
 
 
+def test_estimate_never_times_images_of_another_plan(builds, tmp_path):
+    work = tmp_path / "sim4"
+    shutil.copytree(builds / "sim4", work)
+    plan = json.loads((work / "plan.json").read_text())
+    plan["mixer"]["policy"]["linger"] = 8  # the radio settings changed after the build
+    (work / "plan.json").write_text(json.dumps(plan))
+    p = cisl("estimate", str(work), "-q", cwd=tmp_path)
+    assert p.returncode == 2 and "built from another plan.json; run `cisl build" in p.stderr, p.stderr
+
+
 def test_a_stale_board_time_table_is_never_used(builds, tmp_path):
     work = tmp_path / "sim4"
     shutil.copytree(builds / "sim4", work)

@@ -8,6 +8,8 @@ tracebacks for them.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 import threading
 
@@ -25,6 +27,10 @@ def one_line_errors(fn, *args, **kwargs):
     except UserError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(e.exit_code)
+    except BrokenPipeError:  # whoever read cisl's output stopped (`cisl sim B | head`): no error of the user's
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush must not fail
+        sys.exit(141)  # as a tool killed by SIGPIPE
     except OSError as e:  # the one error boundary for the file system: the path and the reason
         where = e.filename or "a file"
         click.echo(f"error: {where}: {e.strerror or e}; check that the path exists, is of the right kind "
@@ -33,6 +39,9 @@ def one_line_errors(fn, *args, **kwargs):
     except UnicodeDecodeError as e:
         click.echo(f"error: a file that should be text is not ({e.reason} at byte {e.start}); check the "
                    f"files given", err=True)
+        sys.exit(2)
+    except EOFError:  # click would report it as Ctrl-C ("interrupted", 130)
+        click.echo("error: a file ended early (empty or cut short); check the files given", err=True)
         sys.exit(2)
     except CheckFailed as e:
         click.echo(f"FAILED: {e}", err=True)

@@ -14,7 +14,7 @@ from .app import main
 @click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), default=Path("cisl-demo"),
               show_default=True, help="Folder for every artifact of the demo.")
 @click.option("--devices", type=click.IntRange(min=1), default=4, show_default=True, help="Number of nodes.")
-@click.option("--epochs", type=click.IntRange(min=0), default=None, help="Training epochs (default: the demo's).")
+@click.option("--epochs", type=click.IntRange(min=1), default=None, help="Training epochs (default: the demo's).")
 def demo(out_dir: Path, devices: int, epochs: int | None) -> None:
     """The whole pipeline on built-in synthetic data: train, compile, build, run on the virtual testbed.
 

@@ -23,7 +23,7 @@ from .options import loss_options, loss_rates, say, sweep_values
 @click.option("--work", "work_dir", type=click.Path(path_type=Path), default=None,
               help="Folder for the checkpoints (every epoch, every pruning stage). Default: .OUT.cisl-train next "
                    "to the output folder.")
-@click.option("--epochs", type=click.IntRange(min=0), default=None, help="Override [train] epochs.")
+@click.option("--epochs", type=click.IntRange(min=1), default=None, help="Override [train] epochs.")
 @click.option("--devices", type=click.IntRange(min=1), default=None, help="Override [split] devices.")
 @click.option("--prune", "prune", type=click.Choice(["somegather", "normal", "none"]), default=None,
               help="Override [prune] method: somegather = the paper's communication-aware pruning (trained masks, "

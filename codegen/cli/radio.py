@@ -27,7 +27,7 @@ def radio() -> None:
               help="Override the rounds' hard deadline in slots (tight deadlines trade loss for latency).")
 @click.option("--exponent", type=click.FloatRange(min=1.0), default=None, help="Path-loss exponent (default 4.0).")
 @click.option("--shadowing", type=click.FloatRange(min=0.0), default=None, help="Shadowing sigma in dB (default 4).")
-@click.option("--burst", nargs=3, type=float, default=None, metavar="P_GB P_BG LOSS_BAD",
+@click.option("--burst", nargs=3, type=click.FloatRange(0.0, 1.0), default=None, metavar="P_GB P_BG LOSS_BAD",
               help="Gilbert-Elliott bursty links: good->bad and bad->good transition probabilities per slot "
                    "and the loss probability in the bad state.")
 @click.option("--fail-prob", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.0, show_default=True,

@@ -70,6 +70,9 @@ def load_build(build_dir: Path) -> BuildInfo:
         if not img.is_file():
             raise UserError(f"{img}: node image not built; run `cisl build {build_dir}` first")
         images[n.device] = img
+    from ..build import check_images
+
+    check_images(build_dir, plan, images)  # never flash an image of another plan.json
     return BuildInfo(build_dir, plan, images)
 
 

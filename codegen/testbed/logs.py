@@ -82,6 +82,14 @@ def _run_logs(testbed: Testbed, out_dir: Path, *, inferences: int | None = None,
 
     # the previous logs stay where they are until this run has succeeded: record into a sibling
     check_output_dir(out_dir, "logs", _logs_entry, _legacy_logs)
+    failed_dir = Path(out_dir).with_name(Path(out_dir).name + ".failed")  # where a failed run would go
+    if failed_dir.exists():  # checked before the run, not after it (the run's logs would be lost)
+        check_output_dir(failed_dir, "logs", _logs_entry, _legacy_logs, option=f"-o (a failed run goes to {failed_dir})")
+    if flashed:
+        bad = [r for r in flashed.get("results", []) if r.get("node") in ids and not r.get("ok", True)]
+        if bad:
+            raise UserError(f"node {bad[0]['node']}: the last `cisl flash` failed on it ({bad[0].get('error')}), so "
+                            f"it may run another build's image; fix that and flash again before recording")
     final_dir = Path(out_dir)
     try:
         final_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -142,7 +150,11 @@ def _run_logs(testbed: Testbed, out_dir: Path, *, inferences: int | None = None,
     previous = final_dir.exists() and any(final_dir.iterdir())
     dest = final_dir if result.ok or not previous else final_dir.with_name(final_dir.name + ".failed")
     if not result.ok and dest.exists():
-        check_output_dir(dest, "logs", _logs_entry, _legacy_logs)
+        try:
+            check_output_dir(dest, "logs", _logs_entry, _legacy_logs)
+        except UserError:  # it changed during the run: keep this run's logs where they are, and say so
+            raise UserError(f"{dest}: holds files cisl did not write, so this failed run's logs stay in {out_dir}; "
+                            f"move them and the files away") from None
     _replace(out_dir, dest)
     return LogsResult(dest, result, problems, kept=final_dir if dest != final_dir else None)
 

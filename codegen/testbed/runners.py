@@ -410,6 +410,9 @@ class SimRunner(Runner):
     def flash(self, node, image, serial, verify, recover):
         from ..vtestbed import bed
 
+        from ..timing.boardtime import TABLE, check_table, place_table
+
+        check_table(Path(image).parent / TABLE, Path(image))  # refused before the copy: the node keeps its old image
         self.say(node, "copy image")
         dest = bed.image_path(self.testbed, node.id)
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -417,8 +420,6 @@ class SimRunner(Runner):
         shutil.copyfile(image, tmp)
         tmp.chmod(0o755)
         tmp.replace(dest)
-        from ..timing.boardtime import place_table
-
         # the cycle model's board time travels with the image (or a stale table there goes)
         place_table(image, dest)
         if verify:

@@ -197,12 +197,9 @@ def _run_one(args) -> NodeCompute:
 
 
 def inputs_for(build_dir: Path, plan: Plan, inferences: int) -> np.ndarray:
-    path = Path(build_dir) / "inputs.npy"
-    if not path.is_file():
-        raise UserError(f"{path}: missing; recompile the build with `cisl compile`")
-    x = np.load(path)
-    if len(x) == 0:
-        raise UserError(f"{path}: holds no input window")
+    from ..inputs import load_build_inputs
+
+    x = load_build_inputs(build_dir, lookback=plan.cfg.lookback)
     reps = -(-inferences // len(x))
     return plan.quantize_input(np.concatenate([x] * reps)[:inferences].astype(np.float64))
 
@@ -224,8 +221,12 @@ def compute_build(build_dir: Path, inferences: int = 1, jobs: int | None = None,
     todo = list(range(plan.devices)) if nodes is None else nodes
     for d in todo:
         board_for_estimate(plan, d)
-    for d in todo:
-        image_of(build_dir, d, plan)
+    from ..build import check_images
+
+    # the images `cisl build` made from this plan, never stale ones (a plan.json edited since, a
+    # rebuilt node): sim plans are timed on their qemu-m4 images
+    check_images(build_dir, plan, {d: image_of(build_dir, d, plan) for d in todo},
+                 "build-qemu-m4.json" if plan.meta["board"] == "sim" else "build.json")
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(todo)))
     args = [(build_dir, d, inferences, flash_wait, flash_bytes, mode) for d in todo]
     if jobs == 1:

@@ -26,10 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 from unicorn import UC_ARCH_ARM, UC_HOOK_BLOCK, UC_HOOK_MEM_READ, UC_MODE_MCLASS, UC_MODE_THUMB, Uc, UcError
 from unicorn import arm_const as A
 
+from ..errors import UserError
 from .m4cost import BR_ALWAYS, BR_COND, Block, Decoder
 from .memsystem import MemoryModel
 
@@ -84,7 +86,13 @@ class Image:
 
     @staticmethod
     def load(path: Path) -> "Image":
-        path = Path(path)
+        try:
+            return Image._load(Path(path))
+        except (ELFError, ValueError, EOFError) as e:  # an empty, cut-short or foreign file
+            raise UserError(f"{path}: not a usable ARM image ({e}); run `cisl build` again") from None
+
+    @staticmethod
+    def _load(path: Path) -> "Image":
         with open(path, "rb") as f:
             elf = ELFFile(f)
             if elf["e_machine"] != "EM_ARM":

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import UserError
+from ..inputs import load_build_inputs
 from ..toolrun import log_command
 from ..testbed.config import NodeEntry, Testbed
 from .supervisor import read_line
@@ -175,10 +176,7 @@ def prepare(testbed: Testbed, nodes: list[NodeEntry], build) -> None:
     n = plan.devices
     qemu = plan.meta["board"] == "qemu-m4"
     run = _qemu_run(testbed, build) if qemu else _radio_run(testbed, build)
-    try:
-        x = np.load(build.dir / "inputs.npy", allow_pickle=False)
-    except (OSError, ValueError):
-        raise UserError(f"{build.dir / 'inputs.npy'}: missing or not a .npy array; compile the build again") from None
+    x = load_build_inputs(build.dir, lookback=plan.cfg.lookback)
     if x.ndim != 2 or x.shape[1] != plan.cfg.lookback:
         raise UserError(f"{build.dir / 'inputs.npy'}: shape {x.shape}; expected [n, {plan.cfg.lookback}]")
     info = ensure_supervisor(testbed)

@@ -27,7 +27,9 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import CheckFailed, UserError
-from ..fsutil import atomic_output_dir, check_output_dir, sha256_file
+from ..build import check_images
+from ..inputs import load_build_inputs
+from ..fsutil import atomic_output_dir, check_output_dir
 from ..executor import PlanExecutor
 from ..lossmodel import LossRates
 from ..plan.elastic import elastic_plans
@@ -125,18 +127,18 @@ def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | 
     if plan.meta["board"] != "sim":
         raise UserError(f"{build_dir}: compiled for board '{plan.meta['board']}'; the virtual testbed runs "
                         f"board 'sim' builds (cisl compile --board sim)")
-    check_images(build_dir, plan, images)
+    check_images(build_dir, plan, images)  # never a stale image
     from ..timing.boardtime import TABLE, check_table
 
     for img in images:  # a node counts board time only with its own table (never a stale one)
         check_table(img.parent / TABLE, img, plan)
     if inputs is None:
-        inputs = np.load(build_dir / "inputs.npy")
+        inputs = load_build_inputs(build_dir, lookback=plan.cfg.lookback)
     if inputs.ndim != 2 or inputs.shape[1] != plan.cfg.lookback:
         raise UserError(f"inputs have shape {inputs.shape}; expected [n, {plan.cfg.lookback}]")
     xq = plan.quantize_input(np.asarray(inputs, dtype=np.float64))
     final_logs = Path(logs_dir) if logs_dir else build_dir / "logs"
-    check_output_dir(final_logs, "sim-logs", _sim_logs_entry, _legacy_sim_logs)
+    check_output_dir(final_logs, "sim-logs", _sim_logs_entry, _legacy_sim_logs, option="--logs")
     run_id = uuid.uuid4().hex[:12]
     with atomic_output_dir(final_logs, "sim-logs", _sim_logs_entry, _legacy_sim_logs) as logs_dir:
         result = _run(plan, images, xq, logs_dir, timeout, loss, loss_seed, radio, radio_seed, radio_dead, run_id,
@@ -343,25 +345,6 @@ def _summarise(problems: list[str], inferences: int) -> list[str]:
     return out
 
 
-def check_images(build_dir: Path, plan: Plan, images: list[Path]) -> None:
-    """Every node image must be the one the last successful `cisl build` made from this plan."""
-    summary = Path(build_dir) / "build.json"
-    try:
-        doc = json.loads(summary.read_text())
-    except FileNotFoundError:
-        raise UserError(f"{summary}: missing (the last `cisl build` failed or never ran); run `cisl build "
-                        f"{build_dir}`") from None
-    except (OSError, ValueError):
-        raise UserError(f"{summary}: unreadable; run `cisl build {build_dir}` again") from None
-    if doc.get("plan") != plan.sha256[:16]:
-        raise UserError(f"{build_dir}: the images were built from another plan.json; run `cisl build {build_dir}`")
-    shas = {int(n["node"]): n.get("sha256") for n in doc.get("nodes", [])}
-    for k, img in enumerate(images):
-        if shas.get(k) is None or shas[k] != sha256_file(img):
-            raise UserError(f"{img}: not the image `cisl build` made from this plan (stale or changed); run "
-                            f"`cisl build {build_dir}`")
-
-
 def _sim_logs_entry(name: str) -> bool:
     return name in ("records.jsonl", "radio_rounds.jsonl", "radio_deliveries.jsonl") or \
         (name.startswith("node_") and name.endswith(".log"))
@@ -527,7 +510,7 @@ def simulate(build_dir: Path, inputs_file: Path | None = None, count: int | None
     x = load_input_windows(inputs_file)
     if count is not None:
         if x is None:
-            x = np.load(Path(build_dir) / "inputs.npy") if (Path(build_dir) / "inputs.npy").is_file() else None
+            x = load_build_inputs(build_dir, required=False, lookback=load_plan(build_dir).cfg.lookback)
         if x is not None:
             x = x[:count]
     if medium == "message":

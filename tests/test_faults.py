@@ -618,6 +618,20 @@ def test_a_reader_that_stops_early_is_not_reported_as_a_bad_path(simbuild, tmp_p
     assert "error" not in p.stderr and "Traceback" not in p.stderr, p.stderr
 
 
+def test_flash_never_writes_over_a_users_files_in_the_state_folder(simbuild, tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "inputs.npy").write_text("mine")  # names the virtual testbed writes in its state folder
+    (work / "run.json").write_text("mine")
+    assert cisl("testbed", "sim", "--nodes", "2", "-o", "tb.toml", "--state", ".", cwd=work).returncode == 0
+    try:
+        p = cisl("flash", str(simbuild), "--testbed", "tb.toml", "--no-reset", cwd=work)
+    finally:
+        cisl("testbed", "stop", "--testbed", "tb.toml", cwd=work)
+    one_line_error(p, "state folder", "was not made by cisl")
+    assert (work / "inputs.npy").read_text() == "mine" and (work / "run.json").read_text() == "mine"
+
+
 def test_only_empty_run_folders_of_dead_supervisors_are_swept(tmp_path):
     import os
     import socket

@@ -39,6 +39,7 @@ training config do.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -382,3 +383,57 @@ def parse_board_list(text: str, option: str = "--models") -> list[str]:
             raise UserError(f"{option} {part}: the count after '*' must be a positive integer, e.g. {name}*8")
         out += [name.strip()] * (int(count) if count else 1)
     return out
+
+
+STATE_KIND = "testbed-state"
+_STATE_ENTRY = re.compile(r"^(flashed\.json|run\.json|inputs\.npy|supervisor[-.a-z]*|node_\d\d(\.stderr|\.tty)?|run|images|"
+                          r"\.cisl-output|.*\.tmp)$")
+
+
+def claim_state_dir(testbed: "Testbed") -> Path:
+    """Make sure the testbed's state folder is cisl's before writing into it (flash records, images,
+    the virtual testbed's files, all under fixed names): new, empty, or one cisl made. A folder
+    holding other files, e.g. `state = "."` next to the user's work, is refused in one line."""
+    from ..fsutil import OWNER_FILE
+
+    state = Path(testbed.state_dir)
+    if state.exists():
+        if not state.is_dir():
+            raise UserError(f"{state}: the testbed's state folder is a file; set [testbed] state in {testbed.path} "
+                            f"to a folder (default {DEFAULT_STATE})")
+        names = sorted(p.name for p in state.iterdir())
+        if names and not (_state_owner(state) == STATE_KIND or _legacy_state(state)):
+            raise UserError(f"{state}: the testbed's state folder holds {names[0]} and was not made by cisl; set "
+                            f"[testbed] state in {testbed.path} to a folder of its own (default {DEFAULT_STATE})")
+        foreign = [n for n in names if not _STATE_ENTRY.match(n)]
+        if foreign:
+            raise UserError(f"{state}: the testbed's state folder holds {foreign[0]}, which cisl did not write; "
+                            f"set [testbed] state in {testbed.path} to a folder of its own (default {DEFAULT_STATE})")
+    state.mkdir(parents=True, exist_ok=True)
+    owner = state / OWNER_FILE
+    if not owner.is_file():
+        owner.write_text(f"cisl {STATE_KIND}\n")
+    return state
+
+
+def _state_owner(state: Path) -> str | None:
+    from ..fsutil import OWNER_FILE
+
+    try:
+        line = (state / OWNER_FILE).read_text(errors="replace").splitlines()[0]
+    except (OSError, IndexError):
+        return None
+    return line[5:].strip() if line.startswith("cisl ") else None
+
+
+def _legacy_state(state: Path) -> bool:
+    """A state folder of a cisl version before the owner file: its flash record or supervisor config."""
+    import json
+
+    for name, key in (("flashed.json", "plan_sha256"), ("supervisor-config.json", "nonce")):
+        try:
+            if key in json.loads((state / name).read_text()):
+                return True
+        except (OSError, ValueError, TypeError):
+            continue
+    return False

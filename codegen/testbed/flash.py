@@ -20,7 +20,7 @@ from typing import Callable
 
 from ..errors import UserError
 from ..plan.io import Plan, load_plan
-from .config import NodeEntry, Testbed
+from .config import NodeEntry, Testbed, claim_state_dir
 from .probes import Probe
 from .runners import RUNNERS, FlashError, Runner, elf_to_hex
 
@@ -139,6 +139,7 @@ def flash_testbed(build_dir: Path, testbed: Testbed, *, verify: bool = True, res
                   say: Callable[[str], None] | None = None) -> FlashReport:
     say = say or (lambda s: None)
     build = load_build(build_dir)
+    claim_state_dir(testbed)  # flash records and images go there under fixed names: never over the user's files
     board = build.plan.meta["board"]
     by_id = {n.id: n for n in testbed.nodes}
     # a planned split (`cisl compile --split`) runs plan node k on testbed node testbed_nodes[k]

@@ -32,7 +32,7 @@ import numpy as np
 from ..errors import UserError
 from ..inputs import load_build_inputs
 from ..toolrun import log_command
-from ..testbed.config import NodeEntry, Testbed
+from ..testbed.config import NodeEntry, Testbed, claim_state_dir
 from .supervisor import read_line
 
 MODULE = "codegen.vtestbed.supervisor"
@@ -117,7 +117,7 @@ def ensure_supervisor(testbed: Testbed) -> dict:
         if info.get("config_hash") == chash:
             return info
         stop(testbed)  # the testbed file changed (nodes, ports): start over
-    state.mkdir(parents=True, exist_ok=True)
+    claim_state_dir(testbed)
     for k, port in ports.items():
         if os.path.exists(port) and not os.path.islink(port):
             raise UserError(f"{testbed.path}: node {k}: port {port} exists and is not a symlink; the virtual "

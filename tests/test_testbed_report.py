@@ -54,6 +54,21 @@ def read_csv(p: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+def test_a_build_whose_plan_the_logs_did_not_run_is_refused(tmp_path):
+    import pytest as _pytest
+
+    from codegen.errors import UserError
+
+    write_run(tmp_path / "logs-4", 4, compute_us=1000, comm_us=500, delivered=2)  # its nodes boot plan "ab"
+    build = tmp_path / "other"
+    build.mkdir()
+    (build / "compile.json").write_text(json.dumps({"devices": 2, "board": "sim", "plan_sha256": "f" * 64, "nodes": [
+        {"node": k, "param_bytes": 1, "arena_bytes": 1, "bytes_sent_per_inference": 1} for k in range(2)]}))
+    with _pytest.raises(UserError, match="ran in none of the logs given"):
+        make_report([tmp_path / "logs-4"], tmp_path / "rep", [build])
+    assert not (tmp_path / "rep").exists()
+
+
 def test_report_compares_runs_by_node_count(tmp_path):
     write_run(tmp_path / "logs-1", 1, compute_us=4000, comm_us=0, delivered=0)
     write_run(tmp_path / "logs-4", 4, compute_us=1000, comm_us=500, delivered=2)

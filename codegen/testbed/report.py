@@ -200,10 +200,27 @@ def memory(build_dir: Path) -> list[dict]:
         images = {int(n["node"]): int(n["bytes"]) for n in json.loads((build_dir / "build.json").read_text())["nodes"]}
     except (OSError, ValueError, KeyError):
         images = {}
-    return [{"build": build_dir.name or str(build_dir), "board": comp.get("board", ""), "nodes": comp["devices"],
-             "node": n["node"], "param_bytes": n["param_bytes"], "arena_bytes": n["arena_bytes"],
-             "bytes_sent_per_inference": n["bytes_sent_per_inference"], "image_bytes": images.get(n["node"], "")}
-            for n in comp["nodes"]]
+    try:
+        return [{"build": build_dir.name or str(build_dir), "board": comp.get("board", ""), "nodes": comp["devices"],
+                 "node": n["node"], "param_bytes": n["param_bytes"], "arena_bytes": n["arena_bytes"],
+                 "bytes_sent_per_inference": n["bytes_sent_per_inference"], "image_bytes": images.get(n["node"], "")}
+                for n in comp["nodes"]]
+    except (KeyError, TypeError, AttributeError):
+        raise UserError(f"--build {build_dir}: compile.json is not cisl's (damaged?); run `cisl compile` again") from None
+
+
+def check_builds_ran(runs: list[Run], builds: list[Path]) -> None:
+    """A --build's memory table belongs in the report only if the logs ran its plan (boot lines name it;
+    compile.json records the plan's hash)."""
+    ran = {str(b["plan"]) for r in runs for b in r.of("boot") if b.get("plan")}
+    for b in builds:
+        try:
+            mine = str(json.loads((Path(b) / "compile.json").read_text())["plan_sha256"])[:16]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # memory() says what is wrong with it; a compile.json without the hash cannot be checked
+        if ran and mine not in ran:
+            raise UserError(f"--build {b}: its plan {mine} ran in none of the logs given (they ran "
+                            f"{', '.join(sorted(ran))}); give the build folder the logs were recorded from")
 
 
 def _write_csv(path: Path, rows: list[dict], columns: list[str]) -> Path:
@@ -263,6 +280,7 @@ def _write_report(runs: list[Run], ests: list[dict], out_dir: Path, builds: list
         if labels.count(r.label) > 1:
             r.label = f"{r.label}#{runs.index(r)}({r.nodes} nodes)"
     runs.sort(key=lambda r: r.nodes)
+    check_builds_ran(runs, builds or [])
     mem = [row for b in builds or [] for row in memory(b)]
     res = ReportResult(out_dir)
     lat, blk, sgs, dlv, fc = [], [], [], [], []

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 from pathlib import Path
@@ -626,5 +627,6 @@ def report(runs_dir: Path, out: Path, records: Path | None = None) -> None:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     base = ROOT / "docs" / "results" / "split_training"
     report(base / "runs", ROOT / "docs" / "results", base / "records")

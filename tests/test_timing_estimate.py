@@ -88,6 +88,9 @@ def run_and_compare_with_the_estimate(root: Path, build: str, board: str, tag: s
             "-o", est_path, cwd=root))
     p = ok(cisl("report", logs, "-o", rep, "--estimate", est_path, "--no-plots", cwd=root))
     assert "[model time]" in p.stdout
+    # the radio is priced from the nodes' own radio-on times, and the summary says so (not "CPU only")
+    assert "energy per inference of the network" in p.stdout and "radio from the nodes' radio-on times" in p.stdout, \
+        p.stdout
     rows = (root / rep / "block_latency.csv").read_text().splitlines()
     head = rows[0].split(",")
     seen = set()

@@ -273,8 +273,11 @@ def report_cmd(logs_dirs: tuple[Path, ...], out_dir: Path, builds: tuple[Path, .
     for run, rows in by_run.items():
         total = sum(e["total_uj"] for e in rows)
         radio = sum(e["radio_uj"] for e in rows)
-        src = ("radio from --estimate" if all(e["radio_source"] == "estimate" for e in rows)
-               else "CPU only: add --estimate for the radio")
+        sources = {e["radio_source"] for e in rows}
+        src = ("radio from the nodes' radio-on times" if sources == {"log"}
+               else "radio from --estimate" if sources == {"estimate"}
+               else "CPU only: add --estimate for the radio" if sources == {"none"}
+               else "radio from " + " and ".join(sorted(sources - {"none"})) + " (some nodes CPU only)")
         pred = [e["predicted_total_uj"] for e in rows if e["predicted_total_uj"] != ""]
         click.echo(f"{run}: energy per inference of the network {total:,.1f} uJ ({src}; radio {radio:,.1f} uJ)"
                    + (f", predicted {sum(pred):,.1f} uJ" if len(pred) == len(rows) else ""))

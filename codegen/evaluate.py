@@ -185,7 +185,7 @@ class EvalRun:
 
         records = self.records()
         write_output_file(path, json.dumps(records[0] if self.sweep is None else {"sweep": records}, indent=1) + "\n",
-                          lambda old: old.lstrip().startswith("{") and ('"sweep"' in old or '"mse' in old))
+                          eval_json_ours)
 
 
 def run_eval(model_path: Path, data: Path | None = None, which: str = "test", int8: bool = False,
@@ -205,3 +205,8 @@ def run_eval(model_path: Path, data: Path | None = None, which: str = "test", in
     all_rates = [LossRates.uniform(q) for q in sweep] if sweep is not None else [rates]
     results = evaluate_sweep(m, es, int8, all_rates, range(seeds), devices, calibration, progress=progress)
     return EvalRun(len(es.x), rates, sweep, results)
+
+
+def eval_json_ours(old: str) -> bool:
+    """An existing --json file `cisl eval` wrote (it may be replaced)."""
+    return old.lstrip().startswith("{") and ('"sweep"' in old or '"mse' in old)

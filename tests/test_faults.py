@@ -632,6 +632,15 @@ def test_flash_never_writes_over_a_users_files_in_the_state_folder(simbuild, tmp
     assert (work / "inputs.npy").read_text() == "mine" and (work / "run.json").read_text() == "mine"
 
 
+def test_eval_refuses_its_json_output_before_the_work(model, tmp_path):
+    (tmp_path / "mine.json").write_text('{"my": "results"}')
+    for out in ("mine.json", "."):  # a user's file, a folder
+        p = cisl("eval", str(model), "--json", out, cwd=tmp_path)
+        one_line_error(p, out)
+        assert p.stdout == "", p.stdout  # no result printed: refused before the evaluation
+    assert (tmp_path / "mine.json").read_text() == '{"my": "results"}'
+
+
 def test_only_empty_run_folders_of_dead_supervisors_are_swept(tmp_path):
     import os
     import socket

@@ -200,8 +200,10 @@ def eval_cmd(model: Path, data: Path | None, which: str, int8: bool, devices: in
     """
     from tqdm import tqdm
 
-    from ..evaluate import run_eval
+    from ..evaluate import eval_json_ours, run_eval
+    from ..fsutil import check_output_file
 
+    check_output_file(json_out, eval_json_ours)  # before the work, not after it
     rates = loss_rates(loss_q, loss_link, loss_receiver, loss_sender)
     sweep_q = sweep_values(sweep) if sweep is not None else None
     run = run_eval(model, data, which, int8, devices, calibration, rates, sweep_q, seeds, max_windows,

@@ -84,6 +84,7 @@ def plan_cmd(model: Path, testbed_file: Path, profile_file: Path, deadline_ms: f
     from ..planner.plan import baselines, format_plan, make_plan, parse_without, write_plan_file
 
     check_output_file(out_file, json_with("format", "heads_per_device"))
+    check_output_file(json_out, json_with("plan"))  # both before the work
     r = make_plan(model, testbed_file, profile_file, deadline_ms, objective, parse_without(without), say=say(quiet),
                   all_nodes=all_nodes)
     write_plan_file(out_file, r)

@@ -641,6 +641,12 @@ def test_eval_refuses_its_json_output_before_the_work(model, tmp_path):
     assert (tmp_path / "mine.json").read_text() == '{"my": "results"}'
 
 
+def test_a_radio_dead_node_outside_the_build_is_one_line(simbuild, tmp_path):
+    p = cisl("sim", str(simbuild), "-n", "1", "--radio-dead", "9", "--logs", str(tmp_path / "l"), cwd=tmp_path)
+    one_line_error(p, "--radio-dead 9", "nodes 0 to 1")
+    assert not (tmp_path / "l").exists()
+
+
 def test_only_empty_run_folders_of_dead_supervisors_are_swept(tmp_path):
     import os
     import socket

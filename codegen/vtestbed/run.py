@@ -522,6 +522,10 @@ def simulate(build_dir: Path, inputs_file: Path | None = None, count: int | None
                             "(on the radio, loss comes from the channel: --topology, --radio-dead)")
         if topology is not None and topology not in TOPOLOGIES:
             raise UserError(f"--topology {topology}: unknown; choose one of {', '.join(TOPOLOGIES)}")
-        topology = topology or default_topology(load_plan(build_dir).devices)
+        devices = load_plan(build_dir).devices
+        bad = [d for d in radio_dead or [] if not 0 <= d < devices]
+        if bad:
+            raise UserError(f"--radio-dead {bad[0]}: the build has nodes 0 to {devices - 1}")
+        topology = topology or default_topology(devices)
     return run_sim(build_dir, x, logs_dir, timeout, loss, loss_seed, topology if medium == "radio" else None,
                    radio_seed, list(radio_dead or []), mode_requests=mode_requests, mode_limits=mode_limits)

@@ -119,6 +119,19 @@ def write_csv(tmp_path: Path, text: str) -> Path:
 
 
 @pytest.mark.unit
+def test_a_stray_word_in_a_number_column_is_an_error_not_a_dropped_channel(tmp_path: Path) -> None:
+    rows = ["date,a,b,site"] + [f"2020-01-01 00:{i:02d}:00,{i},{2 * i},north" for i in range(40)]
+    rows[7] = "2020-01-01 00:06:00,abc,12,north"
+    path = tmp_path / "x.csv"
+    path.write_text("\n".join(rows) + "\n")
+    with pytest.raises(UserError, match=r"column 'a' holds numbers but data row 7 has 'abc'"):
+        load_csv(path)
+    rows[7] = "2020-01-01 00:06:00,6,12,north"  # fixed: the text column 'site' is skipped as before
+    path.write_text("\n".join(rows) + "\n")
+    x, names = load_csv(path)
+    assert names == ["a", "b"] and x.shape == (40, 2)
+
+
 def test_load_csv_picks_columns(tmp_path: Path) -> None:
     path = write_csv(tmp_path, "date,a,b,label\n2020-01-01,1,2.5,x\n2020-01-02,3,4e0,y\n2020-01-03,5,6,z\n")
     x, names = load_csv(path)

@@ -22,6 +22,14 @@ def _to_float(values: list[str]) -> np.ndarray | None:
         return None
 
 
+def _is_number(v: str) -> bool:
+    try:
+        float(v)
+        return True
+    except ValueError:
+        return False
+
+
 def load_csv(path: str | Path, columns: Sequence[str] | None = None) -> tuple[np.ndarray, list[str]]:
     """Read the chosen numeric columns (all numeric columns if ``columns`` is empty).
 
@@ -55,6 +63,14 @@ def load_csv(path: str | Path, columns: Sequence[str] | None = None) -> tuple[np
         col = _to_float(list(values))
         if col is not None:
             numeric[name] = col
+            continue
+        # a text column (names, ids) is skipped; a number column with a stray word is a broken file,
+        # not a column to drop without a word
+        parsed = [_is_number(v) for v in values if v.strip()]
+        if parsed and sum(parsed) >= len(parsed) / 2:
+            i = next(k for k, v in enumerate(values) if v.strip() and not _is_number(v))
+            raise UserError(f"{path}: column {name!r} holds numbers but data row {i + 1} has {values[i]!r}; fix that "
+                            f"cell")
     if not numeric:
         raise UserError(f"{path} has no numeric columns (header: {', '.join(header)}); "
                         "pass a CSV with a date column and numeric channel columns")

@@ -647,6 +647,18 @@ def test_a_radio_dead_node_outside_the_build_is_one_line(simbuild, tmp_path):
     assert not (tmp_path / "l").exists()
 
 
+@pytest.mark.parametrize("argv", [
+    ["radio", "loss", "--nodes", "4", "--topology", "line", "--exchanges", "3", "--shadowing", "nan"],
+    ["radio", "loss", "--nodes", "4", "--topology", "line", "--exchanges", "3", "--exponent", "inf"],
+    ["radio", "loss", "--nodes", "1", "--topology", "line", "--exchanges", "3"],
+    ["estimate", "{build}", "--period-ms", "1e308"],
+    ["sim", "{build}", "--timeout", "nan"],
+])
+def test_non_finite_or_meaningless_numbers_are_refused_by_the_option(simbuild, tmp_path, argv):
+    p = cisl(*[a.replace("{build}", str(simbuild)) for a in argv], cwd=tmp_path)
+    one_line_error(p, "Invalid value for '--")
+
+
 def test_only_empty_run_folders_of_dead_supervisors_are_swept(tmp_path):
     import os
     import socket

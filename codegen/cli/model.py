@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from .app import main
-from .options import loss_options, loss_rates, say, sweep_values
+from .options import FiniteRange, loss_options, loss_rates, say, sweep_values
 
 
 @main.command()
@@ -29,10 +29,10 @@ from .options import loss_options, loss_rates, say, sweep_values
               help="Override [prune] method: somegather = the paper's communication-aware pruning (trained masks, "
                    "each node keeps using its own pruned columns); normal = the baseline that removes whole columns; "
                    "none = no pruning.")
-@click.option("--keep", type=click.FloatRange(0.0, 1.0, min_open=True), default=None,
+@click.option("--keep", type=FiniteRange(0.0, 1.0, min_open=True), default=None,
               help="Override [prune] keep: the network-wide share of an allgather's columns the nodes still send "
                    "(needs --prune; realised as exactly as whole columns allow and printed).")
-@click.option("--random-keep", type=click.FloatRange(0.0, 1.0, min_open=True), default=None,
+@click.option("--random-keep", type=FiniteRange(0.0, 1.0, min_open=True), default=None,
               help="Override [split] random_keep: RANDOM untrained masks sending this share (an ablation, not the "
                    "paper's pruning).")
 @click.option("--keep-ratio", hidden=True, default=None, expose_value=True,
@@ -232,7 +232,7 @@ def eval_cmd(model: Path, data: Path | None, which: str, int8: bool, devices: in
               help="Board whose flash and RAM bound every node.")
 @click.option("--devices", type=click.IntRange(min=1), required=True, help="Number of nodes.")
 @click.option("--heads", type=click.IntRange(min=1), default=16, show_default=True, help="Attention heads H.")
-@click.option("--keep", "keep_ratio", type=click.FloatRange(0.0, 1.0, min_open=True), default=1.0, show_default=True,
+@click.option("--keep", "keep_ratio", type=FiniteRange(0.0, 1.0, min_open=True), default=1.0, show_default=True,
               help="somegather keep ratio (fraction of its columns a node broadcasts).")
 @click.option("--tokens", "token_grid", type=click.IntRange(1, 511), multiple=True,
               help="Token counts N to try (repeatable). Default: 16 24 32 48 64 96 128 192 256 384 511.")

@@ -8,7 +8,7 @@ import click
 
 from ..errors import CheckFailed, UserError
 from .app import main
-from .options import build_dir_argument, loss_options, loss_rates, say
+from .options import FiniteRange, build_dir_argument, loss_options, loss_rates, say
 from .options import mode_limits as parse_mode_limits
 from .options import mode_requests as parse_mode_requests
 
@@ -61,7 +61,7 @@ def build_cmd(build_dir: Path, board: str | None, jobs: int | None, nodes: tuple
 @click.option("-n", "--count", type=click.IntRange(min=1), default=None, help="Run only the first N inputs.")
 @loss_options
 @click.option("--loss-seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the loss pattern.")
-@click.option("--timeout", type=click.FloatRange(min=1), default=300.0, show_default=True,
+@click.option("--timeout", type=FiniteRange(min=1), default=300.0, show_default=True,
               help="Seconds before one node's emulation is aborted.")
 @click.option("--keep", "keep_dir", type=click.Path(path_type=Path), default=None,
               help="Keep every node's transcript, sent messages and serial log in this folder.")
@@ -106,7 +106,7 @@ def qemu_cmd(build_dir: Path, nodes: tuple[int, ...], inputs: Path | None, count
 @click.option("--radio-inferences", type=click.IntRange(min=1), default=4, show_default=True,
               help="Inferences of Mixer rounds simulated (min/mean/max of the air time).")
 @click.option("--radio-seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of topology and channel.")
-@click.option("--period-ms", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--period-ms", type=FiniteRange(min=0, max=86_400_000, min_open=True), default=None,
               help="Inference period for the idle energy (default: back to back, the latency).")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole estimate as JSON instead of the table.")
 @click.option("-o", "--out", "out_file", type=click.Path(path_type=Path), default=None,
@@ -146,7 +146,7 @@ def estimate_cmd(build_dir: Path, topology: str | None, policy: str | None, infe
 @click.option("-n", "--count", type=click.IntRange(min=1), default=None, help="Run only the first N inputs.")
 @click.option("--logs", type=click.Path(path_type=Path), default=None,
               help="Folder for the nodes' serial logs. Default: BUILD_DIR/logs.")
-@click.option("--timeout", type=click.FloatRange(min=1), default=120.0, show_default=True,
+@click.option("--timeout", type=FiniteRange(min=1), default=120.0, show_default=True,
               help="Seconds before a stuck run is aborted.")
 @loss_options
 @click.option("--loss-seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the loss pattern.")
@@ -218,11 +218,11 @@ def _print_sim(r, build_dir: Path, logs: Path | None) -> None:
 
 @main.command(name="modes")
 @build_dir_argument
-@click.option("--deadline", "deadline_ms", type=click.FloatRange(min=0), default=None, metavar="MS",
+@click.option("--deadline", "deadline_ms", type=FiniteRange(min=0), default=None, metavar="MS",
               help="Latest end of one inference (ms, the timing model's central estimate).")
-@click.option("--energy", "energy_uj", type=click.FloatRange(min=0), default=None, metavar="UJ",
+@click.option("--energy", "energy_uj", type=FiniteRange(min=0), default=None, metavar="UJ",
               help="Largest energy of one inference, every node together (uJ).")
-@click.option("--max-mse", type=click.FloatRange(min=0), default=None, help="Largest validation MSE.")
+@click.option("--max-mse", type=FiniteRange(min=0), default=None, help="Largest validation MSE.")
 @click.option("--profile", is_flag=True, help="Profile again even if BUILD_DIR/modes.json is this plan's.")
 @click.option("--topology", default=None, metavar="TOPOLOGY",
               help="Radio topology of the profile (default: the plan's, as `cisl estimate`).")

@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 import functools
+import math
 from pathlib import Path
 
 import click
 
 from ..errors import UserError
+
+
+class FiniteRange(click.FloatRange):
+    """click.FloatRange that also refuses nan and infinity (FloatRange lets nan through every bound)."""
+
+    def convert(self, value, param, ctx):
+        rv = super().convert(value, param, ctx)
+        if not math.isfinite(rv):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return rv
 
 
 def say(quiet: bool):

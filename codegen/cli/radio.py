@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from .options import FiniteRange
+
 from .app import main
 
 
@@ -17,7 +19,7 @@ def radio() -> None:
 @radio.command(name="loss")
 @click.option("--topology", "topo", default="hallway16", show_default=True,
               help="full_mesh, line, grid, random_geometric, hallway or hallway16.")
-@click.option("--nodes", type=click.IntRange(1, 32), default=None, help="Node count (not for hallway16).")
+@click.option("--nodes", type=click.IntRange(2, 32), default=None, help="Node count (not for hallway16).")
 @click.option("--message-bytes", type=click.IntRange(min=1), default=336, show_default=True,
               help="Bytes every node sends per exchange (tokens x broadcast columns; see plan.json msg_bytes).")
 @click.option("--exchanges", type=click.IntRange(min=1), default=200, show_default=True)
@@ -25,12 +27,12 @@ def radio() -> None:
               help="Round length: end when all have full rank, or the fixed 3G+200 deadline.")
 @click.option("--deadline", type=click.IntRange(min=1), default=None,
               help="Override the rounds' hard deadline in slots (tight deadlines trade loss for latency).")
-@click.option("--exponent", type=click.FloatRange(min=1.0), default=None, help="Path-loss exponent (default 4.0).")
-@click.option("--shadowing", type=click.FloatRange(min=0.0), default=None, help="Shadowing sigma in dB (default 4).")
-@click.option("--burst", nargs=3, type=click.FloatRange(0.0, 1.0), default=None, metavar="P_GB P_BG LOSS_BAD",
+@click.option("--exponent", type=FiniteRange(min=1.0), default=None, help="Path-loss exponent (default 4.0).")
+@click.option("--shadowing", type=FiniteRange(min=0.0), default=None, help="Shadowing sigma in dB (default 4).")
+@click.option("--burst", nargs=3, type=FiniteRange(0.0, 1.0), default=None, metavar="P_GB P_BG LOSS_BAD",
               help="Gilbert-Elliott bursty links: good->bad and bad->good transition probabilities per slot "
                    "and the loss probability in the bad state.")
-@click.option("--fail-prob", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.0, show_default=True,
+@click.option("--fail-prob", type=FiniteRange(0.0, 1.0, max_open=True), default=0.0, show_default=True,
               help="Probability that a node is down for a whole exchange (crash, reboot).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("-o", "--out", "out", type=click.Path(path_type=Path), default=None,

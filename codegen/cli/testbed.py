@@ -9,7 +9,7 @@ import click
 
 from ..errors import CheckFailed, UserError
 from .app import main
-from .options import build_dir_argument, say
+from .options import FiniteRange, build_dir_argument, say
 from .options import mode_limits as parse_mode_limits
 from .options import mode_requests as parse_mode_requests
 
@@ -134,7 +134,7 @@ def testbed_stop(testbed_file: Path) -> None:
               help="Unlock protected (APPROTECT) devices first: erases the whole chip, then programs it.")
 @click.option("--allow-single-probe", is_flag=True,
               help="A node without a probe serial number may use the only attached probe.")
-@click.option("--timeout", type=click.FloatRange(min=1), default=180.0, show_default=True,
+@click.option("--timeout", type=FiniteRange(min=1), default=180.0, show_default=True,
               help="Seconds each tool call may take (per node and step).")
 @click.option("-q", "--quiet", is_flag=True, help="No per-node progress.")
 def flash_cmd(build_dir: Path, testbed_file: Path, runner: str | None, verify: bool, reset: bool, recover: bool,
@@ -170,14 +170,14 @@ def flash_cmd(build_dir: Path, testbed_file: Path, runner: str | None, verify: b
               help="Folder for node_NN.log/.jsonl, merged.jsonl and summary.json.")
 @click.option("-n", "--inferences", type=click.IntRange(min=1), default=None,
               help="Stop once every node printed this many `infer` lines (default: until every node prints `end`).")
-@click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--duration", type=FiniteRange(min=0, min_open=True), default=None,
               help="Stop after this many seconds (or once every node printed `end`).")
-@click.option("--timeout", type=click.FloatRange(min=1), default=300.0, show_default=True,
+@click.option("--timeout", type=FiniteRange(min=1), default=300.0, show_default=True,
               help="Give up on nodes whose final line has not come after this many seconds.")
 @click.option("--no-reset", is_flag=True, help="Only listen; do not reset the nodes after opening the ports.")
 @click.option("--node", "node_ids", type=int, multiple=True, metavar="ID",
               help="Record only this node (repeatable; default: the nodes `cisl flash` programmed).")
-@click.option("--open-timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
+@click.option("--open-timeout", type=FiniteRange(min=0.1), default=10.0, show_default=True,
               help="Seconds to wait for every port to open.")
 @click.option("--mode-request", "mode_requests", multiple=True, metavar="INF:NODE:MODE",
               help="Elastic images: write `mode MODE` on NODE's serial line once it has printed inference INF-1 "

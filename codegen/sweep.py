@@ -189,14 +189,29 @@ def record_path(records: Path, unit: Unit) -> Path:
 
 def load_record(records: Path, unit: Unit) -> dict:
     path = record_path(records, unit)
+    if not path.is_file():
+        raise UserError(f"{path}: no record for unit {unit.label or unit.fn}; run the sweep that makes it")
+    return read_record(path)
+
+
+def read_record(path: Path) -> dict:
+    """A unit's record; one line if it is damaged (records are written whole, so someone changed it)."""
     try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise UserError(f"{path}: no record for unit {unit.label or unit.fn}; run the sweep that makes it") from None
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        doc = e
+    if not isinstance(doc, dict) or "result" not in doc:
+        raise UserError(f"{path}: a damaged sweep record (not a unit's result); delete it and run the sweep again to "
+                        f"redo that unit")
+    return doc
 
 
 def is_done(records: Path, unit: Unit) -> bool:
-    return record_path(records, unit).is_file()
+    try:
+        read_record(record_path(records, unit))
+        return True
+    except UserError:  # missing or damaged: still to do (running it says what is wrong)
+        return False
 
 
 def unit_state(records: Path, work: Path, unit: Unit) -> str:
@@ -255,7 +270,7 @@ def run_unit(unit: Unit, records: Path, work: Path, backend: str = "inline") -> 
     records, work = Path(records), Path(work)
     path = record_path(records, unit)
     if path.is_file():
-        return json.loads(path.read_text())
+        return read_record(path)
     uid = unit_id(unit)
     ctx = Context(uid, work / uid, records, work)
     t0 = time.time()

@@ -101,6 +101,20 @@ def test_finished_units_are_skipped_and_needs_run_first(tmp_path: Path) -> None:
 
 
 @pytest.mark.unit
+@pytest.mark.parametrize("damage", ['{"format": 1, "res', "{}"])
+def test_a_damaged_record_is_todo_and_named_not_a_traceback(tmp_path: Path, damage: str) -> None:
+    from codegen.errors import UserError
+    from codegen.sweep import is_done
+
+    u = unit(tmp_path, 3)
+    run_sweep([u], tmp_path / "r", tmp_path / "w", say=lambda s: None)
+    record_path(tmp_path / "r", u).write_text(damage)  # cut short, or not a record
+    assert not is_done(tmp_path / "r", u)
+    with pytest.raises(UserError, match="damaged sweep record.*delete it"):
+        run_sweep([u], tmp_path / "r", tmp_path / "w", say=lambda s: None)
+
+
+@pytest.mark.unit
 def test_a_failed_unit_writes_nothing_blocks_what_needs_it_and_is_retried(tmp_path: Path) -> None:
     bad = unit(tmp_path, 2, fail=True)
     needy = Unit(bad.fn, {"x": 7, "calls": bad.params["calls"]}, needs=(bad,), label="x=7")

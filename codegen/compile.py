@@ -86,6 +86,32 @@ def _load_windows(path: Path, lookback: int, what: str) -> np.ndarray:
     return arr.astype(np.float32)
 
 
+def load_test_set(here: Path, lookback: int, horizon: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """The test windows, targets and (if there) per-window scales `cisl train` wrote next to the model,
+    each checked: shape, and finite (a NaN would print an MSE of nan as if it were a result)."""
+    tw, tt, ts = here / "test_windows.npy", here / "test_targets.npy", here / "test_scale.npy"
+    x = _load_windows(tw, lookback, "test windows")
+    y = _load_array(tt, "test targets", (len(x), horizon))
+    scale = _load_array(ts, "test scales", (len(x),)) if ts.is_file() else None
+    if scale is not None and not np.all(scale > 0):
+        raise UserError(f"{ts}: the test scales must be positive; train again to write them")
+    return x, y, scale
+
+
+def _load_array(path: Path, what: str, shape: tuple[int, ...]) -> np.ndarray:
+    if not path.is_file():
+        raise UserError(f"{path}: not found; train again to write the {what}, or pass --data with the data set")
+    try:
+        arr = np.load(path, allow_pickle=False)
+    except Exception:
+        raise UserError(f"{path}: not a .npy array; train again to write the {what}") from None
+    if arr.shape != shape or not np.issubdtype(arr.dtype, np.number):
+        raise UserError(f"{path}: {what} of shape {arr.shape}, expected {shape}; train again to write them")
+    if not np.all(np.isfinite(arr)):
+        raise UserError(f"{path}: the {what} contain NaN or infinite values; train again to write them")
+    return arr.astype(np.float32)
+
+
 def choose_split(model: CislModel, devices: int | None) -> tuple[Split, list]:
     """The split and somegather masks `cisl compile --devices` runs ``model`` on (None: as trained);
     also what `cisl eval` runs the float model on."""
@@ -189,15 +215,8 @@ def _compile(model_path: Path, out_dir: Path, opts: CompileOptions, say: Callabl
         cal = cal[np.linspace(0, len(cal) - 1, opts.max_calibration).round().astype(int)]
     test_x = test_y = test_scale = None
     here = Path(model_path).parent
-    tw, tt, ts = here / "test_windows.npy", here / "test_targets.npy", here / "test_scale.npy"
-    if tw.is_file() and tt.is_file():
-        test_x = _load_windows(tw, cfg.lookback, "test windows")
-        test_y = np.load(tt, allow_pickle=False).astype(np.float32)
-        if test_y.shape != (len(test_x), cfg.horizon):
-            raise UserError(f"{tt}: shape {test_y.shape}, expected ({len(test_x)}, {cfg.horizon})")
-        if not np.all(np.isfinite(test_y)):
-            raise UserError(f"{tt}: the test targets contain NaN or infinite values")
-        test_scale = np.load(ts, allow_pickle=False).astype(np.float32) if ts.is_file() else None
+    if (here / "test_windows.npy").is_file() and (here / "test_targets.npy").is_file():
+        test_x, test_y, test_scale = load_test_set(here, cfg.lookback, cfg.horizon)
     sim_inputs = (test_x if test_x is not None else cal)[:SIM_INPUTS]
 
     wanted = opts.node_boards

@@ -150,13 +150,14 @@ def load_eval_set(model: CislModel, model_path: Path, data: Path | None = None, 
         x, y = windows.take(np.arange(len(windows)))
         es = EvalSet.from_raw(x, y, model.config.revin)
     else:
+        from .compile import load_test_set
+
         here = Path(model_path).parent
-        try:
-            es = EvalSet(np.load(here / "test_windows.npy"), np.load(here / "test_targets.npy"),
-                         np.load(here / "test_scale.npy") if (here / "test_scale.npy").is_file()
-                         else np.ones(len(np.load(here / "test_windows.npy")), np.float32))
-        except FileNotFoundError as e:
-            raise UserError(f"{e.filename}: not found; pass --data with the data set to score") from None
+        for name in ("test_windows.npy", "test_targets.npy"):
+            if not (here / name).is_file():
+                raise UserError(f"{here / name}: not found; pass --data with the data set to score")
+        x, y, scale = load_test_set(here, model.config.lookback, model.config.horizon)
+        es = EvalSet(x, y, scale if scale is not None else np.ones(len(x), np.float32))
     if max_windows is not None and max_windows < len(es.x):
         pick = np.linspace(0, len(es.x) - 1, max_windows).round().astype(int)
         es = EvalSet(es.x[pick], es.y[pick], es.scale[pick])

@@ -659,6 +659,22 @@ def test_non_finite_or_meaningless_numbers_are_refused_by_the_option(simbuild, t
     one_line_error(p, "Invalid value for '--")
 
 
+@pytest.mark.parametrize("damage", ["nan", "shape"])
+def test_damaged_test_files_next_to_the_model_are_one_line(model, tmp_path, damage):
+    import shutil
+
+    import numpy as np
+
+    m = tmp_path / "m"
+    shutil.copytree(model.parent, m)
+    n = len(np.load(m / "test_windows.npy"))
+    np.save(m / "test_scale.npy", np.full(n, np.nan, np.float32) if damage == "nan" else np.ones((7, 3), np.float32))
+    for args in (["compile", str(m / "model.onnx"), "-o", str(tmp_path / "b")], ["eval", str(m / "model.onnx")]):
+        p = cisl(*args, cwd=tmp_path)
+        one_line_error(p, "test_scale.npy", "train again")
+    assert not (tmp_path / "b").exists()
+
+
 def test_only_empty_run_folders_of_dead_supervisors_are_swept(tmp_path):
     import os
     import socket

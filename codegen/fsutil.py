@@ -116,8 +116,10 @@ def check_output_dir(target: Path, kind: str, entries: Callable[[str], bool],
 
     An existing folder is replaced only if it is empty, or cisl made it for the same kind (its
     OWNER_FILE says so, or — folders of cisl versions before the owner file — ``legacy(target)``
-    recognises it) *and* every entry in it is one cisl writes there (``entries(name)``): a file the
-    user put next to cisl's is never deleted."""
+    recognises it) *and* every entry in it is one cisl writes there (``entries(name)``) *and* nothing in
+    it, at any depth, was written or changed after cisl last wrote it (stamp_output): a file the user
+    put next to cisl's, or edited, is never deleted. (A copy made without keeping modification times,
+    `cp -r`, looks changed: it is refused too, which is safe.)"""
     target = Path(target)
     if not target.exists():
         check_creatable(target, option)

@@ -210,6 +210,9 @@ def search(board: Board, devices: int, heads: int = 16, keep: float = 1.0, kerne
     Sizes the Mixer schedule cannot carry are appended to ``refused`` (one line per (N, F))."""
     est = _Estimator(board, devices, heads, keep, kernels, seed)
     widths = list(range(heads * max(1, math.ceil(devices / heads)), f_max + 1, heads))
+    if not widths:
+        raise UserError(f"--heads {heads} with {devices} node(s): no model width up to {f_max} is a multiple of the "
+                        f"heads that gives every node one; use fewer heads")
     out = []
     for tokens in n_grid:
         for layers in t_grid:

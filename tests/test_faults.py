@@ -675,6 +675,22 @@ def test_damaged_test_files_next_to_the_model_are_one_line(model, tmp_path, dama
     assert not (tmp_path / "b").exists()
 
 
+def test_fit_with_more_heads_than_any_width_is_one_line(tmp_path):
+    p = cisl("fit", "--devices", "1", "--heads", "100000", "--tokens", "16", "--layers", "1", "--no-build",
+             cwd=tmp_path)
+    one_line_error(p, "--heads 100000", "fewer heads")
+
+
+@pytest.mark.parametrize("line", [b'{"node": "x", "event": "boot"}\n', b'{"node": 0, "event": "boot", "fw": "\xff"}\n'])
+def test_report_on_a_record_with_a_bad_node_or_bytes_is_one_line(tmp_path, line):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "records.jsonl").write_bytes(line)
+    p = cisl("report", str(logs), "-o", str(tmp_path / "rep"), cwd=tmp_path)
+    one_line_error(p, "records.jsonl")
+    assert not (tmp_path / "rep").exists()
+
+
 def test_only_empty_run_folders_of_dead_supervisors_are_swept(tmp_path):
     import os
     import socket

@@ -150,6 +150,11 @@ def test_calibration_recovers_the_flash_wait_states(builds, tmp_path):
     assert "fitted flash wait states 3.0" in p.stdout
 
 
+def test_a_period_shorter_than_one_inference_is_refused(builds, tmp_path):
+    p = cisl("estimate", str(builds / "sim4"), "-q", "--period-ms", "0.001", cwd=tmp_path)
+    assert p.returncode == 2 and "shorter than one inference" in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
 def test_estimate_never_times_images_of_another_plan(builds, tmp_path):
     work = tmp_path / "sim4"
     shutil.copytree(builds / "sim4", work)

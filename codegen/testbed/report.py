@@ -49,6 +49,13 @@ class ReportResult:
     calibration: list[dict] = field(default_factory=list)
 
 
+def _lines(fh, f: Path):
+    try:
+        yield from fh
+    except UnicodeDecodeError:
+        raise UserError(f"{f}: not UTF-8 text; was the file cut or edited?") from None
+
+
 def load_run(path: Path) -> Run:
     path = Path(path)
     if not path.is_dir():
@@ -61,8 +68,8 @@ def load_run(path: Path) -> Run:
                         f"`cisl logs --testbed FILE -o {path}`")
     records = []
     for f in files:
-        with open(f) as fh:
-            for i, line in enumerate(fh, 1):
+        with open(f, encoding="utf-8") as fh:
+            for i, line in enumerate(_lines(fh, f), 1):
                 if not line.strip():
                     continue
                 try:
@@ -70,6 +77,8 @@ def load_run(path: Path) -> Run:
                 except json.JSONDecodeError:
                     raise UserError(f"{f}:{i}: not a JSON line; was the file cut or edited?") from None
                 if isinstance(rec, dict) and "event" in rec and "node" in rec:
+                    if not isinstance(rec["node"], int) or isinstance(rec["node"], bool):
+                        raise UserError(f"{f}:{i}: node {rec['node']!r} is not a node id; was the file edited?")
                     records.append(rec)
     if not records:
         raise UserError(f"{path}: the logs hold no records (did the nodes print anything?)")

@@ -175,6 +175,9 @@ def estimate(build_dir: Path, topology: str | None = None, policy: str | None = 
                    images_digest(build_dir, plan), clock, nodes, blocks, ex,
                    flash_wait=flash_wait or MemoryModel.for_board(model).flash_wait, rounds=rounds,
                    phy=plan.phy, node_boards={d: m.name for d, m in enumerate(models)})
+    if period_ms is not None and period_ms < est.latency_ms[1]:
+        raise UserError(f"--period-ms {period_ms:g}: shorter than one inference ({est.latency_ms[1]:.2f} ms on this "
+                        f"build); give a period of at least that, or drop --period-ms for back to back")
     period_us = (period_ms if period_ms is not None else est.latency_ms[1]) * 1e3
     for n in nodes:
         use = radio_use(rounds, n.device)  # per-inference means

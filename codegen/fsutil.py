@@ -305,6 +305,8 @@ def json_with(*keys: str) -> Callable[[str], bool]:
 def write_new_file(out: Path, text: str, force: bool = False) -> None:
     """Write ``text`` to ``out`` (parents made); refuses an existing ``out`` unless ``force``."""
     out = Path(out)
+    if out.is_dir():
+        raise UserError(f"{out}: is a folder; give a file name for the output")
     if out.exists() and not force:
         raise UserError(f"{out}: exists; pass --force to overwrite it")
     out.parent.mkdir(parents=True, exist_ok=True)

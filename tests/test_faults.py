@@ -691,6 +691,15 @@ def test_report_on_a_record_with_a_bad_node_or_bytes_is_one_line(tmp_path, line)
     assert not (tmp_path / "rep").exists()
 
 
+def test_a_file_for_a_folder_and_a_folder_for_a_file_are_named(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "adir").mkdir()
+    one_line_error(cisl("build", "afile", cwd=tmp_path), "afile", "not a build folder")
+    for force in ([], ["--force"]):
+        p = cisl("testbed", "sim", "--nodes", "2", "-o", "adir", *force, cwd=tmp_path)
+        one_line_error(p, "adir", "is a folder; give a file name")
+
+
 def test_only_empty_run_folders_of_dead_supervisors_are_swept(tmp_path):
     import os
     import socket

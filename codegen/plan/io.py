@@ -147,6 +147,8 @@ def write_plan(out_dir: Path, meta: dict[str, Any], sgs: list[SomegatherPoint], 
 def load_plan(build_dir: Path) -> Plan:
     """Load build_dir/plan.json and constants.bin; one-line UserError if they are not usable."""
     path = Path(build_dir) / "plan.json"
+    if Path(build_dir).is_file():
+        raise UserError(f"{build_dir}: a file, not a build folder; give the folder `cisl compile -o` wrote")
     if not path.is_file():
         raise UserError(f"{path}: no plan found; run `cisl compile MODEL.onnx -o {build_dir}` first")
     raw = path.read_bytes()

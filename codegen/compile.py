@@ -21,6 +21,7 @@ from .emit.cnode import emit_node, emit_node_modes, environment
 from .errors import UserError
 from .executor import PlanExecutor
 from .fsutil import atomic_output_dir, check_output_dir, output_lock, sha256_file
+from .inputs import load_npy
 from .onnx_model import CislModel, load_model
 from .partition import Split, full_masks, masks_are_full, realised_keep
 from .planner.split import read_split
@@ -74,10 +75,7 @@ def _load_windows(path: Path, lookback: int, what: str) -> np.ndarray:
     if not path.is_file():
         raise UserError(f"{path}: {what} not found; pass --calibration FILE.npy (float32 [n, {lookback}] "
                         f"normalised windows, as `cisl train` writes)")
-    try:
-        arr = np.load(path, allow_pickle=False)
-    except Exception:
-        raise UserError(f"{path}: not a .npy array; the {what} must be float32 [n, {lookback}]") from None
+    arr = load_npy(path, f"the {what} must be float32 [n, {lookback}]")
     if arr.ndim != 2 or arr.shape[1] != lookback or arr.shape[0] < 1 or not np.issubdtype(arr.dtype, np.floating):
         raise UserError(f"{path}: {what} has shape {arr.shape} and dtype {arr.dtype}; "
                         f"expected float [n, {lookback}] (lookback of the model)")
@@ -101,10 +99,7 @@ def load_test_set(here: Path, lookback: int, horizon: int) -> tuple[np.ndarray, 
 def _load_array(path: Path, what: str, shape: tuple[int, ...]) -> np.ndarray:
     if not path.is_file():
         raise UserError(f"{path}: not found; train again to write the {what}, or pass --data with the data set")
-    try:
-        arr = np.load(path, allow_pickle=False)
-    except Exception:
-        raise UserError(f"{path}: not a .npy array; train again to write the {what}") from None
+    arr = load_npy(path, f"train again to write the {what}")
     if arr.shape != shape or not np.issubdtype(arr.dtype, np.number):
         raise UserError(f"{path}: {what} of shape {arr.shape}, expected {shape}; train again to write them")
     if not np.all(np.isfinite(arr)):

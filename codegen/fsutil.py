@@ -19,7 +19,8 @@ _HELD: set[str] = set()  # output locks this process holds
 _CISL_HIDDEN = re.compile(r"^\.[^/]+\.(tmp-[^/]+|old-[^/]+)$")  # what killed cisl runs left (removed under the lock)
 
 
-def _owner(target: Path) -> str | None:
+def output_owner(target: Path) -> str | None:
+    """The kind OWNER_FILE names ("cisl <kind>"), or None when ``target`` has none."""
     try:
         line = (target / OWNER_FILE).read_text(encoding="ascii", errors="replace").splitlines()[0]
     except (OSError, IndexError):
@@ -132,7 +133,7 @@ def check_output_dir(target: Path, kind: str, entries: Callable[[str], bool],
         raise UserError(f"{target}: cannot read it ({e.strerror}); choose another output with {option}") from None
     if not names:
         return
-    owner = _owner(target)
+    owner = output_owner(target)
     if owner is None and not (legacy is not None and legacy(target)):
         raise UserError(f"{target}: exists and was not written by cisl; choose an empty or new output folder with {option}")
     if owner is not None and owner != kind:

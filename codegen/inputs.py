@@ -9,16 +9,22 @@ import numpy as np
 from .errors import UserError
 
 
+def load_npy(path: Path, fix: str) -> np.ndarray:
+    """An existing .npy file as an array; one line with ``fix`` (what to do) if it is empty, cut short,
+    pickled or not an array at all."""
+    try:
+        return np.load(path, allow_pickle=False)
+    except Exception:  # empty (EOFError), cut short or not an array (ValueError), unreadable (OSError)
+        raise UserError(f"{path}: not a .npy array (empty or damaged); {fix}") from None
+
+
 def load_input_windows(inputs: Path | None) -> np.ndarray | None:
     """The windows of ``inputs`` (.npy), or None when not given; one-line errors for a bad file."""
     if inputs is None:
         return None
     if not inputs.is_file():
         raise UserError(f"{inputs}: input file not found")
-    try:
-        x = np.load(inputs, allow_pickle=False)
-    except Exception:
-        raise UserError(f"{inputs}: not a .npy array of input windows") from None
+    x = load_npy(inputs, "give float input windows [n, lookback]")
     if not np.issubdtype(x.dtype, np.number) or not np.all(np.isfinite(x)):
         raise UserError(f"{inputs}: the input windows must be finite numbers (found NaN, infinity or non-numbers)")
     if x.ndim != 2 or len(x) == 0:
@@ -34,11 +40,7 @@ def load_build_inputs(build_dir: Path, required: bool = True, lookback: int | No
         if not required:
             return None
         raise UserError(f"{path}: missing; run `cisl compile` again to write the build's input windows")
-    try:
-        x = np.load(path, allow_pickle=False)
-    except Exception:  # empty (EOFError), truncated or not an array (ValueError), unreadable (OSError)
-        raise UserError(f"{path}: empty or damaged, not a .npy array; run `cisl compile` again to write "
-                        f"the build's input windows") from None
+    x = load_npy(path, "run `cisl compile` again to write the build's input windows")
     if x.ndim != 2 or len(x) == 0 or not np.issubdtype(x.dtype, np.number) or not np.all(np.isfinite(x)):
         raise UserError(f"{path}: holds an array of shape {x.shape} and dtype {x.dtype}, not finite input windows; "
                         f"run `cisl compile` again")

@@ -394,7 +394,7 @@ def claim_state_dir(testbed: "Testbed") -> Path:
     """Make sure the testbed's state folder is cisl's before writing into it (flash records, images,
     the virtual testbed's files, all under fixed names): new, empty, or one cisl made. A folder
     holding other files, e.g. `state = "."` next to the user's work, is refused in one line."""
-    from ..fsutil import OWNER_FILE
+    from ..fsutil import OWNER_FILE, output_owner
 
     state = Path(testbed.state_dir)
     if state.exists():
@@ -402,7 +402,7 @@ def claim_state_dir(testbed: "Testbed") -> Path:
             raise UserError(f"{state}: the testbed's state folder is a file; set [testbed] state in {testbed.path} "
                             f"to a folder (default {DEFAULT_STATE})")
         names = sorted(p.name for p in state.iterdir())
-        if names and not (_state_owner(state) == STATE_KIND or _legacy_state(state)):
+        if names and not (output_owner(state) == STATE_KIND or _legacy_state(state)):
             raise UserError(f"{state}: the testbed's state folder holds {names[0]} and was not made by cisl; set "
                             f"[testbed] state in {testbed.path} to a folder of its own (default {DEFAULT_STATE})")
         foreign = [n for n in names if not _STATE_ENTRY.match(n)]
@@ -414,16 +414,6 @@ def claim_state_dir(testbed: "Testbed") -> Path:
     if not owner.is_file():
         owner.write_text(f"cisl {STATE_KIND}\n")
     return state
-
-
-def _state_owner(state: Path) -> str | None:
-    from ..fsutil import OWNER_FILE
-
-    try:
-        line = (state / OWNER_FILE).read_text(errors="replace").splitlines()[0]
-    except (OSError, IndexError):
-        return None
-    return line[5:].strip() if line.startswith("cisl ") else None
 
 
 def _legacy_state(state: Path) -> bool:

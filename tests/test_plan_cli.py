@@ -124,13 +124,20 @@ def test_bad_input_is_one_line(tmp_path):
                           mlp_hidden=320, horizon=8)
     big = _toml(tmp_path / "big.toml", big_cfg)
     _nominal_profile(tmp_path / "big.json", big_cfg, ["nrf52833dk"] * 2)
+    unrated = json.loads((tmp_path / "small.json").read_text())
+    unrated["boards"] = {}  # edited by hand, or cut short: the nodes' board has no rates
+    (tmp_path / "unrated.json").write_text(json.dumps(unrated))
     cases = {
+        "profile without its boards' rates": (["plan", str(small), "--testbed", str(tb), "--profile", "unrated.json",
+                                               "--objective", "latency"], "no rates for board(s) nrf52833dk"),
         "deadline nothing meets": (["plan", str(small), "--testbed", str(tb), "--profile", "small.json",
                                     "--deadline", "0.5"], "the fastest achievable is"),
         "nodes cannot hold the model": (["plan", str(big), "--testbed", str(tb), "--profile", "big.json",
                                          "--objective", "latency"], "the nodes together cannot hold the model"),
         "profile of another model": (["plan", str(small), "--testbed", str(tb), "--profile", "big.json",
                                       "--objective", "latency"], "a profile of another model"),
+        "profile is a folder": (["plan", str(small), "--testbed", str(tb), "--profile", str(tmp_path),
+                                 "--objective", "latency"], "is a folder; give the profile file itself"),
         "unknown board": (["profile", str(small), "--board", "nrf52832dk"], "unknown board 'nrf52832dk'"),
         "unknown node": (["plan", str(small), "--testbed", str(tb), "--profile", "small.json", "--objective",
                           "latency", "--without", "5"], "the testbed has no node 5"),

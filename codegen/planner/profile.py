@@ -186,12 +186,18 @@ def read_profile(path: Path | str) -> Profile:
     path = Path(path)
     d = read_document(path, FORMAT, VERSION, "profile", "cisl profile MODEL --testbed T")
     try:
-        return Profile(ModelConfig.from_json(d["model"]),
+        prof = Profile(ModelConfig.from_json(d["model"]),
                        {k: BoardProfile.from_json(v) for k, v in d["boards"].items()},
                        [NodeProfile.from_json(n) for n in d["nodes"]], d.get("topology"), int(d.get("seed", 0)),
                        dict(d.get("meta", {})))
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise UserError(f"{path}: profile is incomplete or malformed ({e}); profile again") from None
+    # every node's board needs its measured rates: the planner prices each node's work with them
+    unmeasured = sorted({n.board for n in prof.nodes} - set(prof.boards))
+    if unmeasured:
+        raise UserError(f"{path}: no rates for board(s) {', '.join(unmeasured)} that its nodes use; "
+                        "profile again (`cisl profile MODEL --testbed T`)")
+    return prof
 
 
 def node_profile(node_id: int, board: str, energy_source: str = "battery", energy_uj: float | None = None,

@@ -68,6 +68,9 @@ class SplitFile:
 def read_document(path: Path, fmt: str, version: int, what: str, maker: str) -> dict:
     """A cisl JSON document of format ``fmt``: one line naming the file and the fix for a missing
     file, bad JSON, another format or another version (``maker``: the command that writes it)."""
+    if path.is_dir():
+        name = what.removesuffix(" file")
+        raise UserError(f"{path}: is a folder; give the {name} file itself (`{maker} -o FILE` writes one)")
     if not path.is_file():
         raise UserError(f"{path}: {what} not found; write one with `{maker} -o {path}`")
     try:

@@ -217,6 +217,15 @@ def test_non_finite_and_negative_settings_are_refused_by_name(tmp_path, section,
     assert not (tmp_path / "model").exists()
 
 
+def test_a_model_too_large_for_the_machine_is_refused_before_training(tmp_path):
+    # was killed by the OS (or a MemoryError traceback) once torch allocated the weights
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text("[model]\nd_model = 1000000\nmlp_hidden = 1000000\n")
+    p = cisl("train", str(cfg), "-o", str(tmp_path / "model"), "--epochs", "1", cwd=tmp_path, timeout=120)
+    one_line_error(p, "d_model = 1000000", "GiB to train", "choose a smaller model")
+    assert not (tmp_path / "model").exists()
+
+
 def test_a_nan_weight_is_refused_by_name(model, tmp_path):
     import shutil
 

@@ -159,6 +159,27 @@ def legacy_model(target: Path) -> bool:
         return False
 
 
+# weights, their gradients and Adam's two moments, float32 each; activations come on top
+TRAIN_BYTES_PER_PARAM = 16
+
+
+def check_model_fits_memory(m: ModelConfig) -> None:
+    """Before torch allocates it: a model whose weights and optimiser state alone exceed this machine's
+    memory would be killed by the OS (or raise MemoryError) minutes into the run."""
+    from codegen.modelspec import weight_shapes
+
+    params = sum(int(np.prod(s, dtype=object)) for s in weight_shapes(m).values())
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # not every platform tells
+        return
+    need = params * TRAIN_BYTES_PER_PARAM
+    if need > physical:
+        raise UserError(f"[model] d_model = {m.d_model}, mlp_hidden = {m.mlp_hidden}, layers = {m.layers}: "
+                        f"{params:,} parameters need at least {need / 2**30:.1f} GiB to train, this machine has "
+                        f"{physical / 2**30:.1f} GiB; choose a smaller model (a node holds about 1 MB)")
+
+
 def check_model_output(out_dir: Path) -> None:
     """Before the training, not after it: ``out_dir`` must be new, empty, or a model folder cisl wrote
     (never a folder holding the user's files, which the new model would replace)."""
@@ -375,6 +396,7 @@ def run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, o
     split, planned = training_split(cfg)
     cfg = dataclasses.replace(cfg, split=dataclasses.replace(cfg.split, devices=split.devices))  # the file decides
     m, s, t = cfg.model, cfg.split, cfg.train
+    check_model_fits_memory(m)
     data, data_desc = build_data(cfg)
     work = Path(work_dir) if work_dir is not None else default_work_dir(out_dir)
     ckpt_path = work / CHECKPOINT_NAME

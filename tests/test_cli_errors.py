@@ -128,6 +128,16 @@ def test_dropout_file_without_section(tmp_path):
     assert not (tmp_path / "model").exists()
 
 
+@pytest.mark.parametrize("line,words", [("q = 2", ("q must be in [0, 1)", "2.0")),
+                                        ("bogus = 1", ("unknown key 'bogus'",))])
+def test_a_bad_dropout_file_is_named_not_the_config(tmp_path, line, words):
+    # the mistake is in the --dropout file: it used to be reported as "overrides: ..."
+    (tmp_path / "d.toml").write_text(f"[dropout]\n{line}\n")
+    p = cisl("train", "--dropout", "d.toml", "-o", "model", cwd=tmp_path)
+    assert_one_line_error(p, "d.toml: [dropout]" if "q =" in line else "d.toml: unknown", *words)
+    assert not (tmp_path / "model").exists()
+
+
 def test_radio_topology_for_another_node_count(tmp_path, good_model):
     assert cisl("compile", str(good_model), "-o", "b", "-q", cwd=tmp_path).returncode == 0
     assert cisl("build", "b", "-q", cwd=tmp_path).returncode == 0

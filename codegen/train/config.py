@@ -292,6 +292,12 @@ def _validate(where: str, cfg: TrainConfig) -> None:
                         "q_recv and q_send (or q_max)")
 
 
+def check_dropout_table(where: str, table: dict[str, Any]) -> None:
+    """A [dropout] table read from its own file (`cisl train --dropout FILE`): its mistakes are named by
+    that file, not by the config it is applied to."""
+    _validate(where, _apply(where, {"dropout": table}, TrainConfig()))
+
+
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> TrainConfig:
     """Read and validate a training config; ``path=None`` means all defaults.
 

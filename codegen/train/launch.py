@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import UserError
+from .config import check_dropout_table
 
 
 def check_train_inputs(config: Path | None, data: Path | None) -> None:
@@ -29,6 +30,7 @@ def dropout_overrides(dropout_file: Path) -> dict:
         raise UserError(f"{dropout_file}: not valid TOML ({e})") from None
     if not isinstance(section, dict):
         raise UserError(f"{dropout_file}: no [dropout] section; write it with `cisl radio loss -o FILE`")
+    check_dropout_table(str(dropout_file), section)
     return {f"dropout.{key}": value for key, value in section.items()}
 
 

@@ -209,3 +209,12 @@ def test_sweep_mistakes_are_one_line_errors(tmp_path: Path, args: list[str], nee
     p = cisl(tmp_path, "sweep", *args, "-o", "s")
     assert p.returncode == 2 and needle in p.stderr and "Traceback" not in p.stderr
     assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.unit
+def test_a_sweep_folder_that_is_a_file_is_refused_before_any_unit_runs(tmp_path: Path) -> None:
+    # each unit used to start, fail on the file and report "1 unit(s) failed"
+    (tmp_path / "afile").write_text("mine")
+    p = cisl(tmp_path, "sweep", "--seeds", "0", "--epochs", "1", "-o", "afile")
+    assert p.returncode == 2 and "afile: is a file, not a sweep folder" in p.stderr
+    assert "unit" not in p.stderr + p.stdout and (tmp_path / "afile").read_text() == "mine"

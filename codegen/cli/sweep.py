@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from ..errors import UserError
+from ..fsutil import check_creatable
 from .app import main
 from .options import say
 
@@ -80,6 +81,11 @@ def sweep(config: Path | None, out_dir: Path, data: Path | None, seeds: str | No
                  type(u)(u.fn, {**u.params, "overrides": {**u.params["overrides"], "prune.method": prune}}, u.data,
                          u.needs, u.label) for u in units]
     records, work = out_dir / "records", out_dir / "work"
+    # before any unit runs, not once each unit has failed on it
+    check_creatable(out_dir)
+    for folder in (out_dir, records, work):
+        if folder.exists() and not folder.is_dir():
+            raise UserError(f"{folder}: is a file, not a sweep folder; choose another sweep folder with -o")
     if dry_run:
         for u in units:
             click.echo(f"{unit_id(u)}  {unit_state(records, work, u):7s}  {u.label}")

@@ -152,6 +152,25 @@ def test_scan_pairs_probes_with_their_ports_and_comments_the_rest(tmp_path, monk
     assert "/dev/ttyACM1" in s.text and "another port" in s.text
 
 
+def test_scan_with_nothing_attached_writes_nothing_and_says_so(tmp_path, monkeypatch):
+    # it used to write a template with no node, which `cisl testbed check` then refused
+    from click.testing import CliRunner
+    from serial.tools import list_ports
+
+    from codegen.cli.app import main
+
+    monkeypatch.setattr(P, "discover", lambda tools=(): P.Discovery([], []))
+    monkeypatch.setattr(list_ports, "comports", lambda: [])
+    r = CliRunner().invoke(main, ["testbed", "scan", "-o", str(tmp_path / "tb.toml")])
+    assert r.exit_code == 2 and "no debug probe or serial port found" in r.output, r.output
+    assert not (tmp_path / "tb.toml").exists()
+    # a probe without its port is worth a draft (its serial is in it), flagged as not usable yet
+    monkeypatch.setattr(P, "discover", lambda tools=(): P.Discovery([P.Probe("683000002", "J-Link OB", "pyocd")], []))
+    r = CliRunner().invoke(main, ["testbed", "scan", "-o", str(tmp_path / "tb.toml")])
+    assert r.exit_code == 0 and "no usable node yet" in r.output, r.output
+    assert '# probe = "683000002"' in (tmp_path / "tb.toml").read_text()
+
+
 def test_nrfutil_list_json_gives_probes_and_their_ports(monkeypatch):
     out = "\n".join([
         '{"type":"task_begin","data":{"task":{"id":"1","description":"List"}}}',

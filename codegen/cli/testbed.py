@@ -45,12 +45,19 @@ def testbed_scan(out: Path | None, board: str, runner: str | None, baud: int, fo
     from ..testbed.scan import scan
 
     s = scan(board, runner, baud)
+    if s.matched + s.unmatched_probes + s.unmatched_ports == 0:  # a draft of nothing is only the template
+        notes = "".join(f"; {n}" for n in s.notes)
+        raise UserError("no debug probe or serial port found: connect the boards (and check USB permissions / "
+                        f"udev rules){notes}; nothing written (docs/usage.md shows a testbed file to write by hand)")
     if out is None:
         click.echo(s.text, nl=False)
     else:
         write_new_file(out, s.text, force)
     click.echo(f"{s.matched} probe(s) paired with a port, {s.unmatched_probes} probe(s) without a port, "
                f"{s.unmatched_ports} port(s) without a probe" + (f" -> {out}" if out else ""), err=True)
+    if not s.matched:
+        click.echo("the draft has no usable node yet: give each probe its port (and an id), uncomment it, then "
+                   "`cisl testbed check`", err=True)
 
 
 @testbed_group.command(name="sim")

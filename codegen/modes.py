@@ -103,8 +103,9 @@ def put_table_in_images(build_dir: Path, profiles: list[ModeProfile], say=lambda
     build_with_board_time(build_dir, None, None, say, None, True, False)
 
 
-def read_table(build_dir: Path) -> list[ModeProfile] | None:
-    """The table `cisl modes` wrote for this very plan, or None (missing or of another plan)."""
+def read_table(build_dir: Path, topology: str | None = None) -> list[ModeProfile] | None:
+    """The table `cisl modes` wrote for this very plan (and, given ``topology``, profiled on that radio
+    topology), or None (missing, of another plan or of another topology)."""
     path = Path(build_dir) / TABLE
     if not path.is_file():
         return None
@@ -112,6 +113,8 @@ def read_table(build_dir: Path) -> list[ModeProfile] | None:
         doc = json.loads(path.read_text())
         if doc.get("plan") != load_plan(build_dir).sha256[:16]:
             return None  # a stale table: the build was recompiled since
+        if topology is not None and doc.get("topology") != topology:
+            return None  # profiled on another radio: the Mixer rounds, so latency and energy, differ
         return [ModeProfile(**{**r, "latency_range_us": tuple(r["latency_range_us"]),
                                "energy_range_nj": tuple(r["energy_range_nj"])}) for r in doc["modes"]]
     except (ValueError, KeyError, TypeError):

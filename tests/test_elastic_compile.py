@@ -114,6 +114,18 @@ def test_one_image_switches_mode_network_wide_bit_exact_per_mode(every_mode_buil
     assert requests == [(1, 1, 2), (3, 0, 1), (5, 1, 0), (6, 1, 2)]
 
 
+def test_a_mode_request_after_the_last_inference_is_refused_not_ignored(every_mode_build: Path,
+                                                                        elastic_model: Path) -> None:
+    from codegen.errors import UserError
+    from codegen.vtestbed.run import run_sim
+
+    x = np.load(elastic_model / "test_windows.npy").astype(np.float32)[:4]
+    with pytest.raises(UserError, match="mode request for inference 4: the run has inferences 0 to 3"):
+        run_sim(every_mode_build, x, radio="full_mesh", mode_requests=[(1, 1, 2), (4, 0, 1)])
+    with pytest.raises(UserError, match="mode limits for inference 9"):
+        run_sim(every_mode_build, x, radio="full_mesh", mode_limits=[(9, 0, 10, 10, 10)])
+
+
 def test_a_node_that_misses_a_switch_is_reported_not_silently_mixed(every_mode_build: Path, elastic_model: Path) -> None:
     """Node 1's radio is dead for the control round that announces a switch: it runs the old mode
     while node 0 runs the new one. The run fails naming the mixed modes; nothing is reported as
@@ -219,6 +231,11 @@ def test_cisl_modes_profiles_every_mode_and_picks_under_limits(every_mode_build:
             assert res.exit_code == 1 and "no mode meets the limits" in res.output, res.output
         else:
             assert res.exit_code == 0 and res.output.strip().splitlines()[-1] == f"mode {want}", res.output
+    # the table is reused for its own topology (or none named), profiled again for another one
+    from codegen.modes import read_table
+
+    assert read_table(every_mode_build, "full_mesh") and read_table(every_mode_build)
+    assert read_table(every_mode_build, "line") is None
 
 
 def test_the_sinks_selector_picks_what_cisl_modes_picks(every_mode_build: Path, elastic_model: Path) -> None:
@@ -298,6 +315,13 @@ def test_the_host_switches_modes_over_a_nodes_serial_line(every_mode_build: Path
         hosts = [(r.node, r.fields["cmd"], r.fields["state"]) for r in records if r.event == "host"]
         assert sorted(hosts) == [(0, "limits", "ok"), (1, "mode", "ok")]
 
+        # a mode the flashed images lack is refused before the run ...
+        p = cisl("logs", "--testbed", "tb.toml", "-o", "logs-bad", "--mode-request", "1:1:7", cwd=tmp_path)
+        assert p.returncode == 2 and "hold modes 0 to 2" in p.stderr, (p.stdout, p.stderr)
+        assert not (tmp_path / "logs-bad").exists()
+        # ... and by the node itself where the host no longer knows the flashed build (moved, compiled again)
+        flashed = tmp_path / ".cisl-testbed" / "flashed.json"
+        flashed.write_text(flashed.read_text().replace(str(every_mode_build.resolve()), str(tmp_path / "moved")))
         p = cisl("logs", "--testbed", "tb.toml", "-o", "logs-bad", "--mode-request", "1:1:7", cwd=tmp_path)
         assert p.returncode == 1 and "host command 'mode 7' was not carried out: the node answered state=refused" \
             in p.stdout + p.stderr, (p.stdout, p.stderr)

@@ -603,6 +603,19 @@ def test_logs_refuse_to_record_after_a_flash_that_failed_on_a_node(simbuild, tmp
         cisl("testbed", "stop", "--testbed", "tb.toml", cwd=tmp_path)
 
 
+def test_logs_refuse_mode_commands_for_images_without_modes_before_the_run(simbuild, tmp_path):
+    # the whole run used to be recorded first, then failed on the nodes' refusals
+    assert cisl("testbed", "sim", "--nodes", "2", "-o", "tb.toml", cwd=tmp_path).returncode == 0
+    try:
+        assert cisl("flash", str(simbuild), "--testbed", "tb.toml", "--no-reset", cwd=tmp_path).returncode == 0
+        for opt, value in (("--mode-request", "1:1:1"), ("--mode-limits", "1:0:-:-:-")):
+            p = cisl("logs", "--testbed", "tb.toml", "-o", "logs", opt, value, "--timeout", "30", cwd=tmp_path)
+            one_line_error(p, "hold no elastic modes")
+            assert not (tmp_path / "logs").exists()
+    finally:
+        cisl("testbed", "stop", "--testbed", "tb.toml", cwd=tmp_path)
+
+
 def test_logs_check_the_failed_runs_folder_before_the_run(tmp_path):
     (tmp_path / "tb.toml").write_text(LAB.format(port=tmp_path / "no-such-port"))
     (tmp_path / "logs").mkdir()

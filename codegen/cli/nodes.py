@@ -225,7 +225,8 @@ def _print_sim(r, build_dir: Path, logs: Path | None) -> None:
 @click.option("--max-mse", type=FiniteRange(min=0), default=None, help="Largest validation MSE.")
 @click.option("--profile", is_flag=True, help="Profile again even if BUILD_DIR/modes.json is this plan's.")
 @click.option("--topology", default=None, metavar="TOPOLOGY",
-              help="Radio topology of the profile (default: the plan's, as `cisl estimate`).")
+              help="Radio topology of the profile (default: the plan's, as `cisl estimate`); a modes.json of another "
+                   "topology is profiled again.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, help="Nodes modelled at once (default: CPUs).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
 def modes_cmd(build_dir: Path, deadline_ms: float | None, energy_uj: float | None, max_mse: float | None,
@@ -244,7 +245,7 @@ def modes_cmd(build_dir: Path, deadline_ms: float | None, energy_uj: float | Non
 
     from .. import modes as M
 
-    table = None if profile else M.read_table(build_dir)
+    table = None if profile else M.read_table(build_dir, topology)
     if table is None:
         plan_modes = (M.load_plan(build_dir).meta.get("elastic") or {}).get("modes", 0)
         with tqdm(total=plan_modes, desc="profile modes", unit="mode", leave=False,

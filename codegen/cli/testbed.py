@@ -221,6 +221,8 @@ def logs_cmd(testbed_file: Path, out_dir: Path, inferences: int | None, duration
     if commands and no_reset:
         raise UserError("--mode-request/--mode-limits need the run from its start: leave out --no-reset")
     tb = load_testbed(testbed_file)
+    if commands:  # before the run, not after it: a mode the flashed images do not hold
+        _check_mode_commands(tb, [mode for _, _, mode in parse_mode_requests(mode_requests)])
     r = run_logs(tb, out_dir, inferences=inferences, duration=duration, timeout=timeout, reset=not no_reset,
                  node_ids=list(node_ids) or None, open_timeout=open_timeout, say=say(quiet), commands=commands)
     c = r.capture
@@ -243,6 +245,21 @@ def logs_cmd(testbed_file: Path, out_dir: Path, inferences: int | None, duration
     if failed:
         raise CheckFailed(f"{len(failed)} of {len(c.nodes)} nodes did not finish (first: node {failed[0][0]}: "
                           f"{failed[0][1].failed})")
+
+
+def _check_mode_commands(tb, modes: list[int]) -> None:
+    from ..testbed.flash import flashed_modes
+
+    known = flashed_modes(tb)
+    if known is None:
+        return
+    build, count = known
+    if count == 1:
+        raise UserError(f"--mode-request/--mode-limits: the images flashed from {build} hold no elastic modes; "
+                        "flash a build of an elastic model compiled without --mode (every mode in the image)")
+    beyond = [m for m in modes if m >= count]
+    if beyond:
+        raise UserError(f"--mode-request ...:{beyond[0]}: the images flashed from {build} hold modes 0 to {count - 1}")
 
 
 @main.command(name="report")

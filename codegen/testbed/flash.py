@@ -253,3 +253,21 @@ def read_flashed(testbed: Testbed) -> dict | None:
         return json.loads((testbed.state_dir / "flashed.json").read_text())
     except (OSError, ValueError):
         return None
+
+
+def flashed_modes(testbed: Testbed) -> tuple[Path, int] | None:
+    """(build, number of elastic modes its images hold; 1 for an image without modes) of the last
+    `cisl flash`, or None when that is no longer known (nothing flashed, the build folder gone or
+    compiled again since): then only the nodes can answer a mode command."""
+    flashed = read_flashed(testbed)
+    if not isinstance(flashed, dict) or not isinstance(flashed.get("build"), str):
+        return None
+    build = Path(flashed["build"])
+    try:
+        plan = load_plan(build)
+    except (UserError, OSError):
+        return None
+    if plan.sha256 != flashed.get("plan_sha256"):
+        return None
+    el = plan.meta.get("elastic") or {}
+    return build, int(el["modes"]) if el.get("image") == "every mode" else 1

@@ -137,6 +137,11 @@ def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | 
     if inputs.ndim != 2 or inputs.shape[1] != plan.cfg.lookback:
         raise UserError(f"inputs have shape {inputs.shape}; expected [n, {plan.cfg.lookback}]")
     xq = plan.quantize_input(np.asarray(inputs, dtype=np.float64))
+    for what, asks in (("mode request", mode_requests or []), ("mode limits", mode_limits or [])):
+        late = [a[0] for a in asks if a[0] >= len(xq)]
+        if late:  # it would go unused, silently
+            raise UserError(f"{what} for inference {late[0]}: the run has inferences 0 to {len(xq) - 1}; "
+                            "ask before one of them (or run more with -n)")
     final_logs = Path(logs_dir) if logs_dir else build_dir / "logs"
     check_output_dir(final_logs, "sim-logs", _sim_logs_entry, _legacy_sim_logs, option="--logs")
     run_id = uuid.uuid4().hex[:12]

@@ -161,6 +161,21 @@ def test_missing_final_line_is_a_failure_not_a_success(tmp_path):
     os.close(m1)
 
 
+def test_records_stop_at_the_inferences_asked_for(tmp_path):
+    # lines of the next inference that arrive before the stop used to be recorded (and reported) too
+    m0, _ = make_pty(tmp_path / "a.tty")
+
+    def reset():
+        wait_for_reader(m0)
+        os.write(m0, b"CISL 0 block inf=0 layer=-1 block=embed us=5 comm_us=0\nCISL 0 infer inf=0 us=5 crc=00\n"
+                     b"CISL 0 block inf=1 layer=-1 block=embed us=5 comm_us=0\n")
+        return {}
+
+    r = capture([PortSpec(0, str(tmp_path / "a.tty"))], None, reset=reset, inferences=1, timeout=1.5)
+    assert r.ok and [(x.event, x.fields.get("inf")) for x in r.nodes[0].records] == [("block", 0), ("infer", 0)]
+    os.close(m0)
+
+
 def test_swapped_ports_and_errors_fail_the_node(tmp_path):
     m0, _ = make_pty(tmp_path / "a.tty")
 

@@ -120,8 +120,11 @@ def test_a_mode_request_after_the_last_inference_is_refused_not_ignored(every_mo
     from codegen.vtestbed.run import run_sim
 
     x = np.load(elastic_model / "test_windows.npy").astype(np.float32)[:4]
-    with pytest.raises(UserError, match="mode request for inference 4: the run has inferences 0 to 3"):
+    with pytest.raises(UserError, match="mode request for inference 4 on node 0: the run has inferences 0 to 3"):
         run_sim(every_mode_build, x, radio="full_mesh", mode_requests=[(1, 1, 2), (4, 0, 1)])
+    # node 1's ask at the last inference would switch the nodes after the run
+    with pytest.raises(UserError, match="inference 3 on node 1: .* one inference later"):
+        run_sim(every_mode_build, x, radio="full_mesh", mode_requests=[(3, 1, 2)])
     with pytest.raises(UserError, match="mode limits for inference 9"):
         run_sim(every_mode_build, x, radio="full_mesh", mode_limits=[(9, 0, 10, 10, 10)])
 
@@ -325,6 +328,10 @@ def test_the_host_switches_modes_over_a_nodes_serial_line(every_mode_build: Path
         p = cisl("logs", "--testbed", "tb.toml", "-o", "logs-bad", "--mode-request", "1:1:7", cwd=tmp_path)
         assert p.returncode == 1 and "host command 'mode 7' was not carried out: the node answered state=refused" \
             in p.stdout + p.stderr, (p.stdout, p.stderr)
+        # a request so late that the run ends before the switch is not a run in the mode asked for
+        p = cisl("logs", "--testbed", "tb.toml", "-o", "logs-late", "--mode-request", "15:1:1", cwd=tmp_path)
+        assert p.returncode == 1 and "host command 'mode 1' was taken before inference" in p.stdout + p.stderr \
+            and "send it earlier" in p.stdout + p.stderr, (p.stdout, p.stderr)
     finally:
         cisl("testbed", "stop", "--testbed", "tb.toml", cwd=tmp_path)
 

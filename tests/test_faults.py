@@ -603,6 +603,16 @@ def test_logs_refuse_to_record_after_a_flash_that_failed_on_a_node(simbuild, tmp
         cisl("testbed", "stop", "--testbed", "tb.toml", cwd=tmp_path)
 
 
+def test_sim_says_when_the_inputs_hold_fewer_windows_than_asked(simbuild, tmp_path):
+    # -n 1000 used to run the build's few windows without a word
+    import numpy as np
+
+    windows = len(np.load(simbuild / "inputs.npy"))
+    p = cisl("sim", str(simbuild), "-n", "1000", "--logs", str(tmp_path / "logs"), cwd=tmp_path, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert f"note: -n 1000, but the inputs hold {windows} window(s): ran {windows}" in p.stderr
+
+
 def test_logs_refuse_mode_commands_for_images_without_modes_before_the_run(simbuild, tmp_path):
     # the whole run used to be recorded first, then failed on the nodes' refusals
     assert cisl("testbed", "sim", "--nodes", "2", "-o", "tb.toml", cwd=tmp_path).returncode == 0
@@ -612,6 +622,8 @@ def test_logs_refuse_mode_commands_for_images_without_modes_before_the_run(simbu
             p = cisl("logs", "--testbed", "tb.toml", "-o", "logs", opt, value, "--timeout", "30", cwd=tmp_path)
             one_line_error(p, "hold no elastic modes")
             assert not (tmp_path / "logs").exists()
+        p = cisl("logs", "--testbed", "tb.toml", "-o", "logs", "-n", "2", "--mode-request", "2:1:1", cwd=tmp_path)
+        one_line_error(p, "inference 2", "-n 2 records inferences 0 to 1")
     finally:
         cisl("testbed", "stop", "--testbed", "tb.toml", cwd=tmp_path)
 

@@ -125,7 +125,8 @@ def train(config: Path | None, out_dir: Path, data: Path | None, resume: bool, w
 @click.option("--max-generation", type=click.IntRange(2, 256), default=256, show_default=True,
               help="Rows per Mixer round (bounds Mixer's RAM); larger exchanges and messages run as several rounds.")
 @click.option("--mode", type=click.IntRange(min=0), default=None,
-              help="An elastic model's mode to build (0 = the largest); one mode per image so far.")
+              help="An elastic model's mode to build alone (0 = the largest); without it every mode goes "
+                   "into one image and the nodes switch at run time (`cisl modes`).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
 def compile_cmd(model: Path, out_dir: Path, devices: int | None, board: str | None, testbed_file: Path | None,
                 split_file: Path | None, calibration: Path | None, max_calibration: int, round_policy: str, phy: str, max_generation: int,

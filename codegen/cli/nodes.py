@@ -183,6 +183,9 @@ def sim(build_dir: Path, inputs: Path | None, count: int | None, logs: Path | No
     r = simulate(build_dir, inputs, count, logs, timeout, loss_rates(loss_q, loss_link, loss_receiver, loss_sender),
                  loss_seed, medium, radio_topology, radio_seed, list(radio_dead), asks, limits)
     _print_sim(r, build_dir, logs)
+    if count is not None and r.inferences < count:
+        click.echo(f"note: -n {count}, but the inputs hold {r.inferences} window(s): ran {r.inferences} "
+                   "(give more with --inputs)", err=True)
     if not r.ok:
         raise CheckFailed(r.first_difference or r.problems[0])
 

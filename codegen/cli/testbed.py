@@ -220,6 +220,10 @@ def logs_cmd(testbed_file: Path, out_dir: Path, inferences: int | None, duration
                  for inf, node, *vals in parse_mode_limits(mode_limits)]
     if commands and no_reset:
         raise UserError("--mode-request/--mode-limits need the run from its start: leave out --no-reset")
+    late = [c for c in commands if inferences is not None and c.before >= inferences]
+    if late:
+        raise UserError(f"a host command for inference {late[0].before} ({late[0].text!r}): -n {inferences} records "
+                        f"inferences 0 to {inferences - 1}; send it earlier")
     tb = load_testbed(testbed_file)
     if commands:  # before the run, not after it: a mode the flashed images do not hold
         _check_mode_commands(tb, [mode for _, _, mode in parse_mode_requests(mode_requests)])

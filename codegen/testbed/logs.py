@@ -193,6 +193,17 @@ def _attached_ports_hint(runners: dict[str, Runner]) -> str:
     return "attached serial ports: " + (", ".join(p.path for p in ports) if ports else "none")
 
 
+def _modes_run(records, inferences: int) -> list[int]:
+    """The mode a node ran each of its inferences in, from its `mode state=switch` lines (mode 0 first)."""
+    modes, mode = [], 0
+    switches = {int(r.fields["inf"]): int(r.fields["mode"]) for r in records
+                if r.event == "mode" and r.fields.get("state") == "switch"}
+    for i in range(inferences):
+        mode = switches.get(i, mode)
+        modes.append(mode)
+    return modes
+
+
 def _judge_commands(r: CaptureResult) -> None:
     """A host command that was not carried out fails its node's run: the user asked for it."""
     for cmd in r.commands:
@@ -204,6 +215,13 @@ def _judge_commands(r: CaptureResult) -> None:
             if words[0] == "mode" and cmd.took is not None and str(cmd.took) != words[1]:
                 c.failed = (f"host command {cmd.text!r} reached the node as 'mode {cmd.took}' (it took mode {cmd.took}; "
                             "a byte was lost on the serial line): request the mode again")
+            elif cmd.answered_inf is not None and cmd.answered_inf >= c.infers:
+                c.failed = (f"host command {cmd.text!r} was taken before inference {cmd.answered_inf}, after the "
+                            f"node's last ({c.infers - 1}): it had no effect; send it earlier")
+            elif words[0] == "mode" and cmd.answered_inf is not None and \
+                    int(words[1]) not in _modes_run(c.records, c.infers)[cmd.answered_inf:]:
+                c.failed = (f"host command {cmd.text!r} was taken before inference {cmd.answered_inf}, but the run "
+                            f"ended before the nodes switched (a switch follows one inference later): send it earlier")
             continue
         if cmd.sent is None:
             c.failed = (f"host command {cmd.text!r} was never sent: the node did not reach inference {cmd.before}"

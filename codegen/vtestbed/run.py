@@ -116,7 +116,8 @@ def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | 
                 raise UserError(f"mode limits for node {node}: the build has nodes 0 to {plan.devices - 1}")
         mode_requests = list(mode_requests or [])
     if (mode_requests or mode_limits) and mode_plans is None:
-        raise UserError(f"{build_dir}: mode requests need an image with every elastic mode (cisl compile of an "
+        what = "--mode-request" if mode_requests and not mode_limits else "--mode-limits"
+        raise UserError(f"{build_dir}: {what} needs an image with every elastic mode (cisl compile of an "
                         f"elastic model without --mode)")
     for inf, node, mode in mode_requests or []:
         if not 0 <= node < plan.devices or not 0 <= mode < len(mode_plans):
@@ -137,11 +138,7 @@ def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | 
     if inputs.ndim != 2 or inputs.shape[1] != plan.cfg.lookback:
         raise UserError(f"inputs have shape {inputs.shape}; expected [n, {plan.cfg.lookback}]")
     xq = plan.quantize_input(np.asarray(inputs, dtype=np.float64))
-    for what, asks in (("mode request", mode_requests or []), ("mode limits", mode_limits or [])):
-        late = [a[0] for a in asks if a[0] >= len(xq)]
-        if late:  # it would go unused, silently
-            raise UserError(f"{what} for inference {late[0]}: the run has inferences 0 to {len(xq) - 1}; "
-                            "ask before one of them (or run more with -n)")
+    _check_mode_timing(mode_requests or [], mode_limits or [], len(xq), radio_dead or [])
     final_logs = Path(logs_dir) if logs_dir else build_dir / "logs"
     check_output_dir(final_logs, "sim-logs", _sim_logs_entry, _legacy_sim_logs, option="--logs")
     run_id = uuid.uuid4().hex[:12]
@@ -149,6 +146,20 @@ def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | 
         result = _run(plan, images, xq, logs_dir, timeout, loss, loss_seed, radio, radio_seed, radio_dead, run_id,
                       radio_fail, radio_positions, mode_plans, mode_requests or [], mode_limits or [])
     return result
+
+
+def _check_mode_timing(requests: list, limits: list, inferences: int, radio_dead: list[int]) -> None:
+    """A request or limits whose switch would come after the run's last inference would go unused,
+    silently: the control round's starter (node 0, unless its radio is dead) switches every node at the
+    inference it asks before, any other node's ask one inference later."""
+    starter = 0 if 0 not in radio_dead else None
+    for what, asks in (("mode request", requests), ("mode limits", limits)):
+        for inf, node, *_ in asks:
+            switch = inf if node == starter else inf + 1
+            if switch >= inferences:
+                later = "" if node == starter else f", and node {node}'s ask switches the nodes one inference later"
+                raise UserError(f"{what} for inference {inf} on node {node}: the run has inferences 0 to "
+                                f"{inferences - 1}{later}; ask earlier or give more input windows (--inputs)")
 
 
 def _run(plan: Plan, images: list[Path], xq: np.ndarray, logs_dir: Path, timeout: float, loss: LossRates,

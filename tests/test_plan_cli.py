@@ -247,3 +247,44 @@ def test_profile_from_the_op_lines_of_real_boards(tmp_path):
     p = cisl("profile", str(model), "--testbed", str(tb), "--logs", "logs", "--build", "b", "-o", "p2.json", "-q",
              cwd=tmp_path)
     assert p.returncode == 2 and "logs of another build" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.sim
+@pytest.mark.arm
+@arm
+def test_profile_from_the_op_lines_of_a_virtual_testbed_with_board_time(tmp_path):
+    """`cisl build --profile-ops` on a sim build keeps its board time: every compute op's `op` line
+    prints the cycle model's cycles of that op (communication ops add the wait for the radio, as a
+    board's DWT does), and `cisl profile --logs` fits rates to them. The ops printed 0 cycles before."""
+    from codegen.ops import kind_of
+    from codegen.plan.io import load_plan
+    from codegen.serial_contract import parse_text
+    from codegen.timing.compute import compute_build
+
+    model = make_model_dir(tmp_path / "model", SMALL, 2, 1.0, seed=3, rescale=True)
+    tb = tmp_path / "tb.toml"
+    ok(cisl("testbed", "sim", "--nodes", "2", "-o", str(tb), cwd=tmp_path))
+    ok(cisl("compile", str(model), "--devices", "2", "-o", "b", "-q", cwd=tmp_path))
+    p = ok(cisl("build", "b", "--profile-ops", cwd=tmp_path, timeout=600))
+    assert "board time: 2 nodes" in p.stdout + p.stderr, p.stdout + p.stderr
+    ok(cisl("sim", "b", "-n", "1", "--logs", "logs", cwd=tmp_path, timeout=300))
+    plan = load_plan(tmp_path / "b")
+    model_cycles = {nc.device: nc for nc in compute_build(tmp_path / "b")}
+    checked = 0
+    for k, node in enumerate(plan.nodes):
+        nc = model_cycles[k]
+        for r in parse_text((tmp_path / "logs" / f"node_{k:02d}.log").read_text()):
+            if r.event != "op":
+                continue
+            i = int(r.fields["i"])
+            kind = kind_of(node.ops[i])
+            if kind.block_marker or kind.sync or node.ops[i].kind == "reduce_recv":
+                continue
+            want = nc.op_cycles.get(i, (0, 0, 0))[1] + nc.rx_op_cycles.get(i, (0, 0, 0))[1]
+            assert abs(int(r.fields["cycles"]) - want) <= 1, (k, i, node.ops[i].kind, r.fields, want)
+            checked += 1
+    assert checked > 40
+    p = ok(cisl("profile", str(model), "--testbed", str(tb), "--logs", "logs", "--build", "b", "-o", "p.json", "-q",
+                cwd=tmp_path))
+    assert "from the logs" in p.stdout
+    assert json.loads((tmp_path / "p.json").read_text())["boards"]["nrf52840dk"]["rates"]["fc"]["per_unit"] > 1.0

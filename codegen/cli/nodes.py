@@ -23,8 +23,8 @@ from .options import mode_requests as parse_mode_requests
               help="sim and qemu-m4 plans: also model the plan's ARM images so the virtual testbed's nodes "
                    "print nRF52840 time.")
 @click.option("--profile-ops", is_flag=True,
-              help="Every op prints its CPU cycles (`op inf= i= cycles=` lines) for `cisl profile --logs`; "
-                   "slower images, for profiling runs only.")
+              help="Every op prints its CPU cycles (`op inf= i= cycles=` lines: DWT on boards, the board time "
+                   "table's on the virtual testbed) for `cisl profile --logs`; slower images, for profiling runs only.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
 def build_cmd(build_dir: Path, board: str | None, jobs: int | None, nodes: tuple[int, ...], profile_ops: bool,
               quiet: bool, board_time: bool) -> None:

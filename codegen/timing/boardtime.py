@@ -280,11 +280,12 @@ def build_with_board_time(build_dir: Path, board: str | None = None, jobs: int |
     """`cisl build`: build the nodes' images, then (``board_time``, for a sim plan or a qemu-m4 plan
     built for qemu-m4) their board time tables with :func:`refresh`. Returns the build's summary and
     refresh's line for the user (None when no table was made). ``profile_ops``: every op prints its
-    cycles (``op`` lines, for `cisl profile --logs`); such images keep no board time table."""
+    cycles (``op`` lines, for `cisl profile --logs`): on a board's DWT, or on the virtual testbed the
+    board time table's (the cycle model's cycles of the op)."""
     from ..build import build
 
     s = build(build_dir, board, jobs, say, nodes, extra_cflags=["-DCISL_PROFILE_OPS"] if profile_ops else None)
     line = None
-    if board_time and not profile_ops and (s["board"] == "sim" or s["board"] == s["plan_board"] == "qemu-m4"):
+    if board_time and (s["board"] == "sim" or s["board"] == s["plan_board"] == "qemu-m4"):
         line = refresh(build_dir, nodes, jobs, say)
     return s, line

@@ -46,7 +46,12 @@ void cisl_report_end(uint32_t inferences);
 void cisl_report_op(uint32_t inference, uint32_t index, uint32_t cycles);
 #define CISL_OP_DECL uint32_t cisl_op_c0_ = 0u
 #define CISL_OP_BEGIN() (cisl_op_c0_ = cisl_board_cycles())
+#ifdef CISL_BOARD_OP_HOOK /* a model clock advances at the op's end first: the line prints the model's cycles */
+void cisl_board_op_end(uint32_t index);
+#define CISL_OP_END(i) (cisl_board_op_end(i), cisl_report_op(inference, (i), cisl_board_cycles() - cisl_op_c0_))
+#else
 #define CISL_OP_END(i) cisl_report_op(inference, (i), cisl_board_cycles() - cisl_op_c0_)
+#endif
 #elif defined(CISL_BOARD_OP_HOOK)
 /* Boards that keep a model clock (the virtual testbed) learn of every finished op: it advances
  * their clock by the op's cycles from the cycle model (boards/sim/hal_sim.c). */

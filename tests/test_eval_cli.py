@@ -55,6 +55,7 @@ def test_a_sweep_equals_the_single_runs(model: Path, tmp_path: Path, mode: list[
     (["--sweep", "0,abc"], "expected comma-separated probabilities"),
     (["--sweep", "0,1.5"], "must be in [0, 1)"),
     (["--sweep", "0,0.1", "--loss", "0.1"], "--sweep sets the loss rates itself"),
+    (["--split", "val"], "--split val needs --data"),  # scored the test windows silently
 ])
 def test_bad_sweeps_are_one_line_errors(model: Path, tmp_path: Path, args: list[str], needle: str) -> None:
     p = cisl("eval", str(model), *args, cwd=tmp_path)

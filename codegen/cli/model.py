@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from ..errors import UserError
 from .app import main
 from .options import FiniteRange, loss_options, loss_rates, say, sweep_values
 
@@ -175,8 +176,8 @@ def _print_resources(summary: dict) -> None:
 @click.option("--data", type=click.Path(path_type=Path), default=None,
               help="Score the test split of this data set (same loader and split as `cisl train --data`). "
                    "Default: the test windows `cisl train` saved next to MODEL.")
-@click.option("--split", "which", type=click.Choice(["test", "val"]), default="test", show_default=True,
-              help="Which split of --data to score.")
+@click.option("--split", "which", type=click.Choice(["test", "val"]), default=None,
+              help="Which split of --data to score  [default: test].")
 @click.option("--int8", is_flag=True, help="Score the int8 deployment (bit-exact reference) instead of float.")
 @click.option("--devices", type=click.IntRange(min=1), default=None,
               help="Node count to split for (default: as trained).")
@@ -205,6 +206,9 @@ def eval_cmd(model: Path, data: Path | None, which: str, int8: bool, devices: in
     from ..fsutil import check_output_file
 
     check_output_file(json_out, eval_json_ours)  # before the work, not after it
+    if which == "val" and data is None:
+        raise UserError("--split val needs --data: the windows saved next to MODEL are its test split only")
+    which = which or "test"
     rates = loss_rates(loss_q, loss_link, loss_receiver, loss_sender)
     sweep_q = sweep_values(sweep) if sweep is not None else None
     run = run_eval(model, data, which, int8, devices, calibration, rates, sweep_q, seeds, max_windows,

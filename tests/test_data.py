@@ -132,6 +132,15 @@ def test_a_stray_word_in_a_number_column_is_an_error_not_a_dropped_channel(tmp_p
     assert names == ["a", "b"] and x.shape == (40, 2)
 
 
+def test_a_numeric_time_column_is_never_a_channel(tmp_path: Path) -> None:
+    # an ICD recording's `timestamp` (seconds) was trained on as a signal
+    path = write_csv(tmp_path, "timestamp,a,b\n0.008,1,2\n0.016,3,4\n0.024,5,6\n")
+    x, names = load_csv(path)
+    assert names == ["a", "b"] and x.tolist() == [[1, 2], [3, 4], [5, 6]]
+    with pytest.raises(UserError, match="'timestamp' is the time column"):
+        load_csv(path, ["timestamp"])
+
+
 def test_load_csv_picks_columns(tmp_path: Path) -> None:
     path = write_csv(tmp_path, "date,a,b,label\n2020-01-01,1,2.5,x\n2020-01-02,3,4e0,y\n2020-01-03,5,6,z\n")
     x, names = load_csv(path)

@@ -1,4 +1,8 @@
-"""Load an ETT-format CSV: a `date` column (ignored) and numeric channel columns."""
+"""Load an ETT-format CSV: a `date` column (ignored) and numeric channel columns.
+
+Other CSVs name their time column otherwise (`time`, `timestamp`, `datetime`); a numeric one (seconds,
+a sample counter) must not become a channel the model forecasts, so every such name is the time column.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ import numpy as np
 
 from codegen.errors import UserError
 
-DATE_COLUMN = "date"
+TIME_COLUMNS = ("date", "time", "timestamp", "datetime")  # case-insensitive; never a channel
 
 
 def _to_float(values: list[str]) -> np.ndarray | None:
@@ -58,7 +62,7 @@ def load_csv(path: str | Path, columns: Sequence[str] | None = None) -> tuple[np
 
     numeric: dict[str, np.ndarray] = {}
     for name, values in zip(header, cells):
-        if name.lower() == DATE_COLUMN:
+        if name.lower() in TIME_COLUMNS:
             continue
         col = _to_float(list(values))
         if col is not None:
@@ -79,6 +83,9 @@ def load_csv(path: str | Path, columns: Sequence[str] | None = None) -> tuple[np
     for name in wanted:
         if name in numeric:
             continue
+        if name in header and name.lower() in TIME_COLUMNS:
+            raise UserError(f"{path}: column {name!r} is the time column, never a channel; choose among "
+                            f"{', '.join(numeric)}")
         if name in header:
             raise UserError(f"{path}: column {name!r} is not numeric; choose among {', '.join(numeric)}")
         close = difflib.get_close_matches(name, list(numeric), n=1)

@@ -104,18 +104,33 @@ def peer_summary(records: list[Record]) -> list[str]:
             views.setdefault((int(r.fields["peer"]), str(r.fields["state"])), {})[r.node] = (
                 int(r.fields["inf"]), str(r.fields["role"]))
     nodes = {r.node for r in records}
+    # a node that declared every other node dead hears no one: its radio (or place) is the fault, and
+    # its declarations say nothing about the others
+    declared: dict[int, set[int]] = {}
+    for (peer, state), by in views.items():
+        for k in by if state == "dead" else ():
+            declared.setdefault(k, set()).add(peer)
+    deaf = {k for k, peers in declared.items() if len(nodes) > 2 and peers >= nodes - {k}}
     out = []
     for (peer, state), by in sorted(views.items()):
         first = min(inf for inf, _ in by.values())
         role = next(iter(by.values()))[1]
+        if state == "dead" and set(by) <= deaf:
+            continue  # said once below, per deaf node
         what = {"sink": "the sink ", "initiator": "the initiator "}.get(role, "")
-        line = (f"{what}node {peer} declared {state} by {len(by)} of {len(nodes - {peer})} other nodes "
-                f"(from inference {first})")
+        others = len(nodes - {peer})
+        who = "" if len(by) == others else f", node{'s' if len(by) > 1 else ''} {', '.join(map(str, sorted(by)))}"
+        line = f"{what}node {peer} declared {state} by {len(by)} of {others} other nodes{who} (from inference {first})"
         if state == "dead" and role == "sink":
             line += ": the other nodes go on, but no forecast reaches the host from them"
         elif state == "dead" and role == "initiator":
             line += ": the next live node starts the Mixer rounds"
         out.append(line)
+    for k in sorted(deaf):
+        first = min(inf for (peer, state), by in views.items() if state == "dead" for n, (inf, _) in by.items()
+                    if n == k)
+        out.append(f"node {k} declared every other node dead (from inference {first}): it hears no one, so its "
+                   "own radio or place is the fault")
     return out
 
 

@@ -98,3 +98,21 @@ def test_a_dead_node_is_detected_and_no_later_round_waits_for_it(build16, dead):
            for rt in comm_schedule(load_plan(build16 / "build"), "full_mesh", inferences=3, seed=1, dead=[dead])
            for s in rt.samples}
     assert sim == est
+
+
+def test_a_node_that_hears_no_one_is_named_not_its_peers():
+    """The `peers:` summary: node 3's radio is dead, so it declares every other node dead, while the
+    others declare node 3 dead. The sink is not reported lost (one deaf node said so); node 3 is."""
+    from codegen.serial_contract import parse_text, peer_summary
+
+    lines = [f"CISL {k} peer inf=0 peer=3 state=dead rounds=2 role=node" for k in (0, 1, 2)]
+    lines += [f"CISL 3 peer inf=0 peer={p} state=dead rounds=2 role={'sink' if p == 0 else 'node'}" for p in (0, 1, 2)]
+    summary = peer_summary(parse_text("\n".join(lines) + "\n"))
+    assert summary == ["node 3 declared dead by 3 of 3 other nodes (from inference 0)",
+                       "node 3 declared every other node dead (from inference 0): it hears no one, so its own radio "
+                       "or place is the fault"], summary
+    # a real dead sink, declared by some of the others: they are named
+    summary = peer_summary(parse_text("CISL 1 peer inf=2 peer=0 state=dead rounds=2 role=sink\n"
+                                      "CISL 2 infer inf=0 us=1 crc=00\nCISL 3 infer inf=0 us=1 crc=00\n"))
+    assert summary == ["the sink node 0 declared dead by 1 of 3 other nodes, node 1 (from inference 2): the other "
+                       "nodes go on, but no forecast reaches the host from them"], summary

@@ -115,14 +115,19 @@ def test_a_line_with_a_byte_no_host_writes_is_dropped_whole(lib: ctypes.CDLL, no
 def test_a_mode_command_that_arrived_as_another_mode_fails_the_nodes_run() -> None:
     """A lost digit can leave a valid command ("mode 12" read as "mode 1"): `cisl logs` compares the
     mode the node's request line names with the one it asked for."""
+    from codegen.serial_contract import parse_text
     from codegen.testbed.capture import CaptureResult, HostCommand, NodeCapture
     from codegen.testbed.logs import _judge_commands
 
-    def judged(took: int | None) -> str | None:
+    def judged(took: int | None, infers: int = 3, switch: str = "CISL 0 mode inf=2 state=switch mode=12\n") -> str | None:
         cmd = HostCommand(node=0, before=1, text="mode 12", sent=1.0, answer="ok", answered_inf=1, took=took)
-        r = CaptureResult({0: NodeCapture(node=0, port="/dev/ttyACM0")}, 0.0, 1.0, "done", commands=[cmd])
+        node = NodeCapture(node=0, port="/dev/ttyACM0", records=parse_text(switch), infers=infers)
+        r = CaptureResult({0: node}, 0.0, 1.0, "done", commands=[cmd])
         _judge_commands(r)
         return r.nodes[0].failed
 
     assert judged(12) is None
     assert "host command 'mode 12' reached the node as 'mode 1'" in judged(1)
+    # taken, but the run ended before any inference in that mode: not the run asked for
+    assert "the run ended before the nodes switched" in judged(12, infers=2, switch="")
+    assert "after the node's last (0)" in judged(12, infers=1, switch="")

@@ -403,6 +403,11 @@ def _run_level(todo: list[Unit], records: Path, work: Path, backend: str, jobs: 
 
         if jobs == 1:
             return [_guarded(u, str(records), str(work), backend) for u in todo]
+        # a Ctrl-C leaves the workers' semaphores to multiprocessing's resource tracker (a process that
+        # reads this environment when it starts), which would add a two-line warning after "interrupted"
+        quiet = "ignore:resource_tracker:UserWarning"
+        if quiet not in os.environ.get("PYTHONWARNINGS", ""):
+            os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), quiet]))
         return Parallel(n_jobs=jobs)(delayed(_guarded)(u, str(records), str(work), backend) for u in todo)
     ex = _submitit_executor(backend, work / "submitit", jobs, slurm)
     # SLURM limits the array's parallelism itself; the local executor starts every job at once

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import threading
 
 import click
 
@@ -22,8 +21,12 @@ from ..errors import CheckFailed, UserError
 def one_line_errors(fn, *args, **kwargs):
     """Run fn; UserError/CheckFailed, file-system and text errors, Ctrl-C become one line and an exit code.
     The bench scripts run their main() through it too."""
+    from .. import interrupts
+
     try:
-        return fn(*args, **kwargs)
+        result = fn(*args, **kwargs)
+        interrupts.check()  # a Ctrl-C that Python swallowed in a callback still ends the command as one
+        return result
     except UserError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(e.exit_code)
@@ -86,13 +89,9 @@ class CislGroup(click.Group):
         return one_line_errors(super().invoke, ctx)
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
-        import signal
+        from .. import interrupts
 
-        def terminated(signum, frame):  # SIGTERM ends cisl like Ctrl-C: outputs and temporary files cleaned up
-            raise KeyboardInterrupt
-
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, terminated)
+        interrupts.install()  # SIGTERM ends cisl like Ctrl-C: outputs and temporary files cleaned up
         try:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.exceptions.UsageError as e:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import interrupts
 from ..boards import Board, load_board
 from ..errors import UserError
 from ..ops import REGISTRY, kind_of
@@ -236,7 +237,7 @@ def compute_build(build_dir: Path, inferences: int = 1, jobs: int | None = None,
             if progress:
                 progress(1)
         return out
-    with ProcessPoolExecutor(jobs) as pool:
+    with ProcessPoolExecutor(jobs, initializer=interrupts.worker_defaults) as pool:
         out = []
         for r in pool.map(_run_one, args):
             out.append(r)

@@ -31,6 +31,7 @@ from elftools.elf.elffile import ELFFile
 from unicorn import UC_ARCH_ARM, UC_HOOK_BLOCK, UC_HOOK_MEM_READ, UC_MODE_MCLASS, UC_MODE_THUMB, Uc, UcError
 from unicorn import arm_const as A
 
+from .. import interrupts
 from ..errors import UserError
 from .m4cost import BR_ALWAYS, BR_COND, Block, Decoder
 from .memsystem import MemoryModel
@@ -324,7 +325,10 @@ class Emulator:
         self.set_reg("lr", EXIT | 1)
         start = self.image.symbols[symbol] | 1
         try:
-            self.uc.emu_start(start, EXIT)
+            # a Ctrl-C raised inside a hook (a callback from C) would only be printed and ignored:
+            # it stops the emulation instead and is raised once emu_start has returned
+            with interrupts.deferred(self.uc.emu_stop):
+                self.uc.emu_start(start, EXIT)
         except UcError as e:
             pc = self.reg("pc")
             where = self.image.function_at(pc) or "?"

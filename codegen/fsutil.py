@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Iterator
 
+from . import interrupts
 from .errors import UserError
 
 
@@ -158,7 +159,7 @@ def output_lock(target: Path) -> Iterator[None]:
     import hashlib
 
     target = Path(target)
-    key = str(target.absolute())
+    key = str(target.resolve())  # one lock per folder, however it is spelt (../x, a link to it)
     # the lock lives in the machine's temporary folder, not next to the user's output
     lock = Path(tempfile.gettempdir()) / "cisl-locks" / f"{hashlib.sha1(key.encode()).hexdigest()[:20]}.lock"
     if key in _HELD:  # this process holds it already (a command that locks early, then writes atomically)
@@ -175,9 +176,7 @@ def output_lock(target: Path) -> Iterator[None]:
         except BlockingIOError:
             raise UserError(f"{target}: another cisl run is writing it; wait for it to finish or choose another "
                             f"output") from None
-        for left in list(target.parent.glob(f".{target.name}.tmp-*")) + \
-                list(target.parent.glob(f".{target.name}.old-*")):
-            shutil.rmtree(left, ignore_errors=True)
+        _recover_leftovers(target)
         _HELD.add(key)
         try:
             yield
@@ -186,6 +185,66 @@ def output_lock(target: Path) -> Iterator[None]:
             stamp_output(target)  # what this run wrote there is cisl's (also after a failure)
     finally:
         os.close(fd)
+
+
+def _recover_leftovers(target: Path) -> None:
+    """Under the lock: what runs killed before they could clean up left next to ``target``. A run
+    killed between the two renames of a swap without an atomic exchange left no ``target`` but the
+    previous output as ``.<name>.old-*``: it comes back; every other leftover is removed."""
+    olds = sorted(target.parent.glob(f".{target.name}.old-*"), key=lambda p: p.lstat().st_mtime)
+    if olds and not os.path.lexists(target):
+        olds.pop().rename(target)
+    for left in list(target.parent.glob(f".{target.name}.tmp-*")) + olds:
+        _remove(left)
+
+
+def _remove(path: Path) -> None:
+    if path.is_symlink():
+        path.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+_RENAME_EXCHANGE = 2  # linux/fs.h
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one step (Linux renameat2 RENAME_EXCHANGE); False where the system or the
+    file system cannot."""
+    import ctypes
+    import errno
+
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EPERM):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def replace_dir(tmp: Path, target: Path) -> None:
+    """Put the complete folder ``tmp`` in ``target``'s place, so that ``target`` is at every moment
+    either the old or the new folder: one atomic exchange where the system has it, else two renames
+    that a signal cannot cut apart (and that the next run's lock undoes after a kill -9 between them)."""
+    tmp, target = Path(tmp), Path(target)
+    interrupts.check()  # stopped by the user before the swap: the old output stays
+    with interrupts.deferred():
+        if not os.path.lexists(target):
+            tmp.rename(target)
+            return
+        if _exchange(tmp, target):
+            old = tmp
+        else:
+            old = target.parent / f".{target.name}.old-{secrets.token_hex(6)}"
+            target.rename(old)
+            tmp.rename(target)
+    _remove(old)
 
 
 @contextlib.contextmanager
@@ -222,16 +281,10 @@ def _atomic_output_dir(target: Path, kind: str, entries: Callable[[str], bool],
         (tmp / OWNER_FILE).write_text(f"cisl {kind}\n", encoding="ascii")
         yield tmp
         stamp_output(tmp)
+        replace_dir(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    old = None
-    if target.exists():
-        old = target.parent / f".{target.name}.old-{tmp.name.rsplit('-', 1)[-1]}"
-        target.rename(old)
-    tmp.rename(target)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def sha256_file(path: Path) -> str:
@@ -258,6 +311,7 @@ def write_text_atomic(path: Path, text: str) -> None:
             raise UserError(f"{path}: cannot write there ({e.strerror}); choose another output") from None
         with os.fdopen(fd, "w") as f:
             f.write(text)
+        interrupts.check()  # stopped by the user: the old file stays
         os.replace(tmp, path)
         note_written(path)
     except BaseException:

@@ -628,6 +628,26 @@ def test_logs_refuse_mode_commands_for_images_without_modes_before_the_run(simbu
         cisl("testbed", "stop", "--testbed", "tb.toml", cwd=tmp_path)
 
 
+def test_logs_run_again_after_a_failed_run(simbuild, tmp_path):
+    # OUT.failed was never stamped, so its own files looked the user's: the same command was then
+    # refused until the user deleted cisl's folder
+    import stat
+
+    assert cisl("testbed", "sim", "--nodes", "2", "--inferences", "5000", "-o", "tb.toml", cwd=tmp_path).returncode == 0
+    try:
+        assert cisl("flash", str(simbuild), "--testbed", "tb.toml", "--no-reset", cwd=tmp_path).returncode == 0
+        assert cisl("logs", "--testbed", "tb.toml", "-o", "logs", "-n", "1", cwd=tmp_path).returncode == 0
+        p = cisl("logs", "--testbed", "tb.toml", "-o", "logs", "--timeout", "1", cwd=tmp_path)
+        assert p.returncode == 1 and (tmp_path / "logs.failed" / "summary.json").is_file(), (p.stdout, p.stderr)
+        assert stat.S_IMODE((tmp_path / "logs.failed").stat().st_mode) == stat.S_IMODE((tmp_path / "logs").stat().st_mode)
+        p = cisl("logs", "--testbed", "tb.toml", "-o", "logs", "-n", "1", cwd=tmp_path)
+        assert p.returncode == 0, p.stderr
+        p = cisl("logs", "--testbed", "tb.toml", "-o", "logs", "--timeout", "1", cwd=tmp_path)
+        assert p.returncode == 1 and "written or changed after" not in p.stderr, p.stderr  # a second failure too
+    finally:
+        cisl("testbed", "stop", "--testbed", "tb.toml", cwd=tmp_path)
+
+
 def test_logs_check_the_failed_runs_folder_before_the_run(tmp_path):
     (tmp_path / "tb.toml").write_text(LAB.format(port=tmp_path / "no-such-port"))
     (tmp_path / "logs").mkdir()

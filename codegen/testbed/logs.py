@@ -9,14 +9,13 @@ from __future__ import annotations
 import fnmatch
 import json
 import shutil
-import tempfile
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from ..errors import UserError
-from ..fsutil import OWNER_FILE, check_output_dir, output_lock
+from ..fsutil import OWNER_FILE, check_output_dir, output_lock, replace_dir, stamp_output, temp_sibling
 from .capture import CaptureResult, HostCommand, PortSpec, capture
 from .config import Testbed
 from .flash import read_flashed, resolve_serials
@@ -93,7 +92,8 @@ def _run_logs(testbed: Testbed, out_dir: Path, *, inferences: int | None = None,
     final_dir = Path(out_dir)
     try:
         final_dir.parent.mkdir(parents=True, exist_ok=True)
-        out_dir = Path(tempfile.mkdtemp(prefix=f".{final_dir.name}.tmp-", dir=final_dir.parent))
+        out_dir = temp_sibling(final_dir)
+        out_dir.mkdir()  # the umask's mode, as the folder it becomes
     except OSError as e:
         raise UserError(f"{final_dir}: cannot write there ({e.strerror}); choose another output with -o") from None
     run_id = uuid.uuid4().hex[:12]
@@ -155,7 +155,8 @@ def _run_logs(testbed: Testbed, out_dir: Path, *, inferences: int | None = None,
         except UserError:  # it changed during the run: keep this run's logs where they are, and say so
             raise UserError(f"{dest}: holds files cisl did not write, so this failed run's logs stay in {out_dir}; "
                             f"move them and the files away") from None
-    _replace(out_dir, dest)
+    replace_dir(out_dir, dest)
+    stamp_output(dest)  # the lock stamps OUT; OUT.failed is stamped here, or its own files would look the user's
     return LogsResult(dest, result, problems, kept=final_dir if dest != final_dir else None)
 
 
@@ -169,16 +170,6 @@ def _legacy_logs(target: Path) -> bool:
         return "stop_reason" in json.loads((Path(target) / "summary.json").read_text())
     except (OSError, ValueError, TypeError):
         return False
-
-
-def _replace(tmp: Path, dest: Path) -> None:
-    old = None
-    if dest.exists():
-        old = dest.with_name(f".{dest.name}.old-{tmp.name.rsplit('-', 1)[-1]}")
-        dest.rename(old)
-    tmp.rename(dest)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def _attached_ports_hint(runners: dict[str, Runner]) -> str:

@@ -283,9 +283,11 @@ def build_with_board_time(build_dir: Path, board: str | None = None, jobs: int |
     cycles (``op`` lines, for `cisl profile --logs`): on a board's DWT, or on the virtual testbed the
     board time table's (the cycle model's cycles of the op)."""
     from ..build import build
+    from ..fsutil import output_lock
 
-    s = build(build_dir, board, jobs, say, nodes, extra_cflags=["-DCISL_PROFILE_OPS"] if profile_ops else None)
-    line = None
-    if board_time and (s["board"] == "sim" or s["board"] == s["plan_board"] == "qemu-m4"):
-        line = refresh(build_dir, nodes, jobs, say)
+    with output_lock(Path(build_dir)):  # one lock over both steps: a compile of the folder in between is refused
+        s = build(build_dir, board, jobs, say, nodes, extra_cflags=["-DCISL_PROFILE_OPS"] if profile_ops else None)
+        line = None
+        if board_time and (s["board"] == "sim" or s["board"] == s["plan_board"] == "qemu-m4"):
+            line = refresh(build_dir, nodes, jobs, say)
     return s, line

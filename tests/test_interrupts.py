@@ -1,0 +1,186 @@
+"""Ctrl-C, SIGTERM and kill -9 at the worst moments, and two runs on one folder spelt two ways.
+
+Found by an audit that interrupted every command: the replace of an output folder was two renames
+(a signal between them left no output, and the next run deleted the previous one), the output lock
+was keyed by the path as typed (`../x` or a link to x ran beside x), a Ctrl-C that Python swallowed in
+a callback let the command commit its output and exit 0, and one in the cycle model's hooks printed
+a traceback and kept emulating. Each case runs in a fresh process, as the command line does."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.faults
+
+
+def run_script(code: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def make_output(path: Path, text: str) -> None:
+    path.mkdir()
+    (path / "result.txt").write_text(text)
+    (path / ".cisl-output").write_text("cisl test\n")  # last: its time stamps what cisl wrote
+
+
+@pytest.mark.parametrize("exchange", [True, False])
+def test_ctrl_c_during_the_swap_leaves_one_whole_output(tmp_path, exchange):
+    make_output(tmp_path / "out", "old")
+    make_output(tmp_path / ".out.tmp-1", "new")
+    p = run_script("""
+        import os, signal, sys
+        from pathlib import Path
+        from codegen import fsutil, interrupts
+
+        interrupts.install()
+        if sys.argv[2] == "False":
+            fsutil._exchange = lambda a, b: False  # the two-rename path of systems without an exchange
+        real = Path.rename
+        def rename(self, target):
+            out = real(self, target)
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C right after the first rename
+            return out
+        Path.rename = rename
+        real_exchange = fsutil._exchange
+        def exchange(a, b):
+            out = real_exchange(a, b)
+            os.kill(os.getpid(), signal.SIGINT)  # ... or right after the exchange
+            return out
+        fsutil._exchange = exchange
+        try:
+            fsutil.replace_dir(Path(sys.argv[1]) / ".out.tmp-1", Path(sys.argv[1]) / "out")
+        except KeyboardInterrupt:
+            sys.exit(130)
+        """, str(tmp_path), str(exchange))
+    assert p.returncode == 130, p.stderr
+    assert (tmp_path / "out" / "result.txt").read_text() == "new"  # the swap ran whole, then the signal
+
+
+def test_a_run_killed_between_the_two_renames_gets_its_previous_output_back(tmp_path):
+    from codegen.fsutil import output_lock
+
+    make_output(tmp_path / ".out.old-abc", "old")  # out renamed away, the new one not yet in place
+    make_output(tmp_path / ".out.tmp-def", "half")
+    with output_lock(tmp_path / "out"):
+        assert (tmp_path / "out" / "result.txt").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_one_lock_per_folder_however_it_is_spelt(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path)
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import sys, time
+        from codegen.fsutil import output_lock
+        with output_lock(sys.argv[1]):
+            print("held", flush=True)
+            time.sleep(30)
+        """), str(tmp_path / "out")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        for spelt in (tmp_path / "sub" / ".." / "out", tmp_path / "link" / "out"):
+            p = run_script("""
+                import sys
+                from codegen.errors import UserError
+                from codegen.fsutil import output_lock
+                try:
+                    with output_lock(sys.argv[1]):
+                        sys.exit(0)
+                except UserError as e:
+                    print(e)
+                    sys.exit(2)
+                """, str(spelt))
+            assert p.returncode == 2 and "another cisl run is writing it" in p.stdout, (spelt, p.stdout, p.stderr)
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+
+
+def test_a_ctrl_c_python_swallowed_still_stops_the_command_before_it_commits(tmp_path):
+    make_output(tmp_path / "out", "old")
+    p = run_script("""
+        import os, signal, sys, weakref
+        from pathlib import Path
+        from codegen import fsutil, interrupts
+        from codegen.cli.app import one_line_errors
+
+        class Thing:
+            pass
+
+        def command():
+            with fsutil.atomic_output_dir(Path(sys.argv[1]) / "out", "test", lambda name: True) as tmp:
+                (tmp / "result.txt").write_text("new")
+                # the signal comes while a weakref callback runs: Python prints "Exception ignored"
+                # and goes on (as in `cisl report`'s plotting)
+                thing = Thing()
+                weakref.finalize(thing, os.kill, os.getpid(), signal.SIGINT)
+                del thing
+                for _ in range(1000):
+                    pass
+            print("committed")
+
+        interrupts.install()
+        one_line_errors(command)
+        """, str(tmp_path))
+    assert p.returncode == 130 and p.stderr.strip() == "interrupted", (p.returncode, p.stdout, p.stderr)
+    assert "committed" not in p.stdout
+    assert (tmp_path / "out" / "result.txt").read_text() == "old"
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["out"]
+
+
+@pytest.mark.arm
+def test_ctrl_c_in_the_cycle_models_hooks_stops_the_emulation_at_once(tmp_path):
+    """The signal lands inside a unicorn hook (a callback from C): no "Exception ignored" traceback,
+    the emulation stops at its next block, and the command ends "interrupted" (exit 130)."""
+    import shutil
+
+    from codegen.build import build
+    from codegen.compile import CompileOptions, compile_model
+    from models import config_for_tokens, make_model_dir
+
+    if shutil.which("arm-none-eabi-gcc") is None:
+        pytest.skip("needs arm-none-eabi-gcc")
+    model = make_model_dir(tmp_path / "m", config_for_tokens(8, 64, heads=4, layers=1), devices=2, keep_ratio=1.0,
+                           seed=5, tests=2)
+    compile_model(model, tmp_path / "hw", CompileOptions(devices=2, board="nrf52840dk"))
+    build(tmp_path / "hw", None, 1, lambda s: None, None)
+    started = time.monotonic()
+    p = run_script("""
+        import os, signal, sys
+        from pathlib import Path
+        from codegen import interrupts
+        from codegen.cli.app import one_line_errors
+        from codegen.timing import engine
+        from codegen.timing.compute import compute_build
+
+        blocks = {"n": 0, "after": 0}
+        real = engine.Emulator._on_block
+        def on_block(self, uc, address, size, user):
+            blocks["n"] += 1
+            if blocks["n"] == 20000:
+                os.kill(os.getpid(), signal.SIGINT)
+            elif blocks["n"] > 20000:
+                blocks["after"] += 1
+            return real(self, uc, address, size, user)
+        engine.Emulator._on_block = on_block
+
+        def command():
+            try:
+                compute_build(Path(sys.argv[1]), jobs=1)
+            finally:
+                print("blocks after the signal:", blocks["after"], flush=True)
+
+        interrupts.install()
+        one_line_errors(command)
+        """, str(tmp_path / "hw"), timeout=300)
+    assert p.returncode == 130 and p.stderr.strip() == "interrupted", (p.returncode, p.stdout, p.stderr)
+    after = int(p.stdout.split("blocks after the signal:")[1].split()[0])
+    assert after < 50, (after, time.monotonic() - started)

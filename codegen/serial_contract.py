@@ -167,6 +167,9 @@ class SequenceChecker:
             self.boots += 1
             if self.boots > 1:
                 return "it booted again (a second boot line: the node reset mid-run)"
+            if self.next_inf is not None:
+                return (f"it booted after lines of inference {self.next_inf - 1 if self.infers else self.next_inf} "
+                        "(a reset mid-run, or lines of a run before it recorded as this one)")
             self.next_inf, self.infers = 0, 0
             return None
         inf = f.get("inf")

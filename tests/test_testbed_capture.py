@@ -176,6 +176,27 @@ def test_records_stop_at_the_inferences_asked_for(tmp_path):
     os.close(m0)
 
 
+def test_an_old_runs_lines_that_arrive_after_the_reset_are_left_out(tmp_path):
+    # after a killed `cisl logs` the nodes kept printing: their buffered lines (even the old run's
+    # `end`) came after the reset and were recorded as this run's, which then passed
+    m0, _ = make_pty(tmp_path / "a.tty")
+    boot = b"CISL 0 boot fw=0.1.0 plan=abc board=x node=0 nodes=1\n"
+
+    def reset():
+        wait_for_reader(m0)
+        os.write(m0, b"CISL 0 sg inf=39 layer=0 point=y us=5 tx=1 rx=1 delivered=1 expected=1\n"
+                     b"CISL 0 infer inf=39 us=5 crc=00\nCISL 0 end inferences=40\n")
+        time.sleep(0.2)
+        os.write(m0, boot + b"CISL 0 infer inf=0 us=5 crc=00\nCISL 0 end inferences=1\n")
+        return {}
+
+    r = capture([PortSpec(0, str(tmp_path / "a.tty"))], None, reset=reset, timeout=10)
+    assert r.ok and r.nodes[0].pre_reset == 3, (r.nodes[0].failed, r.nodes[0].pre_reset)
+    assert [(x.event, x.fields.get("inf")) for x in r.nodes[0].records] == [("boot", None), ("infer", 0),
+                                                                           ("end", None)]
+    os.close(m0)
+
+
 def test_swapped_ports_and_errors_fail_the_node(tmp_path):
     m0, _ = make_pty(tmp_path / "a.tty")
 
@@ -254,3 +275,15 @@ def test_a_node_already_running_when_the_ports_open_starts_at_its_reset(tmp_path
     assert r.ok, r.nodes[0].failed
     assert r.nodes[0].pre_reset == 3 and r.nodes[0].infers == 1
     assert [x.event for x in r.nodes[0].records] == ["boot", "infer", "end"]
+
+
+def test_a_boot_after_lines_of_a_run_breaks_the_sequence_rules():
+    """Without a reset (`--no-reset`), or in logs recorded before the capture held pre-boot lines:
+    lines of a run, then a boot line, are a reset mid-run or two runs mixed, never one good run."""
+    from codegen.serial_contract import SequenceChecker, parse_text
+
+    checker = SequenceChecker()
+    lines = parse_text("CISL 0 sg inf=39 layer=0 point=y us=5 tx=1 rx=1 delivered=1 expected=1\n"
+                       "CISL 0 infer inf=39 us=5 crc=00\nCISL 0 boot fw=0.1.0 plan=abc board=x node=0 nodes=1\n")
+    verdicts = [checker.check(r) for r in lines]
+    assert verdicts[:2] == [None, None] and "booted after lines of inference 39" in verdicts[2], verdicts

@@ -65,6 +65,7 @@ class NodeCapture:
     infers: int = 0
     ended: bool = False
     pre_reset: int = 0  # contract lines read before the reset (a previous run's), left out
+    booted: bool = False  # its boot line came (after the reset, when there was one)
 
 
 class PortReader(threading.Thread):
@@ -258,6 +259,25 @@ def capture(ports: list[PortSpec], raw_dir: Path | None = None, *, reset: Callab
                     cmd.sent = time.time()
                     unanswered.setdefault(k, []).append(cmd)
 
+    held: dict[int, list[tuple[Record, int]]] = {}  # per node: its lines after the reset, before its boot line
+
+    def account(k: int, rec: Record, line: int) -> None:
+        _account(caps[k], rec, inferences, expected_plan, rules[k], line)
+        if commands:
+            host_side(k, rec)
+        if on_record:
+            on_record(k, rec)
+
+    def release_late_boots(final: bool = False) -> None:
+        """A node whose boot line has not come BOOT_GRACE_S after the reset (its boot line torn on the
+        wire) is taken from its first line after the reset, as a capture without a boot line is."""
+        if reset_at is None or not (final or time.time() - reset_at >= BOOT_GRACE_S):
+            return
+        for k in list(held):
+            caps[k].booted = True
+            for rec, line in held.pop(k):
+                account(k, rec, line)
+
     def consume(block: float) -> None:
         try:
             item = q.get(timeout=block)
@@ -265,14 +285,18 @@ def capture(ports: list[PortSpec], raw_dir: Path | None = None, *, reset: Callab
             return
         while True:
             k, rec, line = item
+            c = caps[k]
             if reset_at is not None and rec.host_time is not None and rec.host_time < reset_at:
-                caps[k].pre_reset += 1  # read before any node was reset: the old run's
-            else:
-                _account(caps[k], rec, inferences, expected_plan, rules[k], line)
-                if commands:
-                    host_side(k, rec)
-                if on_record:
-                    on_record(k, rec)
+                c.pre_reset += 1  # read before any node was reset: the old run's
+            elif reset_at is None or c.booted:
+                account(k, rec, line)
+            elif rec.event == "boot":  # the run starts here: what came between the reset and it was the old run's
+                c.pre_reset += len(held.pop(k, []))
+                c.booted = True
+                account(k, rec, line)
+            else:  # held until the boot line decides (an old run's lines still arriving after the reset)
+                held.setdefault(k, []).append((rec, line))
+                release_late_boots()
             try:
                 item = q.get_nowait()
             except queue.Empty:
@@ -280,6 +304,7 @@ def capture(ports: list[PortSpec], raw_dir: Path | None = None, *, reset: Callab
 
     while True:
         consume(0.02)
+        release_late_boots()
         now = time.monotonic()
         if all(c.done for c in caps.values()):
             reason = "all nodes done"
@@ -306,6 +331,7 @@ def capture(ports: list[PortSpec], raw_dir: Path | None = None, *, reset: Callab
     consume(0.0)
     while not q.empty():
         consume(0.0)
+    release_late_boots(final=True)
     ended = time.time()
     for k, c in caps.items():
         rd = readers[k]
@@ -327,6 +353,7 @@ def _brief(r: Record) -> str:
     return " ".join(f"{k}={v}" for k, v in list(r.fields.items())[:3])
 
 
+BOOT_GRACE_S = 3.0  # after the reset, lines before a node's boot line are held this long (then taken)
 OLD_RUN_QUIET_S, OLD_RUN_LIMIT_S = 0.1, 1.0  # how long the ports must be quiet before the reset, at most
 
 

@@ -184,3 +184,24 @@ def test_ctrl_c_in_the_cycle_models_hooks_stops_the_emulation_at_once(tmp_path):
     assert p.returncode == 130 and p.stderr.strip() == "interrupted", (p.returncode, p.stdout, p.stderr)
     after = int(p.stdout.split("blocks after the signal:")[1].split()[0])
     assert after < 50, (after, time.monotonic() - started)
+
+
+def test_a_second_training_into_the_same_folder_is_refused_at_its_start(tmp_path):
+    # both used to train (for hours, on real data); the second to finish replaced the first's model
+    cfg = tmp_path / "tiny.toml"
+    cfg.write_text("[model]\nlookback = 32\npatch_len = 8\nstride = 8\nd_model = 16\nheads = 4\nlayers = 1\n"
+                   "mlp_hidden = 16\nhorizon = 8\n[split]\ndevices = 2\n[train]\nepochs = 500\n")
+    first = subprocess.Popen([sys.executable, "-m", "codegen.cli", "train", str(cfg), "-o", "m"], cwd=tmp_path,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        end = time.monotonic() + 60  # training: its first checkpoint is written
+        while time.monotonic() < end and first.poll() is None and not (tmp_path / ".m.cisl-train").is_dir():
+            time.sleep(0.05)
+        assert first.poll() is None, "the first training ended early"
+        p = subprocess.run([sys.executable, "-m", "codegen.cli", "train", str(cfg), "-o", str(tmp_path / "x" / ".." / "m")],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 2 and "another cisl run is writing it" in p.stderr, p.stderr
+    finally:
+        first.kill()
+        first.wait()
+        first.stderr.close()

@@ -41,7 +41,7 @@ from codegen.data.revin import revin_normalize
 from codegen.data.synthetic import synthetic_series
 from codegen.elastic import Modes, permute
 from codegen.errors import UserError
-from codegen.fsutil import atomic_output_dir, check_creatable, check_output_dir
+from codegen.fsutil import atomic_output_dir, check_creatable, check_output_dir, output_lock
 from codegen.lossmodel import LossRates
 from codegen.modelspec import ModelConfig
 from codegen.onnx_model import build_onnx
@@ -385,8 +385,16 @@ def run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, o
     ``work_dir`` (default `default_work_dir`); ``resume`` continues from it. If [train]
     stop_after_epochs ends the run early, nothing is written to ``out_dir`` and the summary is
     {"stopped": True, "epochs_done", "epochs", "checkpoint", "seconds"} (and "prune_stages_done" when it
-    stopped while pruning).
+    stopped while pruning). A second training into the same folder is refused at its start, not
+    hours later when the first one writes.
     """
+    with output_lock(Path(out_dir)):
+        return _run_train(config_path, data_path, out_dir, overrides, progress, resume, work_dir)
+
+
+def _run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, overrides: dict | None,
+               progress: bool, resume: bool, work_dir: Path | None) -> dict:
+    """run_train under the folder's lock."""
     started = time.perf_counter()
     cfg = _resolve_config(config_path, data_path, overrides)
     out_dir = Path(out_dir)

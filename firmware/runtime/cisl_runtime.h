@@ -39,30 +39,28 @@ void cisl_report_error(uint32_t inference, const char *where, int32_t code);
 /* "end inferences=" */
 void cisl_report_end(uint32_t inferences);
 
+/* Boards that keep a model clock (the virtual testbed, CISL_BOARD_OP_HOOK) learn of every finished
+ * op: it advances their clock by the op's cycles from the cycle model (boards/sim/hal_sim.c). */
+#ifdef CISL_BOARD_OP_HOOK
+void cisl_board_op_end(uint32_t index);
+#define CISL_OP_HOOK(i) cisl_board_op_end(i)
+#else
+#define CISL_OP_HOOK(i) ((void)0)
+#endif
+
 /* Per-op profiling (benchmarks only): built with -DCISL_PROFILE_OPS, the generated schedule prints
- * "op inf= i= cycles=" after every op, i being the op's index in plan.json. Otherwise no code. */
+ * "op inf= i= cycles=" after every op, i being the op's index in plan.json; a model clock advances
+ * first, so the line prints the model's cycles there. Otherwise only the hook. */
 #ifdef CISL_PROFILE_OPS
 #include "cisl_board.h"
 void cisl_report_op(uint32_t inference, uint32_t index, uint32_t cycles);
 #define CISL_OP_DECL uint32_t cisl_op_c0_ = 0u
 #define CISL_OP_BEGIN() (cisl_op_c0_ = cisl_board_cycles())
-#ifdef CISL_BOARD_OP_HOOK /* a model clock advances at the op's end first: the line prints the model's cycles */
-void cisl_board_op_end(uint32_t index);
-#define CISL_OP_END(i) (cisl_board_op_end(i), cisl_report_op(inference, (i), cisl_board_cycles() - cisl_op_c0_))
-#else
-#define CISL_OP_END(i) cisl_report_op(inference, (i), cisl_board_cycles() - cisl_op_c0_)
-#endif
-#elif defined(CISL_BOARD_OP_HOOK)
-/* Boards that keep a model clock (the virtual testbed) learn of every finished op: it advances
- * their clock by the op's cycles from the cycle model (boards/sim/hal_sim.c). */
-void cisl_board_op_end(uint32_t index);
-#define CISL_OP_DECL ((void)0)
-#define CISL_OP_BEGIN() ((void)0)
-#define CISL_OP_END(i) cisl_board_op_end(i)
+#define CISL_OP_END(i) (CISL_OP_HOOK(i), cisl_report_op(inference, (i), cisl_board_cycles() - cisl_op_c0_))
 #else
 #define CISL_OP_DECL ((void)0)
 #define CISL_OP_BEGIN() ((void)0)
-#define CISL_OP_END(i) ((void)0)
+#define CISL_OP_END(i) CISL_OP_HOOK(i)
 #endif
 
 #define CISL_FW_VERSION "0.1.0"

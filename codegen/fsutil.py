@@ -154,8 +154,6 @@ def output_lock(target: Path) -> Iterator[None]:
     """Hold the lock of output ``target`` (a file in the temporary folder's cisl-locks/) or refuse in
     one line: two cisl runs never write one folder at once. Under the lock, the leftovers of runs that were killed
     before they could clean up (``.<name>.tmp-*``, ``.<name>.old-*``) are removed."""
-    import fcntl
-
     import hashlib
 
     target = Path(target)
@@ -165,17 +163,8 @@ def output_lock(target: Path) -> Iterator[None]:
     if key in _HELD:  # this process holds it already (a command that locks early, then writes atomically)
         yield
         return
+    fd = _acquire(lock, target)
     try:
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
-    except OSError as e:
-        raise UserError(f"{lock}: cannot create the lock for {target} ({e.strerror}); check {lock.parent}") from None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise UserError(f"{target}: another cisl run is writing it; wait for it to finish or choose another "
-                            f"output") from None
         _recover_leftovers(target)
         _HELD.add(key)
         try:
@@ -184,7 +173,39 @@ def output_lock(target: Path) -> Iterator[None]:
             _HELD.discard(key)
             stamp_output(target)  # what this run wrote there is cisl's (also after a failure)
     finally:
+        # Removed while still held, so lock files do not pile up; a run that opened this file meanwhile
+        # sees at its inode check that it is gone and takes a fresh one (_acquire).
+        with contextlib.suppress(OSError):
+            os.unlink(lock)
         os.close(fd)
+
+
+def _acquire(lock: Path, target: Path) -> int:
+    """Open and lock ``lock`` without waiting; the descriptor, or a one-line refusal. The file can be
+    unlinked by the run that held it between our open and our flock: then our lock guards nothing,
+    so the open is retried until the locked file is the one at the path."""
+    import fcntl
+
+    for _ in range(100):
+        try:
+            lock.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as e:
+            raise UserError(f"{lock}: cannot create the lock for {target} ({e.strerror}); "
+                            f"check {lock.parent}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise UserError(f"{target}: another cisl run is writing it; wait for it to finish or choose "
+                            f"another output") from None
+        try:
+            if os.stat(lock).st_ino == os.fstat(fd).st_ino:
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    raise UserError(f"{lock}: the lock for {target} keeps being replaced; check what else writes {lock.parent}")
 
 
 def _recover_leftovers(target: Path) -> None:

@@ -104,6 +104,47 @@ def test_one_lock_per_folder_however_it_is_spelt(tmp_path):
         holder.stdout.close()
 
 
+def test_lock_files_do_not_pile_up_and_a_lock_removed_under_a_run_is_taken_afresh(tmp_path, monkeypatch):
+    """Every output folder ever written used to leave its lock file in $TMPDIR/cisl-locks/. The holder
+    now removes it, so a run that opened the file just before must not lock the removed file: the
+    holder's removal is forced between our open and our flock, then a second run is tried beside us."""
+    import fcntl
+    import tempfile
+
+    from codegen import fsutil
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    with fsutil.output_lock(tmp_path / "out"):
+        assert len(list((tmp_path / "tmp" / "cisl-locks").iterdir())) == 1
+    assert list((tmp_path / "tmp" / "cisl-locks").iterdir()) == []
+
+    real_flock, raced = fcntl.flock, []
+
+    def flock_after_the_holder_left(fd, op):
+        if not raced:  # the previous holder unlinks the file we just opened
+            raced.append(1)
+            for f in (tmp_path / "tmp" / "cisl-locks").iterdir():
+                f.unlink()
+        return real_flock(fd, op)
+
+    monkeypatch.setattr(fcntl, "flock", flock_after_the_holder_left)
+    with fsutil.output_lock(tmp_path / "out"):
+        monkeypatch.setattr(fcntl, "flock", real_flock)
+        p = run_script("""
+            import sys, tempfile
+            tempfile.tempdir = sys.argv[2]
+            from codegen.errors import UserError
+            from codegen.fsutil import output_lock
+            try:
+                with output_lock(sys.argv[1]):
+                    sys.exit(0)
+            except UserError as e:
+                print(e)
+                sys.exit(2)
+            """, str(tmp_path / "out"), str(tmp_path / "tmp"))
+        assert raced and p.returncode == 2 and "another cisl run is writing it" in p.stdout, (p.stdout, p.stderr)
+
+
 def test_a_ctrl_c_python_swallowed_still_stops_the_command_before_it_commits(tmp_path):
     make_output(tmp_path / "out", "old")
     p = run_script("""

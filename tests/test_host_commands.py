@@ -43,6 +43,8 @@ uint32_t cisl_board_read(char *buf, uint32_t max)
     in_pos += n;
     return n;
 }
+uint32_t cisl_board_time_us(void) { return 0u; }
+uint32_t cisl_board_cycles(void) { return 0u; }
 void cisl_board_write(const char *text, uint32_t n)
 {
     if (out_len + n < sizeof out_buf) { memcpy(out_buf + out_len, text, n); out_len += n; }

@@ -96,8 +96,16 @@ void cisl_log_hexbytes(cisl_line *l, const char *key, const uint8_t *data, uint3
     }
 }
 
+static cisl_log_clock log_spent;
+
 void cisl_log_end(cisl_line *l)
 {
     l->buf[l->len++] = '\n';
+    const uint32_t t0 = cisl_board_time_us();
+    const uint32_t c0 = cisl_board_cycles();
     cisl_board_write(l->buf, l->len);
+    log_spent.us += cisl_board_time_us() - t0;
+    log_spent.cycles += cisl_board_cycles() - c0;
 }
+
+void cisl_log_spent(cisl_log_clock *c) { *c = log_spent; }

@@ -27,4 +27,14 @@ void cisl_log_hexbytes(cisl_line *l, const char *key, const uint8_t *data, uint3
 /* Terminate the line and write it out. */
 void cisl_log_end(cisl_line *l);
 
+/* Running totals of the time spent writing lines out (cisl_board_write). A board's UART may block:
+ * at 115200 baud a line of 80 characters takes 7 ms, longer than many blocks' compute. Every span
+ * the node reports (block, exchange, inference) takes out what accrued inside it, so the serial
+ * log measures the node's work, not its own printing (docs/serial-contract.md). */
+typedef struct {
+    uint32_t us;
+    uint32_t cycles;
+} cisl_log_clock;
+void cisl_log_spent(cisl_log_clock *c);
+
 #endif /* CISL_LOG_H */

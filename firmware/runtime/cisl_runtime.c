@@ -9,14 +9,17 @@ void cisl_block_begin(cisl_block *b)
 {
     b->comm_us = 0;
     b->comm_cycles = 0;
+    cisl_log_spent(&b->log0);
     b->c0_cycles = cisl_board_cycles();
     b->t0_us = cisl_board_time_us();
 }
 
 void cisl_block_end(cisl_block *b, uint32_t inference, int32_t layer, const char *name)
 {
-    const uint32_t elapsed = cisl_board_time_us() - b->t0_us;
-    const uint32_t total = cisl_board_cycles() - b->c0_cycles;
+    cisl_log_clock log;
+    cisl_log_spent(&log);
+    const uint32_t elapsed = cisl_board_time_us() - b->t0_us - (log.us - b->log0.us);
+    const uint32_t total = cisl_board_cycles() - b->c0_cycles - (log.cycles - b->log0.cycles);
     const uint32_t cycles = total >= b->comm_cycles ? total - b->comm_cycles : 0u;
     cisl_line l;
     cisl_log_begin(&l, "block");

@@ -4,6 +4,8 @@
 
 #include <stdint.h>
 
+#include "cisl_log.h"
+
 #define CISL_OK 0
 #define CISL_ERR_KERNEL (-1)
 #define CISL_ERR_TRANSPORT (-2)
@@ -16,6 +18,7 @@ typedef struct {
     uint32_t c0_cycles;
     uint32_t comm_us;
     uint32_t comm_cycles; /* cycles spent communicating, taken out of the block's cycles too */
+    cisl_log_clock log0;  /* printing is taken out as well (cisl_log_spent) */
 } cisl_block;
 
 void cisl_block_begin(cisl_block *b);

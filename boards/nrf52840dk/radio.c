@@ -159,12 +159,15 @@ void cisl_radio_init(void)
 }
 
 /* Arm `channel` so that TIMER0 reaching `at` triggers its task. Returns 0 if armed in time, -1 if
- * `at` had already passed without the compare firing (nothing was triggered). */
+ * `at` had already passed without the compare firing (nothing was triggered). The channel is
+ * enabled before the compare is written: the other order loses a compare that fires between the
+ * two writes (the event is set, so the check below would call the slot armed, but PPI was off). The
+ * old CC value lies behind the counter, so it cannot fire meanwhile. */
 static int arm_at(uint32_t at, uint32_t chenset)
 {
     TIMER0(EVENTS_COMPARE(0u)) = 0u;
-    TIMER0(CC(0u)) = at;
     PPI(CHENSET) = chenset;
+    TIMER0(CC(0u)) = at;
     if (reached(at) && TIMER0(EVENTS_COMPARE(0u)) == 0u) {
         PPI(CHENCLR) = chenset;
         return -1;

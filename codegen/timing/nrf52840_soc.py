@@ -1,0 +1,737 @@
+"""Shipped nrf52840dk images on emulated nRF52840s, several of them over one radio.
+
+The virtual testbed runs the Mixer code the boards run, through a host HAL; the board code below it
+(boards/nrf52840dk: the RADIO/TIMER/PPI radio HAL, the HFXO start, the UARTE logger, the start-up
+code) only ever ran on hardware. This module runs each node's whole ``firmware.elf`` from its reset
+vector on the cycle model's emulator (:mod:`codegen.timing.engine`: unicorn, cycles from the
+Cortex-M4 TRM) and models, at register level, the peripherals that code touches: CLOCK (HFXO),
+TIMER0/TIMER1, PPI, RADIO, UARTE0 TX, the DWT cycle counter, FICR/UICR/NVMC/GPIO as memory. The
+register layout is read from the nrf52840.svd that pyocd ships (not from the board's own header,
+which it checks); the behaviour is the product specification's (v1.8: the RADIO state diagram, fast
+ramp-up 40 µs, EasyDMA from RAM only, TIMER compare on equality, PPI event -> task). Whatever the
+board code does that the hardware would not do as intended is a :class:`SocFault` naming it: a
+radio task in the wrong state, EasyDMA pointed at flash, the radio started without the HFXO, an
+access to an address the part does not decode.
+
+Time is each node's CPU cycle count at 64 MHz (the cycle model's central estimate, so polling loops
+take the time they would); the nodes advance together in quanta shorter than the radio's ramp-up,
+so every packet is on the medium before any receiver's clock reaches its first bit. Packets reach
+a receiver that is in RX when their preamble starts (and whose address, frequency, PHY and CRC
+setup match the sender's); two packets that overlap at a receiver are a collision (CRC error) — the
+strict model, no capture; an optional ``loss`` drops a packet at a receiver with that probability.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from elftools.elf.elffile import ELFFile
+from unicorn import UC_HOOK_MEM_WRITE
+
+from .engine import Emulator, Image
+from .memsystem import MemoryModel
+
+CPU_HZ = 64_000_000
+CYC_PER_US = CPU_HZ // 1_000_000
+QUANTUM = 16 * CYC_PER_US   # < the radio's 40 µs ramp-up: every packet is known before it starts
+HFXO_START = 256 * CYC_PER_US   # PS: tHFXOST typical with the DK's 32 MHz crystal
+RAMP = {0: 140 * CYC_PER_US, 1: 40 * CYC_PER_US}   # MODECNF0.RU Default / Fast: tTXEN = tRXEN
+TX_DISABLE = 4 * CYC_PER_US    # PS tTXDISABLE (BLE 2M); RX disables at once
+RX_CHAIN = 5 * CYC_PER_US      # receive chain delay: ADDRESS / END at the receiver after the air
+PAGE = 0x1000
+
+
+class SocFault(RuntimeError):
+    """The image did something the part would not do as the board code intends."""
+
+
+@dataclass
+class Regs:
+    """Absolute register addresses, from the SVD."""
+    svd: dict
+
+    def __call__(self, periph: str, reg: str, n: int = 0) -> int:
+        p = self.svd[periph]
+        r = p.registers[reg]
+        if n >= r.dim:
+            raise IndexError(f"{periph}.{reg}[{n}]")
+        return p.base + r.offset + n * r.increment
+
+    def value(self, periph: str, reg: str, fld: str, name: str) -> int:
+        return self.svd[periph].registers[reg].fields[fld].values[name]
+
+
+def load_regs() -> Regs:
+    from ..svd import parse_svd, pyocd_svd_text, supplement
+
+    svd = parse_svd(pyocd_svd_text("nrf52840"))
+    supplement(svd)
+    return Regs(svd)
+
+
+@dataclass
+class Packet:
+    sender: int
+    t0: int              # first preamble bit on air (cycles)
+    t_addr: int          # end of the access address
+    t_end: int           # last CRC bit
+    frame: bytes         # S0, LENGTH, payload as the sender's EasyDMA read them
+    setup: tuple         # what a receiver must share to decode it (address, frequency, PHY, CRC, whitening)
+    cut: int | None = None   # disabled on air at this time
+
+
+@dataclass
+class Medium:
+    """Every packet sent, for the receivers to find; optional i.i.d. loss per (packet, receiver)."""
+    loss: float = 0.0
+    seed: int = 0
+    packets: list[Packet] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+
+    def prune(self, before: int) -> None:
+        self.packets = [p for p in self.packets if p.t_end >= before]
+
+
+class _QuantumEmulator(Emulator):
+    """The engine's emulator, stopped when its cycle count reaches ``stop_at``. The block hook runs
+    before a block, so a stopped block is neither run nor counted: it runs, and is counted, when the
+    next quantum resumes."""
+
+    stop_at = 0
+
+    def _on_block(self, uc, address: int, size: int, user) -> None:
+        if self.central_total >= self.stop_at:
+            uc.emu_stop()
+            return
+        super()._on_block(uc, address, size, user)
+
+
+class Node:
+    """One nRF52840: the image on the emulator and its peripherals, advanced in quanta."""
+
+    def __init__(self, index: int, elf: Path, memory: MemoryModel, regs: Regs, medium: Medium,
+                 variant: int = 0x41414630, uicr_approtect: int = 0xFFFFFF5A):
+        self.index, self.regs, self.medium = index, regs, medium
+        self.emu = _QuantumEmulator(Image.load(elf), memory, max_insns=1 << 62)
+        self._load_data_images(elf)
+        self.done = False
+        self.fault: str | None = None
+        self.serial = bytearray()
+        self.changed = False
+        self._events: list = []
+        self._seq = 0
+        self._tasks: dict[int, Callable[[int], None]] = {}
+        uc = self.emu.uc
+        # memory the board code reads or writes plainly
+        for base in (0x10000000, 0x10001000, 0x50000000, 0xE000E000):
+            uc.mem_map(base, PAGE)
+        self.emu.write(0x10001000, b"\xff" * PAGE)          # UICR erased ...
+        self.emu.write(regs("UICR", "APPROTECT"), uicr_approtect.to_bytes(4, "little"))  # ... but the port open
+        self.emu.write(regs("FICR", "INFO_VARIANT"), variant.to_bytes(4, "little"))
+        uc.hook_add(UC_HOOK_MEM_WRITE, self._on_scs_write, begin=0xE000ED0C, end=0xE000ED0F)
+        self.clock = Clock(self)
+        self.timers = [Timer(self, "TIMER0"), Timer(self, "TIMER1")]
+        self.ppi = Ppi(self)
+        self.radio = Radio(self)
+        self.uarte = Uarte(self)
+        self.dwt = Dwt(self)
+        self.nvmc_ready = regs("NVMC", "READY")
+        pages: dict[int, list] = {}
+        for dev in (self.clock, *self.timers, self.ppi, self.radio, self.uarte, self.dwt):
+            pages.setdefault(dev.base & ~(PAGE - 1), []).append(dev)
+        pages.setdefault(regs.svd["NVMC"].base, [])
+        for base, devs in pages.items():
+            uc.mmio_map(base, PAGE, self._mmio_read, (base, devs), self._mmio_write, (base, devs))
+        # reset: the vector table's stack pointer and reset handler
+        vec = self.emu.read(0, 8)
+        self.emu.set_reg("sp", int.from_bytes(vec[:4], "little"))
+        self.pc = int.from_bytes(vec[4:], "little") | 1
+
+    def _load_data_images(self, elf: Path) -> None:
+        """Put .data's initial values at their load address in flash, where the reset handler copies
+        them from (the engine loads segments at their run address only)."""
+        lo, hi = self.emu.memory.flash_range
+        with open(elf, "rb") as f:
+            for seg in ELFFile(f).iter_segments():
+                if seg["p_type"] == "PT_LOAD" and seg["p_paddr"] != seg["p_vaddr"] and lo <= seg["p_paddr"] < hi:
+                    self.emu.write(seg["p_paddr"], seg.data())
+
+    # -- time and events ----------------------------------------------------------------------
+
+    def now(self) -> int:
+        return int(self.emu.central_total)
+
+    def at(self, t: int, fn: Callable[[int], None]) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (t, self._seq, fn))
+
+    def advance(self, now: int) -> None:
+        """Run every peripheral event due by ``now`` in time order (receptions included)."""
+        while True:
+            t_ev = self._events[0][0] if self._events else None
+            t_rx = self.radio.next_lock(now)
+            if t_rx is not None and (t_ev is None or t_rx <= t_ev):
+                self.radio.lock(t_rx)
+                continue
+            if t_ev is None or t_ev > now:
+                return
+            t, _, fn = heapq.heappop(self._events)
+            fn(t)
+
+    def task(self, address: int, t: int) -> None:
+        fn = self._tasks.get(address)
+        if fn is None:
+            raise SocFault(f"node {self.index}: PPI triggers 0x{address:08x}, not a task this model knows")
+        fn(t)
+
+    def event(self, address: int, t: int) -> None:
+        """Peripheral event at ``address`` happened at ``t``: PPI channels listening to it fire."""
+        self.ppi.fire(address, t)
+
+    def fail(self, msg: str) -> None:
+        if self.fault is None:
+            self.fault = f"node {self.index}: {msg}"
+        self.emu.uc.emu_stop()
+
+    # -- memory-mapped registers -------------------------------------------------------------
+
+    def _mmio_read(self, uc, offset: int, size: int, user) -> int:
+        base, devs = user
+        address = base + offset
+        try:
+            self.advance(self.now())
+            if address == self.nvmc_ready:
+                return 1
+            for d in devs:
+                if d.owns(address):
+                    return d.read(address) & 0xFFFFFFFF
+        except SocFault as e:
+            self.fail(str(e))
+        return 0
+
+    def _mmio_write(self, uc, offset: int, size: int, value: int, user) -> None:
+        base, devs = user
+        address = base + offset
+        try:
+            t = self.now()
+            self.advance(t)
+            for d in devs:
+                if d.owns(address):
+                    d.write(address, value & 0xFFFFFFFF, t)
+                    return
+        except SocFault as e:
+            self.fail(str(e))
+
+    def _on_scs_write(self, uc, access, address, size, value, user) -> None:
+        if address == 0xE000ED0C and (value >> 16) == 0x05FA and value & 4:
+            self.fail("requested a system reset (AIRCR.SYSRESETREQ)")
+
+    # -- running ---------------------------------------------------------------------------------
+
+    def run_until(self, t: int) -> None:
+        if self.done:
+            return
+        self.emu.stop_at = t
+        from unicorn import UcError
+
+        try:
+            self.emu.uc.emu_start(self.pc, 0xFFFFFFFE)
+        except UcError as e:
+            pc = self.emu.reg("pc")
+            self.fault = self.fault or (f"node {self.index}: {e} at pc=0x{pc:08x} "
+                                        f"({self.emu.image.function_at(pc) or '?'})")
+        self.pc = self.emu.reg("pc") | 1
+        try:
+            self.advance(max(self.now(), t))
+        except SocFault as e:
+            self.fault = self.fault or str(e)
+        if self.fault:
+            self.done = True
+
+
+class Device:
+    base: int
+    size: int = PAGE
+
+    def owns(self, address: int) -> bool:
+        return self.base <= address < self.base + self.size
+
+
+class Plain(Device):
+    """Registers that hold what was written; subclasses add tasks and events."""
+
+    def __init__(self, node: Node, periph: str):
+        self.node, self.periph = node, periph
+        self.base = node.regs.svd[periph].base
+        self.mem: dict[int, int] = {}
+
+    def r(self, reg: str, n: int = 0) -> int:
+        return self.node.regs(self.periph, reg, n)
+
+    def read(self, address: int) -> int:
+        return self.mem.get(address, 0)
+
+    def write(self, address: int, value: int, t: int) -> None:
+        self.mem[address] = value
+
+    def task_map(self, tasks: dict[int, Callable[[int], None]]) -> None:
+        self.tasks = tasks
+        self.node._tasks.update(tasks)
+
+
+class Clock(Plain):
+    def __init__(self, node: Node):
+        super().__init__(node, "CLOCK")
+        self.size = 0x1000
+        self.running = False
+        self.task_map({self.r("TASKS_HFCLKSTART"): self.start})
+
+    def start(self, t: int) -> None:
+        def started(t2: int) -> None:
+            self.running = True
+            self.mem[self.r("EVENTS_HFCLKSTARTED")] = 1
+            self.mem[self.r("HFCLKSTAT")] = 1 | (1 << 16)
+            self.node.event(self.r("EVENTS_HFCLKSTARTED"), t2)
+        self.node.at(t + HFXO_START, started)
+
+    def write(self, address: int, value: int, t: int) -> None:
+        if address in self.tasks:
+            if value:
+                self.tasks[address](t)
+            return
+        super().write(address, value, t)
+
+
+class Timer(Plain):
+    """TIMER in timer mode, 16 MHz / 2^PRESCALER, compares on equality, CC by capture."""
+
+    def __init__(self, node: Node, name: str):
+        super().__init__(node, name)
+        self.running = False
+        self.t_start, self.count0 = 0, 0
+        self.cc = [0] * 6
+        self.gen = [0] * 6
+        self.compare_ev = [self.r("EVENTS_COMPARE", n) for n in range(6)]
+        tasks = {self.r("TASKS_START"): self.start, self.r("TASKS_STOP"): self.stop,
+                 self.r("TASKS_CLEAR"): self.clear}
+        for n in range(6):
+            tasks[self.r("TASKS_CAPTURE", n)] = (lambda k: lambda t: self.capture(k, t))(n)
+        self.task_map(tasks)
+
+    def div(self) -> int:
+        return 4 << (self.mem.get(self.r("PRESCALER"), 4) & 0xF)  # 64 MHz CPU cycles per tick
+
+    def count(self, t: int) -> int:
+        if not self.running:
+            return self.count0
+        return (self.count0 + (t - self.t_start) // self.div()) & 0xFFFFFFFF
+
+    def start(self, t: int) -> None:
+        if not self.running:
+            self.t_start, self.running = t, True
+            self._schedule_all(t)
+
+    def stop(self, t: int) -> None:
+        self.count0, self.running = self.count(t), False
+        self.gen = [g + 1 for g in self.gen]
+
+    def clear(self, t: int) -> None:
+        self.count0, self.t_start = 0, t
+        self._schedule_all(t)
+
+    def capture(self, n: int, t: int) -> None:
+        self.cc[n] = self.count(t)
+
+    def _schedule_all(self, t: int) -> None:
+        for n in range(6):
+            self._schedule(n, t)
+
+    def _schedule(self, n: int, t: int) -> None:
+        self.gen[n] += 1
+        if not self.running:
+            return
+        div = self.div()
+        k_now = (t - self.t_start) // div
+        delta = (self.cc[n] - self.count(t)) & 0xFFFFFFFF
+        if delta == 0:
+            delta = 1 << 32
+        when = self.t_start + (k_now + delta) * div
+        gen = self.gen[n]
+
+        def fire(t2: int) -> None:
+            if self.gen[n] == gen:
+                self.mem[self.compare_ev[n]] = 1
+                self.node.event(self.compare_ev[n], t2)
+                self._schedule(n, t2)   # the next match, one wrap later
+        self.node.at(when, fire)
+
+    def read(self, address: int) -> int:
+        for n in range(6):
+            if address == self.r("CC", n):
+                return self.cc[n]
+        return super().read(address)
+
+    def write(self, address: int, value: int, t: int) -> None:
+        if address in self.tasks:
+            if value:
+                self.tasks[address](t)
+            return
+        for n in range(6):
+            if address == self.r("CC", n):
+                self.cc[n] = value
+                self._schedule(n, t)
+                return
+        if address == self.r("PRESCALER") and self.running:
+            raise SocFault(f"{self.periph}.PRESCALER written while the timer runs (PS: stop it first)")
+        super().write(address, value, t)
+
+
+class Ppi(Plain):
+    def __init__(self, node: Node):
+        super().__init__(node, "PPI")
+        self.chen = 0
+
+    def read(self, address: int) -> int:
+        if address in (self.r("CHEN"), self.r("CHENSET"), self.r("CHENCLR")):
+            return self.chen
+        return super().read(address)
+
+    def write(self, address: int, value: int, t: int) -> None:
+        if address == self.r("CHEN"):
+            self.chen = value
+        elif address == self.r("CHENSET"):
+            self.chen |= value
+        elif address == self.r("CHENCLR"):
+            self.chen &= ~value
+        else:
+            super().write(address, value, t)
+
+    def fire(self, event: int, t: int) -> None:
+        for ch in range(20):
+            if self.chen >> ch & 1 and self.mem.get(self.r("CH_EEP", ch)) == event:
+                tep = self.mem.get(self.r("CH_TEP", ch), 0)
+                if tep:
+                    self.node.task(tep, t)
+
+
+class Radio(Plain):
+    """The RADIO state machine of the PS for BLE 1M/2M: TXEN/RXEN -> ramp-up -> READY (-> START by
+    shortcut) -> TX/RX -> END (-> DISABLE by shortcut) -> DISABLED; EasyDMA at PACKETPTR."""
+
+    STATES = {"DISABLED": 0, "RXRU": 1, "RXIDLE": 2, "RX": 3, "RXDISABLE": 4, "TXRU": 9, "TXIDLE": 10,
+              "TX": 11, "TXDISABLE": 12}
+
+    def __init__(self, node: Node):
+        super().__init__(node, "RADIO")
+        self.state = "DISABLED"
+        self.epoch = 0
+        self.rx_since: int | None = None
+        self.locked = False
+        self.tx: Packet | None = None
+        self.crc_ok = 0
+        self.ev = {e: self.r(f"EVENTS_{e}") for e in ("READY", "ADDRESS", "PAYLOAD", "END", "DISABLED")}
+        self.task_map({self.r("TASKS_TXEN"): lambda t: self.enable(t, "TX"),
+                       self.r("TASKS_RXEN"): lambda t: self.enable(t, "RX"),
+                       self.r("TASKS_START"): self.start,
+                       self.r("TASKS_DISABLE"): self.disable})
+
+    # configuration
+    def _reg(self, name: str) -> int:
+        return self.mem.get(self.r(name), 0)
+
+    def _field(self, reg: str, fld: str) -> int:
+        f = self.node.regs.svd["RADIO"].registers[reg].fields[fld]
+        return self._reg(reg) >> f.pos & ((1 << f.width) - 1)
+
+    def _phy(self) -> tuple[int, int]:
+        """(cycles per byte, preamble bytes) of MODE."""
+        mode = self._field("MODE", "MODE")
+        if mode == self.node.regs.value("RADIO", "MODE", "MODE", "BLE_2MBIT"):
+            return 4 * CYC_PER_US, 2
+        if mode == self.node.regs.value("RADIO", "MODE", "MODE", "BLE_1MBIT"):
+            return 8 * CYC_PER_US, 1
+        raise SocFault(f"RADIO.MODE {mode}: this model knows BLE 1M and 2M only")
+
+    def _setup(self, tx: bool) -> tuple:
+        log_addr = self._field("TXADDRESS", "TXADDRESS") if tx else None
+        return (self._reg("BASE0"), self._reg("PREFIX0") & 0xFF, self._reg("FREQUENCY"), self._reg("MODE"),
+                self._reg("PCNF0"), self._reg("PCNF1") & ~0xFF, self._reg("CRCCNF"), self._reg("CRCPOLY"),
+                self._reg("CRCINIT"), self._reg("DATAWHITEIV"), log_addr)
+
+    def _ram(self, address: int, n: int, what: str) -> None:
+        lo, hi = self.node.emu.memory.ram_range
+        if not (lo <= address and address + n <= hi):
+            raise SocFault(f"{what} at 0x{address:08x}: EasyDMA reaches RAM only (PS: EasyDMA)")
+
+    # tasks
+    def enable(self, t: int, kind: str) -> None:
+        if self.state != "DISABLED":
+            raise SocFault(f"RADIO TASKS_{kind}EN in state {self.state} (PS: only from DISABLED)")
+        if not self.node.clock.running:
+            raise SocFault(f"RADIO TASKS_{kind}EN before the HFXO runs (the RADIO needs HFCLK from the crystal)")
+        if self._field("POWER", "POWER") != 1 and self.r("POWER") in self.mem:
+            raise SocFault("RADIO enabled while POWER = 0")
+        self.state = f"{kind}RU"
+        self.epoch += 1
+        e = self.epoch
+        fast = self._field("MODECNF0", "RU")
+        self.node.at(t + RAMP[fast], lambda t2: e == self.epoch and self.ready(t2))
+        if kind == "TX" and self._field("SHORTS", "READY_START"):
+            # on the medium from now, a ramp-up before its first bit, so that every receiver knows
+            # of it before its clock gets there; the frame is read again at START
+            self.tx = self._packet(t + RAMP[fast])
+            self.node.medium.packets.append(self.tx)
+
+    def ready(self, t: int) -> None:
+        self.state = "TXIDLE" if self.state == "TXRU" else "RXIDLE"
+        self.mem[self.ev["READY"]] = 1
+        self.node.event(self.ev["READY"], t)
+        if self._field("SHORTS", "READY_START"):
+            self.start(t)
+
+    def start(self, t: int) -> None:
+        if self.state == "TXIDLE":
+            self._transmit(t)
+        elif self.state == "RXIDLE":
+            self.state, self.rx_since, self.locked = "RX", t, False
+        else:
+            raise SocFault(f"RADIO TASKS_START in state {self.state}")
+
+    def _transmit(self, t: int) -> None:
+        p = self._packet(t)
+        if self.tx is not None and self.tx.t0 == t:   # announced at TXEN: now with the frame as sent
+            self.tx.frame, self.tx.t_addr, self.tx.t_end, self.tx.setup = p.frame, p.t_addr, p.t_end, p.setup
+        else:
+            self.tx = p
+            self.node.medium.packets.append(p)
+        self.state = "TX"
+        e = self.epoch
+        self.node.at(p.t_addr, lambda t2: e == self.epoch and self._address(t2))
+        self.node.at(p.t_end, lambda t2: e == self.epoch and self._end(t2))
+
+    def _packet(self, t: int) -> Packet:
+        ptr = self._reg("PACKETPTR")
+        s0 = self._field("PCNF0", "S0LEN")
+        lflen = self._field("PCNF0", "LFLEN")
+        if lflen != 8 or self._field("PCNF0", "S1LEN"):
+            raise SocFault("RADIO PCNF0: this model knows an 8-bit LENGTH and no S1")
+        self._ram(ptr, s0 + 1, "RADIO.PACKETPTR")
+        head = self.node.emu.read(ptr, s0 + 1)
+        length = head[-1]
+        maxlen = self._field("PCNF1", "MAXLEN")
+        if length > maxlen:
+            raise SocFault(f"RADIO sends LENGTH {length} > PCNF1.MAXLEN {maxlen}")
+        self._ram(ptr, s0 + 1 + length, "RADIO.PACKETPTR")
+        frame = self.node.emu.read(ptr, s0 + 1 + length)
+        per_byte, pre = self._phy()
+        alen = self._field("PCNF1", "BALEN") + 1
+        crc = self._field("CRCCNF", "LEN")
+        t_addr = t + (pre + alen) * per_byte
+        t_end = t_addr + (len(frame) + crc) * per_byte
+        return Packet(self.node.index, t, t_addr, t_end, frame, self._setup(True))
+
+    def disable(self, t: int) -> None:
+        if self.state == "DISABLED":
+            return
+        if self.tx is not None and self.state in ("TXRU", "TXIDLE", "TX"):
+            self.tx.cut = t   # cut on air, or never sent
+        was_tx = self.state.startswith("TX")
+        self.state = "TXDISABLE" if was_tx else "RXDISABLE"
+        self.epoch += 1
+        self.rx_since, self.tx = None, None
+        e = self.epoch
+
+        def disabled(t2: int) -> None:
+            if e == self.epoch:
+                self.state = "DISABLED"
+                self.mem[self.ev["DISABLED"]] = 1
+                self.node.event(self.ev["DISABLED"], t2)
+        self.node.at(t + (TX_DISABLE if was_tx else 0), disabled)
+
+    # reception
+    def next_lock(self, now: int) -> int | None:
+        """When this receiver's ADDRESS event comes (<= now), if a packet it can hear started while it listened."""
+        if self.state != "RX" or self.locked or self.rx_since is None:
+            return None
+        best = None
+        for p in self.node.medium.packets:
+            if p.sender != self.node.index and p.t0 >= self.rx_since and p.t_addr + RX_CHAIN <= now:
+                if best is None or p.t0 < best.t0:
+                    best = p
+        if best is None:
+            return None
+        self._candidate = best
+        return best.t_addr + RX_CHAIN
+
+    def lock(self, t: int) -> None:
+        p = self._candidate
+        self.locked = True
+        rx_setup = self._setup(False)
+        hears = (p.setup[:-1] == rx_setup[:-1]
+                 and self._field("RXADDRESSES", f"ADDR{p.setup[-1]}") == 1
+                 and (p.cut is None or p.cut > p.t_addr)
+                 and self.node.medium.rng.random() >= self.node.medium.loss)
+        if not hears:  # nothing it can decode: keeps listening for the next packet
+            self.locked = False
+            self.rx_since = p.t0 + 1
+            return
+        self.mem[self.ev["ADDRESS"]] = 1
+        self.node.event(self.ev["ADDRESS"], t)
+        e = self.epoch
+
+        def end(t2: int) -> None:
+            if e != self.epoch:
+                return
+            # decided now: every packet that starts before this one ends is on the medium by then
+            collided = any(q is not p and q.sender != self.node.index and q.t0 < p.t_end and p.t0 < q.t_end
+                           and (q.cut is None or q.cut > q.t0) for q in self.node.medium.packets)
+            ok = not collided and (p.cut is None or p.cut >= p.t_end)
+            ptr = self._reg("PACKETPTR")
+            maxlen = self._field("PCNF1", "MAXLEN")
+            s0 = self._field("PCNF0", "S0LEN")
+            frame = p.frame if p.frame[s0] <= maxlen else p.frame[:s0] + bytes([maxlen]) + p.frame[s0 + 1:s0 + 1 + maxlen]
+            self._ram(ptr, len(frame), "RADIO.PACKETPTR")
+            self.node.emu.write(ptr, frame)
+            self.crc_ok = int(ok and p.frame[s0] <= maxlen)
+            self._end(t2)
+        self.node.at(p.t_end + RX_CHAIN, end)
+
+    def _address(self, t: int) -> None:
+        self.mem[self.ev["ADDRESS"]] = 1
+        self.node.event(self.ev["ADDRESS"], t)
+
+    def _end(self, t: int) -> None:
+        self.mem[self.ev["END"]] = 1
+        self.node.event(self.ev["END"], t)
+        self.state = "TXIDLE" if self.state == "TX" else "RXIDLE"
+        self.tx = None
+        if self._field("SHORTS", "END_DISABLE"):
+            self.disable(t)
+
+    def read(self, address: int) -> int:
+        if address == self.r("STATE"):
+            return self.STATES[self.state]
+        if address == self.r("CRCSTATUS"):
+            return self.crc_ok
+        return super().read(address)
+
+    def write(self, address: int, value: int, t: int) -> None:
+        if address in self.tasks:
+            if value:
+                self.tasks[address](t)
+            return
+        if address == self.r("PACKETPTR") and self.state in ("TX", "RX"):
+            raise SocFault("RADIO.PACKETPTR written during a packet")
+        super().write(address, value, t)
+
+
+class Uarte(Plain):
+    """UARTE0 transmit by EasyDMA: ENDTX when the last byte's stop bit is out at BAUDRATE."""
+
+    def __init__(self, node: Node):
+        super().__init__(node, "UARTE0")
+        self.busy_until = 0
+        self.task_map({self.r("TASKS_STARTTX"): self.start_tx, self.r("TASKS_STOPRX"): self.stop_rx,
+                       self.r("TASKS_FLUSHRX"): self.flush_rx, self.r("TASKS_STARTRX"): lambda t: None})
+
+    def start_tx(self, t: int) -> None:
+        if self.mem.get(self.r("ENABLE"), 0) != 8:
+            raise SocFault("UARTE0 TASKS_STARTTX while the UARTE is not enabled")
+        ptr, n = self.mem.get(self.r("TXD_PTR"), 0), self.mem.get(self.r("TXD_MAXCNT"), 0) & 0xFFFF
+        lo, hi = self.node.emu.memory.ram_range
+        if not (lo <= ptr and ptr + n <= hi):
+            raise SocFault(f"UARTE0 TXD.PTR 0x{ptr:08x}: EasyDMA reaches RAM only")
+        if t < self.busy_until:
+            raise SocFault("UARTE0 TASKS_STARTTX while a transfer is running")
+        data = self.node.emu.read(ptr, n)
+        baud = self.mem.get(self.r("BAUDRATE"), 0) * 16_000_000 / 2 ** 32
+        if baud <= 0:
+            raise SocFault("UARTE0 BAUDRATE not set")
+        done = t + int(n * 10 * CPU_HZ / baud)
+        self.busy_until = done
+
+        def end(t2: int) -> None:
+            self.node.serial += data
+            self.node.changed = True
+            self.mem[self.r("TXD_AMOUNT")] = n
+            self.mem[self.r("EVENTS_ENDTX")] = 1
+            self.node.event(self.r("EVENTS_ENDTX"), t2)
+        self.node.at(done, end)
+
+    def stop_rx(self, t: int) -> None:
+        self.mem[self.r("EVENTS_RXTO")] = 1
+
+    def flush_rx(self, t: int) -> None:
+        self.mem[self.r("RXD_AMOUNT")] = 0
+        self.mem[self.r("EVENTS_ENDRX")] = 1
+
+    def write(self, address: int, value: int, t: int) -> None:
+        if address in self.tasks:
+            if value:
+                self.tasks[address](t)
+            return
+        super().write(address, value, t)
+
+
+class Dwt(Device):
+    """DWT.CYCCNT: the CPU cycles since it was written."""
+
+    def __init__(self, node: Node):
+        self.node, self.base, self.size = node, 0xE0001000, PAGE
+        self.zero, self.ctrl = 0, 0
+
+    def read(self, address: int) -> int:
+        if address == 0xE0001004:
+            return self.node.now() - self.zero if self.ctrl & 1 else 0
+        return self.ctrl if address == 0xE0001000 else 0
+
+    def write(self, address: int, value: int, t: int) -> None:
+        if address == 0xE0001004:
+            self.zero = t - value
+        elif address == 0xE0001000:
+            self.ctrl = value
+
+
+@dataclass
+class NetworkRun:
+    serial: dict[int, str]     # node -> what its UART sent
+    faults: list[str]
+    emulated_us: float
+
+
+def run_network(images: list[Path], memory: MemoryModel, *, until: Callable[[dict[int, str]], bool],
+                limit_s: float = 2.0, loss: float = 0.0, seed: int = 0,
+                boot_offsets_us: list[int] | None = None) -> NetworkRun:
+    """Run the images (node i = images[i]) together from reset until ``until(serial text per node)``
+    holds, a node faults, or ``limit_s`` of emulated time passes."""
+    regs = load_regs()
+    medium = Medium(loss=loss, seed=seed)
+    nodes = [Node(i, elf, memory, regs, medium) for i, elf in enumerate(images)]
+    offsets = [o * CYC_PER_US for o in (boot_offsets_us or [0] * len(nodes))]
+    for n, o in zip(nodes, offsets):   # a node reset later starts executing later
+        n.emu.central_total = o
+    t = 0
+    limit = int(limit_s * CPU_HZ)
+    while t < limit:
+        t += QUANTUM
+        for n in nodes:
+            n.run_until(t)
+        medium.prune(t - 4000 * CYC_PER_US)
+        faults = [n.fault for n in nodes if n.fault]
+        if faults or any(n.changed for n in nodes):
+            for n in nodes:
+                n.changed = False
+            serial = {n.index: n.serial.decode("ascii", "replace") for n in nodes}
+            if faults or until(serial):
+                return NetworkRun(serial, faults, t / CYC_PER_US)
+    serial = {n.index: n.serial.decode("ascii", "replace") for n in nodes}
+    return NetworkRun(serial, [f"not finished after {limit_s} s of emulated time"], t / CYC_PER_US)
+
+
+__all__ = ["Node", "NetworkRun", "SocFault", "run_network", "load_regs"]

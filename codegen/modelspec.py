@@ -59,7 +59,17 @@ class ModelConfig:
 
     @staticmethod
     def from_json(d: dict) -> "ModelConfig":
+        """The config a JSON document (plan, split, profile) names; TypeError naming the key for a value
+        of the wrong type (callers make it one line; ranges are ``problems()``)."""
+        if not isinstance(d, dict):
+            raise TypeError(f"model must be an object, got {d!r}")
         fields = {k: d[k] for k in ModelConfig.__dataclass_fields__ if k in d}
+        for k, v in fields.items():
+            want = type(getattr(ModelConfig, k))
+            ok = (isinstance(v, want) if want in (bool, str) else not isinstance(v, bool)
+                  and isinstance(v, (int, float) if want is float else int))
+            if not ok:
+                raise TypeError(f"model {k} must be {want.__name__}, got {v!r}")
         return ModelConfig(**fields)
 
 

@@ -288,3 +288,37 @@ def test_profile_from_the_op_lines_of_a_virtual_testbed_with_board_time(tmp_path
                 cwd=tmp_path))
     assert "from the logs" in p.stdout
     assert json.loads((tmp_path / "p.json").read_text())["boards"]["nrf52840dk"]["rates"]["fc"]["per_unit"] > 1.0
+
+
+def _set(*path_and_value):
+    *path, key, value = path_and_value
+
+    def edit(doc):
+        for k in path:
+            doc = doc[k]
+        doc[key] = value
+    return edit
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("edit,words", [
+    (_set("model", "lookback", "64"), "model lookback must be int, got '64'"),
+    (_set("heads_per_device", [4.0, float("inf")]), "heads_per_device must be a list of whole numbers"),
+    (_set("nodes", [0, 1.5]), "nodes must be a list of whole numbers"),
+    (_set("keep_ratio", float("nan")), "keep_ratio must be a number in (0, 1]"),
+])
+def test_a_hand_edited_split_file_is_one_line(tmp_path, edit, words):
+    # int() of Infinity (OverflowError) and a model value of the wrong type (TypeError deep in the
+    # patching arithmetic) used to be tracebacks; 1.5 was read as node 1
+    model = make_model_dir(tmp_path / "model", SMALL, 2, 1.0, seed=1)
+    doc = {"format": "cisl-split", "version": 1, "model": SMALL.to_json(), "keep_ratio": 1.0, "nodes": [0, 1],
+           "boards": ["nrf52840dk", "nrf52840dk"], "heads_per_device": [4, 4], "hidden_per_device": [16, 16],
+           "planner": {}}
+    (tmp_path / "split.json").write_text(json.dumps(doc))
+    ok(cisl("compile", str(model), "--split", "split.json", "-o", "good", "-q", cwd=tmp_path))
+    edit(doc)
+    (tmp_path / "split.json").write_text(json.dumps(doc))
+    p = cisl("compile", str(model), "--split", "split.json", "-o", "b", "-q", cwd=tmp_path)
+    assert p.returncode == 2 and "Traceback" not in p.stderr, (p.returncode, p.stderr)
+    assert len(p.stderr.strip().splitlines()) == 1 and "split.json" in p.stderr and words in p.stderr, p.stderr
+    assert not (tmp_path / "b").exists()

@@ -90,11 +90,21 @@ def read_split(path: Path | str) -> SplitFile:
     """Read and check a split file; every mistake is one line."""
     path = Path(path)
     doc = read_document(path, FORMAT, VERSION, "split file", "cisl plan MODEL --testbed T --deadline MS")
+    def whole(key: str) -> list[int]:  # not int(): 2.5 heads or a node id of Infinity are no split
+        v = doc[key]
+        if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v):
+            raise TypeError(f"{key} must be a list of whole numbers >= 0, got {v!r}")
+        return v
+
     try:
         cfg = ModelConfig.from_json(doc["model"])
-        out = SplitFile(cfg, float(doc["keep_ratio"]), [int(v) for v in doc["nodes"]], [str(b) for b in doc["boards"]],
-                        [int(v) for v in doc["heads_per_device"]], [int(v) for v in doc["hidden_per_device"]],
-                        dict(doc.get("planner", {})))
+        keep = doc["keep_ratio"]
+        if isinstance(keep, bool) or not isinstance(keep, (int, float)) or not 0.0 < keep <= 1.0:
+            raise ValueError(f"keep_ratio must be a number in (0, 1], got {keep!r}")
+        if not isinstance(doc["boards"], list) or not all(isinstance(b, str) for b in doc["boards"]):
+            raise TypeError(f"boards must be a list of board names, got {doc['boards']!r}")
+        out = SplitFile(cfg, float(keep), whole("nodes"), list(doc["boards"]), whole("heads_per_device"),
+                        whole("hidden_per_device"), dict(doc.get("planner", {})))
     except (KeyError, TypeError, ValueError) as e:
         raise UserError(f"{path}: split file is incomplete or malformed ({e}); plan again with `cisl plan`") from None
     if not (len(out.nodes) == len(out.boards) == len(out.heads)) or len(set(out.nodes)) != len(out.nodes):

@@ -302,6 +302,33 @@ def _set(*path_and_value):
 
 @pytest.mark.faults
 @pytest.mark.parametrize("edit,words", [
+    (_set("model", "stride", "8"), "model stride must be int, got '8'"),
+    (_set("boards", "nrf52833dk", "rates", "fc", "per_unit", float("inf")), "rate fc needs per_unit and per_op"),
+    (_set("boards", "nrf52833dk", "rates", "fc", "per_op", 1e308), "rate fc needs per_unit and per_op"),
+    (_set("nodes", 0, "flash_bytes", 1), "do not match board nrf52833dk"),
+    (_set("nodes", 1, "ram_bytes", float("inf")), "ram_bytes must be a whole number"),
+    (_set("nodes", 1, "position", [1.0]), "position must be [x, y]"),
+    (_set("seed", -1), "seed must be a whole number"),
+])
+def test_a_hand_edited_profile_is_one_line(tmp_path, edit, words):
+    # values of the right JSON shape but unusable used to end in a traceback (the MILP's "`c` must be
+    # finite", the re-check's AssertionError, numpy's "inhomogeneous shape", OverflowError)
+    tb = tmp_path / "tb.toml"
+    ok(cisl("testbed", "sim", "--nodes", "2", "--models", "nrf52833dk*2", "-o", str(tb), cwd=tmp_path))
+    small = _toml(tmp_path / "small.toml", SMALL)
+    _nominal_profile(tmp_path / "p.json", SMALL, ["nrf52833dk"] * 2)
+    doc = json.loads((tmp_path / "p.json").read_text())
+    edit(doc)
+    (tmp_path / "p.json").write_text(json.dumps(doc))
+    p = cisl("plan", str(small), "--testbed", str(tb), "--profile", "p.json", "--objective", "latency", "-o",
+             "out.json", "-q", cwd=tmp_path, timeout=300)
+    assert p.returncode == 2 and "Traceback" not in p.stderr, (p.returncode, p.stderr)
+    assert len(p.stderr.strip().splitlines()) == 1 and "p.json" in p.stderr and words in p.stderr, p.stderr
+    assert not (tmp_path / "out.json").exists()
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("edit,words", [
     (_set("model", "lookback", "64"), "model lookback must be int, got '64'"),
     (_set("heads_per_device", [4.0, float("inf")]), "heads_per_device must be a list of whole numbers"),
     (_set("nodes", [0, 1.5]), "nodes must be a list of whole numbers"),

@@ -21,6 +21,7 @@ The profile names the model shapes it was made for; `cisl plan` refuses a profil
 from __future__ import annotations
 
 import json
+import math
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -180,11 +181,53 @@ class Profile:
                             f"{other.get(diff)}); profile this model with `cisl profile MODEL --testbed T -o ...`")
 
 
+def _value_problem(d: dict) -> str | None:
+    """The first value of a profile document the planner cannot compute with (a rate, budget, current,
+    position or seed that is not a finite number of the right sign), else None. Rates, clocks and
+    currents are also held below 1e12: larger ones overflow the MILP's objective."""
+    def number(v, low: float | None = 0.0, high: float = 1e12) -> bool:
+        return (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                and (low is None or v >= low) and abs(v) <= high)
+
+    def whole(v) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+    if not isinstance(d.get("boards"), dict) or not isinstance(d.get("nodes"), list):
+        return "boards must be an object and nodes a list"
+    for name, b in d["boards"].items():
+        if not isinstance(b, dict) or not number(b.get("clock_hz")) or not b["clock_hz"] > 0:
+            return f"board {name}: clock_hz must be a number in (0, 1e12]"
+        for kind, r in (b.get("rates") or {}).items() if isinstance(b.get("rates"), dict) else ():
+            if not isinstance(r, dict) or not (number(r.get("per_unit")) and number(r.get("per_op"))):
+                return f"board {name}: rate {kind} needs per_unit and per_op, cycles in [0, 1e12]"
+    for i, n in enumerate(d["nodes"]):
+        if not isinstance(n, dict):
+            return f"nodes[{i}] must be an object"
+        for key in ("id", "flash_bytes", "ram_bytes", "flash_free", "ram_free"):
+            if not whole(n.get(key)):
+                return f"node {n.get('id', i)}: {key} must be a whole number >= 0, got {n.get(key)!r}"
+        if isinstance(n.get("power"), dict) and not all(number(v) for v in n["power"].values()):
+            return f"node {n['id']}: power currents and voltage must be numbers in [0, 1e12]"
+        if n.get("energy_uj") is not None and not number(n["energy_uj"], high=math.inf):
+            return f"node {n['id']}: energy_uj must be a finite number >= 0, got {n['energy_uj']!r}"
+        pos = n.get("position")
+        if pos is not None and not (isinstance(pos, list) and len(pos) in (2, 3) and all(number(v, None, math.inf) for v in pos)):
+            return f"node {n['id']}: position must be [x, y] or [x, y, z] in metres, got {pos!r}"
+    if not whole(d.get("seed", 0)):
+        return f"seed must be a whole number >= 0, got {d.get('seed')!r}"
+    if d.get("topology") is not None and not isinstance(d["topology"], str):
+        return f"topology must be a name, got {d['topology']!r}"
+    return None
+
+
 def read_profile(path: Path | str) -> Profile:
     from .split import read_document
 
     path = Path(path)
     d = read_document(path, FORMAT, VERSION, "profile", "cisl profile MODEL --testbed T")
+    problem = _value_problem(d)
+    if problem:
+        raise UserError(f"{path}: {problem}; profile again (`cisl profile MODEL --testbed T`)")
     try:
         prof = Profile(ModelConfig.from_json(d["model"]),
                        {k: BoardProfile.from_json(v) for k, v in d["boards"].items()},
@@ -197,6 +240,13 @@ def read_profile(path: Path | str) -> Profile:
     if unmeasured:
         raise UserError(f"{path}: no rates for board(s) {', '.join(unmeasured)} that its nodes use; "
                         "profile again (`cisl profile MODEL --testbed T`)")
+    for n in prof.nodes:  # the planner sizes shares by the board's own budgets: the profile must agree
+        b = load_board(n.board)
+        if (n.flash_bytes, n.ram_bytes) != (b.flash_bytes, b.ram_bytes) or n.flash_free > n.flash_bytes \
+                or n.ram_free > n.ram_bytes:
+            raise UserError(f"{path}: node {n.id}: flash/RAM {n.flash_bytes}/{n.ram_bytes} B (free "
+                            f"{n.flash_free}/{n.ram_free} B) do not match board {n.board} ({b.flash_bytes}/"
+                            f"{b.ram_bytes} B); profile again (`cisl profile MODEL --testbed T`)")
     return prof
 
 

@@ -72,7 +72,23 @@ def _run_outside(doc):
     sg["recv"][0]["runs"][0][2] += 1000
 
 
+def _huge_shape(doc):  # finite, "integer" to JSON Schema, and used to overflow int() (OverflowError)
+    fc = _first(doc, "fc")
+    doc["nodes"][0]["tensors"][fc["out"][0]]["shape"][0] = 1e308
+
+
+def _huge_columns(doc):  # a range of 10**18 columns: unpacking it used to hang cisl
+    doc["somegather"][0]["send_cols"][0][0][1] = 10 ** 18
+
+
+def _op_without_output(doc):  # the op's check read out[0]: IndexError
+    _first(doc, "gather")["out"] = []
+
+
 @pytest.mark.parametrize("edit, words", [
+    (_huge_shape, ["shape.0", "1e+308", "2147483647"]),
+    (_huge_columns, ["send_cols", "1000000000000000000", "2147483647"]),
+    (_op_without_output, ["(gather)", "0 output tensors"]),
     (_wrong_type, ["node 0 op", "(fc)", "in_offset", "integer"]),
     (_missing_key, ["(bmm)", "act_max"]),
     (_unknown_key, ["(softmax)", "diff_max"]),
@@ -87,7 +103,7 @@ def test_a_hand_edited_plan_gives_one_line_and_exit_2(plan_dir, tmp_path, edit, 
     doc = json.loads((b / "plan.json").read_text())
     edit(doc)
     (b / "plan.json").write_text(json.dumps(doc, indent=1))
-    p = cisl("build", str(b), "-q", cwd=tmp_path)
+    p = cisl("build", str(b), "-q", cwd=tmp_path, timeout=60)
     assert p.returncode == 2, (p.stdout, p.stderr)
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr

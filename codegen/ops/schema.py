@@ -23,10 +23,12 @@ from .base import PlanShapeError, Ranges, Runs, json_name
 
 SCHEMA_ID = "https://cisl.invalid/plan.schema.json"
 
-_RANGES = {"type": "array", "items": {"type": "array", "items": {"type": "integer", "minimum": 0},
-                                      "minItems": 2, "maxItems": 2}}
-_RUNS = {"type": "array", "items": {"type": "array", "items": {"type": "integer", "minimum": 0},
-                                    "minItems": 3, "maxItems": 3}}
+# every integer of a plan is an int32 of the C (sizes, offsets, indices, multipliers): bounded, so a
+# hand-edited 1e308 or 10**18 is refused here instead of overflowing (or looping over) later
+_I32 = {"type": "integer", "minimum": -2 ** 31, "maximum": 2 ** 31 - 1}
+_NAT = {"type": "integer", "minimum": 0, "maximum": 2 ** 31 - 1}
+_RANGES = {"type": "array", "items": {"type": "array", "items": _NAT, "minItems": 2, "maxItems": 2}}
+_RUNS = {"type": "array", "items": {"type": "array", "items": _NAT, "minItems": 3, "maxItems": 3}}
 
 
 def _type_schema(tp: Any) -> dict:
@@ -37,7 +39,7 @@ def _type_schema(tp: Any) -> dict:
     if tp is bool:
         return {"type": "boolean"}
     if tp is int:
-        return {"type": "integer"}
+        return dict(_I32)
     if tp is float:
         return {"type": "number"}
     if tp is str:
@@ -76,8 +78,7 @@ def op_schema(kind_name: str) -> dict:
             "required": ["op", "in", "out", *attrs["required"]], "additionalProperties": False}
 
 
-_INT = {"type": "integer"}
-_NAT = {"type": "integer", "minimum": 0}
+_INT = _I32
 
 
 def plan_schema() -> dict:
@@ -245,6 +246,9 @@ def check_plan_ops(plan, path) -> None:
                 raise UserError(f"{path}: node {k} op {i} ({op.kind}): field {e.field!r}: {e}; {hint}") from None
             except UnknownOp as e:
                 raise UserError(f"{path}: node {k} op {i}: {e}; {hint}") from None
+            except IndexError:  # the check reads the op's tensors by position
+                raise UserError(f"{path}: node {k} op {i} ({op.kind}): {len(op.ins)} input and {len(op.outs)} "
+                                f"output tensors are not what a {op.kind} op takes; {hint}") from None
 
 
 def main() -> None:

@@ -142,8 +142,13 @@ def board_defines(board: Board, plan: Plan) -> list[str]:
             raise UserError(f"the plan's Mixer slots are timed for BLE {phy}, which board {board.name} does not "
                             f"support ({', '.join(radio['phys'])}); compile with --phy {radio['phys'][0]}")
         out.append(f"-DCISL_RADIO_PHY_MBIT={int(phy.rstrip('M'))}")
+        if radio.get("first_guard_ms", 0) >= radio.get("takeover_ms", 1 << 31):
+            raise UserError(f"{board.path / 'board.toml'}: [radio] first_guard_ms ({radio['first_guard_ms']}) must be "
+                            f"below takeover_ms ({radio['takeover_ms']}), or the backup starts the first round "
+                            f"while the initiator still waits")
         for key, macro in (("frequency_mhz", "CISL_RADIO_FREQUENCY_MHZ"), ("txpower_dbm", "CISL_RADIO_TXPOWER_DBM"),
                            ("start_guard_us", "CISL_RADIO_START_GUARD_US"),
+                           ("first_guard_ms", "CISL_RADIO_FIRST_GUARD_MS"),
                            ("scan_timeout_ms", "CISL_RADIO_SCAN_TIMEOUT_MS"),
                            ("takeover_ms", "CISL_RADIO_TAKEOVER_MS")):
             if key in radio:

@@ -253,6 +253,9 @@ static int check_node_id(void)
     return -1;
 }
 
+/* After the boot line, before inference 0 (cisl_run): the nodes' start barrier. */
+void cisl_board_start(void) { cisl_radio_barrier(); }
+
 int main(void)
 {
     hfxo_start();

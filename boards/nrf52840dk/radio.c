@@ -38,6 +38,9 @@
 #ifndef CISL_RADIO_START_GUARD_US
 #define CISL_RADIO_START_GUARD_US 2000 /* the initiator's head start before slot 0 of every round */
 #endif
+#ifndef CISL_RADIO_FIRST_GUARD_MS
+#define CISL_RADIO_FIRST_GUARD_MS 300 /* the initiator's head start before the run's first round */
+#endif
 #ifndef CISL_RADIO_SCAN_TIMEOUT_MS
 #define CISL_RADIO_SCAN_TIMEOUT_MS 10000 /* a listener's first scan of a round waits this long */
 #endif
@@ -296,15 +299,97 @@ static void hal_initiate(void *ctx)
 static const mx_radio_hal nrf_hal = {hal_wait_slot, hal_transmit, hal_receive, hal_sync, hal_off, hal_listen,
                                      hal_tx_done, hal_initiate};
 
+/* ---- start barrier ------------------------------------------------------------------------- */
+
+/* The nodes are reset one after another (parallel flash-tool processes, tens to hundreds of ms
+ * apart). A node still booting when the initiator starts the first round finds the network a round
+ * ahead and stays a round behind for good: every exchange lost (found on the register-level model,
+ * docs/design/nrf52840-emulation.md). So before the first inference the initiator waits
+ * first_guard_ms, then sends BEACONS beacons one BEACON_SLOT apart, each saying how many slots
+ * remain; a listener takes the first it decodes and waits the rest. All start inference 0 together,
+ * and no inference's time contains the wait. A listener that hears no beacon in scan_timeout_ms
+ * (the initiator is dead) starts alone; the rounds' takeover then applies. */
+#define BEACONS 4u
+#define BEACON_SLOT_US 200u
+#define BEACON_CRC_INIT 0xB0A5E1u /* no round's value is used for beacons: they are never a round's packet */
+#define BEACON_MAGIC 0xCBu
+
+static void beacon_send(uint32_t at, uint8_t remaining)
+{
+    radio_pdu[0] = 0u;
+    radio_pdu[1] = 3u;
+    radio_pdu[2] = BEACON_MAGIC;
+    radio_pdu[3] = remaining;
+    radio_pdu[4] = (uint8_t)cisl_node_id;
+    RADIO(EVENTS_DISABLED) = 0u;
+    if (arm_at(at - RAMP_US * TICKS_PER_US, NRF_FV(NRF_FLD_PPI_CHENSET_CH0, 1u)) == 0) {
+        const uint32_t end = at + (MAX_AIR_US + 50u) * TICKS_PER_US;
+        while (RADIO(EVENTS_DISABLED) == 0u && !reached(end)) {
+        }
+    }
+    radio_disable();
+}
+
+/* The start time a beacon heard at ADDRESS time `t_addr` announces, or 0 if none came by `deadline`. */
+static uint32_t beacon_listen(uint32_t deadline)
+{
+    for (;;) {
+        RADIO(EVENTS_ADDRESS) = 0u;
+        RADIO(EVENTS_DISABLED) = 0u;
+        PPI(CHENSET) = NRF_FV(NRF_FLD_PPI_CHENSET_CH2, 1u);
+        RADIO(TASKS_RXEN) = 1u;
+        while (RADIO(EVENTS_DISABLED) == 0u) {
+            if (reached(deadline)) {
+                radio_disable();
+                return 0u;
+            }
+        }
+        radio_disable();
+        if (NRF_GET(NRF_FLD_RADIO_CRCSTATUS_CRCSTATUS, RADIO(CRCSTATUS)) == NRF_VAL_RADIO_CRCSTATUS_CRCSTATUS_CRCOK &&
+            radio_pdu[1] == 3u && radio_pdu[2] == BEACON_MAGIC && radio_pdu[3] < BEACONS) {
+            const uint32_t sent = TIMER0(CC(1u)) - ADDR_EVENT_US * TICKS_PER_US;
+            return sent + (uint32_t)(radio_pdu[3] + 1u) * BEACON_SLOT_US * TICKS_PER_US;
+        }
+    }
+}
+
+void cisl_radio_barrier(void)
+{
+    RADIO(CRCINIT) = NRF_FV(NRF_FLD_RADIO_CRCINIT_CRCINIT, BEACON_CRC_INIT);
+    uint32_t start;
+    if (cisl_mx_plan.initiator == cisl_node_id) {
+        const uint32_t t0 = now() + CISL_RADIO_FIRST_GUARD_MS * 1000u * TICKS_PER_US;
+        for (uint8_t k = 0; k < BEACONS; k++) {
+            beacon_send(t0 + (uint32_t)k * BEACON_SLOT_US * TICKS_PER_US, (uint8_t)(BEACONS - 1u - k));
+        }
+        start = t0 + BEACONS * BEACON_SLOT_US * TICKS_PER_US;
+    } else {
+        start = beacon_listen(now() + CISL_RADIO_SCAN_TIMEOUT_MS * 1000u * TICKS_PER_US);
+        if (start == 0u) {
+            return;
+        }
+    }
+    while (!reached(start)) {
+    }
+}
+
 /* ---- somegather over Mixer: board hooks ----------------------------------------------------- */
 
 static uint32_t round_late;
 
+/* 24 bits from (inference, sg, part), the same on every node; never the all-zero value */
+static uint32_t round_crc_init(uint32_t inference, uint16_t sg, uint8_t part)
+{
+    uint32_t x = inference * 0x9E3779B1u ^ ((uint32_t)sg << 8) ^ part;
+    x ^= x >> 15;
+    x *= 0x2C1B3C6Du;
+    x ^= x >> 12;
+    x &= 0xFFFFFFu;
+    return x != 0u ? x : 0x555555u;
+}
+
 int32_t cisl_board_mixer_round(mx_state *s, uint16_t sg, uint8_t part, uint32_t inference, uint32_t slot_us)
 {
-    (void)sg;
-    (void)part;
-    (void)inference;
     radio_ctx c;
     c.slot_ticks = slot_us * TICKS_PER_US;
     /* receive window: 2 (3 DT + 2 jitter + 5 us), DT = slot / 1000 (boards/nrf52840dk/README.md) */
@@ -317,6 +402,11 @@ int32_t cisl_board_mixer_round(mx_state *s, uint16_t sg, uint8_t part, uint32_t 
     if (s->h.cfg.initiator == cisl_node_id) { /* the round's initiator: the planned one unless it died */
         c.grid0 = now() + (CISL_RADIO_START_GUARD_US + RAMP_US + SETUP_US) * TICKS_PER_US + c.rx_half;
     }
+    /* Every round has its own CRC initial value, so a packet of another round (a node that fell a
+     * round behind or ahead) fails the CRC here instead of being taken: Mixer's packets do not say
+     * which round they belong to, and a sender's rows would be decoded into the wrong exchange
+     * (found on the register-level model, docs/design/nrf52840-emulation.md). */
+    RADIO(CRCINIT) = NRF_FV(NRF_FLD_RADIO_CRCINIT_CRCINIT, round_crc_init(inference, sg, part));
     const int32_t r = mx_start(s, &nrf_hal, &c);
     round_late += c.late;
     return r;

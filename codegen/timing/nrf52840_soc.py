@@ -43,6 +43,7 @@ RAMP = {0: 140 * CYC_PER_US, 1: 40 * CYC_PER_US}   # MODECNF0.RU Default / Fast:
 TX_DISABLE = 4 * CYC_PER_US    # PS tTXDISABLE (BLE 2M); RX disables at once
 RX_CHAIN = 5 * CYC_PER_US      # receive chain delay: ADDRESS / END at the receiver after the air
 PAGE = 0x1000
+CRC_INIT = 8                   # index of CRCINIT in Radio._setup
 
 
 class SocFault(RuntimeError):
@@ -90,6 +91,7 @@ class Medium:
     loss: float = 0.0
     seed: int = 0
     packets: list[Packet] = field(default_factory=list)
+    trace: list | None = None   # (µs, node, what, detail) of every transmission and reception, if a list
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -459,6 +461,8 @@ class Radio(Plain):
         raise SocFault(f"RADIO.MODE {mode}: this model knows BLE 1M and 2M only")
 
     def _setup(self, tx: bool) -> tuple:
+        """What sender and receiver must share: address, frequency, PHY, framing, CRC, whitening
+        (index CRC_INIT is the CRC's initial value), then the sender's logical address."""
         log_addr = self._field("TXADDRESS", "TXADDRESS") if tx else None
         return (self._reg("BASE0"), self._reg("PREFIX0") & 0xFF, self._reg("FREQUENCY"), self._reg("MODE"),
                 self._reg("PCNF0"), self._reg("PCNF1") & ~0xFF, self._reg("CRCCNF"), self._reg("CRCPOLY"),
@@ -511,6 +515,8 @@ class Radio(Plain):
             self.tx = p
             self.node.medium.packets.append(p)
         self.state = "TX"
+        if self.node.medium.trace is not None:
+            self.node.medium.trace.append((t / CYC_PER_US, self.node.index, "tx", p.frame[2:6].hex()))
         e = self.epoch
         self.node.at(p.t_addr, lambda t2: e == self.epoch and self._address(t2))
         self.node.at(p.t_end, lambda t2: e == self.epoch and self._end(t2))
@@ -573,7 +579,8 @@ class Radio(Plain):
         p = self._candidate
         self.locked = True
         rx_setup = self._setup(False)
-        hears = (p.setup[:-1] == rx_setup[:-1]
+        air = [i for i in range(len(rx_setup) - 1) if i != CRC_INIT]
+        hears = (all(p.setup[i] == rx_setup[i] for i in air)
                  and self._field("RXADDRESSES", f"ADDR{p.setup[-1]}") == 1
                  and (p.cut is None or p.cut > p.t_addr)
                  and self.node.medium.rng.random() >= self.node.medium.loss)
@@ -591,7 +598,8 @@ class Radio(Plain):
             # decided now: every packet that starts before this one ends is on the medium by then
             collided = any(q is not p and q.sender != self.node.index and q.t0 < p.t_end and p.t0 < q.t_end
                            and (q.cut is None or q.cut > q.t0) for q in self.node.medium.packets)
-            ok = not collided and (p.cut is None or p.cut >= p.t_end)
+            # another CRC initial value: the packet is received, and fails its CRC
+            ok = not collided and (p.cut is None or p.cut >= p.t_end) and p.setup[CRC_INIT] == rx_setup[CRC_INIT]
             ptr = self._reg("PACKETPTR")
             maxlen = self._field("PCNF1", "MAXLEN")
             s0 = self._field("PCNF0", "S0LEN")
@@ -599,6 +607,9 @@ class Radio(Plain):
             self._ram(ptr, len(frame), "RADIO.PACKETPTR")
             self.node.emu.write(ptr, frame)
             self.crc_ok = int(ok and p.frame[s0] <= maxlen)
+            if self.node.medium.trace is not None:
+                self.node.medium.trace.append((t2 / CYC_PER_US, self.node.index, "rx" if self.crc_ok else "rx-crc",
+                                               f"from {p.sender} {p.frame[2:6].hex()}"))
             self._end(t2)
         self.node.at(p.t_end + RX_CHAIN, end)
 
@@ -707,11 +718,11 @@ class NetworkRun:
 
 def run_network(images: list[Path], memory: MemoryModel, *, until: Callable[[dict[int, str]], bool],
                 limit_s: float = 2.0, loss: float = 0.0, seed: int = 0,
-                boot_offsets_us: list[int] | None = None) -> NetworkRun:
+                boot_offsets_us: list[int] | None = None, trace: list | None = None) -> NetworkRun:
     """Run the images (node i = images[i]) together from reset until ``until(serial text per node)``
     holds, a node faults, or ``limit_s`` of emulated time passes."""
     regs = load_regs()
-    medium = Medium(loss=loss, seed=seed)
+    medium = Medium(loss=loss, seed=seed, trace=trace)
     nodes = [Node(i, elf, memory, regs, medium) for i, elf in enumerate(images)]
     offsets = [o * CYC_PER_US for o in (boot_offsets_us or [0] * len(nodes))]
     for n, o in zip(nodes, offsets):   # a node reset later starts executing later

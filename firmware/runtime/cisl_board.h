@@ -35,6 +35,11 @@ void cisl_board_write(const char *text, uint32_t n);
  * that returns 0 (cisl_host.c); their nodes take no host commands. */
 uint32_t cisl_board_read(char *buf, uint32_t max);
 
+/* Called once after the boot line, before the first inference: what the board must do before the
+ * node computes (nrf52840dk: the start barrier that lets nodes reset at different times start
+ * together). Optional: a weak default does nothing (cisl_runtime.c). */
+void cisl_board_start(void);
+
 /* Fetch the next input window (len int8 values) into dst. Returns 1 if one was delivered,
  * 0 when there are no more inputs (the node then reports and stops). */
 int cisl_board_next_input(int8_t *dst, uint32_t len);

@@ -11,6 +11,7 @@ int cisl_run(void)
     int failed = 0;
     (void)cisl_node_init();
     cisl_report_boot(cisl_node.plan_hash, cisl_node.node, cisl_node.nodes);
+    cisl_board_start(); /* e.g. wait until every node is up (nrf52840dk: the start barrier) */
     for (;;) {
         cisl_host_poll(inference); /* the host's commands (e.g. a mode request) count from this inference */
         int8_t *const input = cisl_node_input_buffer(); /* the current mode's: no copy */

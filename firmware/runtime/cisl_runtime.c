@@ -34,6 +34,9 @@ void cisl_block_end(cisl_block *b, uint32_t inference, int32_t layer, const char
     cisl_log_end(&l);
 }
 
+/* Boards that need nothing before the first inference. */
+__attribute__((weak)) void cisl_board_start(void) {}
+
 /* Boards that do not say what their clock counts print no `clock` key. */
 __attribute__((weak)) const char *cisl_board_clock(void) { return 0; }
 

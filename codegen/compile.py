@@ -79,9 +79,11 @@ def _load_windows(path: Path, lookback: int, what: str) -> np.ndarray:
     if arr.ndim != 2 or arr.shape[1] != lookback or arr.shape[0] < 1 or not np.issubdtype(arr.dtype, np.floating):
         raise UserError(f"{path}: {what} has shape {arr.shape} and dtype {arr.dtype}; "
                         f"expected float [n, {lookback}] (lookback of the model)")
+    with np.errstate(over="ignore"):  # checked after the cast: 1e300 is finite in float64, inf in float32
+        arr = arr.astype(np.float32)
     if not np.all(np.isfinite(arr)):
-        raise UserError(f"{path}: {what} contains NaN or infinite values")
-    return arr.astype(np.float32)
+        raise UserError(f"{path}: {what} contains NaN, infinite or out-of-float32-range values")
+    return arr
 
 
 def load_test_set(here: Path, lookback: int, horizon: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:

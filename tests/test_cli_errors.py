@@ -151,3 +151,16 @@ def test_usage_mistakes_are_one_line_too(tmp_path):
     assert_one_line_error(cisl("compile", "m.onnx", "--devcies", "4", cwd=tmp_path), "--devcies", "cisl compile --help")
     assert_one_line_error(cisl("sim", "--timeout", "soon", cwd=tmp_path), "soon")
     assert_one_line_error(cisl("frobnicate", cwd=tmp_path), "frobnicate")
+
+
+def test_calibration_beyond_float32_is_one_line(tmp_path, good_model):
+    # 1e300 is finite as float64 and inf once cast to float32: it used to reach the quantiser as a NaN
+    # scale (ValueError traceback) instead of being refused with the NaN check
+    import numpy as np
+
+    cal = np.load(good_model.parent / "calibration.npy").astype(np.float64)
+    cal[0, 0] = 1e300
+    np.save(tmp_path / "cal.npy", cal)
+    p = cisl("compile", str(good_model), "--calibration", "cal.npy", "-o", "build", cwd=tmp_path)
+    assert_one_line_error(p, "cal.npy", "out-of-float32-range")
+    assert not (tmp_path / "build").exists()

@@ -18,6 +18,12 @@ def load_npy(path: Path, fix: str) -> np.ndarray:
         raise UserError(f"{path}: not a .npy array (empty or damaged); {fix}") from None
 
 
+def _real(x: np.ndarray) -> bool:
+    """Integer or floating point: complex numbers are numbers too, but their imaginary part would be
+    dropped without a word when the windows are quantised."""
+    return np.issubdtype(x.dtype, np.integer) or np.issubdtype(x.dtype, np.floating)
+
+
 def load_input_windows(inputs: Path | None) -> np.ndarray | None:
     """The windows of ``inputs`` (.npy), or None when not given; one-line errors for a bad file."""
     if inputs is None:
@@ -25,8 +31,8 @@ def load_input_windows(inputs: Path | None) -> np.ndarray | None:
     if not inputs.is_file():
         raise UserError(f"{inputs}: input file not found")
     x = load_npy(inputs, "give float input windows [n, lookback]")
-    if not np.issubdtype(x.dtype, np.number) or not np.all(np.isfinite(x)):
-        raise UserError(f"{inputs}: the input windows must be finite numbers (found NaN, infinity or non-numbers)")
+    if not _real(x) or not np.all(np.isfinite(x)):
+        raise UserError(f"{inputs}: the input windows must be finite real numbers (found NaN, infinity, complex or non-numbers)")
     if x.ndim != 2 or len(x) == 0:
         raise UserError(f"{inputs}: holds an array of shape {x.shape}; give at least one window, as float [n, lookback]")
     return x
@@ -41,7 +47,7 @@ def load_build_inputs(build_dir: Path, required: bool = True, lookback: int | No
             return None
         raise UserError(f"{path}: missing; run `cisl compile` again to write the build's input windows")
     x = load_npy(path, "run `cisl compile` again to write the build's input windows")
-    if x.ndim != 2 or len(x) == 0 or not np.issubdtype(x.dtype, np.number) or not np.all(np.isfinite(x)):
+    if x.ndim != 2 or len(x) == 0 or not _real(x) or not np.all(np.isfinite(x)):
         raise UserError(f"{path}: holds an array of shape {x.shape} and dtype {x.dtype}, not finite input windows; "
                         f"run `cisl compile` again")
     if lookback is not None and x.shape[1] != lookback:

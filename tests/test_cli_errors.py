@@ -164,3 +164,12 @@ def test_calibration_beyond_float32_is_one_line(tmp_path, good_model):
     p = cisl("compile", str(good_model), "--calibration", "cal.npy", "-o", "build", cwd=tmp_path)
     assert_one_line_error(p, "cal.npy", "out-of-float32-range")
     assert not (tmp_path / "build").exists()
+
+
+def test_complex_input_windows_are_refused(tmp_path):
+    # complex is a numpy number and passed the check; quantising dropped the imaginary part without a word
+    import numpy as np
+
+    np.save(tmp_path / "x.npy", (np.ones((2, 72)) + 1j).astype(np.complex64))
+    p = cisl("sim", "build", "--inputs", "x.npy", cwd=tmp_path)
+    assert_one_line_error(p, "x.npy", "real numbers")

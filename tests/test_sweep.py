@@ -218,3 +218,22 @@ def test_a_sweep_folder_that_is_a_file_is_refused_before_any_unit_runs(tmp_path:
     p = cisl(tmp_path, "sweep", "--seeds", "0", "--epochs", "1", "-o", "afile")
     assert p.returncode == 2 and "afile: is a file, not a sweep folder" in p.stderr
     assert "unit" not in p.stderr + p.stdout and (tmp_path / "afile").read_text() == "mine"
+
+
+@pytest.mark.train
+@pytest.mark.parametrize("damage", [lambda r: r.update(result={}), lambda r: r["result"]["summary"].pop("prune"),
+                                    lambda r: r["result"]["summary"].update(val_mse="x")])
+def test_a_record_without_a_training_summary_is_one_line(tmp_path: Path, damage) -> None:
+    # a record read back (the unit skipped as done) without the summary cisl sweep prints was a
+    # KeyError / TypeError / format ValueError traceback
+    pytest.importorskip("torch")
+    (tmp_path / "c.toml").write_text(TINY)
+    assert cisl(tmp_path, "sweep", "c.toml", "-o", "s", "-q").returncode == 0
+    (path,) = (tmp_path / "s" / "records").glob("*.json")
+    rec = json.loads(path.read_text())
+    damage(rec)
+    path.write_text(json.dumps(rec))
+    p = cisl(tmp_path, "sweep", "c.toml", "-o", "s", "-q")
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and "damaged sweep record" in p.stderr and path.name in p.stderr
+    assert p.stdout == ""

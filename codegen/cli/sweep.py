@@ -93,8 +93,16 @@ def sweep(config: Path | None, out_dir: Path, data: Path | None, seeds: str | No
     slurm = {"partition": slurm_partition, "timeout_min": slurm_time, "cpus_per_task": slurm_cpus}
     results = run_sweep(units, records, work, backend, jobs, {k: v for k, v in slurm.items() if v is not None},
                         say(quiet))
+    lines = []  # all before any is printed: a damaged record is one line, not a traceback halfway
     for u, rec in zip(units, results):
-        s = rec["result"]["summary"]
-        pr = s["prune"]
-        click.echo(f"{u.label}: val MSE {s['val_mse']:.4f}, test MSE {s['test_mse']:.4f}, keep "
-                   f"{pr['realised_keep']:.4f} ({pr['masks']} masks) -> {record_path(records, u)}")
+        path = record_path(records, u)
+        try:
+            s = rec["result"]["summary"]
+            pr = s["prune"]
+            lines.append(f"{u.label}: val MSE {float(s['val_mse']):.4f}, test MSE {float(s['test_mse']):.4f}, keep "
+                         f"{float(pr['realised_keep']):.4f} ({pr['masks']} masks) -> {path}")
+        except (KeyError, TypeError, ValueError):
+            raise UserError(f"{path}: a damaged sweep record (no training summary with val_mse, test_mse and "
+                            f"prune); delete it and run the sweep again to redo that unit") from None
+    for line in lines:
+        click.echo(line)

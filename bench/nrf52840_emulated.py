@@ -1,0 +1,126 @@
+"""Benchmark: the shipped nrf52840dk images on the register-level nRF52840 model
+(codegen/timing/nrf52840_soc.py, docs/design/nrf52840-emulation.md) against `cisl estimate`.
+
+For 2 and 4 nodes (random-weight test model, N = 8, F = 64), the images run from reset over an
+ideal full-mesh medium — every node with the start barrier, the node's real RADIO/TIMER/PPI code,
+its UARTE logger — for 2 inferences, once with all nodes reset together and once with the last node
+30 ms late. Reported per run: the sink's forecasts against the int8 reference (bit-exact), messages
+delivered, late slots, and the firmware's own times (DWT compute cycles, exchange µs, inference µs)
+next to `cisl estimate --topology full_mesh` (same cycle model, slot-level round simulation).
+Writes docs/results/nrf52840_emulated.md.
+
+    python bench/nrf52840_emulated.py [--nodes 2 4] [--out docs/results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import tempfile
+import time
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from codegen.boards import load_board
+from codegen.build import build
+from codegen.compile import CompileOptions, compile_model
+from codegen.inputs import load_build_inputs
+from codegen.plan.io import load_plan
+from codegen.randmodel import config_for_tokens, make_model_dir
+from codegen.timing.estimate import estimate
+from codegen.timing.memsystem import MemoryModel
+from codegen.timing.nrf52840_soc import run_network
+from codegen.transcript import reference
+
+LINE = re.compile(r"CISL (\d+) (\w+)((?: \w+=\S+)*)")
+INFERENCES = 2
+
+
+def parse(text: str) -> list[tuple[str, dict[str, str]]]:
+    out = []
+    for line in text.splitlines():
+        m = LINE.fullmatch(line)
+        if m:
+            out.append((m.group(2), dict(kv.split("=", 1) for kv in m.group(3).split())))
+    return out
+
+
+def one(nodes: int, root: Path) -> list[dict]:
+    model = make_model_dir(root / "m", config_for_tokens(8, 64), devices=nodes, keep_ratio=1.0, seed=1)
+    compile_model(model, root / "build", CompileOptions(board="nrf52840dk"))
+    build(root / "build")
+    b = root / "build"
+    plan = load_plan(b)
+    x = plan.quantize_input(load_build_inputs(b, lookback=plan.cfg.lookback).astype(np.float64))
+    ref = reference(plan, x[:INFERENCES])
+    want = [zlib.crc32(ref.output[i].astype(np.int8).tobytes()) for i in range(INFERENCES)]
+    est = estimate(b, topology="full_mesh")
+    images = [b / f"node_{i:02d}" / "firmware.elf" for i in range(nodes)]
+    memory = MemoryModel.for_board(load_board("nrf52840dk"))
+    rows = []
+    for label, offsets in (("together", [0] * nodes), ("last node 30 ms late", [0] * (nodes - 1) + [30_000])):
+        t0 = time.time()
+        r = run_network(images, memory, limit_s=3.0, boot_offsets_us=offsets,
+                        until=lambda s: all(v.count(" infer ") >= INFERENCES for v in s.values()))
+        wall = time.time() - t0
+        recs = {k: parse(v) for k, v in r.serial.items()}
+        sink = plan.sink
+        got = [int(f["crc"], 16) for e, f in recs[sink] if e == "output"]
+        sgs = [f for rs in recs.values() for e, f in rs if e == "sg"]
+        mx = [f for rs in recs.values() for e, f in rs if e == "mx"]
+        compute = {k: sum(int(f["cycles"]) for e, f in rs if e == "block" and f["inf"] == "1") for k, rs in recs.items()}
+        model = {n.device: n.compute_cycles()[1] for n in est.nodes}
+        infer = [int(f["us"]) for rs in recs.values() for e, f in rs if e == "infer" and f["inf"] == "1"]
+        comm = [sum(int(f["comm_us"]) for e, f in rs if e == "block" and f["inf"] == "1") for rs in recs.values()]
+        rows.append({
+            "nodes": nodes, "start": label, "faults": "; ".join(r.faults) or "none",
+            "bit_exact": got[:INFERENCES] == want,
+            "delivered": f"{sum(int(f['delivered']) for f in sgs)} / {sum(int(f['expected']) for f in sgs)}",
+            "late": sum(int(f["late"]) for f in mx),
+            "compute_err": max(abs(compute[k] / model[k] - 1) for k in compute if model.get(k)) * 100,
+            "comm_ms": np.mean(comm) / 1000, "est_comm_ms": est.comm_ms[1],
+            "infer_ms": np.mean(infer) / 1000, "est_ms": est.latency_ms[1],
+            "wall_s": wall, "emulated_ms": r.emulated_us / 1000,
+        })
+        print(rows[-1], flush=True)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, nargs="+", default=[2, 4])
+    ap.add_argument("--out", type=Path, default=Path("docs/results"))
+    a = ap.parse_args()
+    rows = []
+    for n in a.nodes:
+        with tempfile.TemporaryDirectory() as d:
+            rows += one(n, Path(d))
+    lines = ["# The nrf52840dk images on the register-level nRF52840 model vs `cisl estimate`", "",
+             "`python bench/nrf52840_emulated.py` (docs/design/nrf52840-emulation.md). Random-weight model N = 8, "
+             "F = 64; ideal full-mesh medium; inference 1 of 2 (after the start barrier); estimate with "
+             "`--topology full_mesh`, central values.", "",
+             "| nodes | reset | faults | forecasts bit-exact | messages delivered | late slots | "
+             "compute cycles vs model (worst node) | exchanges ms: boards / estimate | inference ms: boards / "
+             "estimate | emulated ms | wall s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['nodes']} | {r['start']} | {r['faults']} | {'yes' if r['bit_exact'] else 'NO'} | "
+                     f"{r['delivered']} | {r['late']} | {r['compute_err']:.2f} % | {r['comm_ms']:.2f} / "
+                     f"{r['est_comm_ms']:.2f} | {r['infer_ms']:.2f} / {r['est_ms']:.2f} | {r['emulated_ms']:.0f} | "
+                     f"{r['wall_s']:.0f} |")
+    lines += ["", "Compute: the firmware's own DWT count per block against the cycle model's central figure (the "
+              "same emulated core, so this checks the measurement points and that printing is left out). "
+              "Exchanges and inference run 4–7 ms longer on the boards than estimated: after inference 0 the "
+              "sink, which is also the initiator, prints its forecast and `infer` lines (about 15 ms at "
+              "115 200 baud) while the others print less, so they wait for it in the next first round; the "
+              "estimate's bulk-synchronous sum has no such skew. A node reset 30 ms late changes nothing "
+              "after the start barrier."]
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / "nrf52840_emulated.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

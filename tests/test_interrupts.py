@@ -24,6 +24,23 @@ def run_script(code: str, *args: str, timeout: float = 120) -> subprocess.Comple
                           timeout=timeout)
 
 
+def try_lock(target: Path, tmpdir: Path | None = None) -> subprocess.CompletedProcess:
+    """Another process taking the output lock of ``target``: exit 0, or 2 with the refusal on stdout."""
+    return run_script("""
+        import sys, tempfile
+        if len(sys.argv) > 2:
+            tempfile.tempdir = sys.argv[2]
+        from codegen.errors import UserError
+        from codegen.fsutil import output_lock
+        try:
+            with output_lock(sys.argv[1]):
+                sys.exit(0)
+        except UserError as e:
+            print(e)
+            sys.exit(2)
+        """, str(target), *([str(tmpdir)] if tmpdir else []))
+
+
 def make_output(path: Path, text: str) -> None:
     path.mkdir()
     (path / "result.txt").write_text(text)
@@ -86,17 +103,7 @@ def test_one_lock_per_folder_however_it_is_spelt(tmp_path):
     try:
         assert holder.stdout.readline().strip() == "held"
         for spelt in (tmp_path / "sub" / ".." / "out", tmp_path / "link" / "out"):
-            p = run_script("""
-                import sys
-                from codegen.errors import UserError
-                from codegen.fsutil import output_lock
-                try:
-                    with output_lock(sys.argv[1]):
-                        sys.exit(0)
-                except UserError as e:
-                    print(e)
-                    sys.exit(2)
-                """, str(spelt))
+            p = try_lock(spelt)
             assert p.returncode == 2 and "another cisl run is writing it" in p.stdout, (spelt, p.stdout, p.stderr)
     finally:
         holder.kill()
@@ -130,18 +137,7 @@ def test_lock_files_do_not_pile_up_and_a_lock_removed_under_a_run_is_taken_afres
     monkeypatch.setattr(fcntl, "flock", flock_after_the_holder_left)
     with fsutil.output_lock(tmp_path / "out"):
         monkeypatch.setattr(fcntl, "flock", real_flock)
-        p = run_script("""
-            import sys, tempfile
-            tempfile.tempdir = sys.argv[2]
-            from codegen.errors import UserError
-            from codegen.fsutil import output_lock
-            try:
-                with output_lock(sys.argv[1]):
-                    sys.exit(0)
-            except UserError as e:
-                print(e)
-                sys.exit(2)
-            """, str(tmp_path / "out"), str(tmp_path / "tmp"))
+        p = try_lock(tmp_path / "out", tmp_path / "tmp")
         assert raced and p.returncode == 2 and "another cisl run is writing it" in p.stdout, (p.stdout, p.stderr)
 
 

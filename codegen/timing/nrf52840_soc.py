@@ -272,6 +272,7 @@ class Plain(Device):
         self.node, self.periph = node, periph
         self.base = node.regs.svd[periph].base
         self.mem: dict[int, int] = {}
+        self.tasks: dict[int, Callable[[int], None]] = {}
 
     def r(self, reg: str, n: int = 0) -> int:
         return self.node.regs(self.periph, reg, n)
@@ -280,6 +281,10 @@ class Plain(Device):
         return self.mem.get(address, 0)
 
     def write(self, address: int, value: int, t: int) -> None:
+        if address in self.tasks:  # writing 1 to a task register triggers it
+            if value:
+                self.tasks[address](t)
+            return
         self.mem[address] = value
 
     def task_map(self, tasks: dict[int, Callable[[int], None]]) -> None:
@@ -301,13 +306,6 @@ class Clock(Plain):
             self.mem[self.r("HFCLKSTAT")] = 1 | (1 << 16)
             self.node.event(self.r("EVENTS_HFCLKSTARTED"), t2)
         self.node.at(t + HFXO_START, started)
-
-    def write(self, address: int, value: int, t: int) -> None:
-        if address in self.tasks:
-            if value:
-                self.tasks[address](t)
-            return
-        super().write(address, value, t)
 
 
 class Timer(Plain):
@@ -380,10 +378,6 @@ class Timer(Plain):
         return super().read(address)
 
     def write(self, address: int, value: int, t: int) -> None:
-        if address in self.tasks:
-            if value:
-                self.tasks[address](t)
-            return
         for n in range(6):
             if address == self.r("CC", n):
                 self.cc[n] = value
@@ -633,10 +627,6 @@ class Radio(Plain):
         return super().read(address)
 
     def write(self, address: int, value: int, t: int) -> None:
-        if address in self.tasks:
-            if value:
-                self.tasks[address](t)
-            return
         if address == self.r("PACKETPTR") and self.state in ("TX", "RX"):
             raise SocFault("RADIO.PACKETPTR written during a packet")
         super().write(address, value, t)
@@ -681,13 +671,6 @@ class Uarte(Plain):
     def flush_rx(self, t: int) -> None:
         self.mem[self.r("RXD_AMOUNT")] = 0
         self.mem[self.r("EVENTS_ENDRX")] = 1
-
-    def write(self, address: int, value: int, t: int) -> None:
-        if address in self.tasks:
-            if value:
-                self.tasks[address](t)
-            return
-        super().write(address, value, t)
 
 
 class Dwt(Device):

@@ -173,3 +173,18 @@ def test_complex_input_windows_are_refused(tmp_path):
     np.save(tmp_path / "x.npy", (np.ones((2, 72)) + 1j).astype(np.complex64))
     p = cisl("sim", "build", "--inputs", "x.npy", cwd=tmp_path)
     assert_one_line_error(p, "x.npy", "real numbers")
+
+
+@pytest.mark.parametrize("section,line,words", [
+    ("model", "layers = 1000000000000", ("layers = 1000000000000", "GiB")),  # used to hang listing the shapes
+    ("data", "synthetic_length = 1000000000000", ("synthetic_length", "GiB")),  # numpy's MemoryError traceback
+    ("data", "synthetic_channels = 1000000000000", ("synthetic_channels", "GiB")),  # used to hang
+    ("train", "threads = 1000000000000", ("threads must be in [1, 1024]",)),  # torch's OverflowError traceback
+])
+def test_a_config_too_large_for_this_machine_is_one_line(tmp_path, section, line, words):
+    pytest.importorskip("torch")
+    (tmp_path / "cfg.toml").write_text(f"[{section}]\n{line}\n")
+    p = subprocess.run([sys.executable, "-m", "codegen.cli", "train", "cfg.toml", "-o", "model"], capture_output=True,
+                       text=True, cwd=tmp_path, timeout=60)
+    assert_one_line_error(p, *words)
+    assert not (tmp_path / "model").exists()

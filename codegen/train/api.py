@@ -92,6 +92,7 @@ def build_data(cfg: TrainConfig) -> tuple[Splits, dict[str, Any]]:
     d, m = cfg.data, cfg.model
     if d.source != "synthetic":  # csv, tsf, icd: codegen.data.dataset picks the loader
         return load_data(d.source, d.path, d.columns, m.lookback, m.horizon, d.manifest or None)
+    check_synthetic_fits_memory(d.synthetic_length, d.synthetic_channels)
     series, names = synthetic_series(d.synthetic_length, d.synthetic_channels, d.synthetic_seed)
     desc = {"source": "synthetic", "length": d.synthetic_length, "channels": d.synthetic_channels,
             "seed": d.synthetic_seed}
@@ -163,15 +164,36 @@ def legacy_model(target: Path) -> bool:
 TRAIN_BYTES_PER_PARAM = 16
 
 
+def _physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # not every platform tells
+        return None
+
+
+def check_synthetic_fits_memory(length: int, channels: int) -> None:
+    """Before numpy allocates it: the built-in series (float64 sources and channels, a few copies) of
+    [data] synthetic_length x synthetic_channels must fit this machine's memory."""
+    physical = _physical_memory()
+    need = length * (channels + 2) * 8 * 4
+    if physical is not None and need > physical:
+        raise UserError(f"[data] synthetic_length = {length}, synthetic_channels = {channels}: the synthetic series "
+                        f"needs about {need / 2**30:.1f} GiB, this machine has {physical / 2**30:.1f} GiB; choose a "
+                        f"shorter series or fewer channels")
+
+
 def check_model_fits_memory(m: ModelConfig) -> None:
     """Before torch allocates it: a model whose weights and optimiser state alone exceed this machine's
     memory would be killed by the OS (or raise MemoryError) minutes into the run."""
     from codegen.modelspec import weight_shapes
 
-    params = sum(int(np.prod(s, dtype=object)) for s in weight_shapes(m).values())
-    try:
-        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):  # not every platform tells
+    # counted on one layer and multiplied: listing the shapes of layers = 10**12 would never end
+    shapes = weight_shapes(dataclasses.replace(m, layers=1))
+    per_layer = sum(int(np.prod(s, dtype=object)) for k, s in shapes.items() if k.startswith("layers."))
+    params = sum(int(np.prod(s, dtype=object)) for k, s in shapes.items() if not k.startswith("layers.")) \
+        + m.layers * per_layer
+    physical = _physical_memory()
+    if physical is None:
         return
     need = params * TRAIN_BYTES_PER_PARAM
     if need > physical:

@@ -60,6 +60,7 @@ class TrainOptions:
 
 
 PRUNE_METHODS = ("none", "somegather", "normal")
+MAX_THREADS = 1024  # torch takes a C int; 10**18 threads was an OverflowError
 
 
 @dataclass(frozen=True)
@@ -192,7 +193,7 @@ def _range_problems(cfg: TrainConfig) -> list[tuple[str, str]]:
         ("train.max_train_windows", t.max_train_windows >= 0, "must be >= 0 (0 = all windows)"),
         ("train.calibration_samples", t.calibration_samples >= 1, "must be >= 1"),
         ("train.test_samples", t.test_samples >= 1, "must be >= 1"),
-        ("train.threads", t.threads >= 1, "must be >= 1"),
+        ("train.threads", 1 <= t.threads <= MAX_THREADS, f"must be in [1, {MAX_THREADS}]"),
         ("train.micro_batch", 0 <= t.micro_batch <= t.batch_size, "must be in [1, batch_size] (0 = batch_size)"),
         ("train.stop_after_epochs", t.stop_after_epochs >= 0, "must be >= 0 (0 = never stop early)"),
         ("train.seed", t.seed >= 0, "must be >= 0"),

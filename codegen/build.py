@@ -610,7 +610,10 @@ def check_images(build_dir: Path, plan: Plan, images: list[Path] | dict[int, Pat
         raise UserError(f"{summary}: unreadable; run `cisl build {build_dir}` again") from None
     if not isinstance(doc, dict) or doc.get("plan") != plan.sha256[:16]:
         raise UserError(f"{build_dir}: the images were built from another plan.json; run `cisl build {build_dir}`")
-    shas = {int(n["node"]): n.get("sha256") for n in doc.get("nodes", []) if isinstance(n, dict) and "node" in n}
+    nodes = doc.get("nodes", [])
+    if not isinstance(nodes, list) or not all(isinstance(n, dict) and isinstance(n.get("node"), int) for n in nodes):
+        raise UserError(f"{summary}: its nodes are not the list `cisl build` writes; run `cisl build {build_dir}` again")
+    shas = {n["node"]: n.get("sha256") for n in nodes}
     items = images.items() if isinstance(images, dict) else enumerate(images)
     for k, img in items:
         if shas.get(k) is None or shas[k] != sha256_file(img):

@@ -188,3 +188,16 @@ def test_a_config_too_large_for_this_machine_is_one_line(tmp_path, section, line
                        text=True, cwd=tmp_path, timeout=60)
     assert_one_line_error(p, *words)
     assert not (tmp_path / "model").exists()
+
+
+def test_a_damaged_build_summary_is_one_line(tmp_path, good_model):
+    # build.json's nodes were read with int(n["node"]): "x" or nodes = 1 were tracebacks
+    import json
+
+    assert cisl("compile", str(good_model), "-o", "b", "-q", cwd=tmp_path).returncode == 0
+    assert cisl("build", "b", "-q", "--no-board-time", cwd=tmp_path).returncode == 0
+    good = json.loads((tmp_path / "b" / "build.json").read_text())
+    for nodes in (1, [{"node": "x", "sha256": "0"}]):
+        (tmp_path / "b" / "build.json").write_text(json.dumps({**good, "nodes": nodes}))
+        p = cisl("sim", "b", cwd=tmp_path)
+        assert_one_line_error(p, "build.json", "cisl build b")

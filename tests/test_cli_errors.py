@@ -201,3 +201,13 @@ def test_a_damaged_build_summary_is_one_line(tmp_path, good_model):
         (tmp_path / "b" / "build.json").write_text(json.dumps({**good, "nodes": nodes}))
         p = cisl("sim", "b", cwd=tmp_path)
         assert_one_line_error(p, "build.json", "cisl build b")
+
+
+def test_a_csv_value_beyond_float32_is_one_line(tmp_path, good_model):
+    # 1e39 passed the finite check as float64 and became inf in the float32 series: cisl eval printed
+    # "MSE nan" and exited 0, cisl train blamed the learning rate ("training diverged")
+    rows = [f"2020-01-01 {i:05d},{(i % 7) / 3:.3f},{(i % 5) / 2:.3f}" for i in range(400)]
+    rows[50] = rows[50].rsplit(",", 1)[0] + ",1e39"
+    (tmp_path / "d.csv").write_text("date,a,b\n" + "\n".join(rows) + "\n")
+    p = cisl("eval", str(good_model), "--data", "d.csv", cwd=tmp_path)
+    assert_one_line_error(p, "d.csv", "column 'b'", "out-of-float32-range", "data row 51")

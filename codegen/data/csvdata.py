@@ -92,10 +92,11 @@ def load_csv(path: str | Path, columns: Sequence[str] | None = None) -> tuple[np
         hint = f"did you mean {close[0]!r}? " if close else ""
         raise UserError(f"{path} has no column {name!r}; {hint}columns are: {', '.join(numeric)}")
     for name in wanted:
-        bad = np.flatnonzero(~np.isfinite(numeric[name]))
+        with np.errstate(over="ignore"):  # the series is float32: 1e39 is finite here and inf there
+            bad = np.flatnonzero(~np.isfinite(numeric[name].astype(np.float32)))
         if bad.size:
-            raise UserError(f"{path}: column {name!r} has {bad.size} empty, NaN or infinite values "
-                            f"(first in data row {bad[0] + 1}); fill or drop them")
+            raise UserError(f"{path}: column {name!r} has {bad.size} empty, NaN, infinite or out-of-float32-range "
+                            f"values (first in data row {bad[0] + 1}); fill or drop them")
     if len(rows) < 2:
         raise UserError(f"{path} has {len(rows)} data rows; a time series needs many more")
     return np.stack([numeric[n] for n in wanted], axis=1).astype(np.float32), wanted

@@ -146,6 +146,9 @@ def switch_cycles(build_dir: Path) -> list[float]:
     em = Emulator(Image.load(image_of(build_dir, 0, plan)), MemoryModel.for_board(load_board(model.name)))
     announced = {"mode": 0}
     em.replace("cisl_board_write", lambda e: 0)
+    # the log's printing clock (cisl_log_spent) reads the board's time: the model's, not the board's timer
+    em.replace("cisl_board_cycles", lambda e: int(e.central_total) & 0xFFFF_FFFF)
+    em.replace("cisl_board_time_us", lambda e: 0)
     em.replace("cisl_transport_control", lambda e: announced["mode"])
     modes = int(plan.meta["elastic"]["modes"])
     out = []

@@ -795,7 +795,8 @@ def test_negative_seeds_are_one_line(simbuild, tmp_path, argv):
 def test_report_on_bad_jsonl_is_one_line_and_writes_nothing(tmp_path):
     logs = tmp_path / "logs"
     logs.mkdir()
-    (logs / "records.jsonl").write_text('{"node": 0, "event": "boot"}\n{"node": 0, "ev\n')
+    boot = '{"node": 0, "event": "boot", "fw": "0.1.0", "plan": "ab", "board": "sim", "nodes": 1}'
+    (logs / "records.jsonl").write_text(boot + '\n{"node": 0, "ev\n')
     p = cisl("report", str(logs), "-o", str(tmp_path / "rep"), cwd=tmp_path)
     one_line_error(p, "records.jsonl:2")
     assert not (tmp_path / "rep").exists()

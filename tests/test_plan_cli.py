@@ -228,7 +228,8 @@ def test_profile_from_the_op_lines_of_real_boards(tmp_path):
     logs.mkdir()
     rec = []
     for k, node in enumerate(plan.nodes):
-        rec.append({"event": "boot", "node": k, "plan": plan.sha256[:16], "board": "nrf52840dk", "clock": "dwt"})
+        rec.append({"event": "boot", "node": k, "fw": "0.1.0", "plan": plan.sha256[:16], "board": "nrf52840dk",
+                    "nodes": len(plan.nodes), "clock": "dwt"})
         shapes = {t: node.tensors[t].shape for t in node.tensors}
         per = 3.0 if k == 0 else 5.0  # the nRF52833 node is made slower, to see each board's own fit
         for i, op in enumerate(node.ops):

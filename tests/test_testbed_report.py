@@ -115,3 +115,51 @@ def test_a_folder_without_logs_is_one_line(tmp_path):
     assert r.exit_code == 2 and "no merged.jsonl" in r.stderr and "cisl logs" in r.stderr
     r = CliRunner().invoke(main, ["report", str(tmp_path / "nope")])
     assert r.exit_code == 2 and "not a folder" in r.stderr
+
+
+@pytest.mark.parametrize("edit, said", [
+    (lambda r: r.pop("us") if r["event"] == "block" else None, "a `block` record without `us`"),
+    (lambda r: r.update(tx="8") if r["event"] == "sg" else None, "`tx` = '8' in a `sg` record"),
+    (lambda r: r.update(inf=float("nan")) if r["event"] == "infer" else None, "`inf` = nan in a `infer` record"),
+    (lambda r: r.update(us=[1]) if r["event"] == "block" else None, "`us` = [1] in a `block` record"),
+    (lambda r: r.update(point={"a": 1}) if r["event"] == "sg" else None, "in a `sg` record"),
+])
+def test_a_hand_edited_record_is_one_line_naming_it(tmp_path, edit, said):
+    """Found by fuzzing records.jsonl: a missing key or a value of another type was a KeyError,
+    TypeError or ValueError deep in the tables (346 of 1,122 mutations)."""
+    write_run(tmp_path / "logs", 2, compute_us=1000, comm_us=500, delivered=1)
+    f = tmp_path / "logs" / "merged.jsonl"
+    recs = [json.loads(line) for line in f.read_text().splitlines()]
+    for r in recs:
+        edit(r)
+    f.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    r = CliRunner().invoke(main, ["report", str(tmp_path / "logs"), "-o", str(tmp_path / "rep")])
+    assert r.exit_code == 2, r.output
+    assert said in r.stderr and "merged.jsonl:" in r.stderr and "Traceback" not in r.output
+    assert not (tmp_path / "rep").exists()
+
+
+@pytest.mark.parametrize("edit", [
+    lambda d: d.update(devices="2"),
+    lambda d: d.update(phy="3M"),
+    lambda d: d["blocks"][0].update(comm_ms={"central": None}),
+    lambda d: d["nodes"][0]["blocks"][0].update(core_cycles="x"),
+    lambda d: d["nodes"][1].update(energy={"radio_uj": 1}),
+    lambda d: d.update(nodes={"0": {}}),
+])
+def test_a_hand_edited_estimate_is_one_line(tmp_path, edit):
+    """Found by fuzzing `--estimate EST.json`: a wrong type or a missing figure was a traceback (69 of
+    812 mutations); the estimate is checked where `cisl report` reads it."""
+    write_run(tmp_path / "logs", 2, compute_us=1000, comm_us=500, delivered=1)
+    third = {"low": 1.0, "central": 1.0, "high": 1.0}
+    doc = {"devices": 2, "phy": "2M",
+           "blocks": [{"block": b, "slowest_compute_ms": third, "comm_ms": third} for b in ("embed", "attn0")],
+           "nodes": [{"node": k, "model_board": "nrf52840dk", "energy": {"radio_uj": third, "total_uj": third},
+                      "blocks": [{"block": "embed", "core_cycles": 1.0, "mem_events": 0.0}]} for k in range(2)]}
+    edit(doc)
+    (tmp_path / "est.json").write_text(json.dumps(doc))
+    r = CliRunner().invoke(main, ["report", str(tmp_path / "logs"), "-o", str(tmp_path / "rep"), "--estimate",
+                                  str(tmp_path / "est.json"), "--no-plots"])
+    assert r.exit_code == 2, r.output
+    assert "not what `cisl estimate -o` writes" in r.stderr and "Traceback" not in r.output
+    assert not (tmp_path / "rep").exists()

@@ -16,6 +16,7 @@ the least-squares ``w`` is the part's flash wait states, the number board.toml c
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from pathlib import Path
 
@@ -68,7 +69,45 @@ def load_estimate(path: Path) -> dict:
         raise UserError(f"{path}: not a JSON file of `cisl estimate -o`") from None
     if not isinstance(doc, dict) or "blocks" not in doc or "nodes" not in doc:
         raise UserError(f"{path}: not a `cisl estimate -o` file (no blocks/nodes); write it with `cisl estimate`")
+    problem = _estimate_problem(doc)
+    if problem:
+        raise UserError(f"{path}: {problem}, not what `cisl estimate -o` writes; write it again with `cisl estimate`")
     return doc
+
+
+def _num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _triple(v) -> bool:
+    return isinstance(v, dict) and _num(v.get("central"))
+
+
+def _estimate_problem(doc: dict) -> str | None:
+    """What of an estimate file `cisl report` reads is missing or of another type (None: all usable)."""
+    if "devices" in doc and not (isinstance(doc["devices"], int) and not isinstance(doc["devices"], bool)):
+        return f"devices = {doc['devices']!r}"
+    if doc.get("phy", "2M") not in ("1M", "2M"):
+        return f"phy = {doc['phy']!r}"
+    if not isinstance(doc["blocks"], list) or not isinstance(doc["nodes"], list):
+        return "blocks or nodes not a list"
+    for b in doc["blocks"]:
+        if not (isinstance(b, dict) and isinstance(b.get("block"), str) and _triple(b.get("slowest_compute_ms"))
+                and _triple(b.get("comm_ms"))):
+            return f"block {b!r:.60}"
+    for n in doc["nodes"]:
+        if not (isinstance(n, dict) and isinstance(n.get("node"), int) and isinstance(n.get("blocks"), list)):
+            return f"node {n!r:.60}"
+        for b in n["blocks"]:
+            if not (isinstance(b, dict) and isinstance(b.get("block"), str) and _num(b.get("core_cycles"))
+                    and _num(b.get("mem_events"))):
+                return f"node {n['node']}'s block {b!r:.60}"
+        e = n.get("energy")
+        if e is not None and not (isinstance(e, dict) and _triple(e.get("radio_uj")) and _triple(e.get("total_uj"))):
+            return f"node {n['node']}'s energy"
+        if "model_board" in n and not isinstance(n["model_board"], str):
+            return f"node {n['node']}'s model_board"
+    return None
 
 
 def block_latency(run, estimate: dict | None) -> list[dict]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import zlib
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -79,6 +80,7 @@ def load_run(path: Path) -> Run:
                 if isinstance(rec, dict) and "event" in rec and "node" in rec:
                     if not isinstance(rec["node"], int) or isinstance(rec["node"], bool):
                         raise UserError(f"{f}:{i}: node {rec['node']!r} is not a node id; was the file edited?")
+                    _check_record(rec, f"{f}:{i}")
                     records.append(rec)
     if not records:
         raise UserError(f"{path}: the logs hold no records (did the nodes print anything?)")
@@ -96,6 +98,33 @@ def load_run(path: Path) -> Run:
     outs = {int(r["node"]) for r in run.of("output")}
     run.sink = min(outs) if outs else 0
     return run
+
+
+def _check_record(rec: dict, where: str) -> None:
+    """A record of a known event has the contract's keys, with the types `cisl logs` writes (whole
+    numbers for counts and times, text otherwise): a hand-edited record is refused in one line
+    instead of failing deep in the tables."""
+    from ..serial_contract import EVENTS, INT_KEYS
+
+    event = rec["event"]
+    if event not in EVENTS:
+        return  # board-specific lines: parsers skip what they do not know
+    for key in EVENTS[event]:
+        if key not in rec:
+            raise UserError(f"{where}: a `{event}` record without `{key}`; was the file edited? (record the run again)")
+    for key, value in rec.items():
+        if key in INT_KEYS:
+            ok = isinstance(value, int) and not isinstance(value, bool) and -(1 << 31) <= value < (1 << 32)
+        elif key == "host_time":
+            ok = value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                   and math.isfinite(value))
+        elif key in ("event", "run"):
+            ok = isinstance(value, str)
+        else:
+            ok = isinstance(value, (str, int, float)) and not isinstance(value, bool)
+        if not ok:
+            raise UserError(f"{where}: `{key}` = {value!r} in a `{event}` record is not what `cisl logs` writes; "
+                            f"was the file edited? (record the run again)")
 
 
 def _check_sequences(path: Path, records: list[dict]) -> None:

@@ -39,7 +39,7 @@
 #define CISL_RADIO_START_GUARD_US 2000 /* the initiator's head start before slot 0 of every round */
 #endif
 #ifndef CISL_RADIO_FIRST_GUARD_MS
-#define CISL_RADIO_FIRST_GUARD_MS 300 /* the initiator's head start before the run's first round */
+#define CISL_RADIO_FIRST_GUARD_MS 300 /* start barrier: the initiator waits this long before its beacons */
 #endif
 #ifndef CISL_RADIO_SCAN_TIMEOUT_MS
 #define CISL_RADIO_SCAN_TIMEOUT_MS 10000 /* a listener's first scan of a round waits this long */
@@ -330,7 +330,8 @@ static void beacon_send(uint32_t at, uint8_t remaining)
     radio_disable();
 }
 
-/* The start time a beacon heard at ADDRESS time `t_addr` announces, or 0 if none came by `deadline`. */
+/* Listen for a start beacon until `deadline`: the start time it announces (from its ADDRESS time,
+ * captured in TIMER0 CC[1]), or 0 if none came. */
 static uint32_t beacon_listen(uint32_t deadline)
 {
     for (;;) {

@@ -430,6 +430,7 @@ class Radio(Plain):
         self.rx_since: int | None = None
         self.locked = False
         self.tx: Packet | None = None
+        self._candidate: Packet | None = None   # the packet next_lock found, for lock
         self.crc_ok = 0
         self.ev = {e: self.r(f"EVENTS_{e}") for e in ("READY", "ADDRESS", "PAYLOAD", "END", "DISABLED")}
         self.task_map({self.r("TASKS_TXEN"): lambda t: self.enable(t, "TX"),

@@ -21,7 +21,7 @@ const uint8_t mx_weak_zero[1] = {0};
 /* For this many slots after synchronising, a node treats every node it has not heard yet as a
  * possible neighbour (keeps silent in its slots, counts it in the density estimate). */
 #ifndef MX_DISCOVERY_SLOTS
-#define MX_DISCOVERY_SLOTS(n) (2u * (n))
+#define MX_DISCOVERY_SLOTS(n) (2u * (n) > 16u ? 2u * (n) : 16u)
 #endif
 /* A row request is answered for this many slots after it was heard. */
 #ifndef MX_REQUEST_TTL
@@ -1007,7 +1007,22 @@ static int decide_tx(mx_state *s)
     if (h->cfg.features & MX_FEAT_COORDINATED_TX) {
         if (owner == h->id)
             return 1;
-        if (owner_reserved(s, owner))
+        /* An initiator that has heard nobody in its first four slots contends in every slot (1/n
+         * during discovery): if all listeners missed slot 0, none is synchronised and its packets are
+         * the only way in (3 nodes at 30 % loss: 1 round in 11 lost slot 0 at both listeners, and the
+         * first pass went by in silence). Not sooner: where slot 0 arrived it would collide with the
+         * pass's first owners. */
+        if (owner_reserved(s, owner) && !(h->mode == MX_ARM_INITIATOR && !h->seen && h->cur_slot > 4u))
+            return 0;
+        /* Where this node hears at least half the network, an owner it never heard is more likely a
+         * neighbour it missed than a far node, so it keeps every other turn of its slots: contenders
+         * that missed it during discovery would otherwise collide with each of its packets, and the
+         * ones that had missed it kept missing it (16 nodes at 30 % loss: two owners heard by one node
+         * each for the whole round, which then ran to the deadline). On a line, where unheard owners
+         * are far, their slots stay free for reuse (docs/design/mixer.md §5). */
+        if (owner != h->id && !((h->heard | h->gone | h->cfg.absent) >> owner & 1u) &&
+            2u * popcount32(h->heard & ~h->gone & ~me) + 1u >= h->cfg.num_nodes &&
+            ((h->cur_slot / h->cfg.num_nodes) & 1u))
             return 0;
     }
     d = popcount32(h->heard & ~h->gone & ~me);
@@ -1017,6 +1032,11 @@ static int decide_tx(mx_state *s)
             d = possible;
     }
     k = d + 1u;
+    /* A node that has heard nobody never sends in every slot: a neighbour it missed may own this one
+     * and would collide with each of its packets, so it would stay unheard (2 nodes at 10 % loss:
+     * the initiator missed the other's first packets and took all its slots). */
+    if (k < 2u && (h->node_all & ~h->cfg.absent & ~h->gone & ~me))
+        k = 2u;
     if (h->answer != MX_NO_SLOT) {
         /* a supplier of a requested row: the other possible suppliers are the active neighbours
          * except the requesters that miss this row themselves */
@@ -1087,6 +1107,29 @@ int mx_slot(mx_state *s, uint16_t slot, uint8_t *tx_packet, uint16_t *tx_len)
 
 static void note_dispute(mx_state *s, const uint32_t *map);
 
+/* A packet dropped for contradicting this node (another view of who is silent or dead) still says
+ * whether its sender has full rank and, once this node has full rank itself, which nodes the sender
+ * knows to have it (its map, or ALL_FULL: all of them). Without it, nodes that had declared others
+ * silent waited until the deadline for full-rank bits that only such packets carried (3 nodes at 30 %
+ * loss; the 16-node line, 1 round in 3000). A disputed node's bit still comes only from itself. */
+static void note_full_sender(mx_state *s, uint32_t bit, unsigned flags, uint32_t map)
+{
+    mx_header *h = &s->h;
+    uint32_t add = (flags & MX_PKT_FULL_RANK) ? bit : 0u;
+    if (h->rank == h->cfg.generation_size) {
+        add |= map & ~h->disputed;
+        if (flags & MX_PKT_ALL_FULL) {
+            add |= ~h->disputed;
+            h->ack_map |= bit;
+            h->fr_known = 1;
+        }
+    }
+    add &= h->node_all & ~h->fr_map;
+    if (add)
+        h->fr_map |= add;
+    update_progress(s);
+}
+
 int mx_receive(mx_state *s, uint16_t slot, const uint8_t *p, uint16_t len)
 {
     mx_header *h;
@@ -1135,16 +1178,20 @@ int mx_receive(mx_state *s, uint16_t slot, const uint8_t *p, uint16_t len)
     bytes_to_words(cv, cvw, p + cvb_off, h->cv_bytes);
     for (w = 0; w < cvw; ++w)
         if (cv[w] & s->weak[w]) {
+            note_full_sender(s, bit, flags, type == MX_INFO_FULL_RANK ? node_set_from_info(info, h->info_bytes) : 0u);
             h->st.rx_malformed++;
             return MX_E_PKT_CODING;
         }
-    if ((flags & MX_PKT_ALL_FULL) && h->rank != g) {
-        h->st.rx_malformed++;
-        return MX_E_PKT_FLAGS;
-    }
-    if (type == MX_INFO_FULL_RANK && ((node_set_from_info(info, h->info_bytes) >> h->id) & 1u) && h->rank != g) {
-        h->st.rx_malformed++;
-        return MX_E_PKT_INFO;
+    /* A claim that this node has full rank while it has not (ALL_FULL, or a full-rank map with its
+     * bit) comes from a node that counts it absent: it declared this node silent, or dead. The claim
+     * is ignored, but the combination is kept: it holds none of this node's rows (they are weak
+     * zeros at the sender, never coded), so it decodes right. Dropping the whole packet left a node
+     * declared silent by every neighbour without the rows it still missed, and it ran to the
+     * deadline (3 nodes at 30 % loss: 10 of 300 rounds). */
+    if (h->rank != g) {
+        flags &= ~(unsigned)MX_PKT_ALL_FULL;
+        if (type == MX_INFO_FULL_RANK && ((node_set_from_info(info, h->info_bytes) >> h->id) & 1u))
+            type = MX_INFO_NONE;
     }
     if (type == MX_INFO_WEAK_ZEROS) {
         /* A weak row is never coded into a packet, so a map naming a row this node has seen in a
@@ -1155,6 +1202,7 @@ int mx_receive(mx_state *s, uint16_t slot, const uint8_t *p, uint16_t len)
         for (w = 0; w < cvw; ++w)
             if (im[w] & ~s->weak[w] & (s->own[w] | s->coded[w])) {
                 note_dispute(s, im);
+                note_full_sender(s, bit, flags & MX_PKT_FULL_RANK, 0u); /* it counts this node absent */
                 h->st.rx_malformed++;
                 return MX_E_PKT_INFO;
             }
@@ -1179,6 +1227,7 @@ int mx_receive(mx_state *s, uint16_t slot, const uint8_t *p, uint16_t len)
     rank0 = h->rank;
     h->st.rx_ok++;
     h->heard |= bit;
+    h->heard_slot = (uint16_t)pslot;
     if (flags & MX_PKT_SILENT)
         h->gone |= bit;
     else
@@ -1344,6 +1393,10 @@ static void check_silence(mx_state *s)
     last = h->fresh_slot == MX_NO_SLOT ? h->sync_slot : h->fresh_slot;
     if (!cand || h->rank == g || h->cur_slot < first_pass + wait || h->cur_slot < last + wait)
         return;
+    /* an owner not heard yet still counts as a neighbour during discovery (its slots are kept free
+     * for it), so it is not declared silent before that ends either */
+    if ((unsigned)(h->cur_slot - h->sync_slot) < MX_DISCOVERY_SLOTS(n))
+        return;
     /* Another node has full rank: every row exists somewhere, so the missing ones are still on their
      * way (long chains) — or were declared weak there, and the weak-zero map brings them, (1). Without
      * this, 75 of 3000 rounds on a 16-node line at G = 8 declared a live sender silent. */
@@ -1371,6 +1424,41 @@ static void check_silence(mx_state *s)
     h->wz_pending = 2;
     make_absent(s, missing);
     update_progress(s);
+}
+
+/* Nodes known to be in the round: heard, known to have full rank, out of it (absent), or the
+ * writer of a row seen in a coding vector. */
+static uint32_t joined_nodes(const mx_state *s)
+{
+    const mx_header *h = &s->h;
+    uint32_t m = h->heard | h->fr_map | h->cfg.absent | (1u << h->id);
+    unsigned i;
+    if (h->has_src)
+        for (i = 0; i < h->cfg.generation_size && (m & h->node_all) != h->node_all; ++i)
+            if (s->row_src[i] && bit_get(s->coded, i))
+                m |= 1u << (s->row_src[i] - 1u);
+    return m & h->node_all;
+}
+
+/* The quiet end (MX_QUIET_SLOTS): full rank, after the first pass, and nothing accepted for that
+ * long, while every node is known to be in the round or to have full rank — the silence is then not
+ * nodes that have not joined yet (on a board a node can reach a round late, and it would need this
+ * one's packets). */
+static void check_quiet(mx_state *s)
+{
+    mx_header *h = &s->h;
+    unsigned since = h->heard_slot;
+    if (h->cfg.termination != MX_TERM_DONE || h->rank != h->cfg.generation_size || h->cur_slot <= h->pass_len ||
+        h->cur_slot >= h->end_slot)
+        return;
+    if (h->st.slot_full_rank > since)
+        since = h->st.slot_full_rank;
+    if (h->pass_len > since)
+        since = h->pass_len;
+    if ((unsigned)(h->cur_slot - since) < MX_QUIET_SLOTS(h->cfg.num_nodes))
+        return;
+    if (h->st.slot_all_full != MX_NO_SLOT || joined_nodes(s) == h->node_all)
+        h->end_slot = h->cur_slot;
 }
 
 int mx_slot_end(mx_state *s, uint16_t slot)
@@ -1402,6 +1490,7 @@ int mx_slot_end(mx_state *s, uint16_t slot)
     check_silence(s);
     check_disputes(s);
     check_acks(s);
+    check_quiet(s);
     if (h->cur_slot >= h->end_slot)
         finish(s, h->cur_slot);
     return MX_OK;

@@ -56,6 +56,17 @@
 #define MX_INFO_BYTES(n, g) ((((g) > (n) ? (g) : (n)) + 7u) / 8u)
 #define MX_PACKET_LEN(n, g, p) (4u + MX_CV_BYTES(g) + (p) + MX_INFO_BYTES(n, g))
 
+/* Quiet end (MX_TERM_DONE): a node with full rank that has accepted no packet for this many slots
+ * ends, once every node is known to be in the round (or all are known to have full rank). Every node
+ * still in the round sends in its own slot once per turn of n slots, so the silence means the others
+ * have left (knowing that all, this node included, have full rank) or cannot be heard; without it a
+ * node whose last acknowledgement was lost ran to the deadline (2 nodes, 10 % loss: 1 round in 5).
+ * Eight turns, at least 32 slots: 16 packets of a lone neighbour lost in a row at 30 % loss is 4e-9
+ * (docs/design/mixer.md §6). A compile-time tunable, like those at the top of mixer.c. */
+#ifndef MX_QUIET_SLOTS
+#define MX_QUIET_SLOTS(n) (8u * (n) > 32u ? 8u * (n) : 32u)
+#endif
+
 /* Packet layout (docs/design/mixer.md §2). Every packet of a round has MX_PACKET_LEN bytes:
  *   byte 0-1  slot number, little-endian
  *   byte 2    sender id
@@ -243,7 +254,7 @@ typedef struct {
     uint16_t fresh_pivot;   /* pivot of the latest innovative reception ... */
     uint16_t fresh_slot;    /* ... and its slot (MX_NO_SLOT: none yet) */
     uint16_t dispute_slot;  /* last slot in which a disputed node was heard */
-    uint16_t pad2;
+    uint16_t heard_slot;    /* last slot with an intact packet of this round (any sender), or the sync slot */
     uint32_t mask_key;      /* per node key of the combination masks (a counter-based draw per slot) */
 } mx_header;
 

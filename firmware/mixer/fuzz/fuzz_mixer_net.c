@@ -59,6 +59,7 @@ typedef struct {
     int act;
     uint16_t slot;        /* slot passed to mx_slot this slot */
     uint16_t rank;        /* rank after the previous slot */
+    uint16_t heard;       /* its slot of the last accepted packet (the quiet end counts from it) */
     uint16_t tx_len;
     uint8_t tx[MX_MAX_PACKET_LEN];
 } node;
@@ -151,13 +152,16 @@ static void check_node(node *x, unsigned idx, int full)
         /* a round the backup started ends takeover_slots earlier on its grid */
         const unsigned deadline = W.cfg.round_length - (mx_taken_over(&x->s) ? W.cfg.takeover_slots : 0u);
         if (last != MX_NO_SLOT && last + 1u < deadline) {
-            /* ended before the deadline: only MX_TERM_DONE, with full rank, knowing all have it */
+            /* ended before the deadline: only MX_TERM_DONE, with full rank, and either knowing all
+             * have it — the linger starts once another node is known to know its full rank (or
+             * sooner, the acknowledged end) — or by the quiet end: nothing accepted for
+             * MX_QUIET_SLOTS since its last reception and its full rank */
             CHECK(W.cfg.termination == MX_TERM_DONE);
-            CHECK(rank == W.g && st->slot_all_full != MX_NO_SLOT);
-            /* the linger starts once another node is known to know its full rank (or sooner, the
-             * acknowledged end) */
-            CHECK(st->slot_linger != MX_NO_SLOT && st->slot_linger >= st->slot_all_full);
-            CHECK(last <= (unsigned)st->slot_linger + W.cfg.linger_slots);
+            CHECK(rank == W.g);
+            if (!(st->slot_all_full != MX_NO_SLOT && st->slot_linger != MX_NO_SLOT &&
+                  st->slot_linger >= st->slot_all_full && last <= (unsigned)st->slot_linger + W.cfg.linger_slots))
+                CHECK(last >= (unsigned)x->heard + MX_QUIET_SLOTS(W.cfg.num_nodes) &&
+                      last >= (unsigned)st->slot_full_rank + MX_QUIET_SLOTS(W.cfg.num_nodes));
         }
         if (last == MX_NO_SLOT)
             CHECK(!mx_synced(&x->s)); /* gave up scanning */
@@ -276,6 +280,7 @@ static void run_slot(reader *in, uint32_t rx_mask, uint32_t step_mask, unsigned 
             }
             r = mx_receive(&x->s, x->slot, pkt, len);
             if (r >= 0) {
+                x->heard = (uint16_t)((unsigned)pkt[0] + 256u * pkt[1]);
                 CHECK(r == MX_RX_OK || r == MX_RX_INNOVATIVE);
                 CHECK(len == W.plen && mx_packet_check(&W.cfg, pkt, len) == MX_OK);
                 CHECK((r == MX_RX_INNOVATIVE) == (mx_rank(&x->s) > rank0));
@@ -450,6 +455,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         x->tainted = 0;
         x->full_checked = 0;
         x->rank = 0;
+        x->heard = 0;
         x->off = 0;
     }
     for (i = 0; i < W.g; ++i) {

@@ -171,11 +171,14 @@ def test_a_pair_that_cannot_hear_each_other_is_never_a_plan():
 
 def test_a_relay_carries_messages_between_nodes_out_of_range():
     """The evaluation's relays (bench/heterogeneous.py's relay study): a node in the rounds that
-    computes nothing bridges two nodes 40 m apart, and pays for its radio."""
-    prof = profile(["nrf52840dk"] * 3, [(0, 0), (40, 0), (20, 0)])
+    computes nothing bridges two nodes 48 m apart, and pays for its radio. (At 40 m, this test's
+    distance until stop 45, the two nodes do reach each other on this channel; they only looked out
+    of range because a 2-node round locked the second node out, docs/design/mixer.md §5. An
+    unreachable split's rounds now end early, its messages lost, so its latency says nothing.)"""
+    prof = profile(["nrf52840dk"] * 3, [(0, 0), (48, 0), (24, 0)])
     alone = evaluate(prof, CFG, [0, 1], [2, 2], [4, 4])
     relayed = evaluate(prof, CFG, [0, 1], [2, 2], [4, 4], relays=[2])
-    assert alone.unreachable is not None and relayed.unreachable is None and not relayed.violations
-    assert relayed.latency_ms < alone.latency_ms
+    assert alone.unreachable == (0, 1) and any("out of each other's radio range" in v for v in alone.violations)
+    assert relayed.unreachable is None and not relayed.violations
     assert relayed.relays == [2] and relayed.relay_energy_uj[0] > 0
     assert relayed.energy_total_uj == pytest.approx(sum(relayed.energy_uj) + relayed.relay_energy_uj[0])

@@ -1366,7 +1366,9 @@ static void check_silence(mx_state *s)
     mx_header *h = &s->h;
     const unsigned g = h->cfg.generation_size, n = h->cfg.num_nodes;
     const unsigned first_pass = h->pass_len ? h->pass_len : n;
-    const unsigned wait = MX_SILENCE_SLOTS(n, g);
+    /* A node that has heard nobody at all cannot tell a late network from a dead one: the others may
+     * still be in the previous round's quiet end (up to MX_QUIET_SLOTS behind) or computing. */
+    const unsigned wait = MX_SILENCE_SLOTS(n, g) + ((h->seen & ~(1u << h->id)) ? 0u : MX_QUIET_SLOTS(n));
     unsigned last, i;
     uint32_t cand, full = 0, partly = 0, missing = 0;
     if (!h->has_src || h->cfg.termination != MX_TERM_DONE || !h->synced)

@@ -45,7 +45,7 @@ BOARD_SCHEMA = Table({
     "uart": Table({"peripheral": STR, "tx_pin": INT, "rx_pin": INT, "baud": INT}),
     "probe": Table({"family": STR, "pyocd_target": STR, "interface": STR}),
     "radio": Table({"phys": STR_LIST, "frequency_mhz": INT, "txpower_dbm": INT, "start_guard_us": INT, "first_guard_ms": INT,
-                    "scan_timeout_ms": INT, "takeover_ms": INT}),
+                    "scan_timeout_ms": INT, "takeover_ms": INT, "resync_listen_ms": INT}),
     "mixer": Table({name: Table({"base": NUMBER, "per_row": NUMBER, "per_row_byte": NUMBER,
                                  "per_byte": NUMBER, "per_row_row": NUMBER, "safety": NUMBER},
                                 required=("base", "per_row", "per_row_byte", "per_byte"))

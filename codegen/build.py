@@ -150,7 +150,8 @@ def board_defines(board: Board, plan: Plan) -> list[str]:
                            ("start_guard_us", "CISL_RADIO_START_GUARD_US"),
                            ("first_guard_ms", "CISL_RADIO_FIRST_GUARD_MS"),
                            ("scan_timeout_ms", "CISL_RADIO_SCAN_TIMEOUT_MS"),
-                           ("takeover_ms", "CISL_RADIO_TAKEOVER_MS")):
+                           ("takeover_ms", "CISL_RADIO_TAKEOVER_MS"),
+                           ("resync_listen_ms", "CISL_RADIO_RESYNC_LISTEN_MS")):
             if key in radio:
                 out.append(f"-D{macro}={int(radio[key])}")
     if "security" in f:  # boards/nrf52840dk/startup.c: open (default) or protected debug port

@@ -24,13 +24,14 @@ EVENTS = {
     "mode": ("inf", "state", "mode"),
     "host": ("inf", "cmd", "state"),
     "end": ("inferences",),
+    "resync": ("inf", "skipped", "peer"),
 }
 """Required keys of every event (lines may carry more keys, e.g. ``cycles``; boot's optional keys are
 ``clock`` and ``cmsis_nn``, docs/serial-contract.md)."""
 
 INT_KEYS = {"node", "nodes", "inf", "layer", "us", "comm_us", "cycles", "tx", "rx", "delivered", "expected",
             "ignored", "n", "off", "code", "inferences", "tx_on_us", "rx_on_us", "peer", "rounds", "mode",
-            "peer_mode"}
+            "peer_mode", "skipped"}
 MODE_STATES = ("request", "switch", "unheard", "mixed")  # the `mode` event's states (cisl_modes.c)
 HOST_STATES = ("ok", "refused", "unknown", "toolong", "damaged")  # the `host` event's states (cisl_host.c)
 
@@ -136,12 +137,14 @@ def peer_summary(records: list[Record]) -> list[str]:
 
 U32_MAX = 2**32 - 1
 NON_NEGATIVE = ("inf", "us", "comm_us", "cycles", "tx", "rx", "delivered", "expected", "ignored", "n", "off",
-                "inferences", "nodes", "node", "tx_on_us", "rx_on_us", "peer", "rounds", "mode", "peer_mode")
+                "inferences", "nodes", "node", "tx_on_us", "rx_on_us", "peer", "rounds", "mode", "peer_mode", "skipped")
 
 
 class SequenceChecker:
     """The contract's sequence rules for one node's lines within one run (docs/serial-contract.md):
-    one `boot`; inferences numbered 0, 1, 2, ... in order, each `infer` once; `block`, `sg` and
+    one `boot`; inferences numbered 0, 1, 2, ... in order, each `infer` once, except that a
+    `resync inf=I skipped=K` line (a node left behind rejoining the network) moves on to inference I,
+    K after the one in progress; `block`, `sg` and
     `output` lines belong to the inference in progress; `end inferences=N` counts the `infer` lines;
     counts and times are non-negative 32-bit values, `delivered` ≤ `expected`. A capture that starts
     mid-run (no boot line) takes the first inference it sees as the start.
@@ -181,6 +184,12 @@ class SequenceChecker:
             return "mode state=mixed without peer_mode"
         if rec.event == "host" and f["state"] not in HOST_STATES:
             return f"host state={f['state']} is none of {', '.join(HOST_STATES)}"
+        if rec.event == "resync" and isinstance(inf, int) and self.next_inf is not None:
+            if int(f["skipped"]) < 1 or inf != self.next_inf + int(f["skipped"]):
+                return (f"resync to inference {inf} skipping {f['skipped']} does not follow inference "
+                        f"{self.next_inf} in progress")
+            self.next_inf = inf
+            return None
         if rec.event in ("block", "sg", "output", "infer", "peer", "mode", "host") and isinstance(inf, int):
             if self.next_inf is None:
                 self.next_inf = inf  # the capture started mid-run

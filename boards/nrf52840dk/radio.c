@@ -47,6 +47,9 @@
 #ifndef CISL_RADIO_TAKEOVER_MS
 #define CISL_RADIO_TAKEOVER_MS 1000 /* the backup initiator's first scan (board.toml [radio] takeover_ms) */
 #endif
+#ifndef CISL_RADIO_RESYNC_LISTEN_MS
+#define CISL_RADIO_RESYNC_LISTEN_MS 400 /* a node with dead peers waits this long for the resync beacons */
+#endif
 
 #if CISL_RADIO_FREQUENCY_MHZ < 2400 || CISL_RADIO_FREQUENCY_MHZ > 2500
 #error "CISL_RADIO_FREQUENCY_MHZ must be 2400..2500 (board.toml [radio] frequency_mhz)"
@@ -313,14 +316,14 @@ static const mx_radio_hal nrf_hal = {hal_wait_slot, hal_transmit, hal_receive, h
 #define BEACON_SLOT_US 200u
 #define BEACON_CRC_INIT 0xB0A5E1u /* no round's value is used for beacons: they are never a round's packet */
 #define BEACON_MAGIC 0xCBu
+#define BEACON_LEN 7u /* magic, beacons remaining, sender, inference (4 bytes, little-endian) */
+#define REPLY_MAGIC 0xCCu
+#define REPLY_LEN 2u     /* magic, sender */
+#define REPLY_SLOT_US 200u /* resynchronisation: node j answers the beacons in reply slot j */
 
-static void beacon_send(uint32_t at, uint8_t remaining)
+/* Send radio_pdu (its LENGTH byte set) at `at`. */
+static void send_at(uint32_t at)
 {
-    radio_pdu[0] = 0u;
-    radio_pdu[1] = 3u;
-    radio_pdu[2] = BEACON_MAGIC;
-    radio_pdu[3] = remaining;
-    radio_pdu[4] = (uint8_t)cisl_node_id;
     RADIO(EVENTS_DISABLED) = 0u;
     if (arm_at(at - RAMP_US * TICKS_PER_US, NRF_FV(NRF_FLD_PPI_CHENSET_CH0, 1u)) == 0) {
         const uint32_t end = at + (MAX_AIR_US + 50u) * TICKS_PER_US;
@@ -330,9 +333,22 @@ static void beacon_send(uint32_t at, uint8_t remaining)
     radio_disable();
 }
 
-/* Listen for a start beacon until `deadline`: the start time it announces (from its ADDRESS time,
- * captured in TIMER0 CC[1]), or 0 if none came. */
-static uint32_t beacon_listen(uint32_t deadline)
+static void beacon_send(uint32_t at, uint8_t remaining, uint32_t inference)
+{
+    radio_pdu[0] = 0u;
+    radio_pdu[1] = (uint8_t)BEACON_LEN;
+    radio_pdu[2] = BEACON_MAGIC;
+    radio_pdu[3] = remaining;
+    radio_pdu[4] = (uint8_t)cisl_node_id;
+    for (uint8_t k = 0; k < 4u; k++) {
+        radio_pdu[5u + k] = (uint8_t)(inference >> (8u * k));
+    }
+    send_at(at);
+}
+
+/* Receive one packet with an intact CRC before `deadline`: 1, or 0 if none came. The ADDRESS time
+ * is captured in TIMER0 CC[1]. */
+static int receive_until(uint32_t deadline)
 {
     for (;;) {
         RADIO(EVENTS_ADDRESS) = 0u;
@@ -342,16 +358,39 @@ static uint32_t beacon_listen(uint32_t deadline)
         while (RADIO(EVENTS_DISABLED) == 0u) {
             if (reached(deadline)) {
                 radio_disable();
-                return 0u;
+                return 0;
             }
         }
         radio_disable();
-        if (NRF_GET(NRF_FLD_RADIO_CRCSTATUS_CRCSTATUS, RADIO(CRCSTATUS)) == NRF_VAL_RADIO_CRCSTATUS_CRCSTATUS_CRCOK &&
-            radio_pdu[1] == 3u && radio_pdu[2] == BEACON_MAGIC && radio_pdu[3] < BEACONS) {
+        if (NRF_GET(NRF_FLD_RADIO_CRCSTATUS_CRCSTATUS, RADIO(CRCSTATUS)) == NRF_VAL_RADIO_CRCSTATUS_CRCSTATUS_CRCOK) {
+            return 1;
+        }
+    }
+}
+
+/* Listen for a beacon until `deadline`: the time its burst ends (from its ADDRESS time), or 0 if
+ * none came; its sender and inference in *from and *inference. */
+static uint32_t beacon_listen(uint32_t deadline, uint8_t *from, uint32_t *inference)
+{
+    while (receive_until(deadline)) {
+        if (radio_pdu[1] == BEACON_LEN && radio_pdu[2] == BEACON_MAGIC && radio_pdu[3] < BEACONS) {
             const uint32_t sent = TIMER0(CC(1u)) - ADDR_EVENT_US * TICKS_PER_US;
+            *from = radio_pdu[4];
+            *inference = (uint32_t)radio_pdu[5] | ((uint32_t)radio_pdu[6] << 8) | ((uint32_t)radio_pdu[7] << 16) |
+                         ((uint32_t)radio_pdu[8] << 24);
             return sent + (uint32_t)(radio_pdu[3] + 1u) * BEACON_SLOT_US * TICKS_PER_US;
         }
     }
+    return 0u;
+}
+
+/* The initiator's beacon burst, starting a little after now; returns when it ends. */
+static uint32_t beacon_burst(uint32_t t0, uint32_t inference)
+{
+    for (uint8_t k = 0; k < BEACONS; k++) {
+        beacon_send(t0 + (uint32_t)k * BEACON_SLOT_US * TICKS_PER_US, (uint8_t)(BEACONS - 1u - k), inference);
+    }
+    return t0 + BEACONS * BEACON_SLOT_US * TICKS_PER_US;
 }
 
 void cisl_radio_barrier(void)
@@ -359,19 +398,81 @@ void cisl_radio_barrier(void)
     RADIO(CRCINIT) = NRF_FV(NRF_FLD_RADIO_CRCINIT_CRCINIT, BEACON_CRC_INIT);
     uint32_t start;
     if (cisl_mx_plan.initiator == cisl_node_id) {
-        const uint32_t t0 = now() + CISL_RADIO_FIRST_GUARD_MS * 1000u * TICKS_PER_US;
-        for (uint8_t k = 0; k < BEACONS; k++) {
-            beacon_send(t0 + (uint32_t)k * BEACON_SLOT_US * TICKS_PER_US, (uint8_t)(BEACONS - 1u - k));
-        }
-        start = t0 + BEACONS * BEACON_SLOT_US * TICKS_PER_US;
+        start = beacon_burst(now() + CISL_RADIO_FIRST_GUARD_MS * 1000u * TICKS_PER_US, 0u);
     } else {
-        start = beacon_listen(now() + CISL_RADIO_SCAN_TIMEOUT_MS * 1000u * TICKS_PER_US);
+        uint8_t from;
+        uint32_t inference;
+        start = beacon_listen(now() + CISL_RADIO_SCAN_TIMEOUT_MS * 1000u * TICKS_PER_US, &from, &inference);
         if (start == 0u) {
             return;
         }
     }
     while (!reached(start)) {
     }
+}
+
+/* ---- resynchronisation between inferences --------------------------------------------------- */
+
+/* Nodes that declared each other dead never meet again by themselves: each runs its rounds alone
+ * (with two nodes both start every round and nobody listens), and the per-round CRC values keep a
+ * node that is a round behind from ever hearing the others (found on the register-level model,
+ * docs/design/dead-nodes.md, "Split networks"). So before every inference after the first, while
+ * this node counts some peer dead: the planned initiator sends a beacon burst naming the inference
+ * and listens for replies (node j in reply slot j), which revive their senders; every other node
+ * listens for that burst for up to resync_listen_ms: the burst revives the initiator, aligns the
+ * inference's start and is answered, and a node that finds the network at a later inference skips
+ * to it (a `resync` line; the inputs in between are not computed). Nodes with no dead peer do
+ * nothing, so a network in step pays nothing. */
+uint32_t cisl_board_resync(uint32_t inference)
+{
+    if (cisl_mixer_dead_peers() == 0u) {
+        return inference;
+    }
+    const uint32_t window = (uint32_t)cisl_mx_plan.nodes * REPLY_SLOT_US * TICKS_PER_US;
+    RADIO(CRCINIT) = NRF_FV(NRF_FLD_RADIO_CRCINIT_CRCINIT, BEACON_CRC_INIT);
+    if (cisl_mx_plan.initiator == cisl_node_id) {
+        const uint32_t end = beacon_burst(now() + (RAMP_US + SETUP_US + 100u) * TICKS_PER_US, inference);
+        uint32_t replied = 0u;
+        while (receive_until(end + window)) {
+            if (radio_pdu[1] == REPLY_LEN && radio_pdu[2] == REPLY_MAGIC && radio_pdu[3] < 32u) {
+                replied |= 1u << radio_pdu[3];
+            }
+        }
+        for (uint8_t j = 0; j < cisl_mx_plan.nodes; j++) { /* printing (UART) only after the window */
+            if ((replied >> j) & 1u) {
+                cisl_mixer_peer_heard(inference, j);
+            }
+        }
+        return inference;
+    }
+    const uint32_t deadline = now() + CISL_RADIO_RESYNC_LISTEN_MS * 1000u * TICKS_PER_US;
+    uint8_t from = 0u;
+    uint32_t net = 0u, end;
+    do { /* a burst of an earlier inference: this node is ahead, the next burst is its own */
+        end = beacon_listen(deadline, &from, &net);
+    } while (end != 0u && net < inference);
+    if (end == 0u) {
+        return inference; /* nothing heard: the initiator is dead or in step; go on as before */
+    }
+    radio_pdu[0] = 0u;
+    radio_pdu[1] = (uint8_t)REPLY_LEN;
+    radio_pdu[2] = REPLY_MAGIC;
+    radio_pdu[3] = (uint8_t)cisl_node_id;
+    send_at(end + (uint32_t)cisl_node_id * REPLY_SLOT_US * TICKS_PER_US);
+    while (!reached(end + window)) {
+    }
+    /* printing (UART, ~7 ms a line) only now: the others start the inference a few ms ahead, well
+     * within the first round's wait for this node */
+    if (net > inference) {
+        cisl_line l;
+        cisl_log_begin(&l, "resync");
+        cisl_log_u32(&l, "inf", net);
+        cisl_log_u32(&l, "skipped", net - inference);
+        cisl_log_u32(&l, "peer", from);
+        cisl_log_end(&l);
+    }
+    cisl_mixer_peer_heard(net, from);
+    return net;
 }
 
 /* ---- somegather over Mixer: board hooks ----------------------------------------------------- */

@@ -87,9 +87,12 @@ class Packet:
 
 @dataclass
 class Medium:
-    """Every packet sent, for the receivers to find; optional i.i.d. loss per (packet, receiver)."""
+    """Every packet sent, for the receivers to find; optional i.i.d. loss per (packet, receiver), and
+    outages: windows of emulated time (µs from reset) in which every packet is lost (interference, a
+    blocked line of sight)."""
     loss: float = 0.0
     seed: int = 0
+    outages: tuple[tuple[float, float], ...] = ()
     packets: list[Packet] = field(default_factory=list)
     trace: list | None = None   # (µs, node, what, detail) of every transmission and reception, if a list
 
@@ -578,7 +581,8 @@ class Radio(Plain):
         hears = (all(p.setup[i] == rx_setup[i] for i in air)
                  and self._field("RXADDRESSES", f"ADDR{p.setup[-1]}") == 1
                  and (p.cut is None or p.cut > p.t_addr)
-                 and self.node.medium.rng.random() >= self.node.medium.loss)
+                 and self.node.medium.rng.random() >= self.node.medium.loss
+                 and not any(a * CYC_PER_US <= p.t0 < b * CYC_PER_US for a, b in self.node.medium.outages))
         if not hears:  # nothing it can decode: keeps listening for the next packet
             self.locked = False
             self.rx_since = p.t0 + 1
@@ -702,11 +706,13 @@ class NetworkRun:
 
 def run_network(images: list[Path], memory: MemoryModel, *, until: Callable[[dict[int, str]], bool],
                 limit_s: float = 2.0, loss: float = 0.0, seed: int = 0,
-                boot_offsets_us: list[int] | None = None, trace: list | None = None) -> NetworkRun:
+                boot_offsets_us: list[int] | None = None, trace: list | None = None,
+                outages: list[tuple[float, float]] = ()) -> NetworkRun:
     """Run the images (node i = images[i]) together from reset until ``until(serial text per node)``
-    holds, a node faults, or ``limit_s`` of emulated time passes."""
+    holds, a node faults, or ``limit_s`` of emulated time passes. ``outages``: (start, end) µs
+    windows in which the medium loses every packet."""
     regs = load_regs()
-    medium = Medium(loss=loss, seed=seed, trace=trace)
+    medium = Medium(loss=loss, seed=seed, trace=trace, outages=tuple((float(a), float(b)) for a, b in outages))
     nodes = [Node(i, elf, memory, regs, medium) for i, elf in enumerate(images)]
     offsets = [o * CYC_PER_US for o in (boot_offsets_us or [0] * len(nodes))]
     for n, o in zip(nodes, offsets):   # a node reset later starts executing later

@@ -40,6 +40,13 @@ uint32_t cisl_board_read(char *buf, uint32_t max);
  * together). Optional: a weak default does nothing (cisl_runtime.c). */
 void cisl_board_start(void);
 
+/* Called before every inference after the first, outside its timed span: a board whose nodes can
+ * fall apart (nrf52840dk: declared each other dead, or a round behind for good) brings them back
+ * together here (docs/design/dead-nodes.md, "Split networks"). Returns the inference to run next:
+ * `inference`, or a later one the network is already at (the node then skips the inputs in between
+ * and has printed a `resync` line). Optional: a weak default returns `inference`. */
+uint32_t cisl_board_resync(uint32_t inference);
+
 /* Fetch the next input window (len int8 values) into dst. Returns 1 if one was delivered,
  * 0 when there are no more inputs (the node then reports and stops). */
 int cisl_board_next_input(int8_t *dst, uint32_t len);

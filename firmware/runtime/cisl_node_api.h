@@ -24,6 +24,10 @@ extern const uint8_t cisl_node_id;
 /* Reset the node (the next inference is number 0). Returns 0. */
 int cisl_node_init(void);
 
+/* The next `count` inferences are not computed here (a node left behind that rejoins the network at
+ * a later inference, cisl_board_resync): the next inference's number grows by `count`. */
+void cisl_node_skip(uint32_t count);
+
 /* One inference of input (input_len int8 values); the sink writes output_len int8 values to output.
  * output and crc may be NULL. Returns 0, or a negative CISL_ERR_* code (an `error` line is printed). */
 int cisl_node_infer(const int8_t *input, int8_t *output, uint32_t *crc);

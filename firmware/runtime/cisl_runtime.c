@@ -37,6 +37,9 @@ void cisl_block_end(cisl_block *b, uint32_t inference, int32_t layer, const char
 /* Boards that need nothing before the first inference. */
 __attribute__((weak)) void cisl_board_start(void) {}
 
+/* Boards whose nodes need no resynchronisation between inferences. */
+__attribute__((weak)) uint32_t cisl_board_resync(uint32_t inference) { return inference; }
+
 /* Boards that do not say what their clock counts print no `clock` key. */
 __attribute__((weak)) const char *cisl_board_clock(void) { return 0; }
 

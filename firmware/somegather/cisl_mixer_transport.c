@@ -24,6 +24,8 @@ static struct {
     uint32_t dead;              /* nodes declared dead */
 } peers;
 
+uint32_t cisl_mixer_dead_peers(void) { return peers.dead; }
+
 /* The node that starts a round: the planned initiator, or the next live node after it. */
 static uint8_t round_initiator(const cisl_mx_schedule *plan)
 {
@@ -83,6 +85,18 @@ static void track_peers(uint32_t inference, uint32_t due, uint32_t alive, int sy
             peers.dead |= b;
             peer_event(inference, j, "dead", peers.miss[j]);
         }
+    }
+}
+
+void cisl_mixer_peer_heard(uint32_t inference, uint8_t j)
+{
+    if (j >= cisl_mx_plan.nodes || j == cisl_node_id) {
+        return;
+    }
+    peers.miss[j] = 0;
+    if ((peers.dead >> j) & 1u) {
+        peers.dead &= ~(1u << j);
+        peer_event(inference, j, "alive", 0);
     }
 }
 

@@ -70,6 +70,14 @@ int cisl_mixer_exchange(uint16_t sg, uint32_t inference, const uint8_t *msg, uin
 int cisl_mixer_control(uint32_t inference, uint8_t mode, const uint8_t *row, uint32_t len, cisl_rx_fn on_rx,
                        void *ctx);
 
+/* Resynchronisation between inferences (boards with a radio barrier, nrf52840dk: docs/design/
+ * dead-nodes.md, "Split networks"). The nodes this node has declared dead (bit j = node j). */
+uint32_t cisl_mixer_dead_peers(void);
+
+/* A sign of life from node j outside a round (a resynchronisation beacon or reply): rounds wait for
+ * it again from the next one on; prints `peer state=alive` if it was dead. */
+void cisl_mixer_peer_heard(uint32_t inference, uint8_t j);
+
 /* Board hook: run one armed Mixer round to its end (on hardware: mx_start over the RADIO HAL; on
  * the virtual testbed: the slot-level medium). The round is part `part` of exchange `sg` of
  * `inference`; `slot_us` is its slot length. Returns >= 0 or < 0 on error. */

@@ -247,6 +247,32 @@ def test_a_node_that_breaks_the_sequence_rules_is_failed_with_its_line(tmp_path,
     assert not r.ok and why in r.nodes[0].failed and "line " in r.nodes[0].failed, r.nodes[0].failed
 
 
+def test_a_node_that_rejoins_the_network_later_keeps_the_contract(tmp_path):
+    """A board left behind by its network skips to the network's inference (nrf52840dk resync,
+    docs/design/dead-nodes.md "Split networks"): `cisl logs` records it as a good run, the skipped
+    inferences having no `infer` line; a resync that does not follow the inference in progress fails."""
+    boot = b"CISL 0 boot fw=0.1.0 plan=abc board=x node=0 nodes=2\n"
+    good = (boot + b"CISL 0 infer inf=0 us=5 crc=00\nCISL 0 resync inf=3 skipped=2 peer=0\n"
+            b"CISL 0 peer inf=3 peer=0 state=alive rounds=0 role=sink\nCISL 0 infer inf=3 us=5 crc=00\n"
+            b"CISL 0 end inferences=2\n")
+    bad = boot + b"CISL 0 infer inf=0 us=5 crc=00\nCISL 0 resync inf=3 skipped=1 peer=0\nCISL 0 end inferences=1\n"
+    for lines, ok in ((good, True), (bad, False)):
+        m0, _ = make_pty(tmp_path / "a.tty")
+
+        def reset():
+            wait_for_reader(m0)
+            os.write(m0, lines)
+            return {}
+
+        r = capture([PortSpec(0, str(tmp_path / "a.tty"))], None, reset=reset, timeout=3.0)
+        os.close(m0)
+        if ok:
+            assert r.ok, r.nodes[0].failed
+            assert r.nodes[0].infers == 2 and [x.event for x in r.nodes[0].records].count("resync") == 1
+        else:
+            assert not r.ok and "resync to inference 3 skipping 1" in r.nodes[0].failed, r.nodes[0].failed
+
+
 def test_a_node_already_running_when_the_ports_open_starts_at_its_reset(tmp_path, monkeypatch):
     """Flashing starts a node, so its port may print the old run's lines before `cisl logs` resets it:
     those are left out (counted), and the reset's boot line starts the run (not "booted again")."""

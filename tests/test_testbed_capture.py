@@ -220,6 +220,20 @@ def test_a_port_another_reader_holds_is_refused(tmp_path):
     os.close(m0)
 
 
+def capture_one_port(tmp_path, lines: bytes):
+    """Capture one node whose port prints `lines` once `cisl logs` has reset it."""
+    m0, _ = make_pty(tmp_path / "a.tty")
+
+    def reset():
+        wait_for_reader(m0)
+        os.write(m0, lines)
+        return {}
+
+    r = capture([PortSpec(0, str(tmp_path / "a.tty"))], None, reset=reset, timeout=3.0)
+    os.close(m0)
+    return r
+
+
 @pytest.mark.parametrize("lines,why", [
     (b"CISL 0 boot fw=0.1.0 plan=abc board=x node=0 nodes=1\nCISL 0 infer inf=0 us=5 crc=00\n"
      b"CISL 0 boot fw=0.1.0 plan=abc board=x node=0 nodes=1\nCISL 0 infer inf=0 us=5 crc=00\n"
@@ -235,15 +249,7 @@ def test_a_port_another_reader_holds_is_refused(tmp_path):
 ])
 def test_a_node_that_breaks_the_sequence_rules_is_failed_with_its_line(tmp_path, lines, why):
     """A reboot mid-run, a repeated `infer`, negative or absurd times, a negative count: never "ok"."""
-    m0, _ = make_pty(tmp_path / "a.tty")
-
-    def reset():
-        wait_for_reader(m0)
-        os.write(m0, lines)
-        return {}
-
-    r = capture([PortSpec(0, str(tmp_path / "a.tty"))], None, reset=reset, timeout=3.0)
-    os.close(m0)
+    r = capture_one_port(tmp_path, lines)
     assert not r.ok and why in r.nodes[0].failed and "line " in r.nodes[0].failed, r.nodes[0].failed
 
 
@@ -257,15 +263,7 @@ def test_a_node_that_rejoins_the_network_later_keeps_the_contract(tmp_path):
             b"CISL 0 end inferences=2\n")
     bad = boot + b"CISL 0 infer inf=0 us=5 crc=00\nCISL 0 resync inf=3 skipped=1 peer=0\nCISL 0 end inferences=1\n"
     for lines, ok in ((good, True), (bad, False)):
-        m0, _ = make_pty(tmp_path / "a.tty")
-
-        def reset():
-            wait_for_reader(m0)
-            os.write(m0, lines)
-            return {}
-
-        r = capture([PortSpec(0, str(tmp_path / "a.tty"))], None, reset=reset, timeout=3.0)
-        os.close(m0)
+        r = capture_one_port(tmp_path, lines)
         if ok:
             assert r.ok, r.nodes[0].failed
             assert r.nodes[0].infers == 2 and [x.event for x in r.nodes[0].records].count("resync") == 1

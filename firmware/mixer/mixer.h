@@ -254,7 +254,7 @@ typedef struct {
     uint16_t fresh_pivot;   /* pivot of the latest innovative reception ... */
     uint16_t fresh_slot;    /* ... and its slot (MX_NO_SLOT: none yet) */
     uint16_t dispute_slot;  /* last slot in which a disputed node was heard */
-    uint16_t heard_slot;    /* last slot with an intact packet of this round (any sender), or the sync slot */
+    uint16_t heard_slot;    /* slot of the last accepted packet of this round (any sender); the quiet end counts from it */
     uint32_t mask_key;      /* per node key of the combination masks (a counter-based draw per slot) */
 } mx_header;
 

@@ -27,7 +27,7 @@ from .plan.io import NodeData, Plan
 from .plan.memory import align
 from .plan.mixer_layout import cv_words, mixer_maxima, row_words
 
-MX_HEADER_BYTES = 220  # sizeof(mx_header), firmware/mixer/mixer.h (the build checks the formula)
+MX_HEADER_BYTES = 224  # sizeof(mx_header), firmware/mixer/mixer.h (the build checks the formula)
 
 # sizes of the generated Mixer tables' elements (arm-none-eabi, 32-bit): see templates/mixer.c.j2;
 # the somegather descriptors are their op's (codegen/ops/somegather.py)

@@ -85,7 +85,7 @@ def library() -> ctypes.CDLL:
         ("mx_deliver_batch", None, [POINTER(c_void_p), c_uint16, c_uint16, POINTER(c_uint8), c_uint16,
                                     POINTER(c_int16), POINTER(c_int8)]),
         ("mx_row_status", c_int, [st, c_uint16]), ("mx_stats", POINTER(_Counters), [st]),
-        ("mx_heard_map", c_uint32, [st]), ("mx_synced", c_int, [st]),
+        ("mx_heard_map", c_uint32, [st]), ("mx_alive_map", c_uint32, [st]), ("mx_synced", c_int, [st]),
         ("mx_row_source", c_int, [st, c_uint16, c_uint16, c_uint8]), ("mx_silent_map", c_uint32, [st]),
         ("mx_backup_header", c_int, [st, c_void_p, c_uint16]), ("mx_taken_over", c_int, [st]),
     ]:
@@ -108,6 +108,7 @@ class RoundResult:
     synced: np.ndarray  # bool [node]: the node joined the round (heard a packet, or started it)
     silent: np.ndarray | None = None  # [node] mx_silent_map: bit j = node j made absent inside the round
     taken_over: np.ndarray | None = None  # bool [node] mx_taken_over: the node knows the backup started the round
+    alive: np.ndarray | None = None  # [node] mx_alive_map: heard, or its rows seen in a coding vector
 
     @property
     def complete(self) -> bool:
@@ -274,7 +275,7 @@ class MixerNetwork:
             slot += 1
         decoded = np.zeros((self.n, G), dtype=bool)
         data = np.zeros((self.n, G), dtype=bool)
-        frs, done, txc, heard, silent = (np.zeros(self.n, dtype=np.int64) for _ in range(5))
+        frs, done, txc, heard, silent, alive = (np.zeros(self.n, dtype=np.int64) for _ in range(6))
         synced = np.zeros(self.n, dtype=bool)
         taken = np.zeros(self.n, dtype=bool)
         for i in range(self.n):
@@ -284,6 +285,7 @@ class MixerNetwork:
                 data[i, row] = status == ROW_DECODED
             heard[i] = self.lib.mx_heard_map(self.ptrs[i])
             silent[i] = self.lib.mx_silent_map(self.ptrs[i])
+            alive[i] = self.lib.mx_alive_map(self.ptrs[i])
             taken[i] = bool(self.lib.mx_taken_over(self.ptrs[i]))
             synced[i] = bool(self.lib.mx_synced(self.ptrs[i])) or i == initiators[i]
             c = self.lib.mx_stats(self.ptrs[i]).contents
@@ -292,7 +294,7 @@ class MixerNetwork:
             frs[i] = -1 if c.slot_full_rank == NO_SLOT else c.slot_full_rank + shift
             done[i] = slot - 1 if c.slot_done == NO_SLOT else c.slot_done + shift
             txc[i] = c.tx
-        return RoundResult(slot, deadline, decoded, data, frs, done, txc, heard, synced, silent, taken)
+        return RoundResult(slot, deadline, decoded, data, frs, done, txc, heard, synced, silent, taken, alive)
 
 
 def _runs(owners: list[int]) -> list[tuple[int, int, int]]:

@@ -423,12 +423,10 @@ def comm_schedule(plan: Plan, topology: "str | Topology | None" = None, policy: 
                                     takeover=int(r.get("takeover_slots", 0)), backups=backups)
                 for k, v in enumerate(views):
                     due = 1 << inits[k]
-                    alive = int(res.heard[k])
+                    alive = int(res.alive[k])  # heard, or its rows seen coded (cisl_mixer_transport.c)
                     for f in r["senders"]:
                         if not v.dead >> f["node"] & 1:
                             due |= 1 << f["node"]
-                        if res.data[k, f["first_row"]:f["first_row"] + f["rows"]].any():
-                            alive |= 1 << f["node"]
                     if res.data[k, 0] and not res.taken_over[k]:  # the initiator's header: it started the round
                         alive |= 1 << inits[k]
                     v.after_round(inf, due & ~(1 << k), alive, bool(res.synced[k]), inits[k])

@@ -780,13 +780,38 @@ static void xor_rows(mx_state *s, uint32_t *v, const uint32_t *m)
 }
 
 /* Build this slot's packet into out. Returns 1 if there is something worth sending. */
+/* The weak-zero map a packet carries: the weak rows, except those of nodes this node was told are
+ * dead when the round was armed (mx_config.absent). Every node decides who is dead from its own
+ * evidence; spreading that view would make nodes that still hear a node drop its rows, so after an
+ * outage it could never be seen alive again beyond its neighbours (docs/design/dead-nodes.md,
+ * "Revival by rows"). The plan's weak rows and those of nodes declared silent in this round are
+ * spread. Returns nonzero if the map is not empty. */
+static int shared_weak(const mx_state *s, uint32_t *map)
+{
+    const mx_header *h = &s->h;
+    const uint32_t dead = h->cfg.absent & ~h->silenced;
+    unsigned w, any = 0;
+    for (w = 0; w < h->cvw; ++w) {
+        uint32_t bits = s->weak[w];
+        map[w] = bits;
+        while (dead && h->has_src && bits) {
+            unsigned src = s->row_src[w * 32u + ctz32(bits)];
+            if (src && ((dead >> (src - 1u)) & 1u))
+                map[w] &= ~(bits & (0u - bits));
+            bits &= bits - 1u;
+        }
+        any |= map[w] != 0u;
+    }
+    return (int)any;
+}
+
 static int build_packet(mx_state *s, uint8_t *out)
 {
     mx_header *h = &s->h;
     const unsigned g = h->cfg.generation_size, cvw = h->cvw, stride = h->stride;
     uint32_t *v = s->scratch[1];
-    uint32_t cand[MX_CV_WORDS(MX_MAX_G)], u[MX_CV_WORDS(MX_MAX_G)];
-    unsigned w, type, flags = 0, have_cv = 0, full = (h->rank == g);
+    uint32_t cand[MX_CV_WORDS(MX_MAX_G)], u[MX_CV_WORDS(MX_MAX_G)], wz[MX_CV_WORDS(MX_MAX_G)];
+    unsigned w, type, flags = 0, have_cv = 0, full = (h->rank == g), have_wz;
     uint8_t *info;
 
     for (w = 0; w < cvw; ++w)
@@ -847,17 +872,17 @@ static int build_packet(mx_state *s, uint8_t *out)
     }
 
     /* info vector */
-    if ((h->cfg.features & MX_FEAT_WEAK_ZEROS) && h->wz_pending && !words_zero(s->weak, cvw)) {
+    have_wz = (h->cfg.features & MX_FEAT_WEAK_ZEROS) && shared_weak(s, wz);
+    if (have_wz && h->wz_pending) {
         type = MX_INFO_WEAK_ZEROS;
         h->wz_pending--;
     } else if (!full && (h->cfg.features & MX_FEAT_REQUESTS) && g - h->rank <= MX_REQUEST_MISSING(g)) {
         type = MX_INFO_REQUEST;
-    } else if ((h->cfg.features & MX_FEAT_WEAK_ZEROS) && !words_zero(s->weak, cvw) &&
-               (full ? (h->tx_count & 3u) == 3u : (h->tx_count & 1u) == 1u)) {
+    } else if (have_wz && (full ? (h->tx_count & 3u) == 3u : (h->tx_count & 1u) == 1u)) {
         type = MX_INFO_WEAK_ZEROS;
     } else if (h->fr_map) {
         type = MX_INFO_FULL_RANK;
-    } else if ((h->cfg.features & MX_FEAT_WEAK_ZEROS) && !words_zero(s->weak, cvw)) {
+    } else if (have_wz) {
         type = MX_INFO_WEAK_ZEROS;
     } else {
         type = MX_INFO_NONE;
@@ -899,7 +924,7 @@ static int build_packet(mx_state *s, uint8_t *out)
         words_to_bytes(info, h->cv_bytes, u);
         break;
     case MX_INFO_WEAK_ZEROS:
-        words_to_bytes(info, h->cv_bytes, s->weak);
+        words_to_bytes(info, h->cv_bytes, wz);
         break;
     case MX_INFO_FULL_RANK: {
         /* absent nodes count as full (the map must agree with ALL_FULL, which covers them) */
@@ -1108,6 +1133,23 @@ int mx_slot(mx_state *s, uint16_t slot, uint8_t *tx_packet, uint16_t *tx_len)
 
 static void note_dispute(mx_state *s, const uint32_t *map);
 
+/* A packet that codes rows this node holds as weak zeros (their node is dead or silent in its view)
+ * is dropped, but those rows exist at the sender: their node is alive (mx_alive_map). Only the weak
+ * rows are looked at, so a node in step with the others pays nothing here. */
+static void note_weak_coded(mx_state *s, const uint32_t *cv)
+{
+    unsigned w;
+    for (w = 0; w < s->h.cvw; ++w) {
+        uint32_t bits = cv[w] & s->weak[w];
+        while (bits) {
+            unsigned src = s->row_src[w * 32u + ctz32(bits)];
+            if (src)
+                s->h.coded_by |= 1u << (src - 1u);
+            bits &= bits - 1u;
+        }
+    }
+}
+
 /* A packet dropped for contradicting this node (another view of who is silent or dead) still says
  * whether its sender has full rank and, once this node has full rank itself, which nodes the sender
  * knows to have it (its map, or ALL_FULL: all of them). Without it, nodes that had declared others
@@ -1179,6 +1221,7 @@ int mx_receive(mx_state *s, uint16_t slot, const uint8_t *p, uint16_t len)
     bytes_to_words(cv, cvw, p + cvb_off, h->cv_bytes);
     for (w = 0; w < cvw; ++w)
         if (cv[w] & s->weak[w]) {
+            note_weak_coded(s, cv);
             note_full_sender(s, bit, flags, type == MX_INFO_FULL_RANK ? node_set_from_info(info, h->info_bytes) : 0u);
             h->st.rx_malformed++;
             return MX_E_PKT_CODING;
@@ -1667,4 +1710,18 @@ uint16_t mx_row_slot(const mx_state *s, uint16_t row)
 
 uint32_t mx_full_rank_map(const mx_state *s) { return s ? s->h.fr_map : 0u; }
 uint32_t mx_heard_map(const mx_state *s) { return s ? s->h.seen : 0u; }
+
+uint32_t mx_alive_map(const mx_state *s)
+{
+    uint32_t m;
+    unsigned i;
+    if (!s)
+        return 0u;
+    m = s->h.seen | s->h.coded_by;
+    if (s->h.has_src)
+        for (i = 0; i < s->h.cfg.generation_size; ++i)
+            if (s->row_src[i] && bit_get(s->coded, i) && !bit_get(s->own, i)) /* received, not written here */
+                m |= 1u << (s->row_src[i] - 1u);
+    return m & ~(1u << s->h.id);
+}
 uint32_t mx_silent_map(const mx_state *s) { return s ? s->h.silenced : 0u; }

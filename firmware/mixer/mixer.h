@@ -219,6 +219,8 @@ typedef struct {
     uint32_t disputed;      /* nodes heard this round that another node declared silent (its weak-zero
                              * map names their rows): their full-rank bit counts only from their own
                              * packets (docs/design/dead-nodes.md, "A live node declared silent far away") */
+    uint32_t coded_by;      /* nodes whose rows this node holds as weak zeros, seen in a coding vector of a
+                             * dropped packet this round: they are alive (mx_alive_map) */
     uint16_t cvw;           /* coding vector words */
     uint16_t pw;            /* payload words */
     uint16_t stride;        /* row words */
@@ -429,6 +431,12 @@ uint32_t mx_full_rank_map(const mx_state *s);
  * have been dropped for contradicting this node's knowledge): the sign of life the layer above uses
  * to detect dead nodes across rounds. */
 uint32_t mx_heard_map(const mx_state *s);
+/* Nodes with a sign of life this round: mx_heard_map, and every node whose rows (named by
+ * mx_row_source) appeared in a coding vector this node received, accepted or dropped. A node that
+ * is never heard directly (far down a hallway, behind a relay) is alive when its rows travel, even
+ * at a node that counts it dead and so drops the packets that carry them
+ * (docs/design/dead-nodes.md, "Revival by rows"). */
+uint32_t mx_alive_map(const mx_state *s);
 /* Nodes this node treated as absent for the rest of the round: declared silent (mx_row_source) or
  * learnt so from another node's weak-zero map. Not including mx_config.absent. */
 uint32_t mx_silent_map(const mx_state *s);

@@ -311,16 +311,9 @@ static int run_round(const cisl_mx_round *r, uint16_t sg, uint8_t part, uint32_t
     if (cisl_board_mixer_round(&mixer, sg, part, inference, r->slot_us) < 0) {
         return -1;
     }
-    uint32_t alive = mx_heard_map(&mixer);
-    for (uint8_t i = 0; i < r->nsenders; i++) {
-        const cisl_mx_frag *f = &r->senders[i];
-        for (uint16_t k = 0; k < f->rows; k++) {
-            if (mx_row_status(&mixer, (uint16_t)(f->first_row + k)) == MX_ROW_DECODED) {
-                alive |= 1u << f->node;
-                break;
-            }
-        }
-    }
+    /* heard directly, or its rows seen coded here (they travel: it is alive even where it is never
+     * heard, and even where it counts as dead and its rows' packets are dropped) */
+    uint32_t alive = mx_alive_map(&mixer);
     /* a round whose header did not arrive (or belongs to another round) delivers nothing */
     uint16_t hlen = 0;
     const uint8_t *h = mx_read(&mixer, 0, &hlen);

@@ -606,7 +606,10 @@ int32_t cisl_board_mixer_round(mx_state *s, uint16_t sg, uint8_t part, uint32_t 
     }
     hdr_ok = p != NULL && memcmp(p, header, HEADER_BYTES) == 0;
     synced = mx_synced(s) || init == F.obs;
-    life = mx_heard_map(s) | (hdr_ok && !taken ? 1u << init : 0u); /* the backup's header: no sign of it */
+    /* a sign of life only from a node that ran this round (no node that is not there is revived) */
+    CHECK((mx_alive_map(s) & ~stepped) == 0u);
+    CHECK((mx_heard_map(s) & ~mx_alive_map(s)) == 0u);
+    life = mx_alive_map(s) | (hdr_ok && !taken ? 1u << init : 0u); /* the backup's header: no sign of it */
     X.takeovers += (unsigned)taken;
     due = 1u << init;
     for (i = 0; i < r->nsenders; ++i) {
@@ -623,7 +626,7 @@ int32_t cisl_board_mixer_round(mx_state *s, uint16_t sg, uint8_t part, uint32_t 
             if (status == MX_ROW_DECODED) {
                 CHECK((stepped >> jn) & 1u);
                 check_piece_row(p, len, f, k, P, sg, jn == F.obs ? inference : rows_inf);
-                life |= 1u << jn;
+                CHECK(jn == F.obs || ((mx_alive_map(s) >> jn) & 1u)); /* a decoded row is a sign of life */
                 last = mx_row_slot(s, row) > last ? mx_row_slot(s, row) : last;
             } else {
                 CHECK(jn != F.obs);

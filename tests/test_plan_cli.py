@@ -248,6 +248,16 @@ def test_profile_from_the_op_lines_of_real_boards(tmp_path):
     p = cisl("profile", str(model), "--testbed", str(tb), "--logs", "logs", "--build", "b", "-o", "p2.json", "-q",
              cwd=tmp_path)
     assert p.returncode == 2 and "logs of another build" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    # op lines that do not fit the build (an edited file): one line, not an IndexError
+    timed = next(i for i, op in enumerate(plan.nodes[0].ops) if not kind_of(op).block_marker)
+    for bad, says in [({"i": len(plan.nodes[0].ops) + 3}, "has no op"), ({"node": 7}, "nodes 0..1"),
+                      ({"cycles": -5}, "negative")]:
+        line = {"event": "op", "node": 0, "inf": 0, "i": timed, "cycles": 10, **bad}
+        (logs / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rec + [line]))
+        p = cisl("profile", str(model), "--testbed", str(tb), "--logs", "logs", "--build", "b", "-o", "p3.json",
+                 "-q", cwd=tmp_path)
+        assert p.returncode == 2 and says in p.stderr and len(p.stderr.strip().splitlines()) == 1, (bad, p.stderr)
+        assert not (tmp_path / "p3.json").exists()
 
 
 @pytest.mark.sim

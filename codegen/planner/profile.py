@@ -337,8 +337,21 @@ def measure_logs(cfg: ModelConfig, build_dir: Path, logs_dir: Path) -> dict[str,
     cycles: dict[str, dict[str, list[float]]] = {}
     for r in ops:
         k, i = int(r["node"]), int(r["i"])
-        node = plan.nodes[k]
-        op = node.ops[i]
+        node = plan.nodes[k] if 0 <= k < plan.devices else None
+        op = node.ops[i] if node is not None and 0 <= i < len(node.ops) else None
+        if node is None:
+            what = f"the build has nodes 0..{plan.devices - 1}"
+        elif op is None:
+            what = f"node {k} has no op {i} (its ops are 0..{len(node.ops) - 1})"
+        elif kind_of(op).block_marker:
+            continue  # a block's start: no work of its own (the cycle model's rates leave them out too)
+        elif not r["cycles"] >= 0:
+            what = f"cycles={r['cycles']} is negative"
+        else:
+            what = None
+        if what:
+            raise UserError(f"{logs_dir}: an `op` line of node {k} (i={i}) does not fit {build_dir}: {what}; were "
+                            f"the logs edited, or recorded from another build? record the run again with `cisl logs`")
         board = plan.node_board(k)
         shapes = {t: node.tensors[t].shape for t in node.tensors}
         units.setdefault(board, {}).setdefault(op.kind, []).append(op_units(op, shapes))

@@ -141,6 +141,13 @@ def test_a_numeric_time_column_is_never_a_channel(tmp_path: Path) -> None:
         load_csv(path, ["timestamp"])
 
 
+def test_integer_column_names_are_names(tmp_path: Path) -> None:
+    """pandas writes an unnamed index and integer column names (`,0,1`): a header, not data."""
+    x, names = load_csv(write_csv(tmp_path, ",0,1\n0,1.5,2\n1,2.5,3\n2,3.5,4\n"))
+    assert names == ["0", "1"] and x[:, 0].tolist() == [1.5, 2.5, 3.5]
+
+
+@pytest.mark.unit
 def test_load_csv_picks_columns(tmp_path: Path) -> None:
     path = write_csv(tmp_path, "date,a,b,label\n2020-01-01,1,2.5,x\n2020-01-02,3,4e0,y\n2020-01-03,5,6,z\n")
     x, names = load_csv(path)
@@ -159,6 +166,10 @@ def test_load_csv_picks_columns(tmp_path: Path) -> None:
     ("date,a\n1,2\n", None, "data rows"),
     ("", None, "empty"),
     ("date,a\n1,2,3\n", None, "fields"),
+    ("date,a,b,a\n1,2,3,4\n2,3,4,5\n3,4,5,6\n", None, "columns 2 and 4 are both named 'a'"),
+    ("2016-07-01 00:00:00,5.827,2.009\n2016-07-01 01:00:00,5.693,2.076\n2016-07-01 02:00:00,5.157,1.741\n", None,
+     "is data, not column names"),
+    ("5.827,2.009\n5.693,2.076\n5.157,1.741\n", None, "is data, not column names"),
 ])
 def test_load_csv_errors(tmp_path: Path, text: str, columns: list[str] | None, expected: str) -> None:
     path = write_csv(tmp_path, text)

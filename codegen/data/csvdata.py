@@ -2,6 +2,8 @@
 
 Other CSVs name their time column otherwise (`time`, `timestamp`, `datetime`); a numeric one (seconds,
 a sample counter) must not become a channel the model forecasts, so every such name is the time column.
+An unnamed column (pandas writes its row index so) is no channel either. A file without a header line,
+or with two columns of one name, is refused.
 """
 
 from __future__ import annotations
@@ -54,6 +56,18 @@ def load_csv(path: str | Path, columns: Sequence[str] | None = None) -> tuple[np
     if not header:
         raise UserError(f"{path} is empty; pass an ETT-format CSV with a header line")
     header = [h.strip() for h in header]
+    # a file without a header line: its first data row would become the column names, and the
+    # model would train on channels named "5.827" minus that row (pandas' integer names, `,0,1,2`,
+    # are names: no field of a data row is empty, and a data row has a non-integer somewhere)
+    numbers = [h for h in header if _is_number(h)]
+    if len(numbers) >= max(1, len(header) - 1) and any(not h.lstrip("+-").isdigit() for h in numbers):
+        raise UserError(f"{path}: the first line ({','.join(header[:4])}{',...' if len(header) > 4 else ''}) is "
+                        "data, not column names; add a header line (e.g. date,HUFL,...,OT)")
+    seen: dict[str, int] = {}
+    for k, h in enumerate(header):
+        if h in seen and h:
+            raise UserError(f"{path}: columns {seen[h] + 1} and {k + 1} are both named {h!r}; rename one")
+        seen[h] = k
     for i, r in enumerate(rows):
         if len(r) != len(header):
             raise UserError(f"{path}: data row {i + 1} has {len(r)} fields but the header has {len(header)}; "
@@ -62,7 +76,7 @@ def load_csv(path: str | Path, columns: Sequence[str] | None = None) -> tuple[np
 
     numeric: dict[str, np.ndarray] = {}
     for name, values in zip(header, cells):
-        if name.lower() in TIME_COLUMNS:
+        if name.lower() in TIME_COLUMNS or not name:  # an unnamed column is an index (pandas' row numbers)
             continue
         col = _to_float(list(values))
         if col is not None:

@@ -162,15 +162,18 @@ def test_identical_to_the_virtual_testbed_radio_medium(tmp_path):
     assert r.expected == sum(n.expected for rt in rounds for s in rt.samples for n in s.nodes)
 
 
-def test_a_node_back_from_an_outage_is_waited_for_again_down_a_hallway(tmp_path):
-    """Node 15, at one end of hallway16, loses its radio for 4 rounds: every other node declares it
-    dead. Most of them never hear it directly; they must take it back from its rows, which its
-    neighbours relay, and no node's view of the dead may stop those rows (docs/design/dead-nodes.md,
-    "Revival by rows"). Before, the far nodes counted it dead for good and its neighbours learnt its
-    rows as weak zeros from them: its messages were lost in every later round."""
+@pytest.mark.parametrize("node", [15, 0])
+def test_a_node_back_from_an_outage_is_waited_for_again_down_a_hallway(tmp_path, node):
+    """A node loses its radio for 4 rounds: every other node declares it dead, and it declares every
+    other node dead. Node 15 sits at one end of hallway16; most nodes never hear it directly and must
+    take it back from its rows, which its neighbours relay, and no node's view of the dead may stop
+    those rows (docs/design/dead-nodes.md, "Revival by rows"). Node 0 is the initiator and the sink;
+    counting everyone dead, it must still listen for them in its rounds. Before, the far nodes counted
+    node 15 dead for good and its neighbours learnt its rows as weak zeros from them, and node 0 ended
+    every later round at once, alone: their messages were lost in every later round."""
     plan = load_plan(_plan(tmp_path, 16) / "b")
     per_inference = len(comm_schedule(plan, topology="hallway16"))
-    rounds = comm_schedule(plan, topology="hallway16", inferences=4, fail=[(15, 2, 4)])
+    rounds = comm_schedule(plan, topology="hallway16", inferences=4, fail=[(node, 2, 4)])
     first = [s for rt in rounds for s in rt.samples if s.inference == 0]
     assert any(n.delivered < n.expected for s in first for n in s.nodes)  # the outage did cost messages
     for inf in (2, 3):  # from the round after next on, nothing is lost and no round runs to its deadline

@@ -224,8 +224,8 @@ class MixerNetwork:
             self.cfg.takeover_slots, self.cfg.backup = (takeover, backups[i]) if on else (0, 0)
             if self.lib.mx_init(self.ptrs[i], ctypes.byref(self.cfg), i) != 0:
                 raise RuntimeError("mx_init failed")
-            if self.row_sources:
-                for first, rows, node in _runs(owners):
+            if self.row_sources:  # row 0, the header, named after the node's own initiator, as the transport does
+                for first, rows, node in _runs([initiators[i]] + list(owners[1:])):
                     self.lib.mx_row_source(self.ptrs[i], first, rows, node)
         self.cfg.absent, self.cfg.initiator, self.cfg.takeover_slots, self.cfg.backup = 0, planned, 0, 0
         for row, owner in enumerate(owners):

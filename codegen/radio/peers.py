@@ -48,6 +48,13 @@ class PeerView:
                 return j
         return self.me
 
+    def absent(self) -> int:
+        """The nodes the next round does not wait for (mx_config.absent): the dead ones, unless that
+        is every other node — then none, so that this node listens for them (cisl_mixer_transport.c
+        round_absent)."""
+        others = ((1 << self.n) - 1) & ~(1 << self.me)
+        return 0 if self.dead & others == others else self.dead
+
     def backup(self) -> int:
         """The node that starts the round if the initiator does not (the next live node after it;
         the initiator itself when nobody else is alive: no backup)."""

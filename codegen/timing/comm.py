@@ -409,7 +409,7 @@ def comm_schedule(plan: Plan, topology: "str | Topology | None" = None, policy: 
                                                    TERM_DONE if kind == "done" else TERM_DEADLINE, linger, initiator)
                 inits = [v.initiator() for v in views]
                 backups = [v.backup() for v in views]
-                absent = [v.dead for v in views]
+                absent = [v.absent() for v in views]
                 # row 0 (the header) is the initiator's: the one most nodes agree on
                 owners = [max(set(inits), key=inits.count)] * r["generation"]
                 for f in r["senders"]:

@@ -38,6 +38,17 @@ static uint8_t round_initiator(const cisl_mx_schedule *plan)
     return cisl_node_id;
 }
 
+/* The nodes a round does not wait for: the dead ones — unless that is every other node. A node that
+ * counts all the others dead (its radio was out for a while, or theirs) would otherwise end each round
+ * at once, alone, and never listen long enough to hear them again; so it waits for them all, and
+ * in-round silence ends the round if they really are gone (docs/design/dead-nodes.md, "Revival by
+ * rows"). */
+static uint32_t round_absent(const cisl_mx_schedule *plan)
+{
+    const uint32_t others = (plan->nodes >= 32u ? 0xFFFFFFFFu : (1u << plan->nodes) - 1u) & ~(1u << cisl_node_id);
+    return (peers.dead & others) == others ? 0u : peers.dead;
+}
+
 /* The node that starts the round if `initiator` does not: the next live node after it. */
 static uint8_t round_backup(const cisl_mx_schedule *plan, uint8_t initiator)
 {
@@ -248,7 +259,8 @@ static int run_round(const cisl_mx_round *r, uint16_t sg, uint8_t part, uint32_t
     cfg.linger_slots = r->linger;
     /* a different seed every round; every node derives the same from the schedule */
     cfg.seed = 0x9E3779B9u * (inference + 1u) ^ ((uint32_t)sg << 8) ^ part;
-    cfg.absent = peers.dead;
+    const uint32_t absent = round_absent(plan);
+    cfg.absent = absent;
     /* a dead initiator is taken over inside the round by the next live node (docs/design/dead-nodes.md) */
     const uint8_t backup = round_backup(plan, initiator);
     if (backup != initiator && r->takeover > 0u && r->takeover < r->deadline) {
@@ -291,7 +303,7 @@ static int run_round(const cisl_mx_round *r, uint16_t sg, uint8_t part, uint32_t
     uint32_t due = 1u << initiator;
     for (uint8_t i = 0; i < r->nsenders; i++) {
         const cisl_mx_frag *f = &r->senders[i];
-        if ((peers.dead >> f->node) & 1u) {
+        if ((absent >> f->node) & 1u) {
             /* a dead sender's rows are weak zeros at every node that knows it dead: nobody waits */
             for (uint16_t k = 0; k < f->rows; k++) {
                 if (mx_write(&mixer, (uint16_t)(f->first_row + k), NULL, 0) != MX_OK) {

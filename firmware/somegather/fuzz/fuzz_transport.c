@@ -298,6 +298,14 @@ void cisl_log_end(cisl_line *l)
 /* ---- the board ------------------------------------------------------------------------------ */
 
 /* The round initiator the transport must pick: the planned one, or the next live one. */
+/* The nodes a round does not wait for, as the transport arms it (round_absent): the dead ones,
+ * unless that is every other node — then none. */
+static uint32_t absent_of(uint32_t dead, unsigned me)
+{
+    const uint32_t others = ((1u << F.n) - 1u) & ~(1u << me);
+    return (dead & others) == others ? 0u : dead;
+}
+
 static unsigned expected_initiator(void)
 {
     unsigned k;
@@ -444,7 +452,7 @@ int32_t cisl_board_mixer_round(mx_state *s, uint16_t sg, uint8_t part, uint32_t 
     CHECK(cfg->num_nodes == F.n && cfg->initiator == init && cfg->generation_size == r->generation);
     CHECK(cfg->payload_size == r->payload && cfg->round_length == r->deadline && cfg->linger_slots == r->linger);
     CHECK(cfg->termination == PLAN.termination && cfg->features == MX_FEAT_DEFAULT);
-    CHECK(cfg->absent == X.dead);
+    CHECK(cfg->absent == absent_of(X.dead, F.obs));
     if (r->takeover && expected_backup(init) != init && r->takeover < r->deadline)
         CHECK(cfg->takeover_slots == r->takeover && cfg->backup == expected_backup(init));
     else
@@ -473,7 +481,7 @@ int32_t cisl_board_mixer_round(mx_state *s, uint16_t sg, uint8_t part, uint32_t 
             p = mx_read(s, row, &len);
             if (f->node == F.obs)
                 check_piece_row(p, len, f, k, P, sg, inference);
-            else if ((X.dead >> f->node) & 1u)
+            else if ((absent_of(X.dead, F.obs) >> f->node) & 1u)
                 CHECK(p == MX_WEAK_ZERO && mx_row_status(s, row) == MX_ROW_WEAK);
             else
                 CHECK(p == NULL && mx_row_status(s, row) == MX_ROW_MISSING);
@@ -537,13 +545,13 @@ int32_t cisl_board_mixer_round(mx_state *s, uint16_t sg, uint8_t part, uint32_t 
 
     /* the other nodes: the observed node's configuration, their own ids and view of the dead */
     weak_somewhere = X.dead;
-    view[F.obs] = X.dead;
+    view[F.obs] = absent_of(X.dead, F.obs);
     for (j = 0; j < F.n; ++j) {
         mx_config c = *cfg;
         if (j == F.obs || !((stepped >> j) & 1u))
             continue;
-        view[j] = (mode == 0u ? X.dead : mode == 1u ? all & ~radio : mode == 2u ? b : 0u) & all & ~(1u << j) &
-                  ~(1u << init);
+        view[j] = absent_of((mode == 0u ? X.dead : mode == 1u ? all & ~radio : mode == 2u ? b : 0u) & all &
+                            ~(1u << j) & ~(1u << init), j);
         weak_somewhere |= view[j];
         c.absent = view[j];
         if ((view[j] >> c.backup) & 1u)

@@ -779,7 +779,6 @@ static void xor_rows(mx_state *s, uint32_t *v, const uint32_t *m)
     }
 }
 
-/* Build this slot's packet into out. Returns 1 if there is something worth sending. */
 /* The weak-zero map a packet carries: the weak rows, except those of nodes this node was told are
  * dead when the round was armed (mx_config.absent). Every node decides who is dead from its own
  * evidence; spreading that view would make nodes that still hear a node drop its rows, so after an
@@ -805,6 +804,7 @@ static int shared_weak(const mx_state *s, uint32_t *map)
     return (int)any;
 }
 
+/* Build this slot's packet into out. Returns 1 if there is something worth sending. */
 static int build_packet(mx_state *s, uint8_t *out)
 {
     mx_header *h = &s->h;

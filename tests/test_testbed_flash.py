@@ -352,6 +352,10 @@ if "--recover" in argv or argv[:2] == ["device", "recover"]:
         f.write("open")
     os.replace(os.path.join(state_dir, serial + ".tmp"), os.path.join(state_dir, serial))
     sys.exit(0)
+if state[serial] == "hang":  # a probe that stopped answering: the tool never returns
+    import time; time.sleep(60)
+if state[serial] == "killed":  # the tool crashed (or the OOM killer took it)
+    import signal; os.kill(os.getpid(), signal.SIGKILL)
 if state[serial] == "protected":
     if tool == "nrfjprog":
         sys.stderr.write("ERROR: The operation attempted is unavailable due to readback protection in\n"
@@ -423,6 +427,25 @@ def test_protected_device_then_recover_with_fake_tools(tmp_path, fake_bin, nrf_b
              else ["nrfutil", "device", "reset", "--serial-number", "683000002"])
     assert node1 == [RECOVER[runner], program(runner, nrf_build, "683000002"), reset]
     assert (tmp_path / "state" / "683000002").read_text() == "open"
+
+
+@pytest.mark.parametrize("runner", ["nrfjprog", "nrfutil"])
+def test_a_hung_or_killed_tool_fails_its_node_only(tmp_path, fake_bin, nrf_build, runner):
+    """A tool that never returns (a probe that stopped answering) is stopped after --timeout and its node
+    fails with the next step; a tool killed by a signal says so; the other node is flashed and reset."""
+    devices, calls = fake_bin
+    tb = write_testbed(tmp_path, runner, ["683000001", "683000002"])
+    for state, says in [("hang", "did not finish within 2 s"), ("killed", "killed by signal SIGKILL")]:
+        devices({"683000001": "open", "683000002": state})
+        r = invoke("flash", str(nrf_build), "--testbed", str(tb), "-q", "--timeout", "2")
+        assert r.exit_code == 1, r.output
+        [line] = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert line.startswith("FAILED: 1 of 2 nodes failed to flash (first: node 1: ") and says in line, line
+        reset0 = (["nrfjprog", "-f", "NRF52", "--reset", "-s", "683000001"] if runner == "nrfjprog"
+                  else ["nrfutil", "device", "reset", "--serial-number", "683000001"])
+        assert reset0 in calls()
+        flashed = json.loads((tmp_path / ".cisl-testbed" / "flashed.json").read_text())
+        assert [x["ok"] for x in flashed["results"]] == [True, False]
 
 
 @pytest.mark.parametrize("runner", ["nrfjprog", "nrfutil"])

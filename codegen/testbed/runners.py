@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import shutil
+import signal
 import subprocess
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -134,6 +135,13 @@ class Runner:
         return p
 
     def translate(self, node: NodeEntry, step: str, cmd: list[str], p: subprocess.CompletedProcess) -> FlashError:
+        if p.returncode < 0:  # it crashed, or something killed it: not the device's answer
+            try:
+                sig = signal.Signals(-p.returncode).name
+            except ValueError:
+                sig = str(-p.returncode)
+            return FlashError(f"{step} failed: `{cmd[0]}` was killed by signal {sig} ({_tail(p)}); run `cisl flash` "
+                              "again, and check the tool on its own if it recurs", "tool")
         return FlashError(f"{step} failed: `{cmd[0]}` exit code {p.returncode}: {_tail(p)}")
 
 

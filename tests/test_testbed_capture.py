@@ -311,3 +311,24 @@ def test_a_boot_after_lines_of_a_run_breaks_the_sequence_rules():
                        "CISL 0 infer inf=39 us=5 crc=00\nCISL 0 boot fw=0.1.0 plan=abc board=x node=0 nodes=1\n")
     verdicts = [checker.check(r) for r in lines]
     assert verdicts[:2] == [None, None] and "booted after lines of inference 39" in verdicts[2], verdicts
+
+
+def test_a_line_longer_than_any_contract_line_is_noise_not_a_stall(tmp_path):
+    """20 kB without a newline (a board printing binary, a baud-rate mismatch) is dropped as noise; the
+    contract lines after it are recorded and the node is ok."""
+    run = (b"CISL 0 boot fw=0.1.0 plan=abc board=x node=0 nodes=1\n" + bytes(range(1, 256)) * 80 +
+           b"\nCISL 0 infer inf=0 us=5 crc=00\nCISL 0 end inferences=1\n")
+    r = capture_one_port(tmp_path, run)
+    assert r.ok, r.nodes[0].failed
+    assert [rec.event for rec in r.nodes[0].records] == ["boot", "infer", "end"]
+
+
+@pytest.mark.parametrize("text,says", [(b"", "nothing arrived on "), (b"\xff\x13\x80" * 50, "150 bytes on ")])
+def test_a_node_that_prints_nothing_or_only_noise_says_what_to_check(tmp_path, text, says):
+    """A board that printed nothing (unpowered, not flashed, another port) or only noise (a wrong baud
+    rate): the failure names the port and what to check, not only the missing final line."""
+    r = capture_one_port(tmp_path, text)
+    assert not r.ok
+    failed = r.nodes[0].failed
+    assert says in failed and str(tmp_path / "a.tty") in failed, failed
+    assert ("powered" if not text else "baud") in failed

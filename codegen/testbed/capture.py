@@ -337,14 +337,17 @@ def capture(ports: list[PortSpec], raw_dir: Path | None = None, *, reset: Callab
         rd = readers[k]
         c.lines, c.bytes, c.reopens, c.opened = rd.lines, rd.bytes, rd.reopens, True
         if c.failed is None and not c.done:
+            # nothing at all, or only noise: say what to check, not only what is missing
+            silent = (f"nothing arrived on {c.port} (is the board powered, flashed and on this port?)" if not rd.bytes
+                      else f"{rd.bytes} bytes on {c.port} but no contract line (is {rd.spec.baud} baud the board's rate?)")
             if duration is not None and reason.startswith("duration"):
                 if not c.records:
-                    c.failed = f"printed no contract line in {duration:g} s"
+                    c.failed = f"printed no contract line in {duration:g} s: {silent}"
             else:
                 want = f"infer inf={inferences - 1} (the {inferences}th inference)" if inferences else "'end'"
                 last = c.records[-1] if c.records else None
                 c.failed = (f"its final line {want} never came ({reason}); "
-                            + (f"last line: {last.event} {_brief(last)}" if last else "it printed no contract line"))
+                            + (f"last line: {last.event} {_brief(last)}" if last else silent))
         c.done = True
     return CaptureResult(caps, started, ended, reason, {k: v for k, v in reset_errors.items() if v}, commands)
 

@@ -352,6 +352,15 @@ if "--recover" in argv or argv[:2] == ["device", "recover"]:
         f.write("open")
     os.replace(os.path.join(state_dir, serial + ".tmp"), os.path.join(state_dir, serial))
     sys.exit(0)
+step = "reset" if "--reset" in argv or argv[:2] == ["device", "reset"] else "program"
+if state[serial].startswith(step + ":"):  # "reset:STATE": the device misbehaves only in that step
+    state[serial] = state[serial].split(":", 1)[1]
+if state[serial] == "garbled":  # output that is not UTF-8 (a J-Link DLL message in Latin-1), and success
+    sys.stdout.buffer.write(b"Programming device \xb5C \xff\xfe... done\n"); sys.exit(0)
+if state[serial] == "garbled-fail":
+    sys.stdout.buffer.write(b"\xff\xfe J-Link \xe9chec\n"); sys.exit(2)
+if state[serial] == "flood":  # megabytes of progress, the last "line" without an end
+    sys.stdout.write(("#" * 199 + "\n") * 5000 + "Error: " + "#" * 2_000_000); sys.exit(1)
 if state[serial] == "hang":  # a probe that stopped answering: the tool never returns
     import time; time.sleep(60)
 if state[serial] == "killed":  # the tool crashed (or the OOM killer took it)
@@ -446,6 +455,29 @@ def test_a_hung_or_killed_tool_fails_its_node_only(tmp_path, fake_bin, nrf_build
         assert reset0 in calls()
         flashed = json.loads((tmp_path / ".cisl-testbed" / "flashed.json").read_text())
         assert [x["ok"] for x in flashed["results"]] == [True, False]
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("runner", ["nrfjprog", "nrfutil"])
+def test_tool_output_that_is_not_utf8_or_floods_stays_one_line(tmp_path, fake_bin, nrf_build, runner):
+    """Bytes that are not UTF-8 made a tool that succeeded a FLASH ERROR (UnicodeDecodeError), and in the
+    reset step ended the whole flash with "a file that should be text is not" (exit 2, no flashed.json);
+    a tool's multi-megabyte last line became the error line."""
+    devices, calls = fake_bin
+    tb = write_testbed(tmp_path, runner, ["683000001", "683000002"])
+    devices({"683000001": "garbled", "683000002": "reset:garbled-fail"})
+    r = invoke("flash", str(nrf_build), "--testbed", str(tb), "-q")
+    assert r.exit_code == 1, r.output
+    rows = {ln.split()[1]: ln for ln in r.stdout.splitlines() if ln.startswith("node ")}
+    assert rows["00"].endswith("ok")
+    assert "RESET ERROR: reset failed: " in rows["01"] and "exit code 2" in rows["01"] and "chec" in rows["01"]
+    flashed = json.loads((tmp_path / ".cisl-testbed" / "flashed.json").read_text())
+    assert [(x["ok"], x["stage"]) for x in flashed["results"]] == [(True, "flash"), (False, "reset")]
+    devices({"683000001": "open", "683000002": "flood"})
+    r = invoke("flash", str(nrf_build), "--testbed", str(tb), "-q")
+    assert r.exit_code == 1, r.output
+    [line] = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert "exit code 1: Error: ####" in line and "2000007 characters" in line and len(line) < 600, line[:1000]
 
 
 @pytest.mark.parametrize("runner", ["nrfjprog", "nrfutil"])

@@ -67,7 +67,9 @@ def nrfutil_probes(timeout: float = 30.0) -> list[Probe]:
     """J-Link probes from ``nrfutil device list --json`` (newline-delimited JSON; the devices are in the
     ``task_end`` record), with the serial ports nrfutil associates with each."""
     log_command(["nrfutil", "device", "list", "--json"])
-    p = subprocess.run(["nrfutil", "device", "list", "--json"], capture_output=True, text=True, timeout=timeout)
+    # errors="replace" (here and below): a tool's output need not be UTF-8; a probe list is still one
+    p = subprocess.run(["nrfutil", "device", "list", "--json"], capture_output=True, text=True, errors="replace",
+                       timeout=timeout)
     if p.returncode != 0:
         raise RuntimeError(_last_line(p.stderr or p.stdout) or f"exit code {p.returncode}")
     devices = []
@@ -94,7 +96,8 @@ def nrfutil_probes(timeout: float = 30.0) -> list[Probe]:
 def nrfjprog_probes(timeout: float = 30.0) -> list[Probe]:
     """J-Link probes from ``nrfjprog --ids`` (one serial number per line)."""
     log_command(["nrfjprog", "--ids"])
-    p = subprocess.run(["nrfjprog", "--ids"], capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run(["nrfjprog", "--ids"], capture_output=True, text=True, errors="replace",
+                       timeout=timeout)
     if p.returncode != 0:
         raise RuntimeError(_last_line(p.stderr or p.stdout) or f"exit code {p.returncode}")
     return [Probe(s.strip(), "J-Link", "nrfjprog") for s in p.stdout.splitlines() if s.strip().isdigit()]

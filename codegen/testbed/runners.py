@@ -108,6 +108,8 @@ class Runner:
                 return None
             except FlashError as e:
                 return e
+            except Exception as e:  # anything else is still this node's reset failing, not the others'
+                return FlashError(f"reset failed ({type(e).__name__}: {e})")
 
         if not nodes:
             return {}
@@ -124,9 +126,14 @@ class Runner:
         self.say(node, step)
         log_command(cmd)
         try:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout)
+            # errors="replace": a tool's output is not always UTF-8 (J-Link DLL messages, a device name in
+            # Latin-1); undecodable bytes must not turn a flash that worked into a UnicodeDecodeError
+            p = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=self.timeout)
         except FileNotFoundError:
             raise FlashError(f"`{cmd[0]}` not found; {INSTALL_HINTS.get(cmd[0], 'install it')}", "tool") from None
+        except OSError as e:  # e.g. not executable: this node's failure, not the end of the whole flash
+            raise FlashError(f"{step}: cannot run `{cmd[0]}` ({e.strerror or e}); check that it is the tool's "
+                             "executable", "tool") from None
         except subprocess.TimeoutExpired:
             raise FlashError(f"{step}: `{cmd[0]}` did not finish within {self.timeout:.0f} s (is the probe "
                              "responding? replug it, or raise --timeout)", "timeout") from None
@@ -145,9 +152,17 @@ class Runner:
         return FlashError(f"{step} failed: `{cmd[0]}` exit code {p.returncode}: {_tail(p)}")
 
 
+TAIL_CHARS = 300  # of a tool's last output line in an error: a tool that floods (MBs on one line) stays one line
+
+
 def _tail(p: subprocess.CompletedProcess) -> str:
     lines = [ln.strip() for ln in ((p.stderr or "") + "\n" + (p.stdout or "")).splitlines() if ln.strip()]
-    return lines[-1] if lines else "no output"
+    if not lines:
+        return "no output"
+    last = lines[-1]
+    if len(last) > TAIL_CHARS:
+        last = f"{last[:TAIL_CHARS]}... ({len(last)} characters; `cisl -v` shows the command to run by hand)"
+    return last
 
 
 def _protected(serial: str | None, step: str = "program") -> FlashError:

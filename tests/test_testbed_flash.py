@@ -288,6 +288,25 @@ def test_single_probe_allowed(tmp_path, tools, nrf_build, monkeypatch):
     assert "683000009 is not attached" in rep.results[1].error and "683000007" in rep.results[1].error
 
 
+@pytest.mark.faults
+@pytest.mark.parametrize("runner", ["nrfjprog", "nrfutil"])
+def test_two_probes_with_one_serial_number_are_never_flashed(tmp_path, tools, nrf_build, runner):
+    """Two attached probes that report the same serial number (clones without their own): the tool would
+    program one of them, maybe not node 1's board; cisl flashed it and said ok."""
+    from codegen.testbed.probes import discover
+
+    fake = tools(["683000001", "683000002", "683000002"])
+    tb = write_testbed(tmp_path, runner, ["683000001", "683000002"])
+    r = invoke("flash", str(nrf_build), "--testbed", str(tb), "-q")
+    assert r.exit_code == 1, r.output
+    [line] = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert "node 1: 2 attached probes report serial number 683000002" in line and "unplug" in line, line
+    assert not [c for c in fake.calls if "683000002" in c]  # neither programmed nor reset
+    assert [c for c in fake.calls if "683000001" in c]
+    notes = discover((runner,)).notes  # and `cisl testbed scan` says so in its draft
+    assert any("2 probes with serial number 683000002" in n for n in notes), notes
+
+
 # -- a failing node: a flash error for it, the others' results still reported, exit code 1 -----------------
 
 def test_failing_flash_is_reported_as_a_flash_error(tmp_path, tools, nrf_build):

@@ -107,6 +107,10 @@ def resolve_serials(testbed: Testbed, nodes: list[NodeEntry], runners: dict[str,
             if probes is not None and not match:
                 errors[n.id] = FlashError(f"probe {n.probe} is not attached (attached probes: {describe(probes)}); "
                                           f"plug it in or fix probe in {testbed.path}", "probe")
+            elif len(match) > 1:  # the tool would pick one of them: maybe another board than this node's
+                errors[n.id] = FlashError(f"{len(match)} attached probes report serial number {n.probe} ({n.runner} "
+                                          f"lists {describe(match)}), so cisl cannot tell which board is node {n.id}; "
+                                          "unplug the others (a probe clone without its own serial number?)", "probe")
             serials[n.id] = match[0].serial if match else n.probe
             continue
         fix = f"set probe = \"SERIAL\" for node {n.id} in {testbed.path} (`cisl testbed scan` lists them)"

@@ -124,6 +124,10 @@ def discover(tools: tuple[str, ...] = ("pyocd", "nrfutil", "nrfjprog")) -> Disco
         except Exception as e:  # a probe driver failing (libusb, permissions) must not end the scan
             notes.append(f"{tool} could not list probes: {type(e).__name__}: {e}")
             continue
+        keys = [p.key for p in probes]
+        for twice in sorted({k for k in keys if keys.count(k) > 1}):  # merged below: say so, as flash refuses them
+            notes.append(f"{tool} lists {keys.count(twice)} probes with serial number {twice}: cisl cannot tell "
+                         "their boards apart (flashing them is refused); unplug all but one")
         for p in probes:
             old = found.get(p.key)
             if old is None:

@@ -20,7 +20,7 @@ from codegen.fsutil import sha256_file
 from codegen.plan.io import load_plan
 from codegen.testbed.config import load_testbed
 from codegen.testbed.flash import flash_testbed
-from codegen.testbed.runners import FlashError, NrfJprogRunner, NrfUtilRunner, PyOCDRunner, image_segments
+from codegen.testbed.runners import FlashError, NrfJprogRunner, NrfUtilRunner, PyOCDRunner, Runner, image_segments
 
 pytestmark = pytest.mark.unit
 
@@ -90,7 +90,8 @@ class FakeTools:
 def tools(monkeypatch):
     def install(attached, fail=None, missing=()):
         fake = FakeTools(attached, fail)
-        monkeypatch.setattr(subprocess, "run", fake.run)
+        monkeypatch.setattr(subprocess, "run", fake.run)  # the probe lists
+        monkeypatch.setattr(Runner, "_call", lambda self, cmd: fake.run(cmd))  # the runners' tool calls
         monkeypatch.setattr(shutil, "which", lambda name: None if name in missing else f"/usr/bin/{name}")
         return fake
     return install
@@ -380,6 +381,17 @@ if state[serial] == "garbled-fail":
     sys.stdout.buffer.write(b"\xff\xfe J-Link \xe9chec\n"); sys.exit(2)
 if state[serial] == "flood":  # megabytes of progress, the last "line" without an end
     sys.stdout.write(("#" * 199 + "\n") * 5000 + "Error: " + "#" * 2_000_000); sys.exit(1)
+if state[serial] == "hang-helper":  # the work hangs in a child process (nrfutil runs its subcommands so)
+    import subprocess
+    helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    with open(os.path.join(state_dir, "..", "helper.pid.tmp"), "w") as f:
+        f.write(str(helper.pid))
+    os.replace(os.path.join(state_dir, "..", "helper.pid.tmp"), os.path.join(state_dir, "..", "helper.pid"))
+    helper.wait()
+if state[serial] == "hang-stubborn":  # hangs and ignores SIGINT and SIGTERM
+    import signal, time
+    signal.signal(signal.SIGINT, signal.SIG_IGN); signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    print("started", flush=True); time.sleep(60)
 if state[serial] == "hang":  # a probe that stopped answering: the tool never returns
     import time; time.sleep(60)
 if state[serial] == "killed":  # the tool crashed (or the OOM killer took it)
@@ -497,6 +509,70 @@ def test_tool_output_that_is_not_utf8_or_floods_stays_one_line(tmp_path, fake_bi
     assert r.exit_code == 1, r.output
     [line] = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert "exit code 1: Error: ####" in line and "2000007 characters" in line and len(line) < 600, line[:1000]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"  # a zombie is dead
+    except OSError:
+        return False
+
+
+@pytest.mark.faults
+def test_a_hung_tools_helper_process_is_stopped_with_it(tmp_path, fake_bin, nrf_build):
+    """On --timeout only the tool's own process was killed: a helper it started (nrfutil runs its work in
+    a child process) kept running, and holding the probe, after `cisl flash` had ended."""
+    import time
+
+    devices, _ = fake_bin
+    devices({"683000001": "open", "683000002": "hang-helper"})
+    tb = write_testbed(tmp_path, "nrfutil", ["683000001", "683000002"])
+    r = invoke("flash", str(nrf_build), "--testbed", str(tb), "-q", "--timeout", "1")
+    assert r.exit_code == 1 and "did not finish within 1 s" in r.stderr, r.output
+    helper = int((tmp_path / "helper.pid").read_text())
+    end = time.monotonic() + 2
+    while _alive(helper) and time.monotonic() < end:
+        time.sleep(0.02)
+    assert not _alive(helper), "the tool's helper process outlived cisl flash"
+
+
+@pytest.mark.faults
+def test_ctrl_c_stops_parallel_flashing_at_once_and_records_what_was_flashed(tmp_path, fake_bin, nrf_build):
+    """SIGINT or SIGTERM to cisl while a tool hangs (ignoring signals) waited for the tool's --timeout
+    (180 s per step by default) and left the previous flash's record, all nodes ok, in place."""
+    import os
+    import signal
+    import sys
+    import time
+
+    devices, calls = fake_bin
+    devices({"683000001": "open", "683000002": "hang-stubborn"})
+    tb = write_testbed(tmp_path, "nrfjprog", ["683000001", "683000002"])
+    record = tmp_path / ".cisl-testbed" / "flashed.json"
+    p = subprocess.Popen([sys.executable, "-m", "codegen.cli", "flash", str(nrf_build), "--testbed", str(tb), "-q",
+                          "--timeout", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        end = time.monotonic() + 20
+        while not any("683000002" in c for c in calls()) and time.monotonic() < end:
+            time.sleep(0.02)
+        time.sleep(0.2)  # the tool is running now (and ignoring signals)
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGINT)  # to cisl alone, as `kill -INT`: the tools run in their own sessions
+        out, err = p.communicate(timeout=20)
+    finally:
+        p.kill()
+    took = time.monotonic() - t0
+    assert p.returncode == 130 and err.strip().splitlines()[-1] == "interrupted", (p.returncode, err)
+    assert took < 5, took  # SIGTERM, then SIGKILL after 2 s; not the 60 s timeout
+    tools = subprocess.run(["pgrep", "-f", str(tmp_path / "bin")], capture_output=True, text=True).stdout.split()
+    assert not [pid for pid in tools if _alive(int(pid))], "a flash tool outlived cisl"
+    results = json.loads(record.read_text())["results"]
+    assert [(x["ok"], x["kind"]) for x in results] == [(True, None), (False, "interrupted")], results
+    assert "flash it again" in results[1]["error"]
+    # and `cisl logs` will not record a board that may hold part of an image
+    r = invoke("logs", "--testbed", str(tb), "-o", str(tmp_path / "logs"))
+    assert r.exit_code == 2 and "node 1: the last `cisl flash` failed on it" in r.stderr, r.output
+    assert not (tmp_path / "logs").exists()
 
 
 @pytest.mark.parametrize("runner", ["nrfjprog", "nrfutil"])

@@ -218,19 +218,43 @@ def flash_testbed(build_dir: Path, testbed: Testbed, *, verify: bool = True, res
             node_say(n, f"FLASH ERROR: {r.error}")
         r.seconds = time.monotonic() - start
 
-    with ThreadPoolExecutor(max_workers=max(1, min(32, len(nodes)))) as pool:
+    pool = ThreadPoolExecutor(max_workers=max(1, min(32, len(nodes))))
+    try:
         list(pool.map(flash_one, nodes))
+    except KeyboardInterrupt:  # before the pool is joined: its threads wait for the tools
+        _interrupted(runners, pool, results, testbed, build, nodes)
+        raise
+    pool.shutdown()
     if reset:
-        for name, runner in runners.items():
-            ok = [n for n in nodes if n.runner == name and results[n.id].ok]
-            for k, err in runner.reset(ok, serials).items():
-                if err is not None:
-                    r = results[k]
-                    r.ok, r.error, r.kind, r.stage = False, str(err), err.kind, "reset"
-                    node_say(by_id[k], f"RESET ERROR: {err}")
+        try:
+            for name, runner in runners.items():
+                ok = [n for n in nodes if n.runner == name and results[n.id].ok]
+                for k, err in runner.reset(ok, serials).items():
+                    if err is not None:
+                        r = results[k]
+                        r.ok, r.error, r.kind, r.stage = False, str(err), err.kind, "reset"
+                        node_say(by_id[k], f"RESET ERROR: {err}")
+        except KeyboardInterrupt:  # the images are in; only the reset was cut short (`cisl logs` resets)
+            _interrupted(runners, None, results, testbed, build, nodes)
+            raise
     report = FlashReport(build.dir, [results[n.id] for n in nodes])
     _record(testbed, build, report, reset)
     return report
+
+
+def _interrupted(runners: dict[str, Runner], pool: ThreadPoolExecutor | None, results: dict[int, NodeResult],
+                 testbed: Testbed, build: BuildInfo, nodes: list[NodeEntry]) -> None:
+    """Ctrl-C/SIGTERM: stop the tools at once (cisl waited for every tool's --timeout), and record which
+    nodes were flashed and which were not, so `cisl logs` refuses boards that may hold part of an image
+    instead of trusting the previous flash's record."""
+    for runner in runners.values():
+        runner.cancel()
+    if pool is not None:
+        pool.shutdown(wait=True, cancel_futures=True)
+    for r in results.values():
+        if not r.ok and r.error is None:
+            r.error, r.kind = "not flashed: `cisl flash` was interrupted before this node; flash it again", "interrupted"
+    _record(testbed, build, FlashReport(build.dir, [results[n.id] for n in nodes]), reset=False)
 
 
 def _image_for(runner: Runner, testbed: Testbed, node: NodeEntry, image: Path) -> Path:

@@ -6,14 +6,17 @@ the tool, which probes are attached, ``--recover`` for a protected device). Runn
 boards (``sim``; a QEMU runner fits the same interface) set ``probe=False`` and ``batch_reset=True``:
 their nodes start together, on one reset of the whole testbed.
 
-External programs run through ``subprocess.run`` and pyocd through its Python API, so tests can
-replace both and check the exact command lines and API calls.
+External programs run through ``Runner._call`` (each in its own process group, so a tool that hangs
+or is interrupted is stopped with every helper process it started) and pyocd through its Python API,
+so tests can replace both and check the exact command lines and API calls. ``Runner.cancel`` (Ctrl-C,
+SIGTERM) stops the tools running and starts no more.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import shutil
 import signal
 import subprocess
@@ -49,7 +52,12 @@ class FlashError(Exception):
 
     def __init__(self, message: str, kind: str = "failed"):
         super().__init__(message)
-        self.kind = kind  # failed, probe, protected, verify, timeout, tool
+        self.kind = kind  # failed, probe, protected, verify, timeout, tool, interrupted
+
+
+def interrupted_error(step: str) -> FlashError:
+    return FlashError(f"{step}: interrupted (Ctrl-C or SIGTERM); the board may hold part of an image: flash it "
+                      "again", "interrupted")
 
 
 @dataclass(frozen=True)
@@ -68,10 +76,33 @@ class Runner:
     name: ClassVar[str] = ""
     programs: ClassVar[tuple[str, ...]] = ()
 
+    KILL_AFTER_S = 2.0  # after cancel(): SIGTERM first (a tool may release its probe), then SIGKILL
+
     def __init__(self, testbed: Testbed, say: Say | None = None, timeout: float = 180.0):
         self.testbed = testbed
         self.say: Say = say or (lambda node, msg: None)
         self.timeout = timeout
+        self.cancelled = threading.Event()
+        self._procs: set[subprocess.Popen] = set()  # the tools running now (one per node at most)
+        self._procs_lock = threading.Lock()
+
+    def cancel(self) -> None:
+        """Ctrl-C/SIGTERM: stop every tool this runner started (their process groups: a terminal's Ctrl-C
+        no longer reaches them) and start no more. Without it cisl waited for each tool's --timeout."""
+        with self._procs_lock:
+            self.cancelled.set()
+            procs = list(self._procs)
+        for p in procs:
+            _signal_group(p, signal.SIGTERM)
+        if procs:
+            t = threading.Timer(self.KILL_AFTER_S, self._kill_remaining)
+            t.daemon = True
+            t.start()
+
+    def _kill_remaining(self) -> None:
+        with self._procs_lock:  # only groups still registered: a finished one's number may be reused
+            for p in self._procs:
+                _signal_group(p, signal.SIGKILL)
 
     @classmethod
     def capabilities(cls) -> RunnerCaps:
@@ -103,6 +134,8 @@ class Runner:
     def reset(self, nodes: list[NodeEntry], serials: dict[int, str | None]) -> dict[int, FlashError | None]:
         """Reset the nodes (in parallel); per node None or the error."""
         def one(n: NodeEntry) -> FlashError | None:
+            if self.cancelled.is_set():
+                return interrupted_error("reset")
             try:
                 self.reset_one(n, serials.get(n.id))
                 return None
@@ -113,8 +146,14 @@ class Runner:
 
         if not nodes:
             return {}
-        with ThreadPoolExecutor(max_workers=min(16, len(nodes))) as pool:
+        pool = ThreadPoolExecutor(max_workers=min(16, len(nodes)))
+        try:
             return dict(zip([n.id for n in nodes], pool.map(one, nodes)))
+        except KeyboardInterrupt:
+            self.cancel()  # before the pool is joined: its threads wait for the tools
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def run_status(self) -> dict | None:
         """Virtual testbeds: whether the run the last reset started has ended ({"finished": bool,
@@ -122,13 +161,39 @@ class Runner:
         return None
 
     # -- helpers for command-line tools
+    def _call(self, cmd: list[str]) -> subprocess.CompletedProcess:
+        """Run cmd in its own process group, output as text. On --timeout the whole group is killed (a tool
+        such as nrfutil runs its work in a child process, which kept the probe busy after its launcher
+        was killed) and subprocess.TimeoutExpired raised."""
+        with self._procs_lock:
+            if self.cancelled.is_set():
+                raise _Cancelled
+            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+            self._procs.add(p)
+        with p:
+            try:
+                out, err = p.communicate(timeout=self.timeout)
+            except subprocess.TimeoutExpired:
+                _signal_group(p, signal.SIGKILL)
+                p.wait()
+                raise
+            finally:
+                with self._procs_lock:
+                    self._procs.discard(p)
+        if self.cancelled.is_set():
+            raise _Cancelled
+        # errors="replace": a tool's output is not always UTF-8 (J-Link DLL messages, a device name in
+        # Latin-1); undecodable bytes must not turn a flash that worked into a UnicodeDecodeError
+        return subprocess.CompletedProcess(cmd, p.returncode, out.decode(errors="replace"),
+                                           err.decode(errors="replace"))
+
     def _run(self, node: NodeEntry, step: str, cmd: list[str]) -> subprocess.CompletedProcess:
         self.say(node, step)
         log_command(cmd)
         try:
-            # errors="replace": a tool's output is not always UTF-8 (J-Link DLL messages, a device name in
-            # Latin-1); undecodable bytes must not turn a flash that worked into a UnicodeDecodeError
-            p = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=self.timeout)
+            p = self._call(cmd)
+        except _Cancelled:
+            raise interrupted_error(step) from None
         except FileNotFoundError:
             raise FlashError(f"`{cmd[0]}` not found; {INSTALL_HINTS.get(cmd[0], 'install it')}", "tool") from None
         except OSError as e:  # e.g. not executable: this node's failure, not the end of the whole flash
@@ -153,6 +218,17 @@ class Runner:
 
 
 TAIL_CHARS = 300  # of a tool's last output line in an error: a tool that floods (MBs on one line) stays one line
+
+
+class _Cancelled(Exception):
+    """The runner was cancelled (Ctrl-C) before or while its tool ran."""
+
+
+def _signal_group(p: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(p.pid, sig)  # the group outlives its leader while a helper of the tool runs
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _tail(p: subprocess.CompletedProcess) -> str:
@@ -300,6 +376,8 @@ class PyOCDRunner(Runner):
     def flash(self, node, image, serial, verify, recover):
         from pyocd.flash.file_programmer import FileProgrammer
 
+        if self.cancelled.is_set():  # pyocd's calls cannot be stopped; those running finish
+            raise interrupted_error("connect")
         self.say(node, "connect")
         step = "connect"
         locked = _LockWarnings()

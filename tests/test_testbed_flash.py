@@ -368,6 +368,8 @@ with open(log, "a") as f:
     f.write(json.dumps([tool] + argv) + "\n")
 serial = next(argv[i + 1] for i, a in enumerate(argv) if a in ("-s", "--serial-number"))
 if "--recover" in argv or argv[:2] == ["device", "recover"]:
+    if state[serial] == "stays-protected":  # the recover "succeeds" but the part is locked again
+        sys.exit(0)
     with open(os.path.join(state_dir, serial + ".tmp"), "w") as f:
         f.write("open")
     os.replace(os.path.join(state_dir, serial + ".tmp"), os.path.join(state_dir, serial))
@@ -396,7 +398,7 @@ if state[serial] == "hang":  # a probe that stopped answering: the tool never re
     import time; time.sleep(60)
 if state[serial] == "killed":  # the tool crashed (or the OOM killer took it)
     import signal; os.kill(os.getpid(), signal.SIGKILL)
-if state[serial] == "protected":
+if state[serial] in ("protected", "stays-protected"):
     if tool == "nrfjprog":
         sys.stderr.write("ERROR: The operation attempted is unavailable due to readback protection in\n"
                          "ERROR: your device. Please use --recover to unlock the device.\n")
@@ -467,6 +469,23 @@ def test_protected_device_then_recover_with_fake_tools(tmp_path, fake_bin, nrf_b
              else ["nrfutil", "device", "reset", "--serial-number", "683000002"])
     assert node1 == [RECOVER[runner], program(runner, nrf_build, "683000002"), reset]
     assert (tmp_path / "state" / "683000002").read_text() == "open"
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("runner", ["nrfjprog", "nrfutil"])
+def test_a_device_still_protected_after_recover_does_not_suggest_recover_again(tmp_path, fake_bin, nrf_build,
+                                                                               runner):
+    """A part that the recover did not leave open (a tool older than the part): the error said "run
+    `cisl flash` again with --recover", which the user had just done."""
+    devices, calls = fake_bin
+    devices({"683000001": "open", "683000002": "stays-protected"})
+    tb = write_testbed(tmp_path, runner, ["683000001", "683000002"])
+    r = invoke("flash", str(nrf_build), "--testbed", str(tb), "-q", "--recover")
+    assert r.exit_code == 1, r.output
+    [line] = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert "683000002 is still protected (APPROTECT) after the recover" in line, line
+    assert "again with --recover" not in line and "will not help" in line and "update" in line
+    assert RECOVER[runner] in calls()
 
 
 @pytest.mark.parametrize("runner", ["nrfjprog", "nrfutil"])

@@ -242,6 +242,11 @@ def _tail(p: subprocess.CompletedProcess) -> str:
 
 
 def _protected(serial: str | None, step: str = "program") -> FlashError:
+    if step == "recover" or step.endswith(AFTER_RECOVER):  # "run again with --recover" would repeat what failed
+        return FlashError(f"the device of probe {serial} is still protected (APPROTECT) after the recover that "
+                          "--recover ran, so running it again will not help: a tool older than the part may not "
+                          "unlock it (update nRF Util / the nRF Command Line Tools / pyocd), or recover it by hand "
+                          "(`cisl -v` shows the command); docs/design/approtect.md", "protected")
     if step == "reset":  # programmed (after a recover), then it locked again on its reset
         return FlashError(f"reset: the device of probe {serial} is protected (APPROTECT) again; an nRF52840 of "
                           "build code Fxx relocks at every reset unless its image opens the port (board.toml "
@@ -250,6 +255,9 @@ def _protected(serial: str | None, step: str = "program") -> FlashError:
     return FlashError(f"the device of probe {serial} is protected (APPROTECT): its flash cannot be read or "
                       "written; run `cisl flash` again with --recover (erases the whole chip, then programs it)",
                       "protected")
+
+
+AFTER_RECOVER = " after recover"  # the program step's name when --recover ran before it
 
 
 class NrfUtilRunner(Runner):
@@ -272,7 +280,7 @@ class NrfUtilRunner(Runner):
             self._run(node, "recover", ["nrfutil", "device", "recover", "--serial-number", serial])
         options = "chip_erase_mode=ERASE_RANGES_TOUCHED_BY_FIRMWARE,verify=" + ("VERIFY_READ" if verify
                                                                                  else "VERIFY_NONE")
-        self._run(node, "program" + (" + verify" if verify else ""),
+        self._run(node, "program" + (" + verify" if verify else "") + (AFTER_RECOVER if recover else ""),
                   ["nrfutil", "device", "program", "--firmware", str(image), "--serial-number", serial,
                    "--options", options])
 
@@ -316,7 +324,7 @@ class NrfJprogRunner(Runner):
         f = ["-f", self.family(node)]
         if recover:
             self._run(node, "recover", ["nrfjprog", *f, "--recover", "-s", serial])
-        self._run(node, "program" + (" + verify" if verify else ""),
+        self._run(node, "program" + (" + verify" if verify else "") + (AFTER_RECOVER if recover else ""),
                   ["nrfjprog", *f, "--program", str(image), "--sectorerase", *(["--verify"] if verify else []),
                    "-s", serial])
 
@@ -413,7 +421,7 @@ class PyOCDRunner(Runner):
         except Exception as e:  # pyocd raises many kinds (ProbeError, TransferFaultError, TargetError, ...)
             msg = str(e) or type(e).__name__
             if (not recover and locked.seen()) or any(w in msg.lower() for w in ("lock", "approtect", "protect")):
-                raise _protected(serial) from None
+                raise _protected(serial, step + (AFTER_RECOVER if recover else "")) from None
             raise FlashError(f"{step} failed (pyocd {type(e).__name__}: {msg})") from None
 
     def reset_one(self, node, serial):

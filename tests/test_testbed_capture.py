@@ -332,3 +332,33 @@ def test_a_node_that_prints_nothing_or_only_noise_says_what_to_check(tmp_path, t
     failed = r.nodes[0].failed
     assert says in failed and str(tmp_path / "a.tty") in failed, failed
     assert ("powered" if not text else "baud") in failed
+
+
+def write_board_testbed(tmp_path: Path, ports: list[str]) -> Path:
+    """A testbed file of nrf52840dk boards on the given ports (probes named; `--no-reset` needs no tool)."""
+    text = '[defaults]\nboard = "nrf52840dk"\nrunner = "nrfjprog"\n'
+    for k, port in enumerate(ports):
+        text += f'\n[[node]]\nid = {k}\nprobe = "68300000{k + 1}"\nport = "{port}"\n'
+    (tmp_path / "tb.toml").write_text(text)
+    return tmp_path / "tb.toml"
+
+
+@pytest.mark.faults
+def test_two_nodes_on_one_device_are_refused_before_any_port_opens(tmp_path):
+    """Two port paths of one device (a by-id link and its tty name): the testbed file passes; `cisl logs`
+    waited --open-timeout and then said only 'could not exclusively lock port'."""
+    from click.testing import CliRunner
+
+    from codegen.cli import main
+
+    m0, name = make_pty(tmp_path / "a.tty")
+    (tmp_path / "b.tty").symlink_to(name)
+    tb = write_board_testbed(tmp_path, [str(tmp_path / "a.tty"), str(tmp_path / "b.tty")])
+    t0 = time.monotonic()
+    r = CliRunner().invoke(main, ["logs", "--testbed", str(tb), "-o", str(tmp_path / "logs"), "--no-reset",
+                                  "--open-timeout", "3"])
+    os.close(m0)
+    assert r.exit_code == 2, r.output
+    [line] = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert "node 1's port" in line and "node 0's port" in line and "are the same device" in line, line
+    assert time.monotonic() - t0 < 2.5 and not (tmp_path / "logs").exists()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import shutil
 import uuid
 from dataclasses import dataclass, field
@@ -64,6 +65,7 @@ def _run_logs(testbed: Testbed, out_dir: Path, *, inferences: int | None = None,
             raise UserError(f"a host command for node {cmd.node} ({cmd.text!r}): this run records only nodes "
                             f"{', '.join(map(str, ids))}")
     nodes = [testbed.node(k) for k in ids]
+    _check_distinct_ports(testbed, nodes)
     runners: dict[str, Runner] = {}
     for n in nodes:
         if n.runner not in runners:
@@ -158,6 +160,20 @@ def _run_logs(testbed: Testbed, out_dir: Path, *, inferences: int | None = None,
     replace_dir(out_dir, dest)
     stamp_output(dest)  # the lock stamps OUT; OUT.failed is stamped here, or its own files would look the user's
     return LogsResult(dest, result, problems, kept=final_dir if dest != final_dir else None)
+
+
+def _check_distinct_ports(testbed: Testbed, nodes) -> None:
+    """Two nodes whose ports are one device (a by-id link and its /dev/ttyACM name, two links): the
+    testbed file passes, and the second reader failed after --open-timeout with 'could not exclusively
+    lock port', or two nodes would share one board's lines."""
+    seen: dict[str, object] = {}
+    for n in nodes:
+        real = os.path.realpath(n.port_path)
+        if real in seen:
+            m = seen[real]
+            raise UserError(f"{testbed.path}: node {n.id}'s port {n.port} and node {m.id}'s port {m.port} are the same "
+                            f"device ({real}); every node needs its own serial port: fix port for one of them")
+        seen[real] = n
 
 
 def _logs_entry(name: str) -> bool:

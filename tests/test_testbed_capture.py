@@ -362,3 +362,23 @@ def test_two_nodes_on_one_device_are_refused_before_any_port_opens(tmp_path):
     [line] = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert "node 1's port" in line and "node 0's port" in line and "are the same device" in line, line
     assert time.monotonic() - t0 < 2.5 and not (tmp_path / "logs").exists()
+
+
+@pytest.mark.faults
+def test_a_port_that_goes_away_for_good_is_named_as_the_reason(tmp_path):
+    """A board unplugged mid-run (the pty's master closed, never back): the node failed only with 'its
+    final line never came; last line: ...', not that its port had gone."""
+    m0, _ = make_pty(tmp_path / "a.tty")
+
+    def reset():
+        wait_for_reader(m0)
+        os.write(m0, b"CISL 0 boot fw=0.1.0 plan=abc board=x node=0 nodes=1\nCISL 0 infer inf=0 us=5 crc=00\nCISL 0 in")
+        time.sleep(0.2)
+        os.close(m0)
+        return {}
+
+    r = capture([PortSpec(0, str(tmp_path / "a.tty"))], None, reset=reset, timeout=1.5)
+    failed = r.nodes[0].failed
+    assert not r.ok and "never came" in failed, failed
+    assert f"its port {tmp_path / 'a.tty'} went away" in failed and "did not come back" in failed, failed
+    assert "last line: infer inf=0" in failed

@@ -84,6 +84,7 @@ class PortReader(threading.Thread):
         self.reopens = 0
         self.bytes = 0
         self.lines = 0
+        self.lost_at: float | None = None  # time.monotonic() the port dropped, while it has not come back
 
     def _open(self):
         import serial
@@ -112,6 +113,7 @@ class PortReader(threading.Thread):
                     self.reopens += 1
                 ever_open = True
                 self.open_error = None
+                self.lost_at = None
                 self.opened.set()
                 backoff = 0.05
                 buf = b""
@@ -144,6 +146,7 @@ class PortReader(threading.Thread):
                 except (serial.SerialException, OSError, TypeError) as e:
                     # TypeError: pyserial on a port that vanished mid-read; the partial line is dropped
                     self.open_error = f"dropped: {e}"
+                    self.lost_at = time.monotonic()
                 finally:
                     with self._send_lock:
                         self._ser = None
@@ -340,6 +343,10 @@ def capture(ports: list[PortSpec], raw_dir: Path | None = None, *, reset: Callab
             # nothing at all, or only noise: say what to check, not only what is missing
             silent = (f"nothing arrived on {c.port} (is the board powered, flashed and on this port?)" if not rd.bytes
                       else f"{rd.bytes} bytes on {c.port} but no contract line (is {rd.spec.baud} baud the board's rate?)")
+            if rd.lost_at is not None:  # the reason the lines stopped: say it, not only what is missing
+                silent = (f"its port {c.port} went away {rd.lost_at - t0:.0f} s into the run and did not come back "
+                          f"(unplugged, a loose USB cable, or the board lost power?); "
+                          + (f"last line: {c.records[-1].event} {_brief(c.records[-1])}" if c.records else silent))
             if duration is not None and reason.startswith("duration"):
                 if not c.records:
                     c.failed = f"printed no contract line in {duration:g} s: {silent}"
@@ -347,7 +354,7 @@ def capture(ports: list[PortSpec], raw_dir: Path | None = None, *, reset: Callab
                 want = f"infer inf={inferences - 1} (the {inferences}th inference)" if inferences else "'end'"
                 last = c.records[-1] if c.records else None
                 c.failed = (f"its final line {want} never came ({reason}); "
-                            + (f"last line: {last.event} {_brief(last)}" if last else silent))
+                            + (f"last line: {last.event} {_brief(last)}" if last and rd.lost_at is None else silent))
         c.done = True
     return CaptureResult(caps, started, ended, reason, {k: v for k, v in reset_errors.items() if v}, commands)
 

@@ -382,3 +382,29 @@ def test_a_port_that_goes_away_for_good_is_named_as_the_reason(tmp_path):
     assert not r.ok and "never came" in failed, failed
     assert f"its port {tmp_path / 'a.tty'} went away" in failed and "did not come back" in failed, failed
     assert "last line: infer inf=0" in failed
+
+
+@pytest.mark.faults
+def test_a_hung_reset_tool_is_bounded_by_the_logs_timeout(tmp_path, monkeypatch):
+    """A reset tool that never returns held `cisl logs --timeout 2` for 60 s (the reset's own limit)."""
+    import sys
+
+    from click.testing import CliRunner
+
+    from codegen.cli import main
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    tool = bin_dir / "nrfjprog"
+    tool.write_text(f"#!{sys.executable}\nimport sys, time\n"
+                    "if sys.argv[1:] == ['--ids']:\n    print('683000001')\n    sys.exit(0)\ntime.sleep(60)\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    m0, _ = make_pty(tmp_path / "a.tty")
+    tb = write_board_testbed(tmp_path, [str(tmp_path / "a.tty")])
+    t0 = time.monotonic()
+    r = CliRunner().invoke(main, ["logs", "--testbed", str(tb), "-o", str(tmp_path / "logs"), "--timeout", "2", "-q"])
+    os.close(m0)
+    assert r.exit_code == 1, r.output
+    assert "reset failed: reset: `nrfjprog` did not finish within 2 s" in r.stderr, r.stderr
+    assert time.monotonic() - t0 < 4.5

@@ -69,7 +69,9 @@ def _run_logs(testbed: Testbed, out_dir: Path, *, inferences: int | None = None,
     runners: dict[str, Runner] = {}
     for n in nodes:
         if n.runner not in runners:
-            runners[n.runner] = RUNNERS[n.runner](testbed, lambda node, msg: say(f"{node.label}: {msg}"), timeout=60.0)
+            # a reset takes seconds; a hung tool must not hold the run past --timeout (it waited 60 s)
+            runners[n.runner] = RUNNERS[n.runner](testbed, lambda node, msg: say(f"{node.label}: {msg}"),
+                                                  timeout=min(60.0, timeout))
     if "sim" in runners:
         from ..vtestbed import bed
 

@@ -246,7 +246,7 @@ def _protected(serial: str | None, step: str = "program") -> FlashError:
         return FlashError(f"the device of probe {serial} is still protected (APPROTECT) after the recover that "
                           "--recover ran, so running it again will not help: a tool older than the part may not "
                           "unlock it (update nRF Util / the nRF Command Line Tools / pyocd), or recover it by hand "
-                          "(`cisl -v` shows the command); docs/design/approtect.md", "protected")
+                          "with the commands in docs/design/approtect.md", "protected")
     if step == "reset":  # programmed (after a recover), then it locked again on its reset
         return FlashError(f"reset: the device of probe {serial} is protected (APPROTECT) again; an nRF52840 of "
                           "build code Fxx relocks at every reset unless its image opens the port (board.toml "

@@ -672,6 +672,29 @@ def test_pyocd_protected_then_recover(tmp_path, monkeypatch, nrf_build):
     assert e.value.kind == "protected" and "debug_port" in str(e.value)
 
 
+@pytest.mark.faults
+def test_a_pyocd_error_of_many_lines_or_kilobytes_stays_one_short_line(tmp_path, monkeypatch, nrf_build):
+    """pyocd's exception text went into the error whole: 100 kB, line breaks and all."""
+    from pyocd.core.exceptions import ProbeError
+    from pyocd.flash import file_programmer
+
+    uids = ("0240000034544e45", "0240000034544e46")
+    fake_pyocd(monkeypatch, FakeTarget(SEGMENTS), probes=uids)
+    programmer = file_programmer.FileProgrammer
+
+    class Failing(programmer):
+        def program(self, path):
+            if "node_01" in path:
+                raise ProbeError("USB transfer failed\n" + "x" * 100_000)
+            return super().program(path)
+
+    monkeypatch.setattr(file_programmer, "FileProgrammer", Failing)
+    r = invoke("flash", str(nrf_build), "--testbed", str(write_testbed(tmp_path, "pyocd", list(uids))), "-q")
+    assert r.exit_code == 1, r.output
+    [line] = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert "program failed (pyocd ProbeError: USB transfer failed xxx" in line and len(line) < 500, line[:600]
+
+
 def test_images_of_another_plan_are_never_flashed(tmp_path, tools, nrf_build):
     build = tmp_path / "build"
     shutil.copytree(nrf_build, build)

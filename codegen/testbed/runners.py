@@ -142,7 +142,7 @@ class Runner:
             except FlashError as e:
                 return e
             except Exception as e:  # anything else is still this node's reset failing, not the others'
-                return FlashError(f"reset failed ({type(e).__name__}: {e})")
+                return FlashError(f"reset failed ({type(e).__name__}: {_short(str(e))})")
 
         if not nodes:
             return {}
@@ -235,10 +235,13 @@ def _tail(p: subprocess.CompletedProcess) -> str:
     lines = [ln.strip() for ln in ((p.stderr or "") + "\n" + (p.stdout or "")).splitlines() if ln.strip()]
     if not lines:
         return "no output"
-    last = lines[-1]
-    if len(last) > TAIL_CHARS:
-        last = f"{last[:TAIL_CHARS]}... ({len(last)} characters; `cisl -v` shows the command to run by hand)"
-    return last
+    return _short(lines[-1], "; `cisl -v` shows the command to run by hand")
+
+
+def _short(text: str, hint: str = "") -> str:
+    """One line of at most TAIL_CHARS (and the length it had) for an error message."""
+    text = " ".join(text.split())
+    return text if len(text) <= TAIL_CHARS else f"{text[:TAIL_CHARS]}... ({len(text)} characters{hint})"
 
 
 def _protected(serial: str | None, step: str = "program") -> FlashError:
@@ -419,8 +422,8 @@ class PyOCDRunner(Runner):
         except FlashError:
             raise
         except Exception as e:  # pyocd raises many kinds (ProbeError, TransferFaultError, TargetError, ...)
-            msg = str(e) or type(e).__name__
-            if (not recover and locked.seen()) or any(w in msg.lower() for w in ("lock", "approtect", "protect")):
+            msg = _short(str(e)) or type(e).__name__  # pyocd's text may be long, or hold line breaks
+            if (not recover and locked.seen()) or any(w in str(e).lower() for w in ("lock", "approtect", "protect")):
                 raise _protected(serial, step + (AFTER_RECOVER if recover else "")) from None
             raise FlashError(f"{step} failed (pyocd {type(e).__name__}: {msg})") from None
 
@@ -437,7 +440,7 @@ class PyOCDRunner(Runner):
         except Exception as e:
             if locked.seen():
                 raise _protected(serial, "reset") from None
-            raise FlashError(f"reset failed (pyocd {type(e).__name__}: {e})") from None
+            raise FlashError(f"reset failed (pyocd {type(e).__name__}: {_short(str(e))})") from None
 
 
 class _LockWarnings(logging.Handler):

@@ -253,7 +253,8 @@ def _interrupted(runners: dict[str, Runner], pool: ThreadPoolExecutor | None, re
         pool.shutdown(wait=True, cancel_futures=True)
     for r in results.values():
         if not r.ok and r.error is None:
-            r.error, r.kind = "not flashed: `cisl flash` was interrupted before this node; flash it again", "interrupted"
+            r.error = "not flashed: `cisl flash` was interrupted before this node; flash it again"
+            r.kind = "interrupted"
     _record(testbed, build, FlashReport(build.dir, [results[n.id] for n in nodes]), reset=False)
 
 

@@ -244,6 +244,9 @@ def _short(text: str, hint: str = "") -> str:
     return text if len(text) <= TAIL_CHARS else f"{text[:TAIL_CHARS]}... ({len(text)} characters{hint})"
 
 
+AFTER_RECOVER = " after recover"  # the program step's name when --recover ran before it
+
+
 def _protected(serial: str | None, step: str = "program") -> FlashError:
     if step == "recover" or step.endswith(AFTER_RECOVER):  # "run again with --recover" would repeat what failed
         return FlashError(f"the device of probe {serial} is still protected (APPROTECT) after the recover that "
@@ -258,9 +261,6 @@ def _protected(serial: str | None, step: str = "program") -> FlashError:
     return FlashError(f"the device of probe {serial} is protected (APPROTECT): its flash cannot be read or "
                       "written; run `cisl flash` again with --recover (erases the whole chip, then programs it)",
                       "protected")
-
-
-AFTER_RECOVER = " after recover"  # the program step's name when --recover ran before it
 
 
 class NrfUtilRunner(Runner):

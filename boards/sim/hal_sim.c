@@ -327,13 +327,43 @@ void cisl_board_write(const char *text, uint32_t n)
  * a host writes to the node's pseudo-terminal; `cisl sim` gives the nodes an empty stdin). */
 static int stdin_closed;
 
+static uint32_t inputs_taken; /* inferences started: the next one's number while the host is polled */
+
+/* Lines the host announced for the coming inference and not yet received. A virtual node runs an
+ * inference in milliseconds, faster than a host reacts to its cue (the line before), so where `cisl
+ * logs` will write a command (CISL_SIM_HOST_LINES="INF,INF,...": one entry per line) the node waits
+ * for it, up to HOST_WAIT_MS; a board takes whatever has arrived. */
+#define HOST_WAIT_MS 10000
+static uint32_t host_lines_for = UINT32_MAX, host_lines_due;
+
+static uint32_t host_lines_due_now(void)
+{
+    if (host_lines_for != inputs_taken) {
+        host_lines_for = inputs_taken;
+        host_lines_due = 0u;
+        const char *p = getenv("CISL_SIM_HOST_LINES");
+        while (p != NULL && *p != '\0') {
+            char *end = NULL;
+            const unsigned long inf = strtoul(p, &end, 10);
+            if (end == p) {
+                break; /* the host writes the list; a malformed one waits for nothing */
+            }
+            host_lines_due += inf == inputs_taken;
+            p = *end == ',' ? end + 1 : end;
+        }
+    }
+    return host_lines_due;
+}
+
 uint32_t cisl_board_read(char *buf, uint32_t max)
 {
     if (stdin_closed || max == 0u) {
         return 0u;
     }
+    const uint32_t due = host_lines_due_now();
     struct pollfd p = {STDIN_FILENO, POLLIN, 0};
-    if (poll(&p, 1, 0) <= 0 || (p.revents & (POLLIN | POLLHUP)) == 0) {
+    if (poll(&p, 1, due > 0u ? HOST_WAIT_MS : 0) <= 0 || (p.revents & (POLLIN | POLLHUP)) == 0) {
+        host_lines_due = 0u; /* none came in time: go on, as a board would */
         return 0u;
     }
     const ssize_t n = read(STDIN_FILENO, buf, max);
@@ -341,14 +371,15 @@ uint32_t cisl_board_read(char *buf, uint32_t max)
         stdin_closed = n == 0 || errno != EINTR; /* EOF or a broken stdin: no host from now on */
         return 0u;
     }
+    for (ssize_t i = 0; i < n && host_lines_due > 0u; i++) {
+        host_lines_due -= buf[i] == '\n';
+    }
     return (uint32_t)n;
 }
 
 /* Mode requests this node's host makes (the virtual testbed's stand-in for a `mode` command on
  * the serial line): CISL_SIM_MODE_REQUESTS="INF:MODE,INF:MODE,..." asks for MODE just before
  * inference INF. */
-static uint32_t inputs_taken;
-
 static void host_mode_requests(uint32_t inference)
 {
     const char *p = getenv("CISL_SIM_MODE_REQUESTS");

@@ -108,6 +108,7 @@ def _run_logs(testbed: Testbed, out_dir: Path, *, inferences: int | None = None,
         for name, runner in runners.items():
             mine = [n for n in nodes if n.runner == name and n.id not in errors]
             say(f"resetting {len(mine)} node{'s' if len(mine) != 1 else ''} ({name})")
+            runner.host_lines = {n.id: sorted(c.before for c in commands or [] if c.node == n.id) for n in mine}
             for k, err in runner.reset(mine, serials).items():
                 if err is not None:
                     errors[k] = str(err)

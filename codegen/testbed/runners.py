@@ -84,6 +84,9 @@ class Runner:
         self.timeout = timeout
         self.cancelled = threading.Event()
         self._procs: set[subprocess.Popen] = set()  # the tools running now (one per node at most)
+        # node -> the inferences before which the host writes it a line (`cisl logs` host commands); boards
+        # take what has arrived, virtual nodes, faster than any host, wait for it (SimRunner.reset)
+        self.host_lines: dict[int, list[int]] = {}
         self._procs_lock = threading.Lock()
 
     def cancel(self) -> None:
@@ -543,7 +546,7 @@ class SimRunner(Runner):
         from ..vtestbed import bed
 
         try:
-            bed.request(self.testbed, {"cmd": "reset"})
+            bed.request(self.testbed, {"cmd": "reset", "host_lines": {str(k): v for k, v in self.host_lines.items() if v}})
         except UserError as e:
             err = FlashError(f"reset failed: {e}")
             return {n.id: err for n in nodes}

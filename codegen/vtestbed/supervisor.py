@@ -175,7 +175,9 @@ class Supervisor:
     def log(self, msg: str) -> None:
         print(f"{time.strftime('%H:%M:%S')} {msg}", flush=True)
 
-    def start_run(self) -> dict:
+    def start_run(self, host_lines: dict[str, list[int]] | None = None) -> dict:
+        """Start the medium and every node program. ``host_lines``: node -> the inferences before which its
+        host writes a line; the node waits for it there (CISL_SIM_HOST_LINES, boards/sim/hal_sim.c)."""
         self.end_run("halted")
         try:
             rc = json.loads((self.state / "run.json").read_text())
@@ -210,7 +212,10 @@ class Supervisor:
             log_command(argv, cwd=cwd.format(**fmt) if cwd else None)
             with open(self.state / f"node_{k:02d}.stderr", "w") as err:
                 # sim nodes read host commands on stdin; QEMU nodes (no medium) take none
+                lines = (host_lines or {}).get(str(k))
+                env = {**os.environ, "CISL_SIM_HOST_LINES": ",".join(str(int(i)) for i in lines)} if lines else None
                 p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, cwd=cwd.format(**fmt) if cwd else None,
+                                     env=env,
                                      stdin=subprocess.PIPE if run.medium is not None else subprocess.DEVNULL)
             fd = p.stdout.fileno()
             _nonblocking(fd)
@@ -363,7 +368,7 @@ class Supervisor:
             if cmd == "ping":
                 resp = {"ok": True, "pid": os.getpid()}
             elif cmd == "reset":
-                resp = self.start_run()
+                resp = self.start_run(req.get("host_lines") or {})
             elif cmd == "halt":
                 self.end_run("halted")
                 resp = {"ok": True}

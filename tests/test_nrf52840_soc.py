@@ -194,3 +194,15 @@ def test_a_network_split_by_an_outage_comes_back_together(hw):
     for i in after:
         ref = reference(plan, x[i % len(x):i % len(x) + 1])
         assert outs[i] == ref.output[0].astype(np.int8).tobytes(), i
+
+
+def test_skipping_polling_passes_changes_nothing(hw):
+    """The emulator counts the passes of a polling loop that cannot see a change (waiting for a UART
+    line's ENDTX, ~90,000 passes a line) instead of running them. Through boot, the start barrier, the
+    first rounds at 30 % loss and their log lines, the boards print the same bytes (their cycle counts
+    and times included) and count the same instructions as when every pass runs."""
+    kw = dict(until=lambda serial: False, limit_s=0.12, loss=0.3, seed=2)
+    fast, slow = run(hw, 2, **kw), run(hw, 2, fast_forward=False, **kw)
+    assert sum(fast.skipped_passes.values()) > 10 * sum(slow.skipped_passes.values()) + 10_000
+    assert " mx " in fast.serial[0] and " mx " in fast.serial[1]
+    assert (fast.serial, fast.insns) == (slow.serial, slow.insns)

@@ -278,7 +278,10 @@ def test_a_node_already_running_when_the_ports_open_starts_at_its_reset(tmp_path
 
     from codegen.testbed import capture as cap
 
-    monkeypatch.setattr(cap, "OLD_RUN_QUIET_S", 1.0)  # generous: the writer thread below may be slow
+    # generous: the writer thread below may be slow to see the reader on a loaded machine (with a 1 s
+    # limit it once wrote after the drain had ended, and the old run's lines were taken as the new one's)
+    monkeypatch.setattr(cap, "OLD_RUN_QUIET_S", 2.0)
+    monkeypatch.setattr(cap, "OLD_RUN_LIMIT_S", 10.0)
     m0, _ = make_pty(tmp_path / "a.tty")
     boot = b"CISL 0 boot fw=0.1.0 plan=abc board=x node=0 nodes=1\n"
 

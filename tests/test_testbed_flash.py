@@ -246,6 +246,45 @@ def test_pyocd_verify_mismatch_locked_and_missing_probe(tmp_path, monkeypatch, n
     assert e.value.kind == "probe"
 
 
+@pytest.mark.faults
+def test_a_pyocd_call_that_hangs_stops_at_the_timeout_and_at_ctrl_c(tmp_path, monkeypatch, nrf_build):
+    """pyocd's calls cannot be stopped, and PyOCDRunner ignored --timeout: a probe that stopped answering
+    mid-program held `cisl flash` (and Ctrl-C) for good. Now the node fails at --timeout, naming the
+    step, and Ctrl-C ends the wait at once."""
+    import threading
+    import time
+
+    from pyocd.flash import file_programmer
+
+    tb = load_testbed(write_testbed(tmp_path, "pyocd", ["0240000034544e45"]))
+    img = nrf_build / "node_00" / "firmware.hex"
+    fake_pyocd(monkeypatch, FakeTarget(SEGMENTS))
+    release = threading.Event()
+
+    class Wedged:
+        def __init__(self, session, progress=None, chip_erase=None):
+            pass
+
+        def program(self, path):
+            release.wait(60)  # a USB transfer that never completes
+
+    monkeypatch.setattr(file_programmer, "FileProgrammer", Wedged)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(FlashError, match=r"^program: pyocd did not finish within 1 s") as e:
+            PyOCDRunner(tb, timeout=1.0).flash(tb.nodes[0], img, "0240000034544e45", True, False)
+        assert e.value.kind == "timeout" and time.monotonic() - t0 < 3
+
+        runner = PyOCDRunner(tb, timeout=60.0)
+        threading.Timer(0.3, runner.cancel).start()
+        t0 = time.monotonic()
+        with pytest.raises(FlashError) as e:
+            runner.flash(tb.nodes[0], img, "0240000034544e45", True, False)
+        assert e.value.kind == "interrupted" and time.monotonic() - t0 < 2
+    finally:
+        release.set()
+
+
 # -- choosing boards: by serial number only ------------------------------------------------------------
 
 def invoke(*args):

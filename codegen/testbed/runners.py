@@ -21,6 +21,7 @@ import shutil
 import signal
 import subprocess
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -387,11 +388,45 @@ class PyOCDRunner(Runner):
             raise FlashError(f"pyocd found no probe {serial} (or several whose ids contain it)", "probe")
         return session
 
+    POLL_S = 0.1  # how often a wait for pyocd looks at Ctrl-C
+
+    def _bounded(self, where: list[str], work: Callable[[], None]) -> None:
+        """Run ``work`` (pyocd calls; ``where[0]`` names its current step) in a thread of its own and wait
+        for it at most --timeout, and only until Ctrl-C. pyocd's calls cannot be stopped: a probe that no
+        longer answers (a wedged USB link) blocked `cisl flash` for good. A call left behind runs on in
+        its daemon thread until cisl exits; the node is reported failed and may hold part of an image."""
+        if self.cancelled.is_set():
+            raise interrupted_error(where[0])
+        outcome: list[BaseException | None] = []
+
+        def run() -> None:
+            try:
+                work()
+                outcome.append(None)
+            except BaseException as e:  # handed to the waiting thread, which raises it
+                outcome.append(e)
+
+        t = threading.Thread(target=run, name="pyocd", daemon=True)
+        t.start()
+        deadline = time.monotonic() + self.timeout
+        while t.is_alive():
+            if self.cancelled.is_set():
+                raise interrupted_error(where[0])
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise FlashError(f"{where[0]}: pyocd did not finish within {self.timeout:.0f} s (is the probe "
+                                 "responding? replug it, or raise --timeout)", "timeout")
+            t.join(min(self.POLL_S, left))
+        if outcome and outcome[0] is not None:
+            raise outcome[0]
+
     def flash(self, node, image, serial, verify, recover):
+        where = ["connect"]
+        self._bounded(where, lambda: self._flash(node, image, serial, verify, recover, where))
+
+    def _flash(self, node, image, serial, verify, recover, where: list[str]) -> None:
         from pyocd.flash.file_programmer import FileProgrammer
 
-        if self.cancelled.is_set():  # pyocd's calls cannot be stopped; those running finish
-            raise interrupted_error("connect")
         self.say(node, "connect")
         step = "connect"
         locked = _LockWarnings()
@@ -401,7 +436,7 @@ class PyOCDRunner(Runner):
                 if not recover and (locked.seen() or (getattr(target, "is_locked", None) is not None
                                                       and target.is_locked())):
                     raise _protected(serial)
-                step = "program"
+                step = where[0] = "program"
                 self.say(node, "program")
                 shown = [0]
 
@@ -414,7 +449,7 @@ class PyOCDRunner(Runner):
                 FileProgrammer(session, progress=progress, chip_erase="chip" if recover else "sector").program(
                     str(image))
                 if verify:
-                    step = "verify"
+                    step = where[0] = "verify"
                     self.say(node, "verify")
                     for addr, data in image_segments(image):
                         got = bytes(target.read_memory_block8(addr, len(data)))
@@ -431,6 +466,9 @@ class PyOCDRunner(Runner):
             raise FlashError(f"{step} failed (pyocd {type(e).__name__}: {msg})") from None
 
     def reset_one(self, node, serial):
+        self._bounded(["reset"], lambda: self._reset_one(node, serial))
+
+    def _reset_one(self, node, serial) -> None:
         self.say(node, "reset")
         locked = _LockWarnings()
         try:

@@ -131,8 +131,8 @@ class _QuantumEmulator(Emulator):
     nothing and reads peripheral registers returns to the same CPU state each time while those
     registers hold their values, and they change only at a scheduled peripheral event or reception
     (:meth:`Node.next_change`). Once two passes in a row, with no event run during them, leave the
-    registers, the values read and the cycle and count increments alike, the passes up to the last one whose reads all come before that
-    moment are counted without being run: every count advances by whole passes, so the cycles, the
+    registers, the values read and the cycle and count increments alike, the passes up to the last
+    one whose reads all come before that moment are counted without being run: every count advances by whole passes, so the cycles, the
     clock the node reads and the moment the loop sees the change are those of running them. Waiting
     for a UART line (~7 ms at 115200 baud) was ~90,000 passes, more than half of all blocks run.
     Loops that wait for a time (TIMER capture, CC read) are skipped too: see "clock loops" below."""
@@ -192,15 +192,26 @@ class _QuantumEmulator(Emulator):
         imm = [o.imm for o in ins.operands if o.type == ARM_OP_IMM] if ins is not None else []
         return imm[-1] if imm else None
 
+    def _counters(self) -> tuple:
+        """Everything a pass adds to: cycles, instructions, the region's counts, and the events run (a
+        pass with an event run inside is not idle: the registers it read may have changed after)."""
+        c = self._cur if not self.in_callback else self.comm_counts[self.region]
+        return (self.central_total, self.insns_total, c.insns, c.low, c.central, c.high, c.taken_branches,
+                c.flash_reads, c.flash_line_changes, c.icache_misses, self.node.events_run)
+
+    def _set_counters(self, values: tuple) -> None:
+        c = self._cur if not self.in_callback else self.comm_counts[self.region]
+        self.central_total, self.insns_total = values[0], values[1]
+        for name, v in zip(_COUNT_FIELDS, values[2:-1]):
+            setattr(c, name, v)
+
     def _spin_pass(self, uc, blk, reads: list) -> None:
         """At the start of a pass of the one-block loop ``blk``; ``reads`` are the last pass's."""
         if not self._is_pure_loop(blk) or any(a in self.node.volatile for a, _ in reads):
             self._spin = None
             return
-        c = self._cur if not self.in_callback else self.comm_counts[self.region]
         regs = tuple(uc.reg_read_batch(_LOOP_REGS))
-        now = (self.central_total, self.insns_total, c.insns, c.low, c.central, c.high, c.taken_branches,
-               c.flash_reads, c.flash_line_changes, c.icache_misses, self.node.events_run)
+        now = self._counters()
         last, reads = self._spin, tuple(reads)
         step = None
         if last is not None and last[0] == blk.address and last[1] == regs and last[2] == reads:
@@ -218,13 +229,9 @@ class _QuantumEmulator(Emulator):
             m -= 1
         if m < 1:
             return
-        self.central_total += m * k
-        self.insns_total += m * step[1]
-        for name, d in zip(_COUNT_FIELDS, step[2:-1]):
-            setattr(c, name, getattr(c, name) + m * d)
+        self._set_counters(tuple(v + m * d for v, d in zip(now, step)))
         self.skipped_passes += m
         self._spin = None   # the counters moved: the next pass starts a new comparison
-
 
     # -- clock loops -------------------------------------------------------------------------
     # A loop that waits for a time (`while (!reached(deadline))`: capture a TIMER, read CC, compare)
@@ -240,16 +247,6 @@ class _QuantumEmulator(Emulator):
     def _start_path(self, address: int) -> None:
         self._path = [address]
         self.node.pass_reads, self.node.pass_writes = [], []
-
-    def _counters(self) -> tuple:
-        c = self._cur
-        return (self.central_total, self.insns_total, c.insns, c.low, c.central, c.high, c.taken_branches,
-                c.flash_reads, c.flash_line_changes, c.icache_misses, self.node.events_run)
-
-    def _set_counters(self, values: tuple) -> None:
-        self.central_total, self.insns_total = values[0], values[1]
-        for name, v in zip(_COUNT_FIELDS, values[2:-1]):
-            setattr(self._cur, name, v)
 
     def _written_first(self, path: tuple) -> frozenset | None:
         """Registers (indices into _LOOP_REGS) every pass along ``path`` writes before reading, or None if

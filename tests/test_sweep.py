@@ -212,6 +212,23 @@ def test_sweep_mistakes_are_one_line_errors(tmp_path: Path, args: list[str], nee
 
 
 @pytest.mark.unit
+@pytest.mark.parametrize("text,args,needle", [
+    ("[train\n", [], "bad.toml: not valid TOML"),
+    ("[train]\nepochs = 0\n", ["--seeds", "0,1"], "bad.toml: [train] epochs must be >= 1, got 0"),
+    ("[split]\ndevices = 2\n", ["--devices", "99"], "(with overrides)"),
+])
+def test_a_config_mistake_is_one_line_before_any_unit_runs(tmp_path: Path, text: str, args: list[str],
+                                                           needle: str) -> None:
+    # each unit used to start a worker, fail on the same config and end with "N unit(s) failed ... run the
+    # sweep again to retry them", which no rerun could fix
+    (tmp_path / "bad.toml").write_text(text)
+    p = cisl(tmp_path, "sweep", "bad.toml", *args, "-o", "s")
+    assert p.returncode == 2 and needle in p.stderr, p.stderr
+    assert "unit" not in p.stderr + p.stdout and len(p.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.unit
 def test_a_sweep_folder_that_is_a_file_is_refused_before_any_unit_runs(tmp_path: Path) -> None:
     # each unit used to start, fail on the file and report "1 unit(s) failed"
     (tmp_path / "afile").write_text("mine")

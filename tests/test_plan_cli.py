@@ -50,9 +50,10 @@ def test_a_planned_mixed_split_compiles_and_runs_bit_exact_within_its_deadline(t
     assert sorted(prof["boards"]) == ["nrf52833dk", "nrf52840dk"]
     assert prof["nodes"][4]["energy_uj"] == 2000.0 and prof["nodes"][3]["board"] == "nrf52833dk"
     assert prof["boards"]["nrf52840dk"]["rates"]["fc"]["per_unit"] > 1.0  # the cycle model's, not a default
-    ok(cisl("plan", str(model), "--testbed", str(tb), "--objective", "latency", "-o", "fast.json", "-q",
-            cwd=tmp_path, timeout=600))
-    fastest = json.loads((tmp_path / "fast.json").read_text())["planner"]["predicted"]["latency_ms"]
+    ok(cisl("plan", str(model), "--testbed", str(tb), "-o", "fast.json", "-q", cwd=tmp_path, timeout=600))
+    planner = json.loads((tmp_path / "fast.json").read_text())["planner"]
+    assert planner["objective"] == "latency"  # without --deadline the default is the fastest plan
+    fastest = planner["predicted"]["latency_ms"]
     deadline = round(1.3 * fastest, 1)
     p = ok(cisl("plan", str(model), "--testbed", str(tb), "--deadline", str(deadline), "-o", "split.json",
                 "--compare", "--json", "plan.json", "-q", cwd=tmp_path, timeout=600))
@@ -141,8 +142,8 @@ def test_bad_input_is_one_line(tmp_path):
         "unknown board": (["profile", str(small), "--board", "nrf52832dk"], "unknown board 'nrf52832dk'"),
         "unknown node": (["plan", str(small), "--testbed", str(tb), "--profile", "small.json", "--objective",
                           "latency", "--without", "5"], "the testbed has no node 5"),
-        "energy without deadline": (["plan", str(small), "--testbed", str(tb), "--profile", "small.json"],
-                                    "needs --deadline"),
+        "energy without deadline": (["plan", str(small), "--testbed", str(tb), "--profile", "small.json",
+                                     "--objective", "energy"], "needs --deadline"),
     }
     for name, (args, msg) in cases.items():
         p = cisl(*args, "-o", "out.json", "-q", cwd=tmp_path, timeout=300)

@@ -60,8 +60,9 @@ def profile_cmd(model: Path, testbed_file: Path | None, board: str | None, logs_
 @click.option("--profile", "profile_file", type=click.Path(path_type=Path), default=Path("profile.json"),
               show_default=True, help="The testbed's profile (`cisl profile MODEL --testbed T`).")
 @click.option("--deadline", "deadline_ms", type=float, default=None, help="Latency per inference, ms.")
-@click.option("--objective", type=click.Choice(["energy", "latency"]), default="energy", show_default=True,
-              help="Minimise the network's energy per inference (within --deadline) or the latency.")
+@click.option("--objective", type=click.Choice(["energy", "latency"]), default=None,
+              help="Minimise the network's energy per inference (within --deadline) or the latency.  "
+                   "[default: energy with --deadline, latency without]")
 @click.option("--without", default=None, metavar="IDS", help="Nodes to leave out, e.g. 3,7 (dead or reserved).")
 @click.option("-o", "--out", "out_file", type=click.Path(path_type=Path), default=Path("split.json"),
               show_default=True, help="The split file to write (`cisl compile --split` reads it).")
@@ -70,10 +71,12 @@ def profile_cmd(model: Path, testbed_file: Path | None, board: str | None, logs_
 @click.option("--compare", is_flag=True, help="Also evaluate the even, speed-proportional and CoEdge splits.")
 @click.option("--json", "json_out", type=click.Path(path_type=Path), default=None, help="Also write the result here.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
-def plan_cmd(model: Path, testbed_file: Path, profile_file: Path, deadline_ms: float | None, objective: str,
+def plan_cmd(model: Path, testbed_file: Path, profile_file: Path, deadline_ms: float | None, objective: str | None,
              without: str | None, out_file: Path, all_nodes: bool, compare: bool, json_out: Path | None,
              quiet: bool) -> None:
     """Choose each node's heads and hidden units (or leave it out) to meet --deadline at least energy.
+
+    Without --deadline the plan is the fastest one (energy breaks ties).
 
     An exact mixed-integer program (scipy.optimize.milp, HiGHS) over the profiled nodes' shares:
     per block the slowest node's compute plus the Mixer rounds of the nodes taking part, every
@@ -85,6 +88,8 @@ def plan_cmd(model: Path, testbed_file: Path, profile_file: Path, deadline_ms: f
 
     check_output_file(out_file, json_with("format", "heads_per_device"))
     check_output_file(json_out, json_with("plan"))  # both before the work
+    if objective is None:  # the least energy needs a deadline to stay within (else one node does everything)
+        objective = "energy" if deadline_ms is not None else "latency"
     r = make_plan(model, testbed_file, profile_file, deadline_ms, objective, parse_without(without), say=say(quiet),
                   all_nodes=all_nodes)
     write_plan_file(out_file, r)

@@ -107,7 +107,7 @@ def make_plan(model_path: Path, testbed_path: Path, profile_path: Path, deadline
         raise UserError(f"--objective {objective}: choose energy or latency")
     if objective == "energy" and deadline_ms is None:
         raise UserError("--objective energy needs --deadline MS (the least energy without a deadline is one node "
-                        "doing everything); or plan with --objective latency")
+                        "doing everything); or leave --objective out for the fastest plan")
     if deadline_ms is not None and not deadline_ms > 0:
         raise UserError(f"--deadline {deadline_ms:g}: must be a positive number of milliseconds")
     shape = model_shape(model_path)
@@ -249,7 +249,8 @@ def format_plan(r: PlanResult) -> str:
     if out:
         lines.append(f"left out: {', '.join(str(n) for n in out)}")
     dl = r.split.planner.get("deadline_ms")
-    lines.append(f"latency {ev.latency_ms:.2f} ms" + (f" (deadline {dl:g} ms)" if dl else "")
+    goal = "least energy" if r.split.planner.get("objective") == "energy" else "fastest"
+    lines.append(f"latency {ev.latency_ms:.2f} ms" + (f" (deadline {dl:g} ms)" if dl else "") + f" [{goal}]"
                  + f", energy {ev.energy_total_uj:,.1f} uJ per inference; {r.solution.method} {r.solution.status} in "
                  f"{r.solution.seconds:.2f} s; re-checked exactly: no constraint broken")
     return "\n".join(lines)

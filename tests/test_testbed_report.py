@@ -100,11 +100,32 @@ def test_report_compares_runs_by_node_count(tmp_path):
     assert [(m["node"], m["param_bytes"]) for m in mem] == [("0", "1000"), ("1", "1001")]
 
 
+@pytest.mark.parametrize("summary", [lambda b: {"flashed": {"build": str(b)}}, lambda b: {"build": str(b)}],
+                         ids=["cisl-logs", "cisl-sim"])
+def test_the_memory_table_comes_from_the_build_the_logs_name_while_it_holds_their_plan(tmp_path, summary):
+    write_run(tmp_path / "logs", 4, compute_us=1000, comm_us=500, delivered=2)  # its nodes boot plan "ab"
+    build = tmp_path / "build"
+    build.mkdir()
+    compile_json = {"devices": 4, "board": "sim", "plan_sha256": "ab", "nodes": [
+        {"node": k, "param_bytes": 100 + k, "arena_bytes": 1, "bytes_sent_per_inference": 1} for k in range(4)]}
+    (build / "compile.json").write_text(json.dumps(compile_json))
+    (tmp_path / "logs" / "summary.json").write_text(json.dumps(summary(build)))
+    r = CliRunner().invoke(main, ["report", str(tmp_path / "logs"), "-o", str(tmp_path / "rep"), "--no-plots"])
+    assert r.exit_code == 0, r.output
+    assert f"memory table from {build}, the build these logs ran" in r.stderr
+    assert [m["param_bytes"] for m in read_csv(tmp_path / "rep" / "memory.csv")] == ["100", "101", "102", "103"]
+    # compiled again since the run (another plan): not the build that ran, so no memory table
+    (build / "compile.json").write_text(json.dumps({**compile_json, "plan_sha256": "cd"}))
+    r = CliRunner().invoke(main, ["report", str(tmp_path / "logs"), "-o", str(tmp_path / "rep"), "--no-plots"])
+    assert r.exit_code == 0 and "no memory table: give --build" in r.stderr, r.output
+    assert not (tmp_path / "rep" / "memory.csv").exists()
+
+
 def test_without_a_one_node_run_there_is_no_speedup(tmp_path):
     write_run(tmp_path / "logs-4", 4, 1000, 500, 3)
     r = CliRunner().invoke(main, ["report", str(tmp_path / "logs-4"), "-o", str(tmp_path / "rep"), "--no-plots"])
     assert r.exit_code == 0, r.output
-    assert "no 1-node run" in r.stderr and "no --build" in r.stderr
+    assert "no 1-node run" in r.stderr and "no memory table: give --build" in r.stderr
     assert not list((tmp_path / "rep").glob("*.png"))
     assert read_csv(tmp_path / "rep" / "speedup.csv")[0]["speedup"] == ""
 

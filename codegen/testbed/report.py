@@ -247,14 +247,43 @@ def memory(build_dir: Path) -> list[dict]:
         raise UserError(f"--build {build_dir}: compile.json is not cisl's (damaged?); run `cisl compile` again") from None
 
 
+def _plan_of(build_dir: Path) -> str | None:
+    """The first 16 hex digits of a build's plan hash (what boot lines print), None if unreadable."""
+    try:
+        return str(json.loads((Path(build_dir) / "compile.json").read_text())["plan_sha256"])[:16]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def build_of(run: Run) -> Path | None:
+    """The build a run's logs came from, when it can be told for sure: the build their summary.json
+    names (`cisl logs`: the flashed build; `cisl sim`: the build it ran) or the folder holding the logs, and
+    only if that build's plan is the one the nodes' boot lines name — a build compiled again since
+    the run is not it."""
+    ran = {str(b["plan"]) for b in run.of("boot") if b.get("plan")}
+    candidates = []
+    try:
+        summary = json.loads((run.path / "summary.json").read_text())
+        build = (summary.get("flashed") or {}).get("build") or summary.get("build")  # cisl logs / cisl sim
+        if build:
+            candidates.append(Path(build))
+    except (OSError, ValueError, AttributeError, TypeError):
+        pass
+    candidates.append(run.path.parent)
+    for c in candidates:
+        plan = _plan_of(c)
+        if plan is not None and plan in ran:
+            return c
+    return None
+
+
 def check_builds_ran(runs: list[Run], builds: list[Path]) -> None:
     """A --build's memory table belongs in the report only if the logs ran its plan (boot lines name it;
     compile.json records the plan's hash)."""
     ran = {str(b["plan"]) for r in runs for b in r.of("boot") if b.get("plan")}
     for b in builds:
-        try:
-            mine = str(json.loads((Path(b) / "compile.json").read_text())["plan_sha256"])[:16]
-        except (OSError, ValueError, KeyError, TypeError):
+        mine = _plan_of(b)
+        if mine is None:
             continue  # memory() says what is wrong with it; a compile.json without the hash cannot be checked
         if ran and mine not in ran:
             raise UserError(f"--build {b}: its plan {mine} ran in none of the logs given (they ran "
@@ -319,8 +348,14 @@ def _write_report(runs: list[Run], ests: list[dict], out_dir: Path, builds: list
             r.label = f"{r.label}#{runs.index(r)}({r.nodes} nodes)"
     runs.sort(key=lambda r: r.nodes)
     check_builds_ran(runs, builds or [])
-    mem = [row for b in builds or [] for row in memory(b)]
     res = ReportResult(out_dir)
+    if not builds:  # the builds the runs came from, where the logs say which and they are still as they ran
+        found = {r.label: build_of(r) for r in runs}
+        builds = list(dict.fromkeys(b for b in found.values() if b is not None))
+        for label, b in found.items():
+            if b is not None:
+                res.notes.append(f"{label}: memory table from {b}, the build these logs ran (--build to choose)")
+    mem = [row for b in builds for row in memory(b)]
     lat, blk, sgs, dlv, fc = [], [], [], [], []
     for r in runs:
         a, b = per_node_latency(r)
@@ -380,7 +415,8 @@ def _write_report(runs: list[Run], ests: list[dict], out_dir: Path, builds: list
     if mem:
         res.files.append(_write_csv(out_dir / "memory.csv", mem, MEMORY_COLS))
     else:
-        res.notes.append("no --build given: no memory table")
+        res.notes.append("no memory table: give --build BUILD (the logs do not name a build that still holds the "
+                         "plan they ran)")
     if plots:
         res.files += _plots(out_dir, runs, blk, lat, speed if central else [], dlv, mem)
     return res

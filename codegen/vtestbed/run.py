@@ -145,6 +145,9 @@ def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | 
     with atomic_output_dir(final_logs, "sim-logs", _sim_logs_entry, _legacy_sim_logs) as logs_dir:
         result = _run(plan, images, xq, logs_dir, timeout, loss, loss_seed, radio, radio_seed, radio_dead, run_id,
                       radio_fail, radio_positions, mode_plans, mode_requests or [], mode_limits or [])
+        # which build ran, for `cisl report` (its memory table), as `cisl logs` records the flashed build
+        (logs_dir / "summary.json").write_text(json.dumps(
+            {"run_id": run_id, "build": str(Path(build_dir).resolve()), "plan": plan.sha256[:16]}, indent=1) + "\n")
     return result
 
 
@@ -362,7 +365,7 @@ def _summarise(problems: list[str], inferences: int) -> list[str]:
 
 
 def _sim_logs_entry(name: str) -> bool:
-    return name in ("records.jsonl", "radio_rounds.jsonl", "radio_deliveries.jsonl") or \
+    return name in ("records.jsonl", "radio_rounds.jsonl", "radio_deliveries.jsonl", "summary.json") or \
         (name.startswith("node_") and name.endswith(".log"))
 
 

@@ -63,7 +63,7 @@ def sweep(config: Path | None, out_dir: Path, data: Path | None, seeds: str | No
     (checkpoints in OUT/work/<id>/train). Prints one line per unit: its grid point, MSEs and realised keep.
     """
     from ..sweep import record_path, run_sweep, unit_id, unit_state
-    from ..train.sweep import grid_units
+    from ..train.sweep import check_units, grid_units
 
     axes: dict[str, list] = {}
     for option, key, text, kind, lo, hi, open_ in (("--seeds", "train.seed", seeds, int, 0, 2 ** 31, False),
@@ -80,6 +80,7 @@ def sweep(config: Path | None, out_dir: Path, data: Path | None, seeds: str | No
         units = [u if u.params["overrides"].get("prune.keep", 1.0) >= 1 else
                  type(u)(u.fn, {**u.params, "overrides": {**u.params["overrides"], "prune.method": prune}}, u.data,
                          u.needs, u.label) for u in units]
+    check_units(units)
     records, work = out_dir / "records", out_dir / "work"
     # before any unit runs, not once each unit has failed on it
     check_creatable(out_dir)

@@ -50,9 +50,13 @@ def grid_units(config: Path | None, data: Path | None, axes: dict[str, list[Any]
         overrides = {**(fixed or {}), **dict(zip(keys, values))}
         label = " ".join(f"{k.split('.')[-1]}={v:g}" if isinstance(v, float) else f"{k.split('.')[-1]}={v}"
                          for k, v in zip(keys, values)) or "train"
-        # every unit's config as `cisl train` will read it, before any runs: a mistake in the file or an
-        # override is one line now, not the same failure once per unit after the workers started
-        load_config(config, overrides)
         units.append(Unit(TRAIN_FN, {"config": str(config) if config else None, "data": str(data) if data else None,
                                      "overrides": overrides}, data=files, label=label))
     return units
+
+
+def check_units(units: list[Unit]) -> None:
+    """Read every unit's config as `cisl train` will, before any unit runs: a mistake in the file or an
+    override is one line, not the same failure once per unit after the workers started."""
+    for u in units:
+        load_config(u.params.get("config"), u.params["overrides"] or None)

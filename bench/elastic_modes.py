@@ -177,7 +177,6 @@ def _every_mode(model_dir: Path, work: Path, modes: int) -> dict:
     """The image holding every mode: its flash per node, each mode on the timing model in it, the
     cycles of a switch, and a virtual-testbed run that switches mode every few inferences on
     requests from two different nodes (bit-exact per mode, every node's `mode` lines agreeing)."""
-    import numpy as np
 
     from codegen.build import build
     from codegen.compile import CompileOptions, compile_model

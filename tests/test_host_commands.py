@@ -5,7 +5,6 @@ whole command is never carried out — not even in part (docs/serial-contract.md
 from __future__ import annotations
 
 import ctypes
-from pathlib import Path
 
 import pytest
 

@@ -4,7 +4,6 @@ to its deadline; without a dead sender nobody is declared silent, even on a loss
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from codegen.radio.channel import Channel

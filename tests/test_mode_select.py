@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ctypes
 from ctypes import Structure, c_uint32
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings

@@ -605,7 +605,6 @@ def test_a_hung_tools_helper_process_is_stopped_with_it(tmp_path, fake_bin, nrf_
 def test_ctrl_c_stops_parallel_flashing_at_once_and_records_what_was_flashed(tmp_path, fake_bin, nrf_build):
     """SIGINT or SIGTERM to cisl while a tool hangs (ignoring signals) waited for the tool's --timeout
     (180 s per step by default) and left the previous flash's record, all nodes ok, in place."""
-    import os
     import signal
     import sys
     import time

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ..errors import CheckFailed, UserError
+from ..errors import CheckFailed
 from .app import main
 from .options import FiniteRange, build_dir_argument, loss_options, loss_rates, say
 from .options import mode_limits as parse_mode_limits

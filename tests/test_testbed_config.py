@@ -118,6 +118,29 @@ def test_testbed_sim_writes_a_valid_file(tmp_path):
                    "hallway16")
 
 
+def test_two_testbed_files_never_share_a_state_folder(tmp_path):
+    """Two testbed files next to each other both defaulted to .cisl-testbed: flashing one and recording
+    with the other read the first one's nodes (a 4-node file recorded 4 of the 16 running nodes, "ok")."""
+    from codegen.testbed.config import claim_state_dir
+
+    assert cisl("testbed", "sim", "--nodes", "4", "-o", "a.toml", cwd=tmp_path).returncode == 0
+    p = cisl("testbed", "sim", "--nodes", "2", "-o", "b.toml", cwd=tmp_path)
+    assert p.returncode == 0 and "ports under .cisl-testbed-b" in p.stdout, p.stdout + p.stderr
+    assert load_testbed(tmp_path / "b.toml").state_dir == tmp_path / ".cisl-testbed-b"
+    # a file written by hand with the same state as a.toml: refused once a.toml has used the folder
+    (tmp_path / "c.toml").write_text((tmp_path / "a.toml").read_text())
+    claim_state_dir(load_testbed(tmp_path / "a.toml"))
+    with pytest.raises(UserError, match="belongs to the testbed file .*a.toml.*state = \".cisl-testbed-c\""):
+        claim_state_dir(load_testbed(tmp_path / "c.toml"))
+    for args in (["logs", "--testbed", "c.toml", "-o", "logs"], ["testbed", "stop", "--testbed", "c.toml"]):
+        one_line_error(cisl(*args, cwd=tmp_path), "c.toml", "belongs to the testbed file")
+    assert not (tmp_path / "logs").exists()
+    # a.toml moved to a folder of its own: c.toml may take the old one over
+    (tmp_path / "a.toml").write_text((tmp_path / "a.toml").read_text().replace('state = ".cisl-testbed"',
+                                                                              'state = ".cisl-testbed-a"'))
+    assert claim_state_dir(load_testbed(tmp_path / "c.toml")) == tmp_path / ".cisl-testbed"
+
+
 class FakePort:
     def __init__(self, device, serial_number, vid=0x1366, pid=0x1015, location=None, description="J-Link"):
         self.device, self.serial_number, self.vid, self.pid = device, serial_number, vid, pid

@@ -67,8 +67,9 @@ def testbed_scan(out: Path | None, board: str, runner: str | None, baud: int, fo
 @click.option("--topology", default=None, metavar="TOPOLOGY",
               help="Radio topology of the medium (default: as `cisl sim`, the hallway for the node count flashed).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the topology and channel.")
-@click.option("--state", default=".cisl-testbed", show_default=True,
-              help="State folder (relative to the file): ports, images, the supervisor's files.")
+@click.option("--state", default=None,
+              help="State folder (relative to the file): ports, images, the supervisor's files.  [default: "
+                   ".cisl-testbed, or .cisl-testbed-NAME when another testbed file next to OUT uses that]")
 @click.option("-b", "--board", type=click.Choice(["sim", "qemu-m4"]), default="sim", show_default=True,
               help="sim: native node processes over the simulated radio; qemu-m4: every node on QEMU "
                    "mps2-an386 against the reference's transcript of what it receives.")
@@ -79,7 +80,7 @@ def testbed_scan(out: Path | None, board: str, runner: str | None, baud: int, fo
               help="Run this many inferences, inference i on the build's input window i mod count ([sim] inferences; "
                    "default: each window once).")
 @click.option("--force", is_flag=True, help="Overwrite OUT if it exists.")
-def testbed_sim(nodes: int, out: Path, topology: str | None, seed: int, state: str, board: str, models: str | None,
+def testbed_sim(nodes: int, out: Path, topology: str | None, seed: int, state: str | None, board: str, models: str | None,
                 inferences: int | None, force: bool) -> None:
     """Write a testbed file for the virtual testbed: runner sim, one pseudo-terminal port per node.
 
@@ -88,8 +89,9 @@ def testbed_sim(nodes: int, out: Path, topology: str | None, seed: int, state: s
     the build must be compiled with --board qemu-m4; each node then runs on its own QEMU.
     """
     from ..testbed.config import parse_board_list
-    from ..vtestbed.bed import write_sim_testbed
+    from ..vtestbed.bed import free_state, write_sim_testbed
 
+    state = free_state(out, state)
     write_sim_testbed(out, nodes, topology, seed, state, board, force,
                       parse_board_list(models) if models else None, inferences)
     click.echo(f"virtual testbed of {nodes} nodes -> {out} (ports under {out.parent / state})")

@@ -387,7 +387,44 @@ def parse_board_list(text: str, option: str = "--models") -> list[str]:
 
 STATE_KIND = "testbed-state"
 _STATE_ENTRY = re.compile(r"^(flashed\.json|run\.json|inputs\.npy|supervisor[-.a-z]*|node_\d\d(\.stderr|\.tty)?|run|images|"
-                          r"\.cisl-output|.*\.tmp)$")
+                          r"testbed-file|\.cisl-output|.*\.tmp)$")
+# which testbed file a state folder belongs to: two files sharing one (both with the default state
+# next to them) would mix flash records, images and the virtual testbed's ports
+CLAIM_FILE = "testbed-file"
+
+
+def state_of(path: Path) -> Path | None:
+    """The state folder a testbed file names (resolved), None if it cannot be read or is no testbed file."""
+    try:
+        doc = read_toml(Path(path), "a testbed file")
+        if not isinstance(doc.get("node"), list):
+            return None
+        state = (doc.get("testbed") or {}).get("state", DEFAULT_STATE)
+        base = Path(path).resolve().parent
+        return (Path(state) if Path(state).is_absolute() else base / state).resolve()
+    except (UserError, OSError, TypeError, AttributeError):
+        return None
+
+
+def state_owner(state: Path) -> Path | None:
+    """The other testbed file the state folder belongs to: the one that last claimed it, if it still
+    exists and still names this folder (a file moved away or edited since gives the folder up)."""
+    try:
+        owner = Path((Path(state) / CLAIM_FILE).read_text().strip())
+    except (OSError, ValueError):
+        return None
+    if not owner.is_file() or state_of(owner) != Path(state).resolve():
+        return None
+    return owner
+
+
+def check_state_claim(testbed: "Testbed") -> None:
+    """Refuse a testbed file whose state folder belongs to another testbed file, in one line."""
+    owner = state_owner(testbed.state_dir)
+    if owner is not None and owner != Path(testbed.path).resolve():
+        raise UserError(f"{testbed.path}: its state folder {testbed.state_dir} belongs to the testbed file {owner} "
+                        f"(flash records, images, the virtual testbed); give it a folder of its own: [testbed] state "
+                        f"= \"{DEFAULT_STATE}-{Path(testbed.path).stem}\"")
 
 
 def claim_state_dir(testbed: "Testbed") -> Path:
@@ -409,10 +446,12 @@ def claim_state_dir(testbed: "Testbed") -> Path:
         if foreign:
             raise UserError(f"{state}: the testbed's state folder holds {foreign[0]}, which cisl did not write; "
                             f"set [testbed] state in {testbed.path} to a folder of its own (default {DEFAULT_STATE})")
+    check_state_claim(testbed)
     state.mkdir(parents=True, exist_ok=True)
     owner = state / OWNER_FILE
     if not owner.is_file():
         owner.write_text(f"cisl {STATE_KIND}\n")
+    (state / CLAIM_FILE).write_text(f"{Path(testbed.path).resolve()}\n")
     return state
 
 

@@ -18,7 +18,7 @@ from typing import Callable
 from ..errors import UserError
 from ..fsutil import OWNER_FILE, check_output_dir, output_lock, replace_dir, stamp_output, temp_sibling
 from .capture import CaptureResult, HostCommand, PortSpec, capture
-from .config import Testbed
+from .config import Testbed, check_state_claim
 from .flash import read_flashed, resolve_serials
 from .runners import RUNNERS, Runner
 
@@ -48,6 +48,7 @@ def _run_logs(testbed: Testbed, out_dir: Path, *, inferences: int | None = None,
              open_timeout: float = 10.0, say: Callable[[str], None] | None = None,
              commands: list[HostCommand] | None = None) -> LogsResult:
     say = say or (lambda s: None)
+    check_state_claim(testbed)  # another testbed file's flash record and nodes are not this one's
     flashed = read_flashed(testbed)
     known = set(testbed.ids)
     if node_ids:

@@ -32,7 +32,7 @@ import numpy as np
 from ..errors import UserError
 from ..inputs import load_build_inputs
 from ..toolrun import log_command
-from ..testbed.config import NodeEntry, Testbed, claim_state_dir
+from ..testbed.config import NodeEntry, Testbed, check_state_claim, claim_state_dir
 from .supervisor import read_line
 
 MODULE = "codegen.vtestbed.supervisor"
@@ -93,6 +93,7 @@ def running(testbed: Testbed) -> dict | None:
 
 
 def request(testbed: Testbed, req: dict, timeout: float = 60.0) -> dict:
+    check_state_claim(testbed)  # another testbed file's supervisor runs other nodes and builds
     info = running(testbed)
     if info is None:
         raise UserError(f"the virtual testbed of {testbed.path} is not running; start it with "
@@ -149,6 +150,7 @@ def ensure_supervisor(testbed: Testbed) -> dict:
 
 def stop(testbed: Testbed, timeout: float = 10.0) -> int | None:
     """End the supervisor (its nodes and medium with it); returns its pid, None if none was running."""
+    check_state_claim(testbed)
     info = read_info(testbed.state_dir)
     if not info:
         return None
@@ -330,3 +332,18 @@ def write_sim_testbed(out: Path, nodes: int, topology_name: str | None = None, s
     if topology_name is not None and topology_name not in TOPOLOGIES:
         raise UserError(f"--topology {topology_name}: unknown; choose one of {', '.join(TOPOLOGIES)}")
     write_new_file(out, sim_testbed_text(nodes, topology_name, seed, state, board, models, inferences), force)
+
+
+def free_state(out: Path, state: str | None) -> str:
+    """`cisl testbed sim`'s state folder for ``out``: ``state`` if given, else the default unless another
+    testbed file next to it already uses that (then one named after ``out``)."""
+    from ..testbed.config import DEFAULT_STATE, state_of, state_owner
+
+    if state is not None:
+        return state
+    me, default = Path(out).resolve(), (Path(out).resolve().parent / DEFAULT_STATE).resolve()
+    owner = state_owner(default)  # flashed with before
+    others = [f for f in me.parent.glob("*.toml") if f.resolve() != me and state_of(f) == default]
+    if (owner is None or owner == me) and not others:
+        return DEFAULT_STATE
+    return f"{DEFAULT_STATE}-{me.stem}"

@@ -132,7 +132,8 @@ def test_two_testbed_files_never_share_a_state_folder(tmp_path):
     claim_state_dir(load_testbed(tmp_path / "a.toml"))
     with pytest.raises(UserError, match="belongs to the testbed file .*a.toml.*state = \".cisl-testbed-c\""):
         claim_state_dir(load_testbed(tmp_path / "c.toml"))
-    for args in (["logs", "--testbed", "c.toml", "-o", "logs"], ["testbed", "stop", "--testbed", "c.toml"]):
+    for args in (["logs", "--testbed", "c.toml", "-o", "logs"], ["testbed", "stop", "--testbed", "c.toml"],
+                 ["testbed", "check", "c.toml"]):
         one_line_error(cisl(*args, cwd=tmp_path), "c.toml", "belongs to the testbed file")
     assert not (tmp_path / "logs").exists()
     # a.toml moved to a folder of its own: c.toml may take the old one over

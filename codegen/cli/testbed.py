@@ -101,9 +101,10 @@ def testbed_sim(nodes: int, out: Path, topology: str | None, seed: int, state: s
 @click.argument("testbed_file", type=click.Path(path_type=Path), default=Path("testbed.toml"), required=False)
 def testbed_check(testbed_file: Path) -> None:
     """Check TESTBED_FILE and list its nodes (and whether its virtual testbed is running)."""
-    from ..testbed.config import load_testbed
+    from ..testbed.config import check_state_claim, load_testbed
 
     tb = load_testbed(testbed_file)
+    check_state_claim(tb)  # a state folder another testbed file uses is this file's mistake too
     click.echo(f"{'node':>4}  {'board':<12} {'is/models':<12} {'runner':<9} {'probe':<14} {'baud':>7}  {'energy':<16} port")
     for n in tb.nodes:
         energy = f"{n.energy_source}" + (f" {n.energy_uj:g} uJ" if n.energy_uj is not None else "")

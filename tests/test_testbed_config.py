@@ -193,6 +193,10 @@ def test_scan_with_nothing_attached_writes_nothing_and_says_so(tmp_path, monkeyp
     r = CliRunner().invoke(main, ["testbed", "scan", "-o", str(tmp_path / "tb.toml")])
     assert r.exit_code == 0 and "no usable node yet" in r.output, r.output
     assert '# probe = "683000002"' in (tmp_path / "tb.toml").read_text()
+    # next to another testbed file using the default state folder, the draft gets a folder of its own
+    (tmp_path / "sim.toml").write_text('[[node]]\nid = 0\nboard = "sim"\nrunner = "sim"\nport = "p"\n')
+    r = CliRunner().invoke(main, ["testbed", "scan", "-o", str(tmp_path / "lab.toml")])
+    assert r.exit_code == 0 and 'state = ".cisl-testbed-lab"' in (tmp_path / "lab.toml").read_text(), r.output
 
 
 def test_nrfutil_list_json_gives_probes_and_their_ports(monkeypatch):

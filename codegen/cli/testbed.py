@@ -42,9 +42,10 @@ def testbed_scan(out: Path | None, board: str, runner: str | None, baud: int, fo
     What could not be matched is written as comments, never guessed.
     """
     from ..fsutil import write_new_file
+    from ..testbed.config import DEFAULT_STATE, free_state
     from ..testbed.scan import scan
 
-    s = scan(board, runner, baud)
+    s = scan(board, runner, baud, free_state(out) if out is not None else DEFAULT_STATE)
     if s.matched + s.unmatched_probes + s.unmatched_ports == 0:  # a draft of nothing is only the template
         notes = "".join(f"; {n}" for n in s.notes)
         raise UserError("no debug probe or serial port found: connect the boards (and check USB permissions / "
@@ -89,9 +90,10 @@ def testbed_sim(nodes: int, out: Path, topology: str | None, seed: int, state: s
     the build must be compiled with --board qemu-m4; each node then runs on its own QEMU.
     """
     from ..testbed.config import parse_board_list
-    from ..vtestbed.bed import free_state, write_sim_testbed
+    from ..testbed.config import free_state
+    from ..vtestbed.bed import write_sim_testbed
 
-    state = free_state(out, state)
+    state = state if state is not None else free_state(out)
     write_sim_testbed(out, nodes, topology, seed, state, board, force,
                       parse_board_list(models) if models else None, inferences)
     click.echo(f"virtual testbed of {nodes} nodes -> {out} (ports under {out.parent / state})")

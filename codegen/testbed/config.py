@@ -418,6 +418,18 @@ def state_owner(state: Path) -> Path | None:
     return owner
 
 
+def free_state(out: Path) -> str:
+    """The state folder a new testbed file ``out`` should name: the default, unless another testbed file
+    next to it names (or last used) that one; then one named after ``out``."""
+    me = Path(out).resolve()
+    default = (me.parent / DEFAULT_STATE).resolve()
+    owner = state_owner(default)
+    others = [f for f in me.parent.glob("*.toml") if f.resolve() != me and state_of(f) == default]
+    if (owner is None or owner == me) and not others:
+        return DEFAULT_STATE
+    return f"{DEFAULT_STATE}-{me.stem}"
+
+
 def check_state_claim(testbed: "Testbed") -> None:
     """Refuse a testbed file whose state folder belongs to another testbed file, in one line."""
     owner = state_owner(testbed.state_dir)

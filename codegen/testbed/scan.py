@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 
 from . import probes as P
-from .config import render_testbed
+from .config import DEFAULT_STATE, render_testbed
 
 
 @dataclass
@@ -38,7 +38,8 @@ def _runner_for(probe: P.Probe, forced: str | None) -> str:
     return "pyocd"
 
 
-def scan(board: str = "nrf52840dk", runner: str | None = None, baud: int = 115200) -> ScanResult:
+def scan(board: str = "nrf52840dk", runner: str | None = None, baud: int = 115200,
+         state: str = DEFAULT_STATE) -> ScanResult:
     disc = P.discover()
     try:
         ports = P.serial_ports()
@@ -86,6 +87,7 @@ def scan(board: str = "nrf52840dk", runner: str | None = None, baud: int = 11520
         trailer += ["", "a node looks like this (one [[node]] per board; see docs/usage.md):", "[[node]]", "id = 0",
                     f'board = "{board}"', f'runner = "{runner or "nrfutil"}"', 'probe = "683123456"',
                     'port = "/dev/serial/by-id/usb-SEGGER_J-Link_000683123456-if00"', f"baud = {baud}"]
-    text = render_testbed(nodes, header, {"name": "lab"}, None, trailer)
+    text = render_testbed(nodes, header, {"name": "lab", **({"state": state} if state != DEFAULT_STATE else {})},
+                          None, trailer)
     matched = sum(1 for m in matches if m.port is not None)
     return ScanResult(text, matched, len(matches) - matched, len(spare), disc.notes)

@@ -333,17 +333,3 @@ def write_sim_testbed(out: Path, nodes: int, topology_name: str | None = None, s
         raise UserError(f"--topology {topology_name}: unknown; choose one of {', '.join(TOPOLOGIES)}")
     write_new_file(out, sim_testbed_text(nodes, topology_name, seed, state, board, models, inferences), force)
 
-
-def free_state(out: Path, state: str | None) -> str:
-    """`cisl testbed sim`'s state folder for ``out``: ``state`` if given, else the default unless another
-    testbed file next to it already uses that (then one named after ``out``)."""
-    from ..testbed.config import DEFAULT_STATE, state_of, state_owner
-
-    if state is not None:
-        return state
-    me, default = Path(out).resolve(), (Path(out).resolve().parent / DEFAULT_STATE).resolve()
-    owner = state_owner(default)  # flashed with before
-    others = [f for f in me.parent.glob("*.toml") if f.resolve() != me and state_of(f) == default]
-    if (owner is None or owner == me) and not others:
-        return DEFAULT_STATE
-    return f"{DEFAULT_STATE}-{me.stem}"

@@ -149,17 +149,41 @@ def check_output_dir(target: Path, kind: str, entries: Callable[[str], bool],
                         f"move it away or choose another output with {option}")
 
 
+def _lock_path(key: str) -> Path:
+    import hashlib
+
+    # in the machine's temporary folder, not next to the user's files
+    return Path(tempfile.gettempdir()) / "cisl-locks" / f"{hashlib.sha1(key.encode()).hexdigest()[:20]}.lock"
+
+
+@contextlib.contextmanager
+def use_lock(target: Path, busy: str) -> Iterator[None]:
+    """Hold the lock of ``target`` for a run that uses it (not an output: nothing is stamped or
+    cleaned), or refuse in one line with ``busy`` while another run holds it."""
+    key = "use:" + str(Path(target).resolve())
+    if key in _HELD:
+        yield
+        return
+    lock = _lock_path(key)
+    fd = _acquire(lock, target, busy)
+    _HELD.add(key)
+    try:
+        yield
+    finally:
+        _HELD.discard(key)
+        with contextlib.suppress(OSError):
+            os.unlink(lock)
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def output_lock(target: Path) -> Iterator[None]:
     """Hold the lock of output ``target`` (a file in the temporary folder's cisl-locks/) or refuse in
     one line: two cisl runs never write one folder at once. Under the lock, the leftovers of runs that were killed
     before they could clean up (``.<name>.tmp-*``, ``.<name>.old-*``) are removed."""
-    import hashlib
-
     target = Path(target)
     key = str(target.resolve())  # one lock per folder, however it is spelt (../x, a link to it)
-    # the lock lives in the machine's temporary folder, not next to the user's output
-    lock = Path(tempfile.gettempdir()) / "cisl-locks" / f"{hashlib.sha1(key.encode()).hexdigest()[:20]}.lock"
+    lock = _lock_path(key)
     if key in _HELD:  # this process holds it already (a command that locks early, then writes atomically)
         yield
         return
@@ -180,7 +204,7 @@ def output_lock(target: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _acquire(lock: Path, target: Path) -> int:
+def _acquire(lock: Path, target: Path, busy: str | None = None) -> int:
     """Open and lock ``lock`` without waiting; the descriptor, or a one-line refusal. The file can be
     unlinked by the run that held it between our open and our flock: then our lock guards nothing,
     so the open is retried until the locked file is the one at the path."""
@@ -197,8 +221,8 @@ def _acquire(lock: Path, target: Path) -> int:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise UserError(f"{target}: another cisl run is writing it; wait for it to finish or choose "
-                            f"another output") from None
+            raise UserError(busy or f"{target}: another cisl run is writing it; wait for it to finish or choose "
+                                    f"another output") from None
         try:
             if os.stat(lock).st_ino == os.fstat(fd).st_ino:
                 return fd

@@ -142,6 +142,20 @@ def test_two_testbed_files_never_share_a_state_folder(tmp_path):
     assert claim_state_dir(load_testbed(tmp_path / "c.toml")) == tmp_path / ".cisl-testbed"
 
 
+def test_a_testbed_in_use_is_refused_to_a_second_flash_or_logs(tmp_path):
+    """A second `cisl logs` on a running testbed reset its nodes in the middle of the first one's run
+    and read the same pseudo-terminals; both said ok."""
+    from codegen.testbed.config import testbed_in_use
+
+    assert cisl("testbed", "sim", "--nodes", "2", "-o", "tb.toml", cwd=tmp_path).returncode == 0
+    with testbed_in_use(load_testbed(tmp_path / "tb.toml")):
+        for args in (["logs", "--testbed", "tb.toml", "-o", "logs"], ["flash", "build", "--testbed", "tb.toml"]):
+            one_line_error(cisl(*args, cwd=tmp_path), "tb.toml: another `cisl flash` or `cisl logs` is using")
+    assert not (tmp_path / "logs").exists()
+    p = cisl("flash", "build", "--testbed", "tb.toml", cwd=tmp_path)  # free again: on to the next check
+    assert p.returncode == 2 and "another" not in p.stderr and "build" in p.stderr, p.stderr
+
+
 class FakePort:
     def __init__(self, device, serial_number, vid=0x1366, pid=0x1015, location=None, description="J-Link"):
         self.device, self.serial_number, self.vid, self.pid = device, serial_number, vid, pid

@@ -430,6 +430,15 @@ def free_state(out: Path) -> str:
     return f"{DEFAULT_STATE}-{me.stem}"
 
 
+def testbed_in_use(testbed: "Testbed"):
+    """The lock `cisl flash` and `cisl logs` hold over a testbed: a second run would reset its nodes in
+    the middle of the first one's and read the same ports."""
+    from ..fsutil import use_lock
+
+    return use_lock(testbed.state_dir, f"{testbed.path}: another `cisl flash` or `cisl logs` is using this testbed "
+                                       f"(state {testbed.state_dir}); wait for it to end")
+
+
 def check_state_claim(testbed: "Testbed") -> None:
     """Refuse a testbed file whose state folder belongs to another testbed file, in one line."""
     owner = state_owner(testbed.state_dir)

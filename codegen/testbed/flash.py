@@ -20,7 +20,7 @@ from typing import Callable
 
 from ..errors import UserError
 from ..plan.io import Plan, load_plan
-from .config import NodeEntry, Testbed, claim_state_dir
+from .config import NodeEntry, Testbed, claim_state_dir, testbed_in_use
 from .probes import Probe
 from .runners import RUNNERS, FlashError, Runner, elf_to_hex
 
@@ -141,6 +141,13 @@ def _key(serial: str) -> str:
 def flash_testbed(build_dir: Path, testbed: Testbed, *, verify: bool = True, reset: bool = True,
                   recover: bool = False, allow_single_probe: bool = False, timeout: float = 180.0,
                   say: Callable[[str], None] | None = None) -> FlashReport:
+    with testbed_in_use(testbed):
+        return _flash_testbed(build_dir, testbed, verify=verify, reset=reset, recover=recover,
+                              allow_single_probe=allow_single_probe, timeout=timeout, say=say)
+
+
+def _flash_testbed(build_dir: Path, testbed: Testbed, *, verify: bool, reset: bool, recover: bool,
+                   allow_single_probe: bool, timeout: float, say: Callable[[str], None] | None) -> FlashReport:
     say = say or (lambda s: None)
     build = load_build(build_dir)
     claim_state_dir(testbed)  # flash records and images go there under fixed names: never over the user's files

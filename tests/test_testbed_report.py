@@ -130,6 +130,14 @@ def test_without_a_one_node_run_there_is_no_speedup(tmp_path):
     assert read_csv(tmp_path / "rep" / "speedup.csv")[0]["speedup"] == ""
 
 
+def test_one_logs_folder_given_twice_is_one_line(tmp_path):
+    write_run(tmp_path / "logs", 2, compute_us=1000, comm_us=500, delivered=1)
+    r = CliRunner().invoke(main, ["report", str(tmp_path / "logs"), str(tmp_path / "x" / ".." / "logs"),
+                                  "-o", str(tmp_path / "rep")])
+    assert r.exit_code == 2 and "given twice" in r.stderr, r.output
+    assert not (tmp_path / "rep").exists()
+
+
 def test_a_folder_without_logs_is_one_line(tmp_path):
     (tmp_path / "empty").mkdir()
     r = CliRunner().invoke(main, ["report", str(tmp_path / "empty"), "-o", str(tmp_path / "rep")])

@@ -314,6 +314,12 @@ def make_report(log_dirs: list[Path], out_dir: Path, builds: list[Path] | None =
                 plots: bool = True, estimates: list[Path] | None = None, calibrate: bool = False) -> ReportResult:
     from . import boardtime_report as BT
 
+    seen: dict[Path, Path] = {}
+    for p in log_dirs:  # twice the same run would count it twice in every table
+        key = Path(p).resolve()
+        if key in seen:
+            raise UserError(f"{p}: given twice (also as {seen[key]}); give each logs folder once")
+        seen[key] = Path(p)
     runs = [load_run(p) for p in log_dirs]
     ests = [BT.load_estimate(p) for p in estimates or []]
     if calibrate and not ests:

@@ -323,6 +323,12 @@ def _submitit_executor(backend: str, logs: Path, jobs: int, slurm: dict | None):
     submitit = require("submitit", f"the {backend} sweep backend", "sweep")
     opts = dict(slurm or {})
     if backend == "slurm":
+        import shutil
+
+        missing = [tool for tool in ("sbatch", "srun") if shutil.which(tool) is None]
+        if missing:  # submitit raises a RuntimeError of its own, which ended the command in a traceback
+            raise UserError(f"--backend slurm: {' and '.join(missing)} not found, so this is no SLURM login node; "
+                            "run the sweep there, or here with --backend joblib (or local)")
         ex = submitit.AutoExecutor(folder=str(logs), cluster="slurm")
         params = {"slurm_array_parallelism": jobs}
         for key, value in opts.items():

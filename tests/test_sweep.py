@@ -4,6 +4,7 @@ submitit's local executor; `cisl sweep` trains a grid."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -226,6 +227,18 @@ def test_a_config_mistake_is_one_line_before_any_unit_runs(tmp_path: Path, text:
     assert p.returncode == 2 and needle in p.stderr, p.stderr
     assert "unit" not in p.stderr + p.stdout and len(p.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.unit
+def test_the_slurm_backend_off_a_cluster_is_one_line(tmp_path: Path) -> None:
+    pytest.importorskip("submitit")
+    # PATH without sbatch or srun, even on a cluster login node: nothing is submitted
+    env = {**os.environ, "PATH": str(tmp_path)}
+    p = subprocess.run([sys.executable, "-m", "codegen.cli", "sweep", "--seeds", "0", "--epochs", "1", "--backend",
+                        "slurm", "-o", "s", "-q"], cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert p.returncode == 2 and "--backend slurm: sbatch and srun not found" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    assert not list((tmp_path / "s").rglob("*.json"))  # no record of a unit that never ran
 
 
 @pytest.mark.unit

@@ -89,8 +89,7 @@ def testbed_sim(nodes: int, out: Path, topology: str | None, seed: int, state: s
     process a pseudo-terminal as its UART; `cisl logs` reads them like boards. With --board qemu-m4
     the build must be compiled with --board qemu-m4; each node then runs on its own QEMU.
     """
-    from ..testbed.config import parse_board_list
-    from ..testbed.config import free_state
+    from ..testbed.config import free_state, parse_board_list
     from ..vtestbed.bed import write_sim_testbed
 
     state = state if state is not None else free_state(out)

@@ -418,6 +418,11 @@ def state_owner(state: Path) -> Path | None:
     return owner
 
 
+def own_state(path: Path) -> str:
+    """The state folder named after a testbed file, for a file that cannot use the default."""
+    return f"{DEFAULT_STATE}-{Path(path).stem}"
+
+
 def free_state(out: Path) -> str:
     """The state folder a new testbed file ``out`` should name: the default, unless another testbed file
     next to it names (or last used) that one; then one named after ``out``."""
@@ -427,7 +432,7 @@ def free_state(out: Path) -> str:
     others = [f for f in me.parent.glob("*.toml") if f.resolve() != me and state_of(f) == default]
     if (owner is None or owner == me) and not others:
         return DEFAULT_STATE
-    return f"{DEFAULT_STATE}-{me.stem}"
+    return own_state(me)
 
 
 def testbed_in_use(testbed: "Testbed"):
@@ -445,7 +450,7 @@ def check_state_claim(testbed: "Testbed") -> None:
     if owner is not None and owner != Path(testbed.path).resolve():
         raise UserError(f"{testbed.path}: its state folder {testbed.state_dir} belongs to the testbed file {owner} "
                         f"(flash records, images, the virtual testbed); give it a folder of its own: [testbed] state "
-                        f"= \"{DEFAULT_STATE}-{Path(testbed.path).stem}\"")
+                        f"= \"{own_state(testbed.path)}\"")
 
 
 def claim_state_dir(testbed: "Testbed") -> Path:

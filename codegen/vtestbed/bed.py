@@ -332,4 +332,3 @@ def write_sim_testbed(out: Path, nodes: int, topology_name: str | None = None, s
     if topology_name is not None and topology_name not in TOPOLOGIES:
         raise UserError(f"--topology {topology_name}: unknown; choose one of {', '.join(TOPOLOGIES)}")
     write_new_file(out, sim_testbed_text(nodes, topology_name, seed, state, board, models, inferences), force)
-

@@ -17,6 +17,7 @@ from .errors import UserError
 
 OWNER_FILE = ".cisl-output"  # "cisl <kind>": this folder is a cisl output of that kind
 _HELD: set[str] = set()  # output locks this process holds
+_READING: dict[str, int] = {}  # key -> descriptor of the shared lock this process holds on a folder it reads
 _CISL_HIDDEN = re.compile(r"^\.[^/]+\.(tmp-[^/]+|old-[^/]+)$")  # what killed cisl runs left (removed under the lock)
 
 
@@ -64,7 +65,9 @@ def _walk_entries(folder: Path) -> Iterator[tuple[Path, int | None]]:
         d = Path(dirpath)
         for name in list(dirnames):
             sub = d / name
-            if sub.is_symlink():
+            if d == folder and _CISL_HIDDEN.match(name):  # a run's temporary output (in progress, or a killed run's)
+                dirnames.remove(name)
+            elif sub.is_symlink():
                 dirnames.remove(name)
                 filenames.append(name)
             elif (sub / OWNER_FILE).is_file():
@@ -187,6 +190,16 @@ def output_lock(target: Path) -> Iterator[None]:
     if key in _HELD:  # this process holds it already (a command that locks early, then writes atomically)
         yield
         return
+    if key in _READING:  # this process reads it and now writes it too (`cisl modes` rebuilds the images)
+        with _upgraded(_READING[key], target):
+            _HELD.add(key)
+            try:
+                _recover_leftovers(target)
+                yield
+            finally:
+                _HELD.discard(key)
+                stamp_output(target)
+        return
     fd = _acquire(lock, target)
     try:
         _recover_leftovers(target)
@@ -204,10 +217,97 @@ def output_lock(target: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _acquire(lock: Path, target: Path, busy: str | None = None) -> int:
-    """Open and lock ``lock`` without waiting; the descriptor, or a one-line refusal. The file can be
-    unlinked by the run that held it between our open and our flock: then our lock guards nothing,
-    so the open is retried until the locked file is the one at the path."""
+def _flock_shared(fd: int) -> None:
+    """A shared lock without waiting; BlockingIOError while a writer holds the file. A reader that is
+    leaving holds it exclusively for an instant (to remove the file), so a refusal is retried briefly."""
+    import fcntl
+    import time
+
+    for _ in range(20):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            time.sleep(0.02)
+    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+
+
+@contextlib.contextmanager
+def reading(target: Path, busy: str | None = None) -> Iterator[None]:
+    """Hold ``target`` (a build folder) for a run that reads it: any number of readers at once, but
+    no `cisl compile` or `cisl build` of it meanwhile — a compile swaps the whole folder away, and a
+    run reading it would mix two builds or write its results into the folder that was removed. A
+    writer holding it refuses this run in one line (``busy``)."""
+    import fcntl
+
+    target = Path(target)
+    key = str(target.resolve())
+    if key in _HELD or key in _READING:
+        yield
+        return
+    lock = _lock_path(key)
+    fd = _acquire(lock, target, busy, shared=True)
+    _READING[key] = fd
+    try:
+        yield
+    finally:
+        del _READING[key]
+        try:  # the last reader removes the file, as a writer does (it must hold it alone to do so)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            with contextlib.suppress(OSError):
+                os.unlink(lock)
+        except BlockingIOError:
+            pass
+        os.close(fd)
+
+
+def reads_build(fn: Callable) -> Callable:
+    """Decorate a function whose first argument is a build folder: it runs under :func:`reading`."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(build_dir, *args, **kwargs):
+        with reading(Path(build_dir)):
+            return fn(build_dir, *args, **kwargs)
+
+    return wrapper
+
+
+@contextlib.contextmanager
+def _upgraded(fd: int, target: Path) -> Iterator[None]:
+    """This process's shared lock on ``target`` made exclusive for a write, then shared again."""
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        # (a refused conversion may drop the shared lock; the refusal ends the run anyway)
+        raise UserError(f"{target}: another cisl run is reading it (sim, flash, qemu or estimate); wait for it to "
+                        f"finish, then run this again") from None
+    try:
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+
+
+def _writer_busy(fd: int, target: Path) -> str:
+    """Why an exclusive lock was refused: a run writing ``target``, or runs only reading it (they hold
+    it shared, so a shared lock still succeeds — the probe is dropped with the descriptor)."""
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return f"{target}: another cisl run is writing it; wait for it to finish or choose another output"
+    return (f"{target}: another cisl run is reading it (sim, flash, qemu or estimate); wait for it to finish or "
+            f"choose another output")
+
+
+def _acquire(lock: Path, target: Path, busy: str | None = None, shared: bool = False) -> int:
+    """Open and lock ``lock`` without waiting (``shared``: a reader's lock, which readers share and a
+    writer's excludes); the descriptor, or a one-line refusal. The file can be unlinked by the run
+    that held it between our open and our flock: then our lock guards nothing, so the open is
+    retried until the locked file is the one at the path."""
     import fcntl
 
     for _ in range(100):
@@ -218,11 +318,15 @@ def _acquire(lock: Path, target: Path, busy: str | None = None) -> int:
             raise UserError(f"{lock}: cannot create the lock for {target} ({e.strerror}); "
                             f"check {lock.parent}") from None
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if shared:
+                _flock_shared(fd)
+            else:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            why = busy or (f"{target}: another cisl run is writing it (compile, build or modes); wait for it to "
+                           f"finish, then run this again" if shared else _writer_busy(fd, target))
             os.close(fd)
-            raise UserError(busy or f"{target}: another cisl run is writing it; wait for it to finish or choose "
-                                    f"another output") from None
+            raise UserError(why) from None
         try:
             if os.stat(lock).st_ino == os.fstat(fd).st_ino:
                 return fd

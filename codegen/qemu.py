@@ -30,6 +30,7 @@ import numpy as np
 
 from .boards import load_board
 from .errors import CheckFailed, UserError
+from .fsutil import reads_build
 from .inputs import load_build_inputs
 from .executor import RunResult
 from .plan.io import Plan, load_plan
@@ -187,6 +188,7 @@ class QemuCheck:
     inferences: int
 
 
+@reads_build
 def check_on_qemu(build_dir: Path, nodes: list[int] | None = None, inputs_file: Path | None = None,
                   count: int | None = None, rates=None, loss_seed: int = 0, timeout: float = 300.0,
                   jobs: int | None = None, keep: Path | None = None) -> QemuCheck:

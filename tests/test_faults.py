@@ -331,6 +331,40 @@ def test_two_runs_on_one_output_folder_are_serialised(model, tmp_path):
     one_line_error(p, "another cisl")
 
 
+def test_a_build_being_read_is_never_compiled_over_and_one_being_written_is_never_read(model, tmp_path):
+    """`cisl sim`, `flash`, `qemu` and `estimate` read a build folder for up to minutes. A compile of it
+    meanwhile swapped the folder away: a 256-inference sim printed "logs in b/logs" and its logs were
+    gone with the old folder (and a flash would program half the boards from each build). Readers
+    now share the folder's lock; a writer excludes them, and each side is refused in one line."""
+    import subprocess
+    import sys
+
+    from codegen.fsutil import _lock_path, output_lock, reading
+
+    out = tmp_path / "build"
+    assert cisl("compile", str(model), "--devices", "2", "-o", str(out), cwd=tmp_path).returncode == 0
+    before = (out / "plan.json").read_bytes()
+    with reading(out):  # a sim of build/ is running
+        p = cisl("compile", str(model), "--devices", "2", "-o", str(out), cwd=tmp_path)
+        one_line_error(p, str(out), "another cisl run is reading it")
+        one_line_error(cisl("build", str(out), "-q", "--no-board-time", cwd=tmp_path), "reading it")
+        second = subprocess.run([sys.executable, "-c", "import sys\nfrom codegen.fsutil import reading\n"
+                                 "with reading(sys.argv[1]): print('read')", str(out)],
+                                capture_output=True, text=True, timeout=60)
+        assert second.returncode == 0 and second.stdout.strip() == "read", second.stderr  # readers share it
+    assert (out / "plan.json").read_bytes() == before
+    assert not _lock_path(str(out.resolve())).exists()  # the last reader took its lock file with it
+    with output_lock(out):  # a compile or build of build/ is running
+        for command in (["sim", str(out)], ["estimate", str(out)], ["qemu", str(out)]):
+            one_line_error(cisl(*command, cwd=tmp_path), str(out), "another cisl run is writing it")
+    # what a sim in progress (or killed) keeps inside the folder is its own, not the user's: a compile of
+    # the folder is not refused for it (it used to say "holds .logs.tmp-…/node_00.log … move it away")
+    (out / ".logs.tmp-0123abcd").mkdir()
+    (out / ".logs.tmp-0123abcd" / ".cisl-output").write_text("cisl sim-logs\n")
+    (out / ".logs.tmp-0123abcd" / "node_00.log").write_text("CISL 1 boot\n")
+    assert cisl("compile", str(model), "--devices", "2", "-o", str(out), cwd=tmp_path).returncode == 0
+
+
 def test_a_node_printing_bytes_that_are_not_text_keeps_its_log(simbuild, tmp_path):
     script = b"#!/bin/sh\nprintf 'CISL 1 boot fw=x plan=y board=sim node=1 nodes=2\\n\\377\\376 bad\\n'\nexit 3\n"
     b = with_node_image(simbuild, tmp_path, 1, script)

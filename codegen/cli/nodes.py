@@ -247,15 +247,17 @@ def modes_cmd(build_dir: Path, deadline_ms: float | None, energy_uj: float | Non
     from tqdm import tqdm
 
     from .. import modes as M
+    from ..fsutil import output_lock
 
     table = None if profile else M.read_table(build_dir, topology)
     if table is None:
         plan_modes = (M.load_plan(build_dir).meta.get("elastic") or {}).get("modes", 0)
-        with tqdm(total=plan_modes, desc="profile modes", unit="mode", leave=False,
-                  disable=quiet or None) as bar:
-            table = M.profile_modes(build_dir, topology, jobs=jobs, progress=bar.update)
-        path = M.write_table(build_dir, table, topology)
-        M.put_table_in_images(build_dir, table, say(quiet))
+        with output_lock(build_dir):  # it writes modes.json and rebuilds the images: no other run of the folder meanwhile
+            with tqdm(total=plan_modes, desc="profile modes", unit="mode", leave=False,
+                      disable=quiet or None) as bar:
+                table = M.profile_modes(build_dir, topology, jobs=jobs, progress=bar.update)
+            path = M.write_table(build_dir, table, topology)
+            M.put_table_in_images(build_dir, table, say(quiet))
         if not quiet:
             click.echo(f"profiled {len(table)} modes -> {path}; the node images now hold the table "
                        f"(node_NN/cisl_mode_table.h) for their on-node selector")

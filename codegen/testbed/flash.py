@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import UserError
+from ..fsutil import reads_build
 from ..plan.io import Plan, load_plan
 from .config import NodeEntry, Testbed, claim_state_dir, testbed_in_use
 from .probes import Probe
@@ -138,6 +139,7 @@ def _key(serial: str) -> str:
     return normalize_serial(serial)
 
 
+@reads_build
 def flash_testbed(build_dir: Path, testbed: Testbed, *, verify: bool = True, reset: bool = True,
                   recover: bool = False, allow_single_probe: bool = False, timeout: float = 180.0,
                   say: Callable[[str], None] | None = None) -> FlashReport:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UserError
+from ..fsutil import reads_build
 from ..plan.io import load_plan
 from . import comm as C
 from .memsystem import MemoryModel
@@ -225,6 +226,7 @@ def format_table(est: Estimate) -> str:
     return "\n".join(lines)
 
 
+@reads_build
 def run_estimate(build_dir: Path, topology: str | None = None, policy: str | None = None, inferences: int = 1,
                  radio_inferences: int = 4, seed: int = 0, jobs: int | None = None, period_ms: float | None = None,
                  out_file: Path | None = None, progress_bar=None, mode: int | None = None) -> Estimate:

@@ -29,7 +29,7 @@ import numpy as np
 from ..errors import CheckFailed, UserError
 from ..build import check_images
 from ..inputs import load_build_inputs
-from ..fsutil import atomic_output_dir, check_output_dir
+from ..fsutil import atomic_output_dir, check_output_dir, reads_build
 from ..executor import PlanExecutor
 from ..lossmodel import LossRates
 from ..plan.elastic import elastic_plans
@@ -511,6 +511,7 @@ def crc32_of(values: np.ndarray) -> int:
     return zlib.crc32(np.ascontiguousarray(values).tobytes())
 
 
+@reads_build
 def simulate(build_dir: Path, inputs_file: Path | None = None, count: int | None = None,
              logs_dir: Path | None = None, timeout: float = 120.0, loss: LossRates | None = None, loss_seed: int = 0,
              medium: str = "radio", topology: str | None = None, radio_seed: int = 0,

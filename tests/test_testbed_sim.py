@@ -154,6 +154,45 @@ def test_a_testbed_laid_out_by_its_own_positions(lab):
     assert p.returncode == 2 and "node 3 has none" in p.stderr and len(p.stderr.strip().splitlines()) == 1
 
 
+def test_a_planned_split_runs_on_the_testbed_nodes_it_was_planned_for(lab):
+    """A split `cisl plan` made without testbed nodes 0 and 2 (`cisl compile --split`): plan node k runs on
+    testbed node nodes[k], placed where the testbed file puts that node (as the planner priced it).
+    `cisl flash` refused it on the virtual testbed ("run it with `cisl sim`"), and `cisl logs` failed
+    the same build on boards: "its port printed node 0's lines; the testbed file's ports are swapped"."""
+    from codegen.planner.split import SplitFile, write_split
+
+    cfg = load_plan(lab / "build4").cfg
+    half = [cfg.heads // 2, cfg.heads - cfg.heads // 2]
+    write_split(lab / "split13.json", SplitFile(cfg, 1.0, [1, 3], ["nrf52840dk"] * 2, half,
+                                                [cfg.mlp_hidden // 2, cfg.mlp_hidden - cfg.mlp_hidden // 2]))
+    compile_model(lab / "m" / "model.onnx", lab / "build13", CompileOptions(split=lab / "split13.json"))
+    build(lab / "build13")
+    p = ok(cisl("flash", "build13", "--testbed", "tb.toml", cwd=lab))
+    assert [ln.split()[1] for ln in p.stdout.splitlines() if ln.startswith("node ")] == ["01", "03"], p.stdout
+    state = lab / ".cisl-testbed"
+    assert not (state / "node_00" / "firmware.elf").exists() and not (state / "node_02" / "firmware.elf").exists()
+    run = json.loads((state / "run.json").read_text())
+    testbed = {n["id"]: n["position"] for n in __import__("tomllib").loads((lab / "tb.toml").read_text())["node"]}
+    assert run["testbed_nodes"] == [1, 3] and run["positions"] == [testbed[1], testbed[3]]
+
+    p = ok(cisl("logs", "--testbed", "tb.toml", "-o", "logs13", cwd=lab))
+    rows = [ln.split() for ln in p.stdout.splitlines()]
+    assert ["node", "plan"] == rows[0][:2] and [r[:2] for r in rows[1:3]] == [["1", "0"], ["3", "1"]], p.stdout
+    assert all(r[-2:] == ["ok", "(end)"] for r in rows[1:3]), p.stdout
+    logs = lab / "logs13"
+    assert sorted(x.name for x in logs.glob("node_*.log")) == ["node_01.log", "node_03.log"]
+    assert (logs / "node_03.log").read_text().startswith("CISL 1 boot ")  # testbed node 3 runs plan node 1
+    summary = json.loads((logs / "summary.json").read_text())
+    assert summary["ok"] and summary["flashed"]["plan_nodes"] == {"1": 0, "3": 1}
+    recs = [json.loads(x) for x in (logs / "merged.jsonl").read_text().splitlines()]
+    assert {r["node"] for r in recs} == {0, 1}  # the plan's nodes, as `cisl report` counts them
+    sink = [Record(r.pop("node"), r.pop("event"), {k: v for k, v in r.items() if k != "host_time"})
+            for r in recs if r["node"] == 0]
+    got = outputs_by_inference(sink)
+    ref = reference(lab / "build13", state)
+    assert [got[i] for i in sorted(got)] == [w.tobytes() for w in ref]  # bit-exact, with the losses of that radio
+
+
 @pytest.mark.qemu
 @pytest.mark.skipif(not (shutil.which("arm-none-eabi-gcc") and shutil.which("qemu-system-arm")),
                     reason="arm toolchain or QEMU missing")

@@ -234,12 +234,16 @@ def logs_cmd(testbed_file: Path, out_dir: Path, inferences: int | None, duration
     r = run_logs(tb, out_dir, inferences=inferences, duration=duration, timeout=timeout, reset=not no_reset,
                  node_ids=list(node_ids) or None, open_timeout=open_timeout, say=say(quiet), commands=commands)
     c = r.capture
-    click.echo(f"{'node':>4} {'bytes':>8} {'lines':>6} {'records':>7} {'infer':>5} {'mean us':>9}  status")
+    # a planned split: testbed node k runs another plan node (the node id in its lines and in merged.jsonl)
+    split = any(n.prints not in (None, k) for k, n in c.nodes.items())
+    click.echo(f"{'node':>4} {'plan':>4} " * split + (f"{'node':>4} " * (not split))
+               + f"{'bytes':>8} {'lines':>6} {'records':>7} {'infer':>5} {'mean us':>9}  status")
     for k, n in sorted(c.nodes.items()):
         us = [int(x.fields["us"]) for x in n.records if x.event == "infer"]
         mean = f"{sum(us) / len(us):.0f}" if us else "-"
         status = "ok" + (" (end)" if n.ended else "") if n.failed is None else f"FAILED: {n.failed}"
-        click.echo(f"{k:>4} {n.bytes:>8} {n.lines:>6} {len(n.records):>7} {n.infers:>5} {mean:>9}  {status}"
+        ids = f"{k:>4} {n.prints if n.prints is not None else k:>4} " if split else f"{k:>4} "
+        click.echo(f"{ids}{n.bytes:>8} {n.lines:>6} {len(n.records):>7} {n.infers:>5} {mean:>9}  {status}"
                    + (f" [port reopened {n.reopens}x]" if n.reopens else ""))
     for cmd in c.commands:
         when = f"taken before inference {cmd.answered_inf}" if cmd.answered_inf is not None else "not taken"

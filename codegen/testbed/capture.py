@@ -36,6 +36,7 @@ class PortSpec:
     node: int
     port: str
     baud: int = 115200
+    prints: int | None = None  # the node id its image prints (a planned split's plan node); None: ``node``
 
 
 @dataclass
@@ -54,6 +55,7 @@ class HostCommand:
 class NodeCapture:
     node: int
     port: str
+    prints: int | None = None  # the node id its lines must carry (PortSpec.prints); None: ``node``
     records: list[Record] = field(default_factory=list)
     lines: int = 0  # complete lines read (contract or not)
     bytes: int = 0
@@ -211,7 +213,7 @@ def capture(ports: list[PortSpec], raw_dir: Path | None = None, *, reset: Callab
     q: queue.Queue = queue.Queue()
     readers = {p.node: PortReader(p, q, (raw_dir / f"node_{p.node:02d}.log") if raw_dir else None, stop)
                for p in ports}
-    caps = {p.node: NodeCapture(p.node, p.port) for p in ports}
+    caps = {p.node: NodeCapture(p.node, p.port, p.prints) for p in ports}
     rules = {p.node: SequenceChecker() for p in ports}
     for r in readers.values():
         r.start()
@@ -392,9 +394,11 @@ def _account(c: NodeCapture, rec: Record, inferences: int | None, expected_plan:
         c.failed = f"line {line} of its log breaks the serial contract: {broken}"
         c.done = True
         return
-    if rec.node != c.node:
-        c.failed = (f"its port printed node {rec.node}'s lines; the testbed file's ports are swapped or wrong "
-                    f"(fix port for node {c.node} and node {rec.node})")
+    expected = c.node if c.prints is None else c.prints
+    if rec.node != expected:
+        runs = "" if c.prints is None else f" (it was flashed with plan node {c.prints})"
+        c.failed = (f"its port printed node {rec.node}'s lines{runs}; the testbed file's ports are swapped or wrong "
+                    f"(fix port for node {c.node} and the node that runs {rec.node})")
         c.done = True
         return
     if rec.event == "boot" and expected_plan and rec.fields.get("plan") != expected_plan:

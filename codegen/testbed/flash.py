@@ -164,9 +164,6 @@ def _flash_testbed(build_dir: Path, testbed: Testbed, *, verify: bool, reset: bo
     nodes = [by_id[t] for t in where]
     plan_node = {t: k for k, t in enumerate(where)}
     if where != list(range(len(where))):
-        if any(n.runner == "sim" for n in nodes):
-            raise UserError(f"{build.dir} runs its nodes on testbed nodes {where}; the virtual testbed numbers its "
-                            f"nodes as the plan does: run it with `cisl sim {build.dir}`")
         build.images = {t: build.images[k] for k, t in enumerate(where)}
     from ..build import node_target
 
@@ -278,8 +275,11 @@ def _image_for(runner: Runner, testbed: Testbed, node: NodeEntry, image: Path) -
 
 def _record(testbed: Testbed, build: BuildInfo, report: FlashReport, reset: bool) -> None:
     testbed.state_dir.mkdir(parents=True, exist_ok=True)
+    where = [int(t) for t in build.plan.meta.get("testbed_nodes") or [n.device for n in build.plan.nodes]]
     doc = {"build": str(build.dir.resolve()), "plan_sha256": build.plan.sha256, "plan": build.plan.sha256[:16],
            "board": build.plan.meta["board"], "nodes": [r.node for r in report.results], "time": time.time(),
+           # testbed node -> the plan node its image is (they differ for a planned split): what its lines say
+           "plan_nodes": {str(t): k for k, t in enumerate(where)},
            "reset": reset, "results": [asdict(r) for r in report.results]}
     tmp = testbed.state_dir / "flashed.json.tmp"
     tmp.write_text(json.dumps(doc, indent=1) + "\n")

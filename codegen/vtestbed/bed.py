@@ -177,6 +177,7 @@ def prepare(testbed: Testbed, nodes: list[NodeEntry], build) -> None:
     plan = build.plan
     n = plan.devices
     qemu = plan.meta["board"] == "qemu-m4"
+    where = testbed_nodes(plan)
     run = _qemu_run(testbed, build) if qemu else _radio_run(testbed, build)
     x = load_build_inputs(build.dir, lookback=plan.cfg.lookback)
     info = ensure_supervisor(testbed)
@@ -192,7 +193,14 @@ def prepare(testbed: Testbed, nodes: list[NodeEntry], build) -> None:
             image_path(testbed, k).unlink(missing_ok=True)
     if qemu:
         _write_transcripts(testbed, build, xq, run)
-    (state / "run.json").write_text(json.dumps({"nodes": n, **run, "supervisor": info["pid"]}) + "\n")
+    (state / "run.json").write_text(json.dumps({"nodes": n, "testbed_nodes": where, **run,
+                                                "supervisor": info["pid"]}) + "\n")
+
+
+def testbed_nodes(plan) -> list[int]:
+    """The testbed node each plan node runs on: testbed_nodes[k] for a planned split (`cisl compile
+    --split`, which may leave testbed nodes out), else plan node k on testbed node k."""
+    return [int(t) for t in plan.meta.get("testbed_nodes") or range(plan.devices)]
 
 
 POSITIONS = "positions"  # [sim] topology: the testbed file's [[node]] positions
@@ -212,15 +220,22 @@ def _radio_run(testbed: Testbed, build) -> dict:
     from ..radio.topology import default_topology, topology
 
     n = build.plan.devices
+    where = testbed_nodes(build.plan)
     name = testbed.sim.topology or default_topology(n)
-    if name == POSITIONS:  # the testbed file's own [[node]] positions (plan node k = testbed node k)
-        pos = [testbed.node(k).position if k in testbed.ids else None for k in range(n)]
-        missing = [k for k in range(n) if pos[k] is None]
-        if missing:
+    split = where != list(range(n))
+    if name == POSITIONS or split:
+        # the testbed file's own [[node]] positions (plan node k on testbed node where[k]); a planned split
+        # leaves nodes out of the layout the planner priced (codegen/planner/costs.py `topology_for`)
+        pos = [testbed.node(t).position if t in testbed.ids else None for t in where]
+        missing = [t for t, p in zip(where, pos) if p is None]
+        if missing and name == POSITIONS:
             raise UserError(f"{testbed.path}: [sim] topology = \"{POSITIONS}\" places the nodes by their position, "
                             f"but node {missing[0]} has none; give every [[node]] position = [x, y]")
-        return {"topology": name, "positions": [list(p)[:2] for p in pos], "seed": testbed.sim.seed,
-                "timeout": testbed.sim.timeout, "phy": build.plan.phy}
+        if not missing:
+            return {"topology": POSITIONS, "positions": [list(p)[:2] for p in pos], "seed": testbed.sim.seed,
+                    "timeout": testbed.sim.timeout, "phy": build.plan.phy}
+        if name == "hallway16":  # the planner's rule for a split without positions: the hallway for n nodes
+            name = "hallway"
     try:
         topo = topology(name, None if name == "hallway16" else n, testbed.sim.seed)
     except ValueError as e:
@@ -279,8 +294,8 @@ def _write_transcripts(testbed: Testbed, build, xq: np.ndarray, run: dict) -> No
         lost = bt.lost_messages(plan, rounds, len(xq)) or None
         radio = {k: bt.exchange_radio(rounds, k, len(xq)) for k in tables}
     ref = reference(plan, xq, lost)
-    for k in range(plan.devices):
-        d = testbed.state_dir / f"node_{k:02d}"
+    for k, t in enumerate(testbed_nodes(plan)):
+        d = testbed.state_dir / f"node_{t:02d}"  # beside the image of testbed node t, the node's working folder
         d.mkdir(parents=True, exist_ok=True)
         (d / "sent.bin").unlink(missing_ok=True)
         (d / "transcript.bin").write_bytes(transcript(plan, k, xq, ref))

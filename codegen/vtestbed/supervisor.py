@@ -184,11 +184,14 @@ class Supervisor:
         except FileNotFoundError:
             return {"ok": False, "error": "nothing flashed yet; run `cisl flash BUILD --testbed FILE` first"}
         n = int(rc["nodes"])
-        images = [self.state / f"node_{k:02d}" / "firmware.elf" for k in range(n)]
-        missing = [k for k, p in enumerate(images) if not p.is_file()]
+        # plan node k runs on testbed node where[k] (a planned split); the run is keyed by testbed node,
+        # as the ports, images and the host's commands are
+        where = [int(t) for t in rc.get("testbed_nodes") or range(n)]
+        images = [self.state / f"node_{t:02d}" / "firmware.elf" for t in where]
+        missing = [t for t, p in zip(where, images) if not p.is_file()]
         if missing:
             return {"ok": False, "error": f"node {missing[0]} has no image; run `cisl flash` again"}
-        no_port = [k for k in range(n) if k not in self.ptys]
+        no_port = [t for t in where if t not in self.ptys]
         if no_port:
             return {"ok": False, "error": f"node {no_port[0]} has no port in the testbed file"}
         self.runs += 1
@@ -206,7 +209,7 @@ class Supervisor:
         # virtual board (e.g. QEMU) writes its own command line into run.json
         template = rc.get("node_command", ["{image}", "{socket}"])
         cwd = rc.get("node_cwd")
-        for k, img in enumerate(images):
+        for k, img in zip(where, images):
             fmt = {"image": img, "socket": sock, "node": k, "state": self.state}
             argv = [a.format(**fmt) for a in template]
             log_command(argv, cwd=cwd.format(**fmt) if cwd else None)

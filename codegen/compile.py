@@ -480,8 +480,10 @@ def mixer_section(st, opts: CompileOptions, control: int | None = None) -> dict:
     """How every exchange runs over Mixer (codegen/plan/mixer_schedule.py), for radio transports.
     ``control``: an elastic image's control round (docs/design/elastic.md) is exchange ``control``,
     one 2-byte row per node."""
-    real = load_board(opts.board).models is None  # a virtual board's slots are its own (host time)
-    policy = round_policy(opts.node_boards if (opts.node_boards and real) else opts.board, st.split.devices,
+    # a virtual board's nodes stand in for boards (node_boards, else the one its timing models): their
+    # rounds are planned as those boards' — slot lengths for their CPU work, the start guard — so the
+    # virtual testbed's board time is what the boards would take (it was the air time alone)
+    policy = round_policy(opts.node_boards or load_board(opts.board).models or opts.board, st.split.devices,
                           opts.round_policy, opts.phy)
     try:
         rounds = schedule_plan([sg.msg_bytes for sg in st.sgs], policy, opts.max_generation)

@@ -16,6 +16,7 @@ import pytest
 from clirun import cisl, ok
 from models import config_for_tokens, make_model_dir
 
+from codegen.plan.io import load_plan
 from codegen.compile import CompileOptions, compile_model
 
 HAVE_ARM = shutil.which("arm-none-eabi-gcc") is not None
@@ -131,6 +132,22 @@ def test_the_virtual_testbed_speaks_board_time_equal_to_the_estimate(builds):
     """sim nodes count the cycle model's nRF52840 cycles and the radio medium's air and radio-on
     time: the report's latencies and energy equal `cisl estimate`'s."""
     run_and_compare_with_the_estimate(builds, "sim4", "sim", "s")
+
+
+def test_the_virtual_testbed_prices_rounds_as_the_boards_it_stands_in_for(builds):
+    """A sim plan's Mixer rounds are the nrf52840dk plan's (slot lengths, start guard), and its board
+    time counts the 2 ms start guard of every round: the virtual testbed's latency is the boards'.
+    A sim plan used to have its own round policy without the guard, so `cisl report` on the virtual
+    testbed came out 2 ms per round below `cisl estimate` of the boards (18 ms of 167 on a 3-node split)."""
+    hw, sim = load_plan(builds / "hw").meta["mixer"], load_plan(builds / "sim4").meta["mixer"]
+    assert sim["policy"] == hw["policy"] and sim["policy"]["round_guard_us"] == 2000
+    assert sim["exchanges"] == hw["exchanges"]
+    assert "guard_us 2000" in (builds / "sim4" / "node_00" / "board_time.txt").read_text().splitlines()
+    est = {b: json.loads(ok(cisl("estimate", b, "-q", "--json", cwd=builds)).stdout) for b in ("hw", "sim4")}
+    rounds = sum(e["rounds"] for e in est["sim4"]["exchanges"].values())
+    assert rounds > 0 and sum(e["guard_us"] for e in est["sim4"]["exchanges"].values()) == 2000 * rounds
+    for a, b in zip(est["hw"]["blocks"], est["sim4"]["blocks"]):  # (receive work: the two images' code layout)
+        assert a["comm_ms"]["central"] == pytest.approx(b["comm_ms"]["central"], abs=0.005), (a["block"], a, b)
 
 
 def test_calibration_recovers_the_flash_wait_states(builds, tmp_path):

@@ -69,14 +69,15 @@ static int64_t virtual_offset_us; /* radio mode: virtual air time minus host tim
 /* Board time (docs/serial-contract.md, `clock=model`): with a board_time.txt next to the image,
  * written by `cisl build` from the cycle model of the same plan's ARM image, the node keeps a
  * virtual nRF52840 clock: every finished op advances it by that op's cycles, every radio round by
- * its simulated air time, every exchange by the receive work the model counted. The lines it
- * prints then carry board time, not host time. */
+ * the board's start guard and its simulated air time, every exchange by the receive work the
+ * model counted. The lines it prints then carry board time, not host time. */
 #define BT_MAX_OPS 4096u
 #define BT_MAX_SG 1024u
 #define BT_MAX_MODES 16u /* elastic modes in one image; each counts its own op cycles */
 static int board_time = 0;
 static uint64_t bt_cycles;          /* the virtual cycle counter */
 static uint64_t bt_clock_hz = 64000000u;
+static uint32_t bt_guard_us;        /* the board's start guard before slot 0 of every round */
 static uint32_t bt_op[BT_MAX_MODES][BT_MAX_OPS];
 static uint32_t bt_rx[BT_MAX_SG]; /* by the image's exchange number (each mode has its own) */
 static uint32_t bt_runtime[BT_MAX_MODES];
@@ -102,6 +103,9 @@ int cisl_sim_load_board_time(const char *path)
         if (strcmp(key, "clock_hz") == 0) {
             ok = fscanf(f, "%lu", &a) == 1 && a > 0;
             bt_clock_hz = ok ? a : bt_clock_hz;
+        } else if (strcmp(key, "guard_us") == 0) {
+            ok = fscanf(f, "%lu", &a) == 1;
+            bt_guard_us = (uint32_t)a;
         } else if (strcmp(key, "mode") == 0) { /* the op and runtime lines that follow are this mode's */
             ok = fscanf(f, "%lu", &mode) == 1 && mode < BT_MAX_MODES;
         } else if (strcmp(key, "runtime") == 0) {
@@ -546,7 +550,7 @@ static void round_end(sim_radio *r, const frame_header *f)
 {
     /* the node's clock shows the simulated air time, not the host time the round took */
     virtual_offset_us += (int64_t)get_u32(payload) - (host_us() - r->t0);
-    bt_advance_us(get_u32(payload));
+    bt_advance_us((uint64_t)get_u32(payload) + bt_guard_us); /* a board's round: its start guard, then the air */
     count_radio(f);
     r->ended = 1;
 }

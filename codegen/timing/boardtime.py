@@ -40,8 +40,12 @@ def table_text(plan: Plan, node: NodeCompute, image_sha: str,
                modes: list[tuple[Plan, NodeCompute]] = ()) -> str:
     """The table of one node; ``modes``: of an image holding every elastic mode, each further mode's
     plan and cycles (mode 1 first)."""
+    from .comm import round_guard_us
+
     out = [f"cisl-board-time {VERSION}", f"plan {plan.sha256[:16]}", f"image {image_sha}",
            f"clock_hz {int(node.clock_hz)}"]
+    if round_guard_us(plan):  # the board's initiator waits it before slot 0 of every round
+        out.append(f"guard_us {round_guard_us(plan)}")
     for m, (mode_plan, nc) in enumerate([(plan, node), *modes]):
         if m:
             out.append(f"mode {m}")

@@ -49,10 +49,11 @@ the slot start, packet air time t_air of the round's packet, codegen.radio.airti
 * scanning before synchronisation (a listener before its first packet): the receiver never turns
   off: one RAMP, then a whole slot per scan slot, and the synchronising packet's slot until its end.
 
-Not included: the initiator's start guard before slot 0 (``RoundTime.guard_us``, board.toml
-``[radio] start_guard_us``; 0 for boards without a radio, e.g. ``sim``) and the time a listener
-listens while it waits for the slowest node to reach the round — both depend on compute time,
-which the caller knows (add them to RX-on if you model them). Ramp-up is charged at full TX/RX
+Not included in the radio-on time: the initiator's start guard before slot 0 (``RoundTime.guard_us``:
+the plan's ``round_guard_us``, board.toml ``[radio] start_guard_us`` of the boards the nodes are or
+stand in for; counted in the round's time and the CPU's polling, energy.radio_use) and the time a
+listener listens while it waits for the slowest node to reach the round — both depend on compute
+time, which the caller knows (add them to RX-on if you model them). Ramp-up is charged at full TX/RX
 current, a small overestimate.
 """
 
@@ -311,9 +312,14 @@ def exchange_order(plan: Plan) -> list[int]:
     return order + rest
 
 
-def _guard_us(plan: Plan) -> int:
+def round_guard_us(plan: Plan) -> int:
+    """The start guard before slot 0 of every round: the plan's (compile prices a virtual board's
+    rounds as the boards its nodes stand in for), else — a plan of an older cisl — its board's."""
     from ..boards import load_board
 
+    policy = (plan.meta.get("mixer") or {}).get("policy") or {}
+    if "round_guard_us" in policy or "per_packet_us" in policy:  # compiled with the board models: 0 if absent
+        return int(policy.get("round_guard_us", 0))
     try:
         board = load_board(str(plan.meta.get("board", "")))
     except UserError:
@@ -384,7 +390,7 @@ def comm_schedule(plan: Plan, topology: "str | Topology | None" = None, policy: 
     linger = int(mixer["policy"]["linger"])
     initiator = int(mixer["initiator"])
     sink = plan.sink
-    guard = _guard_us(plan)
+    guard = round_guard_us(plan)
     sgs = {s.sg: s for s in plan.sgs}
 
     def rounds_of(sg: int) -> list[dict]:

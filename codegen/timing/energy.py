@@ -223,7 +223,7 @@ class RadioUse:
     node: int
     tx_on_us: Bounds
     rx_on_us: Bounds   # low: undecoded busy slots as empty windows; central = high: as full packets
-    comm_us: Bounds    # air time of all rounds (the node takes part in every round)
+    comm_us: Bounds    # all rounds' start guards and air time (the node takes part in every round; its CPU polls)
 
 
 def radio_use(rounds: Sequence, node: int) -> RadioUse:
@@ -231,7 +231,9 @@ def radio_use(rounds: Sequence, node: int) -> RadioUse:
     tx = sum(r.nodes[node].tx_on_us.mean for r in rounds)
     rx = sum(r.nodes[node].rx_on_us.mean for r in rounds)
     rx_low = sum(r.nodes[node].rx_on_us_low.mean for r in rounds)
-    air = [sum(r.air_us.min for r in rounds), sum(r.air_us.mean for r in rounds), sum(r.air_us.max for r in rounds)]
+    guard = sum(r.guard_us for r in rounds)  # the node waits in the round while the initiator's guard runs
+    air = [sum(r.air_us.min for r in rounds) + guard, sum(r.air_us.mean for r in rounds) + guard,
+           sum(r.air_us.max for r in rounds) + guard]
     return RadioUse(node, Bounds.of(tx), Bounds(rx_low, rx, rx), Bounds(*air))
 
 

@@ -85,6 +85,12 @@ class Plan:
         """The BLE PHY of the plan's Mixer rounds (its round policy); 2M for plans without rounds."""
         return str((self.meta.get("mixer") or {}).get("policy", {}).get("phy", "2M"))
 
+    @property
+    def testbed_nodes(self) -> list[int]:
+        """The testbed node each plan node runs on: a planned split's (`cisl compile --split`, which may
+        leave testbed nodes out), else plan node k on testbed node k."""
+        return [int(t) for t in self.meta.get("testbed_nodes") or range(self.devices)]
+
     def node_board(self, device: int) -> str:
         """The board node ``device`` runs on or, in a plan for a virtual board (sim, qemu-m4), the
         board it stands in for: its budgets, cycles and power (docs/design/heterogeneous.md). A plan

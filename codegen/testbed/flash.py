@@ -156,7 +156,7 @@ def _flash_testbed(build_dir: Path, testbed: Testbed, *, verify: bool, reset: bo
     board = build.plan.meta["board"]
     by_id = {n.id: n for n in testbed.nodes}
     # a planned split (`cisl compile --split`) runs plan node k on testbed node testbed_nodes[k]
-    where = [int(t) for t in build.plan.meta.get("testbed_nodes") or [n.device for n in build.plan.nodes]]
+    where = build.plan.testbed_nodes
     missing = [t for t in where if t not in by_id]
     if missing:
         raise UserError(f"the build has {build.plan.devices} nodes but {testbed.path} has no node {missing[0]}; add "
@@ -275,7 +275,7 @@ def _image_for(runner: Runner, testbed: Testbed, node: NodeEntry, image: Path) -
 
 def _record(testbed: Testbed, build: BuildInfo, report: FlashReport, reset: bool) -> None:
     testbed.state_dir.mkdir(parents=True, exist_ok=True)
-    where = [int(t) for t in build.plan.meta.get("testbed_nodes") or [n.device for n in build.plan.nodes]]
+    where = build.plan.testbed_nodes
     doc = {"build": str(build.dir.resolve()), "plan_sha256": build.plan.sha256, "plan": build.plan.sha256[:16],
            "board": build.plan.meta["board"], "nodes": [r.node for r in report.results], "time": time.time(),
            # testbed node -> the plan node its image is (they differ for a planned split): what its lines say

@@ -177,7 +177,7 @@ def prepare(testbed: Testbed, nodes: list[NodeEntry], build) -> None:
     plan = build.plan
     n = plan.devices
     qemu = plan.meta["board"] == "qemu-m4"
-    where = testbed_nodes(plan)
+    where = plan.testbed_nodes
     run = _qemu_run(testbed, build) if qemu else _radio_run(testbed, build)
     x = load_build_inputs(build.dir, lookback=plan.cfg.lookback)
     info = ensure_supervisor(testbed)
@@ -197,12 +197,6 @@ def prepare(testbed: Testbed, nodes: list[NodeEntry], build) -> None:
                                                 "supervisor": info["pid"]}) + "\n")
 
 
-def testbed_nodes(plan) -> list[int]:
-    """The testbed node each plan node runs on: testbed_nodes[k] for a planned split (`cisl compile
-    --split`, which may leave testbed nodes out), else plan node k on testbed node k."""
-    return [int(t) for t in plan.meta.get("testbed_nodes") or range(plan.devices)]
-
-
 POSITIONS = "positions"  # [sim] topology: the testbed file's [[node]] positions
 
 
@@ -220,7 +214,7 @@ def _radio_run(testbed: Testbed, build) -> dict:
     from ..radio.topology import default_topology, topology
 
     n = build.plan.devices
-    where = testbed_nodes(build.plan)
+    where = build.plan.testbed_nodes
     name = testbed.sim.topology or default_topology(n)
     split = where != list(range(n))
     if name == POSITIONS or split:
@@ -294,7 +288,7 @@ def _write_transcripts(testbed: Testbed, build, xq: np.ndarray, run: dict) -> No
         lost = bt.lost_messages(plan, rounds, len(xq)) or None
         radio = {k: bt.exchange_radio(rounds, k, len(xq)) for k in tables}
     ref = reference(plan, xq, lost)
-    for k, t in enumerate(testbed_nodes(plan)):
+    for k, t in enumerate(plan.testbed_nodes):
         d = testbed.state_dir / f"node_{t:02d}"  # beside the image of testbed node t, the node's working folder
         d.mkdir(parents=True, exist_ok=True)
         (d / "sent.bin").unlink(missing_ok=True)

@@ -242,3 +242,36 @@ def test_a_second_training_into_the_same_folder_is_refused_at_its_start(tmp_path
         first.kill()
         first.wait()
         first.stderr.close()
+
+
+def test_a_reader_that_writes_too_takes_the_folder_alone_or_is_refused(tmp_path):
+    """A run that reads a build and then writes it (its lock made exclusive in place) gets it only while
+    no other run reads it, and leaves it readable by others again."""
+    from codegen.errors import UserError
+    from codegen.fsutil import output_lock, reading
+
+    out = tmp_path / "b"
+    out.mkdir()
+    reader = """
+        import sys, time
+        from codegen.fsutil import reading
+        with reading(sys.argv[1]):
+            print("reading", flush=True)
+            time.sleep(30)
+        """
+    with reading(out):
+        with output_lock(out):  # alone: made exclusive, then shared again
+            p = run_script("import sys\nfrom codegen.fsutil import reading\nwith reading(sys.argv[1]): pass", str(out))
+            assert p.returncode != 0 and "another cisl run is writing it" in p.stderr, p.stderr
+        other = subprocess.Popen([sys.executable, "-c", textwrap.dedent(reader), str(out)], stdout=subprocess.PIPE,
+                                 text=True)
+        try:
+            assert other.stdout.readline().strip() == "reading"  # shared again: a second reader gets in
+            with pytest.raises(UserError, match="another cisl run is reading it"):
+                with output_lock(out):
+                    pass
+        finally:
+            other.kill()
+            other.wait()
+            other.stdout.close()
+    assert try_lock(out).returncode == 0

@@ -18,6 +18,7 @@ from .errors import UserError
 OWNER_FILE = ".cisl-output"  # "cisl <kind>": this folder is a cisl output of that kind
 _HELD: set[str] = set()  # output locks this process holds
 _READING: dict[str, int] = {}  # key -> descriptor of the shared lock this process holds on a folder it reads
+_READ_BY_OTHERS = "another cisl run is reading it (sim, flash, qemu or estimate); wait for it to finish"
 _CISL_HIDDEN = re.compile(r"^\.[^/]+\.(tmp-[^/]+|old-[^/]+)$")  # what killed cisl runs left (removed under the lock)
 
 
@@ -233,11 +234,11 @@ def _flock_shared(fd: int) -> None:
 
 
 @contextlib.contextmanager
-def reading(target: Path, busy: str | None = None) -> Iterator[None]:
+def reading(target: Path) -> Iterator[None]:
     """Hold ``target`` (a build folder) for a run that reads it: any number of readers at once, but
     no `cisl compile` or `cisl build` of it meanwhile — a compile swaps the whole folder away, and a
     run reading it would mix two builds or write its results into the folder that was removed. A
-    writer holding it refuses this run in one line (``busy``)."""
+    writer holding it refuses this run in one line."""
     import fcntl
 
     target = Path(target)
@@ -246,7 +247,7 @@ def reading(target: Path, busy: str | None = None) -> Iterator[None]:
         yield
         return
     lock = _lock_path(key)
-    fd = _acquire(lock, target, busy, shared=True)
+    fd = _acquire(lock, target, shared=True)
     _READING[key] = fd
     try:
         yield
@@ -282,8 +283,7 @@ def _upgraded(fd: int, target: Path) -> Iterator[None]:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         # (a refused conversion may drop the shared lock; the refusal ends the run anyway)
-        raise UserError(f"{target}: another cisl run is reading it (sim, flash, qemu or estimate); wait for it to "
-                        f"finish, then run this again") from None
+        raise UserError(f"{target}: {_READ_BY_OTHERS}, then run this again") from None
     try:
         yield
     finally:
@@ -299,8 +299,7 @@ def _writer_busy(fd: int, target: Path) -> str:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
         return f"{target}: another cisl run is writing it; wait for it to finish or choose another output"
-    return (f"{target}: another cisl run is reading it (sim, flash, qemu or estimate); wait for it to finish or "
-            f"choose another output")
+    return f"{target}: {_READ_BY_OTHERS} or choose another output"
 
 
 def _acquire(lock: Path, target: Path, busy: str | None = None, shared: bool = False) -> int:

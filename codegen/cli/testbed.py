@@ -236,7 +236,7 @@ def logs_cmd(testbed_file: Path, out_dir: Path, inferences: int | None, duration
     c = r.capture
     # a planned split: testbed node k runs another plan node (the node id in its lines and in merged.jsonl)
     split = any(n.prints not in (None, k) for k, n in c.nodes.items())
-    click.echo(f"{'node':>4} {'plan':>4} " * split + (f"{'node':>4} " * (not split))
+    click.echo((f"{'node':>4} {'plan':>4} " if split else f"{'node':>4} ")
                + f"{'bytes':>8} {'lines':>6} {'records':>7} {'infer':>5} {'mean us':>9}  status")
     for k, n in sorted(c.nodes.items()):
         us = [int(x.fields["us"]) for x in n.records if x.event == "infer"]

@@ -84,9 +84,8 @@ def run_and_compare_with_the_estimate(root: Path, build: str, board: str, tag: s
     lines = [json.loads(x) for x in (root / logs / "merged.jsonl").read_text().splitlines()]
     assert {b["clock"] for b in lines if b["event"] == "boot"} == {"model"}
     inferences = sum(1 for b in lines if b["event"] == "infer" and b["node"] == 0)
-    topology = json.loads((root / state / "run.json").read_text())["topology"]
-    ok(cisl("estimate", build, "-q", "--topology", topology, "--radio-inferences", str(inferences),
-            "-o", est_path, cwd=root))
+    ok(cisl("estimate", build, "-q", "--testbed", tb, "--radio-inferences", str(inferences), "-o", est_path,
+            cwd=root))
     p = ok(cisl("report", logs, "-o", rep, "--estimate", est_path, "--no-plots", cwd=root))
     assert "[model time]" in p.stdout
     # the radio is priced from the nodes' own radio-on times, and the summary says so (not "CPU only")

@@ -98,6 +98,9 @@ def qemu_cmd(build_dir: Path, nodes: tuple[int, ...], inputs: Path | None, count
 @build_dir_argument
 @click.option("--topology", default=None,
               help="Radio topology for the Mixer rounds (default: what `cisl sim` picks for the node count).")
+@click.option("--testbed", "testbed_file", type=click.Path(path_type=Path), default=None,
+              help="Price the Mixer rounds where this testbed file puts the nodes: the virtual testbed's layout, "
+                   "the boards' positions; a planned split's nodes where `cisl plan` placed them.")
 @click.option("--policy", type=click.Choice(["done", "fixed"]), default=None,
               help="Mixer round policy: cisl's early-terminating `done` or the published fixed 3G + 200 slots "
                    "(default: the plan's).")
@@ -105,7 +108,8 @@ def qemu_cmd(build_dir: Path, nodes: tuple[int, ...], inputs: Path | None, count
               help="Input windows each node's image runs on the cycle model (averaged).")
 @click.option("--radio-inferences", type=click.IntRange(min=1), default=4, show_default=True,
               help="Inferences of Mixer rounds simulated (min/mean/max of the air time).")
-@click.option("--radio-seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of topology and channel.")
+@click.option("--radio-seed", type=click.IntRange(min=0), default=None,
+              help="Seed of topology and channel  [default: the testbed's [sim] seed, else 0]")
 @click.option("--period-ms", type=FiniteRange(min=0, max=86_400_000, min_open=True), default=None,
               help="Inference period for the idle energy (default: back to back, the latency).")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole estimate as JSON instead of the table.")
@@ -115,15 +119,16 @@ def qemu_cmd(build_dir: Path, nodes: tuple[int, ...], inputs: Path | None, count
 @click.option("--mode", type=click.IntRange(min=0), default=None,
               help="A build holding every elastic mode: estimate this mode (default 0).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
-def estimate_cmd(build_dir: Path, topology: str | None, policy: str | None, inferences: int, radio_inferences: int,
-                 radio_seed: int, period_ms: float | None, as_json: bool, out_file: Path | None, jobs: int | None,
-                 mode: int | None, quiet: bool) -> None:
+def estimate_cmd(build_dir: Path, topology: str | None, testbed_file: Path | None, policy: str | None, inferences: int,
+                 radio_inferences: int, radio_seed: int | None, period_ms: float | None, as_json: bool,
+                 out_file: Path | None, jobs: int | None, mode: int | None, quiet: bool) -> None:
     """Board time and energy of one inference of BUILD_DIR (an nrf52840dk or qemu-m4 build).
 
     Every node's real ARM image runs on the Cortex-M4 cycle model (TRM instruction timings plus the
     nRF52840's flash wait states and instruction cache, as ranges) and is checked bit-exact with the
     int8 reference; every Mixer round runs on the slot-level radio simulation; energy comes from
-    the board's datasheet currents (board.toml [power]). Prints per node and block: cycles, compute
+    the board's datasheet currents (board.toml [power]); --testbed places the nodes as that testbed
+    does (a planned split: where `cisl plan` priced them). Prints per node and block: cycles, compute
     ms, communication ms, energy; per inference: bulk-synchronous latency, the network's energy and
     the share of communication. Figures are central [low..high].
     """
@@ -135,7 +140,8 @@ def estimate_cmd(build_dir: Path, topology: str | None, policy: str | None, infe
 
     est = run_estimate(build_dir, topology, policy, inferences, radio_inferences, radio_seed, jobs, period_ms,
                        out_file, progress_bar=lambda total: tqdm(total=total, desc="cycle model", unit="node",
-                                                                 leave=False, disable=quiet or None), mode=mode)
+                                                                 leave=False, disable=quiet or None), mode=mode,
+                       testbed=testbed_file, say=lambda line: click.echo(line, err=True))
     click.echo(json.dumps(est.to_json(), indent=1) if as_json else format_table(est))
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from ..errors import UserError
 from ..fsutil import reads_build
 from ..plan.io import load_plan
+from ..radio.topology import Topology
 from . import comm as C
 from .memsystem import MemoryModel
 from .compute import NodeCompute, board_for_estimate, compute_build, images_digest, mode_plan
@@ -125,13 +126,14 @@ def _j(t: Triple) -> dict:
     return {"low": round(t[0], 6), "central": round(t[1], 6), "high": round(t[2], 6)}
 
 
-def estimate(build_dir: Path, topology: str | None = None, policy: str | None = None, inferences: int = 1,
+def estimate(build_dir: Path, topology: str | Topology | None = None, policy: str | None = None, inferences: int = 1,
              radio_inferences: int = 4, seed: int = 0, jobs: int | None = None, period_ms: float | None = None,
              flash_wait: Triple | None = None, progress=None, nodes: list[NodeCompute] | None = None,
              mode: int | None = None) -> Estimate:
     """The estimate of a built build; ``nodes`` reuses compute already modelled (e.g. for a second
     round policy: the cycle model does not depend on the radio). ``mode``: of an image holding every
-    elastic mode, that mode (its compute on the image, its Mixer rounds)."""
+    elastic mode, that mode (its compute on the image, its Mixer rounds). ``topology``: a name, None
+    for `cisl sim`'s default, or a Topology of the plan's nodes (a testbed's positions: `testbed_topology`)."""
     build_dir = Path(build_dir)
     plan = mode_plan(build_dir, mode)
     board, model = board_for_estimate(plan)
@@ -145,7 +147,7 @@ def estimate(build_dir: Path, topology: str | None = None, policy: str | None = 
     if nodes is None:
         nodes = compute_build(build_dir, inferences=inferences, jobs=jobs, flash_wait=flash_wait, progress=progress,
                               mode=mode)
-    topo = C.resolve_topology(plan, topology)
+    topo = topology if isinstance(topology, Topology) else C.resolve_topology(plan, topology)
     pol = policy or str(plan.meta.get("mixer", {}).get("policy", {}).get("kind", "done"))  # the firmware's
     rounds = C.comm_schedule(plan, topo, pol, inferences=radio_inferences, seed=seed)
     ex = C.exchange_times(rounds)
@@ -171,7 +173,8 @@ def estimate(build_dir: Path, topology: str | None = None, policy: str | None = 
         own = {n.device: tuple(air[i] + _ms(n.blocks[bi].rx_cycles, clock)[i] for i in range(3)) for n in nodes}
         blocks.append(BlockEstimate(b0.key.label, b0.key.block, b0.key.layer, compute, comm, list(b0.exchanges),
                                     own))
-    est = Estimate(str(build_dir), board.name, "+".join(sorted({m.name for m in models})), plan.devices, topo, pol,
+    est = Estimate(str(build_dir), board.name, "+".join(sorted({m.name for m in models})), plan.devices,
+                   topo.name if isinstance(topo, Topology) else topo, pol,
                    inferences,
                    images_digest(build_dir, plan), clock, nodes, blocks, ex,
                    flash_wait=flash_wait or MemoryModel.for_board(model).flash_wait, rounds=rounds,
@@ -226,12 +229,50 @@ def format_table(est: Estimate) -> str:
     return "\n".join(lines)
 
 
+def testbed_topology(testbed_file: Path, plan) -> tuple[str | Topology, int]:
+    """The radio layout of a plan's nodes on a testbed and its seed, as `cisl estimate --testbed` prices
+    them: the virtual testbed's own (codegen/vtestbed/bed.py `radio_layout`); on boards, the nodes'
+    positions. A planned split's nodes keep the places the planner priced (its testbed nodes)."""
+    from ..testbed.config import load_testbed
+    from ..vtestbed.bed import POSITIONS, radio_layout
+
+    tb = load_testbed(testbed_file)
+    where = plan.testbed_nodes
+    absent = [(k, t) for k, t in enumerate(where) if t not in tb.ids]
+    if absent:
+        k, t = absent[0]
+        raise UserError(f"{testbed_file}: has no node {t}, which the build's plan node {k} runs on; give the testbed "
+                        f"file the build was compiled or planned for")
+    lay = radio_layout(tb, plan)
+    if lay["topology"] != POSITIONS:
+        return lay["topology"], int(lay["seed"])
+    import numpy as np
+
+    nodes = ",".join(str(t) for t in where)
+    return Topology(f"positions of testbed nodes {nodes} ({Path(testbed_file).name})",
+                    np.asarray(lay["positions"], dtype=float)), int(lay["seed"])
+
+
+def testbed_hint(plan, build_dir: Path) -> str | None:
+    """Advice for a planned split estimated without its testbed: the rounds are then priced on a
+    topology made for that many nodes, not where the planner placed them."""
+    where = plan.testbed_nodes
+    if where == list(range(plan.devices)):
+        return None
+    return (f"note: {build_dir} is a split planned for testbed nodes {', '.join(map(str, where))}; its Mixer rounds "
+            f"are priced on {C.resolve_topology(plan, None)} for {plan.devices} nodes: pass --testbed FILE to price "
+            f"them where those nodes are, as `cisl plan` did")
+
+
 @reads_build
 def run_estimate(build_dir: Path, topology: str | None = None, policy: str | None = None, inferences: int = 1,
-                 radio_inferences: int = 4, seed: int = 0, jobs: int | None = None, period_ms: float | None = None,
-                 out_file: Path | None = None, progress_bar=None, mode: int | None = None) -> Estimate:
+                 radio_inferences: int = 4, seed: int | None = None, jobs: int | None = None,
+                 period_ms: float | None = None, out_file: Path | None = None, progress_bar=None,
+                 mode: int | None = None, testbed: Path | None = None, say=None) -> Estimate:
     """`cisl estimate`: :func:`estimate`, with its JSON written to ``out_file`` (only over a file an
-    estimate wrote). ``progress_bar(total)`` gives a context manager with ``update(n)`` (a tqdm bar)."""
+    estimate wrote). ``progress_bar(total)`` gives a context manager with ``update(n)`` (a tqdm bar).
+    ``testbed``: price the rounds where the testbed file puts the nodes (`testbed_topology`); its
+    [sim] seed unless ``seed`` is given. ``say``: where advice goes (`testbed_hint`)."""
     import contextlib
     import json
 
@@ -240,9 +281,17 @@ def run_estimate(build_dir: Path, topology: str | None = None, policy: str | Non
     ours = json_with("images", "latency_ms", "nodes")
     check_output_file(out_file, ours)
     plan = load_plan(build_dir)
+    topo: str | Topology | None = topology
+    if testbed is not None:
+        if topology is not None:
+            raise UserError("--testbed and --topology both say where the nodes are: give one of them")
+        topo, tb_seed = testbed_topology(testbed, plan)
+        seed = tb_seed if seed is None else seed
+    elif topology is None and say is not None and (hint := testbed_hint(plan, build_dir)):
+        say(hint)
     with (progress_bar(plan.devices) if progress_bar else contextlib.nullcontext()) as bar:
-        est = estimate(build_dir, topology, policy, inferences, radio_inferences, seed, jobs, period_ms,
-                       progress=bar.update if bar is not None else None, mode=mode)
+        est = estimate(build_dir, topo, policy, inferences, radio_inferences, 0 if seed is None else seed, jobs,
+                       period_ms, progress=bar.update if bar is not None else None, mode=mode)
     if out_file is not None:
         write_output_file(out_file, json.dumps(est.to_json(), indent=1) + "\n", ours)
     return est

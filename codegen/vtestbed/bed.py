@@ -211,24 +211,33 @@ def run_topology(run: dict):
 
 def _radio_run(testbed: Testbed, build) -> dict:
     """Board sim: node processes talk through the medium over a simulated radio topology."""
+    return {**radio_layout(testbed, build.plan), "timeout": testbed.sim.timeout, "phy": build.plan.phy}
+
+
+def radio_layout(testbed: Testbed, plan) -> dict:
+    """Where the radio puts a plan's nodes on this testbed: ``{"topology": name, "seed": s}`` or, placed
+    by the testbed file, ``{"topology": "positions", "positions": [[x, y], ...], "seed": s}`` (plan node
+    k on testbed node ``plan.testbed_nodes[k]``). `run_topology` turns it into what the radio takes.
+
+    The positions decide with ``[sim] topology = "positions"``, for a planned split (it leaves nodes out
+    of the layout the planner priced: codegen/planner/costs.py `topology_for`), and on boards (only
+    `cisl estimate` asks there: no medium runs); otherwise the named topology, which `cisl testbed sim`
+    wrote the positions from."""
     from ..radio.topology import default_topology, topology
 
-    n = build.plan.devices
-    where = build.plan.testbed_nodes
+    n = plan.devices
+    where = plan.testbed_nodes
     name = testbed.sim.topology or default_topology(n)
-    split = where != list(range(n))
-    if name == POSITIONS or split:
-        # the testbed file's own [[node]] positions (plan node k on testbed node where[k]); a planned split
-        # leaves nodes out of the layout the planner priced (codegen/planner/costs.py `topology_for`)
+    virtual = all(t in testbed.ids and testbed.node(t).runner == "sim" for t in where)
+    if name == POSITIONS or where != list(range(n)) or not virtual:
         pos = [testbed.node(t).position if t in testbed.ids else None for t in where]
         missing = [t for t, p in zip(where, pos) if p is None]
         if missing and name == POSITIONS:
             raise UserError(f"{testbed.path}: [sim] topology = \"{POSITIONS}\" places the nodes by their position, "
                             f"but node {missing[0]} has none; give every [[node]] position = [x, y]")
         if not missing:
-            return {"topology": POSITIONS, "positions": [list(p)[:2] for p in pos], "seed": testbed.sim.seed,
-                    "timeout": testbed.sim.timeout, "phy": build.plan.phy}
-        if name == "hallway16":  # the planner's rule for a split without positions: the hallway for n nodes
+            return {"topology": POSITIONS, "positions": [list(p)[:2] for p in pos], "seed": testbed.sim.seed}
+        if name == "hallway16" and n != 16:  # the planner's rule without positions: the hallway for n nodes
             name = "hallway"
     try:
         topo = topology(name, None if name == "hallway16" else n, testbed.sim.seed)
@@ -237,7 +246,7 @@ def _radio_run(testbed: Testbed, build) -> dict:
     if topo.n != n:
         raise UserError(f"{testbed.path}: [sim] topology {name} has {topo.n} nodes but the build has {n}; choose a "
                         "topology for that many nodes or remove [sim] topology")
-    return {"topology": name, "seed": testbed.sim.seed, "timeout": testbed.sim.timeout, "phy": build.plan.phy}
+    return {"topology": name, "seed": testbed.sim.seed}
 
 
 def _qemu_run(testbed: Testbed, build) -> dict:

@@ -31,7 +31,7 @@ positions of the nodes taking part, the far node's distance included.
 
 With ``--trained`` the nofit model is also planned from its training config, trained (small) for
 that split (`cisl train --split`), compiled for both boards, linked, run bit-exact and estimated
-with `cisl estimate` against its deadline.
+with `cisl estimate --testbed` (its rounds at the planned nodes' positions) against its deadline.
 
     python bench/heterogeneous.py [--slack 1.5] [--only memory-nofit ...] [--no-run] [--trained]
 """
@@ -243,7 +243,7 @@ def trained(args, say) -> dict:
     cisl("compile", "model/model.onnx", "--split", "split.json", "-o", "sim", "-q")
     cisl("build", "sim", "-q")  # with board time: every node's image on the cycle model of its own board
     sim = cisl("sim", "sim")
-    cisl("estimate", "sim", "-o", "estimate.json")
+    cisl("estimate", "sim", "--testbed", "tb.toml", "-o", "estimate.json")  # its rounds where the plan put its nodes
     est = json.loads((work / "estimate.json").read_text())
     row = {"deadline_ms": deadline, "fastest_ms": fastest, "split": {k: sf[k] for k in ("nodes", "boards",
                                                                                       "heads_per_device",
@@ -254,7 +254,8 @@ def trained(args, say) -> dict:
            "max_flash": {b: max(n["flash"] for n in hw["nodes"] if n["node"] in nodes)
                          for b, nodes in hw.get("boards", {hw["board"]: [n["node"] for n in hw["nodes"]]}).items()},
            "bit_exact": "bit-exact with the int8 reference: yes" in sim,
-           "estimate_latency_ms": est["latency_ms"], "estimate_energy_uj": est["network_energy_uj"]}
+           "estimate_latency_ms": est["latency_ms"], "estimate_energy_uj": est["network_energy_uj"],
+           "estimate_topology": est["topology"]}
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps(row, indent=1))
     return row
@@ -326,9 +327,12 @@ def report(rows: list[dict], args) -> str:
                   f"{t['split']['heads_per_device']}, hidden units {t['split']['hidden_per_device']}",
                   f"* linked for their own boards (plan node numbers per board): {t['linked']}; largest image flash per board: {t['max_flash']} B",
                   f"* virtual testbed bit-exact: {t['bit_exact']}",
-                  f"* latency: planned {t['planned_latency_ms']:.1f} ms; `cisl estimate` {e['central']:.1f} ms "
-                  f"[{e['low']:.1f}..{e['high']:.1f}] against the deadline of {t['deadline_ms']:g} ms "
-                  f"({'within' if e['central'] <= t['deadline_ms'] else 'OVER'})", "", "```", t["compare"].strip(),
+                  f"* latency: planned {t['planned_latency_ms']:.1f} ms; `cisl estimate --testbed` (radio: "
+                  f"{t.get('estimate_topology', '?')}) {e['central']:.1f} ms [{e['low']:.1f}..{e['high']:.1f}] "
+                  f"against the deadline of {t['deadline_ms']:g} ms "
+                  f"({'within' if e['central'] <= t['deadline_ms'] else 'OVER'}); energy planned "
+                  f"{t['planned_energy_uj']:,.1f} µJ, estimated {t['estimate_energy_uj']['central']:,.1f} µJ",
+                  "", "```", t["compare"].strip(),
                   "```"]
     lines += ["", "Solve time: the MILP over 16 nodes (272 one-hot head variables, 16 integer hidden counts, "
               "the products for the radio energy) is the `solve s` column; building its tables (structures, "

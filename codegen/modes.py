@@ -55,9 +55,10 @@ def select_mode(table: list[tuple[int, int, int]], deadline_us: int = NO_LIMIT, 
     return best
 
 
-def profile_modes(build_dir: Path, topology: str | None = None, inferences: int = 1, radio_inferences: int = 4,
+def profile_modes(build_dir: Path, topology=None, inferences: int = 1, radio_inferences: int = 4,
                   seed: int = 0, jobs: int | None = None, progress=None) -> list[ModeProfile]:
-    """Every mode of ``build_dir`` (an every-mode build, built for an ARM board or sim) on the timing model."""
+    """Every mode of ``build_dir`` (an every-mode build, built for an ARM board or sim) on the timing model;
+    ``topology`` as `cisl estimate` takes it (a name, None, or a testbed's Topology)."""
     from .timing.estimate import estimate
 
     plan = load_plan(build_dir)

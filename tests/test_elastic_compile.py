@@ -211,7 +211,7 @@ def test_cisl_modes_profiles_every_mode_and_picks_under_limits(every_mode_build:
 
     res = CliRunner().invoke(main, ["modes", str(every_mode_build), "--topology", "full_mesh", "--quiet"])
     assert res.exit_code == 0, res.output
-    rows = json.loads((every_mode_build / "modes.json").read_text())["modes"]
+    rows = rows_full = json.loads((every_mode_build / "modes.json").read_text())["modes"]
     assert [r["mode"] for r in rows] == [0, 1, 2]
     assert rows[0]["latency_us"] > rows[1]["latency_us"] > rows[2]["latency_us"]
     assert rows[0]["energy_nj"] > rows[2]["energy_nj"]
@@ -239,6 +239,29 @@ def test_cisl_modes_profiles_every_mode_and_picks_under_limits(every_mode_build:
 
     assert read_table(every_mode_build, "full_mesh") and read_table(every_mode_build)
     assert read_table(every_mode_build, "line") is None
+    # --testbed: profiled where the testbed file puts the nodes, once per layout (a moved node profiles again)
+    from codegen.plan.io import load_plan
+
+    tb = every_mode_build.parent / "modes-tb.toml"
+    rows = '[defaults]\nboard = "nrf52840dk"\nrunner = "pyocd"\n\n' + "".join(
+        f'[[node]]\nid = {k}\nprobe = "6830{k}"\nport = "/dev/ttyACM{k}"\nposition = [{9.0 * k}, 0.0]\n\n'
+        for k in range(load_plan(every_mode_build).devices))
+    tb.write_text(rows)
+    res = CliRunner().invoke(main, ["modes", str(every_mode_build), "--testbed", str(tb)])
+    assert res.exit_code == 0 and "profiled 3 modes" in res.output, res.output
+    doc = json.loads((every_mode_build / "modes.json").read_text())
+    assert doc["topology"].startswith("positions of testbed nodes 0,1 (modes-tb.toml) "), doc["topology"]
+    far = [r["latency_us"] for r in doc["modes"]]
+    assert far != [r["latency_us"] for r in rows_full], "9 m apart and next to each other: the same rounds?"
+    res = CliRunner().invoke(main, ["modes", str(every_mode_build), "--testbed", str(tb)])
+    assert res.exit_code == 0 and "profiled" not in res.output, res.output  # the table of this layout: reused
+    from codegen.timing.estimate import layout_key, testbed_topology
+
+    tb.write_text(rows.replace("position = [9.0, 0.0]", "position = [2.0, 0.0]"))
+    moved = layout_key(*testbed_topology(tb, load_plan(every_mode_build)))
+    assert moved != doc["topology"] and read_table(every_mode_build, moved) is None
+    res = CliRunner().invoke(main, ["modes", str(every_mode_build), "--testbed", str(tb), "--topology", "line"])
+    assert res.exit_code == 2 and "give one of them" in res.output, res.output
 
 
 def test_the_sinks_selector_picks_what_cisl_modes_picks(every_mode_build: Path, elastic_model: Path) -> None:

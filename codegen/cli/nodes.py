@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ..errors import CheckFailed
+from ..errors import CheckFailed, UserError
 from .app import main
 from .options import FiniteRange, build_dir_argument, loss_options, loss_rates, say
 from .options import mode_limits as parse_mode_limits
@@ -236,10 +236,13 @@ def _print_sim(r, build_dir: Path, logs: Path | None) -> None:
 @click.option("--topology", default=None, metavar="TOPOLOGY",
               help="Radio topology of the profile (default: the plan's, as `cisl estimate`); a modes.json of another "
                    "topology is profiled again.")
+@click.option("--testbed", "testbed_file", type=click.Path(path_type=Path), default=None,
+              help="Profile the Mixer rounds where this testbed file puts the nodes (as `cisl estimate --testbed`); "
+                   "a modes.json of another layout is profiled again.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, help="Nodes modelled at once (default: CPUs).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
 def modes_cmd(build_dir: Path, deadline_ms: float | None, energy_uj: float | None, max_mse: float | None,
-              profile: bool, topology: str | None, jobs: int | None, quiet: bool) -> None:
+              profile: bool, topology: str | None, testbed_file: Path | None, jobs: int | None, quiet: bool) -> None:
     """Every elastic mode of BUILD_DIR (a build holding every mode) and the one to run under limits.
 
     The first call (or --profile) runs each mode on the timing model — the real node images on the
@@ -255,14 +258,22 @@ def modes_cmd(build_dir: Path, deadline_ms: float | None, energy_uj: float | Non
     from .. import modes as M
     from ..fsutil import output_lock
 
-    table = None if profile else M.read_table(build_dir, topology)
+    radio, seed, key = topology, 0, topology  # key: what modes.json says the table was profiled on
+    if testbed_file is not None:
+        from ..timing.estimate import layout_key, testbed_topology
+
+        if topology is not None:
+            raise UserError("--testbed and --topology both say where the nodes are: give one of them")
+        radio, seed = testbed_topology(testbed_file, M.load_plan(build_dir))
+        key = layout_key(radio, seed)
+    table = None if profile else M.read_table(build_dir, key)
     if table is None:
         plan_modes = (M.load_plan(build_dir).meta.get("elastic") or {}).get("modes", 0)
         with output_lock(build_dir):  # it writes modes.json and rebuilds the images: no other run of the folder meanwhile
             with tqdm(total=plan_modes, desc="profile modes", unit="mode", leave=False,
                       disable=quiet or None) as bar:
-                table = M.profile_modes(build_dir, topology, jobs=jobs, progress=bar.update)
-            path = M.write_table(build_dir, table, topology)
+                table = M.profile_modes(build_dir, radio, seed=seed, jobs=jobs, progress=bar.update)
+            path = M.write_table(build_dir, table, key)
             M.put_table_in_images(build_dir, table, say(quiet))
         if not quiet:
             click.echo(f"profiled {len(table)} modes -> {path}; the node images now hold the table "

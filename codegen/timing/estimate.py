@@ -253,6 +253,19 @@ def testbed_topology(testbed_file: Path, plan) -> tuple[str | Topology, int]:
                     np.asarray(lay["positions"], dtype=float)), int(lay["seed"])
 
 
+def layout_key(topology: str | Topology, seed: int) -> str:
+    """A radio layout as one string (what `cisl modes` records its table was profiled on): a name, with
+    its seed when not 0; a testbed's positions by label and a digest of the coordinates and seed."""
+    if isinstance(topology, str):
+        return topology if seed == 0 else f"{topology} seed {seed}"
+    import hashlib
+
+    import numpy as np
+
+    digest = hashlib.sha256(repr((np.round(topology.positions, 6).tolist(), seed)).encode()).hexdigest()[:12]
+    return f"{topology.name} {digest}"
+
+
 def testbed_hint(plan, build_dir: Path) -> str | None:
     """Advice for a planned split estimated without its testbed: the rounds are then priced on a
     topology made for that many nodes, not where the planner placed them."""

@@ -12,10 +12,14 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import UserError
 from .fsutil import json_with, write_output_file
 from .plan.io import load_plan
+
+if TYPE_CHECKING:
+    from .radio.topology import Topology
 
 NO_LIMIT = 0xFFFFFFFF  # CISL_NO_LIMIT
 TABLE = "modes.json"
@@ -55,7 +59,7 @@ def select_mode(table: list[tuple[int, int, int]], deadline_us: int = NO_LIMIT, 
     return best
 
 
-def profile_modes(build_dir: Path, topology=None, inferences: int = 1, radio_inferences: int = 4,
+def profile_modes(build_dir: Path, topology: str | Topology | None = None, inferences: int = 1, radio_inferences: int = 4,
                   seed: int = 0, jobs: int | None = None, progress=None) -> list[ModeProfile]:
     """Every mode of ``build_dir`` (an every-mode build, built for an ARM board or sim) on the timing model;
     ``topology`` as `cisl estimate` takes it (a name, None, or a testbed's Topology)."""

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ..errors import CheckFailed, UserError
+from ..errors import CheckFailed
 from .app import main
 from .options import FiniteRange, build_dir_argument, loss_options, loss_rates, say
 from .options import mode_limits as parse_mode_limits
@@ -257,15 +257,11 @@ def modes_cmd(build_dir: Path, deadline_ms: float | None, energy_uj: float | Non
 
     from .. import modes as M
     from ..fsutil import output_lock
+    from ..timing.estimate import layout_key, radio_of
 
-    radio, seed, key = topology, 0, topology  # key: what modes.json says the table was profiled on
-    if testbed_file is not None:
-        from ..timing.estimate import layout_key, testbed_topology
-
-        if topology is not None:
-            raise UserError("--testbed and --topology both say where the nodes are: give one of them")
-        radio, seed = testbed_topology(testbed_file, M.load_plan(build_dir))
-        key = layout_key(radio, seed)
+    radio, seed = radio_of(M.load_plan(build_dir), topology, testbed_file)
+    seed = seed or 0
+    key = topology if testbed_file is None else layout_key(radio, seed)  # what modes.json says it was profiled on
     table = None if profile else M.read_table(build_dir, key)
     if table is None:
         plan_modes = (M.load_plan(build_dir).meta.get("elastic") or {}).get("modes", 0)

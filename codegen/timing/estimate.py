@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from ..errors import UserError
 from ..fsutil import reads_build
 from ..plan.io import load_plan
@@ -246,11 +248,19 @@ def testbed_topology(testbed_file: Path, plan) -> tuple[str | Topology, int]:
     lay = radio_layout(tb, plan)
     if lay["topology"] != POSITIONS:
         return lay["topology"], int(lay["seed"])
-    import numpy as np
-
     nodes = ",".join(str(t) for t in where)
     return Topology(f"positions of testbed nodes {nodes} ({Path(testbed_file).name})",
                     np.asarray(lay["positions"], dtype=float)), int(lay["seed"])
+
+
+def radio_of(plan, topology: str | None, testbed_file: Path | None) -> tuple[str | Topology | None, int | None]:
+    """Where `--topology` or `--testbed` puts the nodes, and the testbed's seed (None without one);
+    giving both is one line."""
+    if testbed_file is None:
+        return topology, None
+    if topology is not None:
+        raise UserError("--testbed and --topology both say where the nodes are: give one of them")
+    return testbed_topology(testbed_file, plan)
 
 
 def layout_key(topology: str | Topology, seed: int) -> str:
@@ -259,8 +269,6 @@ def layout_key(topology: str | Topology, seed: int) -> str:
     if isinstance(topology, str):
         return topology if seed == 0 else f"{topology} seed {seed}"
     import hashlib
-
-    import numpy as np
 
     digest = hashlib.sha256(repr((np.round(topology.positions, 6).tolist(), seed)).encode()).hexdigest()[:12]
     return f"{topology.name} {digest}"
@@ -294,17 +302,13 @@ def run_estimate(build_dir: Path, topology: str | None = None, policy: str | Non
     ours = json_with("images", "latency_ms", "nodes")
     check_output_file(out_file, ours)
     plan = load_plan(build_dir)
-    topo: str | Topology | None = topology
-    if testbed is not None:
-        if topology is not None:
-            raise UserError("--testbed and --topology both say where the nodes are: give one of them")
-        topo, tb_seed = testbed_topology(testbed, plan)
-        seed = tb_seed if seed is None else seed
-    elif topology is None and say is not None and (hint := testbed_hint(plan, build_dir)):
+    topo, tb_seed = radio_of(plan, topology, testbed)
+    seed = seed if seed is not None else tb_seed or 0
+    if topo is None and say is not None and (hint := testbed_hint(plan, build_dir)):
         say(hint)
     with (progress_bar(plan.devices) if progress_bar else contextlib.nullcontext()) as bar:
-        est = estimate(build_dir, topo, policy, inferences, radio_inferences, 0 if seed is None else seed, jobs,
-                       period_ms, progress=bar.update if bar is not None else None, mode=mode)
+        est = estimate(build_dir, topo, policy, inferences, radio_inferences, seed, jobs, period_ms,
+                       progress=bar.update if bar is not None else None, mode=mode)
     if out_file is not None:
         write_output_file(out_file, json.dumps(est.to_json(), indent=1) + "\n", ours)
     return est

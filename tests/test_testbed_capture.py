@@ -30,6 +30,14 @@ def make_pty(link: Path) -> tuple[int, str]:
     return master, name
 
 
+def unplug(master: int, link: Path) -> None:
+    """The board's USB device goes away: its stable name first (udev removes the by-id link), then the
+    pty. Closing only the pty frees its /dev/pts number for the next pty opened anywhere on the machine
+    (a test on another xdist worker), and a reader reopening the old name would read that one's lines."""
+    link.unlink()
+    os.close(master)
+
+
 def wait_for_reader(master: int, timeout: float = 10.0) -> None:
     """Until somebody has the slave open (the master stops reporting POLLHUP)."""
     p = select.poll()
@@ -121,7 +129,7 @@ def test_a_port_that_drops_is_reopened(tmp_path):
                      b"CISL 0 infer inf=0 us=5 crc=00\nCISL 0 inf")
         got_first.wait(10)
         time.sleep(0.1)
-        os.close(m1)  # the USB device goes away mid-line ...
+        unplug(m1, link)  # the USB device goes away mid-line ...
         time.sleep(0.3)
         m2, _ = make_pty(link)  # ... and comes back (same stable name)
         wait_for_reader(m2)
@@ -377,7 +385,7 @@ def test_a_port_that_goes_away_for_good_is_named_as_the_reason(tmp_path):
         wait_for_reader(m0)
         os.write(m0, b"CISL 0 boot fw=0.1.0 plan=abc board=x node=0 nodes=1\nCISL 0 infer inf=0 us=5 crc=00\nCISL 0 in")
         time.sleep(0.2)
-        os.close(m0)
+        unplug(m0, tmp_path / "a.tty")
         return {}
 
     r = capture([PortSpec(0, str(tmp_path / "a.tty"))], None, reset=reset, timeout=1.5)

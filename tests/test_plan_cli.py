@@ -8,6 +8,7 @@ meets the deadline the plan was made for; bad input is one line and exit code 2.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -93,15 +94,23 @@ def test_replanning_without_dead_nodes_runs_bit_exact(tmp_path):
     out = tmp_path / "b14"
     ok(cisl("compile", str(model), "--split", "s14.json", "-o", str(out), "-q", cwd=tmp_path))
     ok(cisl("build", str(out), "-q", cwd=tmp_path, timeout=600))
-    p = ok(cisl("sim", str(out), cwd=tmp_path, timeout=600))
-    assert "14 nodes" in p.stdout and "bit-exact with the int8 reference: yes" in p.stdout
+    # `cisl sim --testbed` runs the rounds where the plan placed its nodes (bit-exact); without it they run on a
+    # hallway made for 14 nodes, and the user is told so before it starts
+    p = ok(cisl("sim", str(out), "--testbed", str(tb), "-n", "3", cwd=tmp_path, timeout=600))
+    assert "14 nodes, 3 inferences" in p.stdout and "bit-exact with the int8 reference: yes" in p.stdout
+    assert "note:" not in p.stderr, p.stderr
+    sim_air = float(re.search(r"air time ([0-9.]+) ms per inference", p.stdout).group(1))
+    p = ok(cisl("sim", str(out), "-n", "1", cwd=tmp_path, timeout=600))
+    assert "bit-exact with the int8 reference: yes" in p.stdout
+    assert "is a split planned for testbed nodes 0, 1, 2, 4," in p.stderr and "--testbed FILE to run" in p.stderr
     # `cisl estimate --testbed` prices the rounds where the plan placed its nodes, the planner's radio: each
-    # block's air time and start guards are the planner's to the microsecond. Without it the rounds ran on a
-    # hallway made for 14 nodes (2591.8 against a planned 2409.4 ms on bench/heterogeneous.py's split), and
-    # the user is told so
+    # block's air time and start guards are the planner's to the microsecond, and the air time is the one
+    # `cisl sim --testbed` ran (the same rounds). Without it the rounds ran on a hallway made for 14 nodes
+    # (2591.8 against a planned 2409.4 ms on bench/heterogeneous.py's split), and the user is told so
     p = ok(cisl("estimate", str(out), "--testbed", str(tb), "--radio-inferences", "3", "--json", "-q",
                 cwd=tmp_path, timeout=600))
     est = json.loads(p.stdout)
+    assert sum(x["air_us"]["mean"] for x in est["exchanges"].values()) / 1e3 == pytest.approx(sim_air, abs=0.051)
     assert est["topology"].startswith("positions of testbed nodes 0,1,2,4,5,6,8,"), est["topology"]
     air = {sg: x["air_us"]["mean"] + x["guard_us"] for sg, x in est["exchanges"].items()}
     priced = [sum(air[str(sg)] for sg in b["exchanges"]) / 1e3 for b in est["blocks"]]
@@ -109,8 +118,9 @@ def test_replanning_without_dead_nodes_runs_bit_exact(tmp_path):
     assert est["latency_ms"]["central"] == pytest.approx(sf["planner"]["predicted"]["latency_ms"], rel=0.02)
     p = ok(cisl("estimate", str(out), "-q", cwd=tmp_path, timeout=600))
     assert "is a split planned for testbed nodes 0, 1, 2, 4," in p.stderr and "pass --testbed FILE" in p.stderr
-    p = cisl("estimate", str(out), "--topology", "line", "--testbed", str(tb), cwd=tmp_path)
-    assert p.returncode == 2 and "give one of them" in p.stderr and len(p.stderr.splitlines()) == 1, p.stderr
+    for cmd in ("estimate", "sim"):
+        p = cisl(cmd, str(out), "--topology", "line", "--testbed", str(tb), cwd=tmp_path)
+        assert p.returncode == 2 and "give one of them" in p.stderr and len(p.stderr.splitlines()) == 1, p.stderr
     # the survivors where the testbed file puts them, one far away: messages are lost, never wrong
     from codegen.vtestbed.run import run_sim
 

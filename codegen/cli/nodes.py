@@ -31,7 +31,7 @@ def build_cmd(build_dir: Path, board: str | None, jobs: int | None, nodes: tuple
     """Compile every node in BUILD_DIR into a firmware image (node_NN/firmware.elf), in parallel.
 
     Uses upstream CMSIS-NN when CMSIS_NN_ROOT points at a checkout, else the bundled nnref.
-    Warnings are errors. For boards with a memory budget (nrf52840dk, qemu-m4) every node's flash
+    Warnings are errors. For boards with a memory budget (nrf52840dk, nrf52833dk, qemu-m4) every node's flash
     and RAM are read from its ELF and printed next to the planner's estimate (node_NN/size.json);
     a node that does not fit fails the build. --board qemu-m4 also builds a plan compiled for
     nrf52840dk (same code and flags); its images go to node_NN/qemu-m4/.
@@ -162,7 +162,11 @@ def estimate_cmd(build_dir: Path, topology: str | None, testbed_file: Path | Non
 @click.option("--topology", "radio_topology", default=None, metavar="TOPOLOGY",
               help="Radio topology: full_mesh, line, grid, random_geometric, hallway, hallway16 "
                    "(default: the paper's 35 m hallway, hallway16 for 16 nodes; a mesh below 4 nodes).")
-@click.option("--radio-seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the topology and channel.")
+@click.option("--testbed", "testbed_file", type=click.Path(path_type=Path), default=None,
+              help="Radio medium: the nodes where this testbed file puts them (its virtual testbed's layout, the "
+                   "boards' positions; a planned split's nodes where `cisl plan` placed them).")
+@click.option("--radio-seed", type=click.IntRange(min=0), default=None,
+              help="Seed of the topology and channel  [default: the testbed's [sim] seed, else 0]")
 @click.option("--radio-dead", type=int, multiple=True, metavar="NODE",
               help="Radio medium: this node's radio is dead (repeatable); it computes but nothing gets through.")
 @click.option("--mode-request", "mode_requests", multiple=True, metavar="INF:NODE:MODE",
@@ -174,8 +178,8 @@ def estimate_cmd(build_dir: Path, topology: str | None, testbed_file: Path | Non
                    "`cisl modes` put into the images (repeatable).")
 def sim(build_dir: Path, inputs: Path | None, count: int | None, logs: Path | None, timeout: float,
         loss_q: float | None, loss_link: float, loss_receiver: float, loss_sender: float, loss_seed: int,
-        medium: str, radio_topology: str | None, radio_seed: int, radio_dead: tuple[int, ...],
-        mode_requests: tuple[str, ...], mode_limits: tuple[str, ...]) -> None:
+        medium: str, radio_topology: str | None, testbed_file: Path | None, radio_seed: int | None,
+        radio_dead: tuple[int, ...], mode_requests: tuple[str, ...], mode_limits: tuple[str, ...]) -> None:
     """Run every node of BUILD_DIR as its own process on the virtual testbed.
 
     A medium process carries the somegather messages; each node prints the serial log contract.
@@ -187,7 +191,8 @@ def sim(build_dir: Path, inputs: Path | None, count: int | None, logs: Path | No
 
     asks, limits = parse_mode_requests(mode_requests), parse_mode_limits(mode_limits)
     r = simulate(build_dir, inputs, count, logs, timeout, loss_rates(loss_q, loss_link, loss_receiver, loss_sender),
-                 loss_seed, medium, radio_topology, radio_seed, list(radio_dead), asks, limits)
+                 loss_seed, medium, radio_topology, radio_seed, list(radio_dead), asks, limits, testbed_file,
+                 say=lambda line: click.echo(line, err=True))
     _print_sim(r, build_dir, logs)
     if count is not None and r.inferences < count:
         click.echo(f"note: -n {count}, but the inputs hold {r.inferences} window(s): ran {r.inferences} "

@@ -235,20 +235,12 @@ def testbed_topology(testbed_file: Path, plan) -> tuple[str | Topology, int]:
     """The radio layout of a plan's nodes on a testbed and its seed, as `cisl estimate --testbed` prices
     them: the virtual testbed's own (codegen/vtestbed/bed.py `radio_layout`); on boards, the nodes'
     positions. A planned split's nodes keep the places the planner priced (its testbed nodes)."""
-    from ..testbed.config import load_testbed
-    from ..vtestbed.bed import POSITIONS, radio_layout
+    from ..vtestbed.bed import POSITIONS, plan_layout
 
-    tb = load_testbed(testbed_file)
-    where = plan.testbed_nodes
-    absent = [(k, t) for k, t in enumerate(where) if t not in tb.ids]
-    if absent:
-        k, t = absent[0]
-        raise UserError(f"{testbed_file}: has no node {t}, which the build's plan node {k} runs on; give the testbed "
-                        f"file the build was compiled or planned for")
-    lay = radio_layout(tb, plan)
+    lay = plan_layout(testbed_file, plan)
     if lay["topology"] != POSITIONS:
         return lay["topology"], int(lay["seed"])
-    nodes = ",".join(str(t) for t in where)
+    nodes = ",".join(str(t) for t in plan.testbed_nodes)
     return Topology(f"positions of testbed nodes {nodes} ({Path(testbed_file).name})",
                     np.asarray(lay["positions"], dtype=float)), int(lay["seed"])
 
@@ -274,14 +266,14 @@ def layout_key(topology: str | Topology, seed: int) -> str:
     return f"{topology.name} {digest}"
 
 
-def testbed_hint(plan, build_dir: Path) -> str | None:
-    """Advice for a planned split estimated without its testbed: the rounds are then priced on a
-    topology made for that many nodes, not where the planner placed them."""
+def testbed_hint(plan, build_dir: Path, doing: str = "are priced", do: str = "price") -> str | None:
+    """Advice for a planned split estimated (or, ``doing="run"``, simulated) without its testbed: the
+    rounds then use a topology made for that many nodes, not the places the planner priced."""
     where = plan.testbed_nodes
     if where == list(range(plan.devices)):
         return None
     return (f"note: {build_dir} is a split planned for testbed nodes {', '.join(map(str, where))}; its Mixer rounds "
-            f"are priced on {C.resolve_topology(plan, None)} for {plan.devices} nodes: pass --testbed FILE to price "
+            f"{doing} on {C.resolve_topology(plan, None)} for {plan.devices} nodes: pass --testbed FILE to {do} "
             f"them where those nodes are, as `cisl plan` did")
 
 

@@ -32,7 +32,7 @@ import numpy as np
 from ..errors import UserError
 from ..inputs import load_build_inputs
 from ..toolrun import log_command
-from ..testbed.config import NodeEntry, Testbed, check_state_claim, claim_state_dir
+from ..testbed.config import NodeEntry, Testbed, check_state_claim, claim_state_dir, load_testbed
 from .supervisor import read_line
 
 MODULE = "codegen.vtestbed.supervisor"
@@ -247,6 +247,18 @@ def radio_layout(testbed: Testbed, plan) -> dict:
         raise UserError(f"{testbed.path}: [sim] topology {name} has {topo.n} nodes but the build has {n}; choose a "
                         "topology for that many nodes or remove [sim] topology")
     return {"topology": name, "seed": testbed.sim.seed}
+
+
+def plan_layout(testbed_file: Path, plan) -> dict:
+    """`radio_layout` of a testbed file given on the command line (`cisl sim`/`estimate`/`modes
+    --testbed`): one line, exit 2, when the file lacks a node the plan runs on."""
+    tb = load_testbed(testbed_file)
+    absent = [(k, t) for k, t in enumerate(plan.testbed_nodes) if t not in tb.ids]
+    if absent:
+        k, t = absent[0]
+        raise UserError(f"{testbed_file}: has no node {t}, which the build's plan node {k} runs on; give the testbed "
+                        f"file the build was compiled or planned for")
+    return radio_layout(tb, plan)
 
 
 def _qemu_run(testbed: Testbed, build) -> dict:

@@ -514,38 +514,57 @@ def crc32_of(values: np.ndarray) -> int:
 @reads_build
 def simulate(build_dir: Path, inputs_file: Path | None = None, count: int | None = None,
              logs_dir: Path | None = None, timeout: float = 120.0, loss: LossRates | None = None, loss_seed: int = 0,
-             medium: str = "radio", topology: str | None = None, radio_seed: int = 0,
+             medium: str = "radio", topology: str | None = None, radio_seed: int | None = None,
              radio_dead: list[int] | None = None, mode_requests: list[tuple[int, int, int]] | None = None,
-             mode_limits: list[tuple[int, int, int, int, int]] | None = None) -> SimResult:
+             mode_limits: list[tuple[int, int, int, int, int]] | None = None,
+             testbed: Path | None = None, say=None) -> SimResult:
     """`cisl sim`: check the options of the chosen medium, pick the radio topology (default: the
     paper's hallway for the plan's node count) and the input windows, then :func:`run_sim`.
 
-    ``medium`` "radio": Mixer over the slot-level channel (``topology``, ``radio_dead``); "message":
-    an ideal message-level medium, lossless or with ``loss``.
+    ``medium`` "radio": Mixer over the slot-level channel (``topology``, ``radio_dead``; or
+    ``testbed``, a testbed file: the nodes where it puts them, as its virtual testbed and `cisl
+    estimate --testbed` do, with its [sim] seed unless ``radio_seed``); "message": an ideal
+    message-level medium, lossless or with ``loss``. ``say``: where advice goes (a planned split run
+    without its testbed: `testbed_hint`).
     """
     from ..inputs import load_input_windows
     from ..radio.topology import TOPOLOGIES, default_topology
 
     loss = loss or LossRates()
     x = load_input_windows(inputs_file)
+    plan = load_plan(build_dir)
     if count is not None:
         if x is None:
-            x = load_build_inputs(build_dir, required=False, lookback=load_plan(build_dir).cfg.lookback)
+            x = load_build_inputs(build_dir, required=False, lookback=plan.cfg.lookback)
         if x is not None:
             x = x[:count]
+    positions = None
     if medium == "message":
-        if topology is not None or radio_dead:
-            raise UserError("--topology/--radio-dead are options of the radio medium; drop --medium message")
+        if topology is not None or radio_dead or testbed is not None:
+            raise UserError("--topology/--testbed/--radio-dead are options of the radio medium; drop --medium message")
     else:
         if loss.any:
             raise UserError("--loss* drops messages on the message-level medium; add --medium message "
                             "(on the radio, loss comes from the channel: --topology, --radio-dead)")
-        if topology is not None and topology not in TOPOLOGIES:
+        if testbed is not None:
+            if topology is not None:
+                raise UserError("--testbed and --topology both say where the nodes are: give one of them")
+            from .bed import plan_layout
+
+            layout = plan_layout(testbed, plan)
+            topology, positions = layout["topology"], layout.get("positions")
+            radio_seed = layout["seed"] if radio_seed is None else radio_seed
+        elif topology is not None and topology not in TOPOLOGIES:
             raise UserError(f"--topology {topology}: unknown; choose one of {', '.join(TOPOLOGIES)}")
-        devices = load_plan(build_dir).devices
-        bad = [d for d in radio_dead or [] if not 0 <= d < devices]
-        if bad:
-            raise UserError(f"--radio-dead {bad[0]}: the build has nodes 0 to {devices - 1}")
-        topology = topology or default_topology(devices)
+        elif topology is None and say is not None:
+            from ..timing.estimate import testbed_hint
+
+            if hint := testbed_hint(plan, build_dir, "run", "run"):
+                say(hint)
+        topology = topology or default_topology(plan.devices)
+    bad = [d for d in radio_dead or [] if not 0 <= d < plan.devices]
+    if bad:
+        raise UserError(f"--radio-dead {bad[0]}: the build has nodes 0 to {plan.devices - 1}")
     return run_sim(build_dir, x, logs_dir, timeout, loss, loss_seed, topology if medium == "radio" else None,
-                   radio_seed, list(radio_dead or []), mode_requests=mode_requests, mode_limits=mode_limits)
+                   radio_seed or 0, list(radio_dead or []), radio_positions=positions, mode_requests=mode_requests,
+                   mode_limits=mode_limits)

@@ -52,7 +52,7 @@ def train(config: Path | None, out_dir: Path, data: Path | None, resume: bool, w
     """Train the split model described by CONFIG (TOML; omit it for the defaults).
 
     Writes OUT/model.onnx (float, cisl metadata in metadata_props), OUT/calibration.npy,
-    OUT/test_windows.npy, OUT/test_targets.npy and OUT/train.json. Without --data and without a
+    OUT/test_windows.npy, OUT/test_targets.npy, OUT/test_scale.npy and OUT/train.json. Without --data and without a
     [data] section it trains on built-in synthetic multivariate series. A checkpoint is saved after
     every epoch and pruning stage (see --work); after an interruption, the same command with --resume
     continues.
@@ -107,8 +107,8 @@ def train(config: Path | None, out_dir: Path, data: Path | None, resume: bool, w
               help="Number of nodes. Default: as the model was trained. A dense model (keep ratio 1) can be "
                    "split any number of ways up to its head count.")
 @click.option("-b", "--board", default=None,
-              help="Target board (a folder under boards/). Default: sim, or with --testbed the testbed's (sim for a "
-                   "virtual testbed, else node 0's board).")
+              help="Target board (a folder under boards/). Default: sim, or with --testbed node 0's board (sim or "
+                   "qemu-m4 on a virtual testbed).")
 @click.option("--testbed", "testbed_file", type=click.Path(path_type=Path), default=None,
               help="Testbed file whose [[node]] boards (virtual nodes: `models`) the nodes are planned for: a mixed "
                    "testbed's nodes each get their own flash and RAM budget and are built for their own board.")

@@ -6,6 +6,9 @@ Each thread appends the raw bytes to the node's ``.log``, splits lines, and hand
 (see codegen/serial_contract.py) to the main thread. Garbage, partial lines and ``\\r`` are
 tolerated; a port that drops (USB re-enumeration on reset, an unplugged cable) is reopened with
 backoff, and the fragment of the line it was in is discarded rather than glued to the next one.
+A port that is a link to a pseudo-terminal (a virtual testbed's) is reopened only once the link has
+been made again: a pty that went away is gone for good, and its number goes to the next pty opened on
+the machine — a killed supervisor's stale link would otherwise read another program's terminal.
 The capture stops when every node has printed its final line (``end``, or the N-th ``infer`` with
 ``inferences=N``), after ``duration`` seconds, or at ``timeout``; a node whose final line never
 came has failed, and so has a node that printed ``error``.
@@ -19,7 +22,9 @@ bytes arrive takes them one inference later: a UART is asynchronous).
 
 from __future__ import annotations
 
+import os
 import queue
+import stat
 import threading
 import time
 from dataclasses import dataclass, field
@@ -70,6 +75,18 @@ class NodeCapture:
     booted: bool = False  # its boot line came (after the reset, when there was one)
 
 
+def pty_link_id(port: str) -> tuple[int, int] | None:
+    """The identity of ``port`` if it is a symlink to a pseudo-terminal (the link's own inode and change
+    time: a link made again differs), else None."""
+    try:
+        st = os.lstat(port)
+        if not stat.S_ISLNK(st.st_mode) or not os.path.realpath(port).startswith("/dev/pts/"):
+            return None
+    except OSError:
+        return None
+    return st.st_ino, st.st_ctime_ns
+
+
 class PortReader(threading.Thread):
     def __init__(self, spec: PortSpec, out: queue.Queue, raw_path: Path | None, stop: threading.Event,
                  read_timeout: float = 0.05):
@@ -100,8 +117,14 @@ class PortReader(threading.Thread):
         raw = open(self.raw_path, "wb") if self.raw_path else None
         backoff = 0.05
         ever_open = False
+        gone_pty = None  # the identity of the pty link lost: not reopened until the link is made again
         try:
             while not self.stop.is_set():
+                if gone_pty is not None and pty_link_id(self.spec.port) == gone_pty:
+                    self.stop.wait(backoff)
+                    backoff = min(2 * backoff, 1.0)
+                    continue
+                link = pty_link_id(self.spec.port)
                 try:
                     ser = self._open()
                 except (serial.SerialException, OSError, ValueError) as e:
@@ -149,6 +172,7 @@ class PortReader(threading.Thread):
                     # TypeError: pyserial on a port that vanished mid-read; the partial line is dropped
                     self.open_error = f"dropped: {e}"
                     self.lost_at = time.monotonic()
+                    gone_pty = link
                 finally:
                     with self._send_lock:
                         self._ser = None

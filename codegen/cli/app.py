@@ -83,6 +83,11 @@ class CislGroup(click.Group):
 
     command_class = CislCommand
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not any("--verbose" in p.opts for p in self.params):  # nested groups: `cisl testbed -v flash ...`
+            verbose_option(self)
+
     def invoke(self, ctx: click.Context):
         if ctx.parent is not None:  # a nested group (radio, testbed): the top-level group already guards it
             return super().invoke(ctx)

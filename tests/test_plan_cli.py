@@ -95,14 +95,15 @@ def test_replanning_without_dead_nodes_runs_bit_exact(tmp_path):
     ok(cisl("compile", str(model), "--split", "s14.json", "-o", str(out), "-q", cwd=tmp_path))
     ok(cisl("build", str(out), "-q", cwd=tmp_path, timeout=600))
     # `cisl sim --testbed` runs the rounds where the plan placed its nodes (bit-exact); without it they run on a
-    # hallway made for 14 nodes, and the user is told so before it starts
+    # hallway made for 14 nodes, and the user is told so
     p = ok(cisl("sim", str(out), "--testbed", str(tb), "-n", "3", cwd=tmp_path, timeout=600))
     assert "14 nodes, 3 inferences" in p.stdout and "bit-exact with the int8 reference: yes" in p.stdout
     assert "note:" not in p.stderr, p.stderr
     sim_air = float(re.search(r"air time ([0-9.]+) ms per inference", p.stdout).group(1))
     p = ok(cisl("sim", str(out), "-n", "1", cwd=tmp_path, timeout=600))
     assert "bit-exact with the int8 reference: yes" in p.stdout
-    assert "is a split planned for testbed nodes 0, 1, 2, 4," in p.stderr and "--testbed FILE to run" in p.stderr
+    assert "is a split planned for testbed nodes 0, 1, 2, 4," in p.stderr, p.stderr
+    assert "rounds ran on hallway for 14 nodes: pass --testbed FILE to run" in p.stderr, p.stderr
     # `cisl estimate --testbed` prices the rounds where the plan placed its nodes, the planner's radio: each
     # block's air time and start guards are the planner's to the microsecond, and the air time is the one
     # `cisl sim --testbed` ran (the same rounds). Without it the rounds ran on a hallway made for 14 nodes

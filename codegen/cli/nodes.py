@@ -191,9 +191,14 @@ def sim(build_dir: Path, inputs: Path | None, count: int | None, logs: Path | No
 
     asks, limits = parse_mode_requests(mode_requests), parse_mode_limits(mode_limits)
     r = simulate(build_dir, inputs, count, logs, timeout, loss_rates(loss_q, loss_link, loss_receiver, loss_sender),
-                 loss_seed, medium, radio_topology, radio_seed, list(radio_dead), asks, limits, testbed_file,
-                 say=lambda line: click.echo(line, err=True))
+                 loss_seed, medium, radio_topology, radio_seed, list(radio_dead), asks, limits, testbed_file)
     _print_sim(r, build_dir, logs)
+    if medium == "radio" and radio_topology is None and testbed_file is None:
+        from ..plan.io import load_plan
+        from ..timing.estimate import testbed_hint
+
+        if hint := testbed_hint(load_plan(build_dir), build_dir, "ran", "run"):
+            click.echo(hint, err=True)
     if count is not None and r.inferences < count:
         click.echo(f"note: -n {count}, but the inputs hold {r.inferences} window(s): ran {r.inferences} "
                    "(give more with --inputs)", err=True)

@@ -517,15 +517,14 @@ def simulate(build_dir: Path, inputs_file: Path | None = None, count: int | None
              medium: str = "radio", topology: str | None = None, radio_seed: int | None = None,
              radio_dead: list[int] | None = None, mode_requests: list[tuple[int, int, int]] | None = None,
              mode_limits: list[tuple[int, int, int, int, int]] | None = None,
-             testbed: Path | None = None, say=None) -> SimResult:
+             testbed: Path | None = None) -> SimResult:
     """`cisl sim`: check the options of the chosen medium, pick the radio topology (default: the
     paper's hallway for the plan's node count) and the input windows, then :func:`run_sim`.
 
     ``medium`` "radio": Mixer over the slot-level channel (``topology``, ``radio_dead``; or
     ``testbed``, a testbed file: the nodes where it puts them, as its virtual testbed and `cisl
     estimate --testbed` do, with its [sim] seed unless ``radio_seed``); "message": an ideal
-    message-level medium, lossless or with ``loss``. ``say``: where advice goes (a planned split run
-    without its testbed: `testbed_hint`).
+    message-level medium, lossless or with ``loss``.
     """
     from ..inputs import load_input_windows
     from ..radio.topology import TOPOLOGIES, default_topology
@@ -546,6 +545,9 @@ def simulate(build_dir: Path, inputs_file: Path | None = None, count: int | None
         if loss.any:
             raise UserError("--loss* drops messages on the message-level medium; add --medium message "
                             "(on the radio, loss comes from the channel: --topology, --radio-dead)")
+        bad = [d for d in radio_dead or [] if not 0 <= d < plan.devices]
+        if bad:
+            raise UserError(f"--radio-dead {bad[0]}: the build has nodes 0 to {plan.devices - 1}")
         if testbed is not None:
             if topology is not None:
                 raise UserError("--testbed and --topology both say where the nodes are: give one of them")
@@ -556,15 +558,7 @@ def simulate(build_dir: Path, inputs_file: Path | None = None, count: int | None
             radio_seed = layout["seed"] if radio_seed is None else radio_seed
         elif topology is not None and topology not in TOPOLOGIES:
             raise UserError(f"--topology {topology}: unknown; choose one of {', '.join(TOPOLOGIES)}")
-        elif topology is None and say is not None:
-            from ..timing.estimate import testbed_hint
-
-            if hint := testbed_hint(plan, build_dir, "run", "run"):
-                say(hint)
         topology = topology or default_topology(plan.devices)
-    bad = [d for d in radio_dead or [] if not 0 <= d < plan.devices]
-    if bad:
-        raise UserError(f"--radio-dead {bad[0]}: the build has nodes 0 to {plan.devices - 1}")
     return run_sim(build_dir, x, logs_dir, timeout, loss, loss_seed, topology if medium == "radio" else None,
                    radio_seed or 0, list(radio_dead or []), radio_positions=positions, mode_requests=mode_requests,
                    mode_limits=mode_limits)

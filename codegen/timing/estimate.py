@@ -251,7 +251,9 @@ def radio_of(plan, topology: str | None, testbed_file: Path | None) -> tuple[str
     if testbed_file is None:
         return topology, None
     if topology is not None:
-        raise UserError("--testbed and --topology both say where the nodes are: give one of them")
+        from ..vtestbed.bed import BOTH_LAYOUTS
+
+        raise UserError(BOTH_LAYOUTS)
     return testbed_topology(testbed_file, plan)
 
 

@@ -249,6 +249,9 @@ def radio_layout(testbed: Testbed, plan) -> dict:
     return {"topology": name, "seed": testbed.sim.seed}
 
 
+BOTH_LAYOUTS = "--testbed and --topology both say where the nodes are: give one of them"
+
+
 def plan_layout(testbed_file: Path, plan) -> dict:
     """`radio_layout` of a testbed file given on the command line (`cisl sim`/`estimate`/`modes
     --testbed`): one line, exit 2, when the file lacks a node the plan runs on."""

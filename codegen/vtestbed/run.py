@@ -549,9 +549,10 @@ def simulate(build_dir: Path, inputs_file: Path | None = None, count: int | None
         if bad:
             raise UserError(f"--radio-dead {bad[0]}: the build has nodes 0 to {plan.devices - 1}")
         if testbed is not None:
+            from .bed import BOTH_LAYOUTS, plan_layout
+
             if topology is not None:
-                raise UserError("--testbed and --topology both say where the nodes are: give one of them")
-            from .bed import plan_layout
+                raise UserError(BOTH_LAYOUTS)
 
             layout = plan_layout(testbed, plan)
             topology, positions = layout["topology"], layout.get("positions")

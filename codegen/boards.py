@@ -7,6 +7,8 @@ KeyError later inside `cisl build`.
 
 from __future__ import annotations
 
+import copy
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -121,9 +123,25 @@ def read_board(folder: Path, name: str | None = None) -> Board:
     """Read and check ``folder``/board.toml; every mistake is a one-line UserError naming file and key."""
     folder = Path(folder)
     path = folder / "board.toml"
+    try:
+        st = path.stat()
+    except OSError:  # read_toml names the problem
+        return Board(name or folder.name, folder, _checked_facts(path))
+    # the planner asks for a board hundreds of times per run: parse once per version of the file,
+    # and give each caller its own copy of the facts to change
+    facts = _cached_facts(str(path), st.st_mtime_ns, st.st_size)
+    return Board(name or folder.name, folder, copy.deepcopy(facts))
+
+
+def _checked_facts(path: Path) -> dict[str, Any]:
     facts = read_toml(path, "a board file (see boards/nrf52840dk/board.toml)")
     validate(str(path), facts, BOARD_SCHEMA)
-    return Board(name or folder.name, folder, facts)
+    return facts
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_facts(path: str, mtime_ns: int, size: int) -> dict[str, Any]:
+    return _checked_facts(Path(path))
 
 
 def load_board(name: str) -> Board:

@@ -26,6 +26,8 @@ rows beyond one such round go to further rounds, splitting a message where neede
 
 from __future__ import annotations
 
+import copy
+import functools
 import math
 from dataclasses import asdict, dataclass, field
 
@@ -179,6 +181,7 @@ def _max_payload(nodes: int, generation: int) -> int:
     return min(MAX_PAYLOAD, MAX_PHY_PAYLOAD - packet_length(nodes, generation, 0))
 
 
+@functools.lru_cache(maxsize=4096)
 def max_generation_for(nodes: int, payload: int, max_generation: int = MAX_GENERATION) -> int:
     """The largest generation (≤ max_generation) whose packets of ``payload`` bytes fit the PHY; < 2
     (no room for a row besides the header) when none does."""
@@ -272,14 +275,27 @@ def schedule_exchange(exchange: int, msg_bytes: list[int], policy: RoundPolicy =
     (``policy.per_packet_us``) smaller generations are tried too and the fastest schedule wins."""
     if not any(msg_bytes):
         return []
+    # The planner prices the same messages for many candidate splits: the search (every P, several
+    # generation caps) runs once per distinct input, and each caller gets its own copy to keep.
+    try:
+        rounds = copy.deepcopy(_best_schedule(tuple(msg_bytes), policy, max_generation))
+    except ValueError as e:
+        raise ValueError(f"exchange {exchange}: {e}") from None
+    for r in rounds:
+        r.exchange = exchange
+    return rounds
+
+
+@functools.lru_cache(maxsize=1024)
+def _best_schedule(msg_bytes: tuple[int, ...], policy: RoundPolicy, max_generation: int) -> list[MixerRound]:
     if policy.per_packet_us is None:
-        return _schedule_exchange(exchange, msg_bytes, policy, max_generation)
-    first = _schedule_exchange(exchange, msg_bytes, policy, max_generation)  # raises if nothing fits
+        return _schedule_exchange(msg_bytes, policy, max_generation)
+    first = _schedule_exchange(msg_bytes, policy, max_generation)  # raises if nothing fits
     best = (_cost(first, policy), first)
     cap = max_generation // 2
     while cap >= 8:
         try:
-            rounds = _schedule_exchange(exchange, msg_bytes, policy, cap)
+            rounds = _schedule_exchange(msg_bytes, policy, cap)
         except ValueError:
             break  # more than MAX_ROUNDS rounds; smaller generations need even more
         total = _cost(rounds, policy)
@@ -289,8 +305,8 @@ def schedule_exchange(exchange: int, msg_bytes: list[int], policy: RoundPolicy =
     return best[1]
 
 
-def _schedule_exchange(exchange: int, msg_bytes: list[int], policy: RoundPolicy,
-                       max_generation: int) -> list[MixerRound]:
+def _schedule_exchange(msg_bytes: tuple[int, ...], policy: RoundPolicy, max_generation: int) -> list[MixerRound]:
+    """The fastest schedule at generations ≤ max_generation; its rounds' ``exchange`` is 0."""
     best: tuple[int, list[MixerRound]] | None = None
     n = len(msg_bytes)
     for payload in range(8, MAX_PAYLOAD + 1):
@@ -305,7 +321,7 @@ def _schedule_exchange(exchange: int, msg_bytes: list[int], policy: RoundPolicy,
             generation = senders[-1].first_row + senders[-1].rows
             length = packet_length(n, generation, payload)
             deadline = policy.deadline(generation)
-            rounds.append(MixerRound(exchange, part, len(groups), generation, payload, deadline,
+            rounds.append(MixerRound(0, part, len(groups), generation, payload, deadline,
                                      policy.slot_us(length, generation, payload),
                                      policy.estimated_slots(generation), senders, [],
                                      takeover_slots(n, deadline)))
@@ -314,7 +330,7 @@ def _schedule_exchange(exchange: int, msg_bytes: list[int], policy: RoundPolicy,
             best = (total, rounds)
     if best is None:
         rows = sum(_rows(m, min(MAX_PAYLOAD, _max_payload(n, max_generation))) for m in msg_bytes)
-        raise ValueError(f"exchange {exchange}: {sum(msg_bytes)} B of messages need more than {MAX_ROUNDS} Mixer "
+        raise ValueError(f"{sum(msg_bytes)} B of messages need more than {MAX_ROUNDS} Mixer "
                          f"rounds of at most {max_generation} rows (about {rows} rows)")
     check_pieces(best[1], n)
     return best[1]

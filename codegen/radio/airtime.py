@@ -17,6 +17,7 @@ which is ≈ 1.078·(t_air + 137 µs) (:func:`slot_us_approx`). The generators t
 
 from __future__ import annotations
 
+import functools
 import math
 
 TICKS_PER_US = 16
@@ -55,6 +56,7 @@ def air_time_us(length: int, phy: str = "2M") -> int:
     return 8 * (length + 10)       # preamble 1, access address 4, S0+LENGTH 2, CRC 3
 
 
+@functools.lru_cache(maxsize=4096)  # a pure function the planner's schedule search calls ~10^6 times
 def slot_us_for_length(length: int, phy: str = "2M", margin_us: int = 0) -> int:
     """Slot length (µs, rounded up) for a PHY payload of ``length`` bytes, plus ``margin_us``."""
     air = air_time_us(length, phy) * TICKS_PER_US

@@ -166,6 +166,36 @@ def test_calibration_recovers_the_flash_wait_states(builds, tmp_path):
     assert "fitted flash wait states 3.0" in p.stdout
 
 
+def test_the_cycle_model_runs_an_image_once_and_never_reuses_another_images_result(builds, tmp_path, monkeypatch):
+    """`cisl build` ran every node image on the cycle model for its board time table; `cisl estimate` of
+    the same images reuses those results (node_NN/qemu-m4/cycles.json) instead of running them again,
+    prints what a fresh run prints, and never takes a result measured on another image, memory model
+    or cisl version, or from a damaged file."""
+    from codegen.timing import compute, cycle_cache
+
+    work = tmp_path / "sim4"
+    shutil.copytree(builds / "sim4", work)
+    stores = [work / f"node_{d:02d}" / "qemu-m4" / cycle_cache.CACHE_FILE for d in range(4)]
+    assert all(f.is_file() for f in stores)
+    kept = ok(cisl("estimate", str(work), "-q", "--json", cwd=tmp_path)).stdout
+    ran: list[int] = []
+    run_node = compute.run_node
+    monkeypatch.setattr(compute, "run_node", lambda *a, **kw: ran.append(a[2]) or run_node(*a, **kw))
+    reused = compute.compute_build(work, jobs=1)
+    assert ran == []
+    stores[1].write_text("{not json")  # damaged: run again, no error
+    shutil.copyfile(stores[0], stores[2])  # node 0's results are not node 2's
+    assert compute.compute_build(work, jobs=1) == reused and ran == [1, 2]
+    slow = compute.compute_build(work, jobs=1, flash_wait=(3.0, 3.0, 3.0))  # another memory model
+    assert ran[2:] == [0, 1, 2, 3] and slow[0].blocks[0].cycles[1] > reused[0].blocks[0].cycles[1]
+    monkeypatch.setattr(cycle_cache, "code_digest", lambda: "another cisl version")
+    assert compute.compute_build(work, jobs=1, nodes=[3]) == reused[3:] and ran[6:] == [3]
+    for f in stores:
+        f.unlink()
+    assert ok(cisl("estimate", str(work), "-q", "--json", cwd=tmp_path)).stdout == kept
+    assert all(f.is_file() for f in stores)
+
+
 def test_a_period_shorter_than_one_inference_is_refused(builds, tmp_path):
     p = cisl("estimate", str(builds / "sim4"), "-q", "--period-ms", "0.001", cwd=tmp_path)
     assert p.returncode == 2 and "shorter than one inference" in p.stderr and "Traceback" not in p.stderr, p.stderr

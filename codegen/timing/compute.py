@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +22,7 @@ from ..errors import UserError
 from ..ops import REGISTRY, kind_of
 from ..plan.io import Plan, load_plan
 from ..transcript import reference
+from . import cycle_cache
 from .engine import Counts
 from .memsystem import MemoryModel
 from .node import RUNTIME, NodeCycles, run_node
@@ -191,10 +192,36 @@ def _run_one(args) -> NodeCompute:
     plan = mode_plan(build_dir, mode)
     board, model = board_for_estimate(plan, device)
     xq = inputs_for(build_dir, plan, inferences)
+    image = image_of(build_dir, device, load_plan(build_dir))
+    source = Path(build_dir) / f"node_{device:02d}" / "cisl_node.c"  # maps the image's code to the plan's ops
+    key = cycle_cache.key_of("node-compute", plan.sha256, device, mode, inferences, flash_wait, flash_bytes,
+                             model.facts, image.read_bytes(), source.read_bytes() if source.is_file() else b"",
+                             xq.dtype.str, list(xq.shape), xq.tobytes())
+    kept = cycle_cache.lookup(image.parent, key)
+    if kept is not None:
+        return node_from_json(kept)
     ref = reference(plan, xq)
     memory = MemoryModel.for_board(model, flash_wait, flash_bytes)
-    nc = run_node(build_dir, plan, device, xq, ref, image_of(build_dir, device, load_plan(build_dir)), memory, mode)
-    return fold_blocks(plan, device, nc)
+    nc = fold_blocks(plan, device, run_node(build_dir, plan, device, xq, ref, image, memory, mode))
+    cycle_cache.store(image.parent, key, node_to_json(nc))
+    return nc
+
+
+def node_to_json(nc: NodeCompute) -> dict:
+    """Every field, exactly (JSON floats round-trip); :func:`node_from_json` reads it back."""
+    d = asdict(nc)
+    for k in ("op_cycles", "op_kinds", "rx_op_cycles"):
+        d[k] = [[i, v] for i, v in d[k].items()]
+    return d
+
+
+def node_from_json(d: dict) -> NodeCompute:
+    t3 = tuple
+    blocks = [BlockCycles(BlockKey(**b["key"]), list(b["ops"]), list(b["exchanges"]), t3(b["cycles"]),
+                          t3(b["rx_cycles"]), b["macs"], b["core_cycles"], b["mem_events"]) for b in d["blocks"]]
+    return NodeCompute(d["device"], d["board"], d["clock_hz"], blocks, {i: t3(v) for i, v in d["op_cycles"]},
+                       {i: v for i, v in d["op_kinds"]}, t3(d["runtime_cycles"]), d["insns_per_inference"],
+                       d["messages_checked"], list(d["lines"]), {i: t3(v) for i, v in d["rx_op_cycles"]})
 
 
 def inputs_for(build_dir: Path, plan: Plan, inferences: int) -> np.ndarray:

@@ -234,7 +234,7 @@ def test_a_pruned_model_trained_for_its_planned_split_runs_bit_exact(tmp_path):
     ok(cisl("compile", "model/model.onnx", "--split", "split.json", "-o", "b", "-q", cwd=tmp_path))
     plan = json.loads((tmp_path / "b" / "plan.json").read_text())
     assert plan["partition"]["heads_per_device"] == sf["heads_per_device"]
-    ok(cisl("build", "b", "-q", cwd=tmp_path, timeout=600))
+    ok(cisl("build", "b", "-q", "--no-board-time", cwd=tmp_path, timeout=600))
     p = ok(cisl("sim", "b", cwd=tmp_path, timeout=600))
     assert "bit-exact with the int8 reference: yes" in p.stdout
 

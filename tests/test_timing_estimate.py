@@ -186,10 +186,10 @@ def test_the_cycle_model_runs_an_image_once_and_never_reuses_another_images_resu
     stores[1].write_text("{not json")  # damaged: run again, no error
     shutil.copyfile(stores[0], stores[2])  # node 0's results are not node 2's
     assert compute.compute_build(work, jobs=1) == reused and ran == [1, 2]
-    slow = compute.compute_build(work, jobs=1, flash_wait=(3.0, 3.0, 3.0))  # another memory model
-    assert ran[2:] == [0, 1, 2, 3] and slow[0].blocks[0].cycles[1] > reused[0].blocks[0].cycles[1]
+    slow = compute.compute_build(work, jobs=1, nodes=[0], flash_wait=(3.0, 3.0, 3.0))  # another memory model
+    assert ran[2:] == [0] and slow[0].blocks[0].cycles[1] > reused[0].blocks[0].cycles[1]
     monkeypatch.setattr(cycle_cache, "code_digest", lambda: "another cisl version")
-    assert compute.compute_build(work, jobs=1, nodes=[3]) == reused[3:] and ran[6:] == [3]
+    assert compute.compute_build(work, jobs=1, nodes=[3]) == reused[3:] and ran[3:] == [3]
     for f in stores:
         f.unlink()
     assert ok(cisl("estimate", str(work), "-q", "--json", cwd=tmp_path)).stdout == kept

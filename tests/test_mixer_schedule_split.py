@@ -132,3 +132,23 @@ def test_check_pieces_refuses_what_the_firmware_cannot_reassemble():
     unfinished = [_round(0, 100, [Fragments(0, 1, 2, 250, 0)])]
     with pytest.raises(ValueError, match="incomplete"):
         check_pieces(unfinished, 2)
+
+
+def test_a_repeated_schedule_is_the_same_and_each_caller_owns_its_copy():
+    """The planner asks for the same messages' schedule for many candidate splits; the search runs once,
+    but every caller gets rounds numbered for its own exchange that it may change without changing
+    anyone else's, and a policy built with lists is scheduled alike."""
+    msg = [900, 0, 4000, 700]
+    policy = RoundPolicy(linger=4, per_packet_us=(30.0, 0.2, 0.002, 0.02))
+    first = schedule_exchange(3, msg, policy)
+    second = schedule_exchange(7, msg, policy)
+    assert [r.exchange for r in first] == [3] * len(first) and [r.exchange for r in second] == [7] * len(second)
+    assert [r.to_json() | {"exchange": 0} for r in first] == [r.to_json() | {"exchange": 0} for r in second]
+    first[0].senders[0].rows = 99
+    first[0].weak_rows.append(1)
+    third = schedule_exchange(3, msg, policy)
+    assert third[0].senders[0].rows != 99 and third[0].weak_rows == []
+    listed = RoundPolicy(linger=4, per_packet_us=[30.0, 0.2, 0.002, 0.02])  # type: ignore[arg-type]
+    assert schedule_exchange(3, msg, listed) == third
+    with pytest.raises(ValueError, match="^exchange 9: "):
+        schedule_exchange(9, [10**7] * 4, RoundPolicy())

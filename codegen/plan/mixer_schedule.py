@@ -278,7 +278,12 @@ def schedule_exchange(exchange: int, msg_bytes: list[int], policy: RoundPolicy =
     # The planner prices the same messages for many candidate splits: the search (every P, several
     # generation caps) runs once per distinct input, and each caller gets its own copy to keep.
     try:
-        rounds = copy.deepcopy(_best_schedule(tuple(msg_bytes), policy, max_generation))
+        hash(policy)  # a policy built with lists (not the compiler's tuples) is searched, not cached
+        search = _best_schedule
+    except TypeError:
+        search = _best_schedule.__wrapped__
+    try:
+        rounds = copy.deepcopy(search(tuple(msg_bytes), policy, max_generation))
     except ValueError as e:
         raise ValueError(f"exchange {exchange}: {e}") from None
     for r in rounds:

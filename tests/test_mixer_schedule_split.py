@@ -152,3 +152,23 @@ def test_a_repeated_schedule_is_the_same_and_each_caller_owns_its_copy():
     assert schedule_exchange(3, msg, listed) == third
     with pytest.raises(ValueError, match="^exchange 9: "):
         schedule_exchange(9, [10**7] * 4, RoundPolicy())
+
+
+def test_the_rounds_priced_are_the_rounds_packed():
+    """The search prices every payload from the rounds' generations alone (_generations) and packs the
+    fragments only for the winner (_pack): both must agree on every input, or the schedule chosen would
+    not be the one priced."""
+    import random
+
+    from codegen.plan.mixer_schedule import _generations, _pack
+
+    rng = random.Random(7)
+    for _ in range(3000):
+        msg = tuple(rng.choice([0, rng.randint(1, 300), rng.randint(1, 5000), rng.randint(1, 60000)])
+                    for _ in range(rng.randint(1, 16)))
+        payload, generation = rng.randint(8, 240), rng.randint(2, MAX_GENERATION)
+        if not any(msg):
+            continue
+        packed = _pack(msg, payload, generation)
+        want = None if packed is None else [r[-1].first_row + r[-1].rows for r in packed]
+        assert _generations(msg, payload, generation) == want, (msg, payload, generation)

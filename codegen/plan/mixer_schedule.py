@@ -223,6 +223,34 @@ def _pack(msg_bytes: list[int], payload: int, generation: int) -> list[list[Frag
     return [g for g in rounds if g]
 
 
+def _generations(msg_bytes: tuple[int, ...], payload: int, generation: int) -> list[int] | None:
+    """The generation of each round :func:`_pack` makes (what the cost depends on), without building
+    its fragments; None where _pack gives None."""
+    gens: list[int] = []
+    used = 1
+    for m in msg_bytes:
+        r = _rows(m, payload)
+        if r == 0:
+            continue
+        if r <= generation - 1:
+            if used + r > generation:
+                gens.append(used)
+                used = 1
+            used += r
+        else:
+            done = 0
+            while done < r:
+                if used == generation:
+                    gens.append(used)
+                    used = 1
+                take = min(generation - used, r - done)
+                used += take
+                done += take
+        if len(gens) + 1 > MAX_ROUNDS:
+            return None
+    return gens + [used] if used > 1 else gens
+
+
 def check_pieces(rounds: list[MixerRound], nodes: int) -> None:
     """The invariants the firmware's reassembly relies on (ValueError if one is broken): within a
     round every row is used once and the rows fit the generation and the PHY; over the exchange
@@ -312,33 +340,45 @@ def _best_schedule(msg_bytes: tuple[int, ...], policy: RoundPolicy, max_generati
 
 def _schedule_exchange(msg_bytes: tuple[int, ...], policy: RoundPolicy, max_generation: int) -> list[MixerRound]:
     """The fastest schedule at generations ≤ max_generation; its rounds' ``exchange`` is 0."""
-    best: tuple[int, list[MixerRound]] | None = None
+    best: tuple[int, int, int] | None = None  # (cost, payload, generation cap)
     n = len(msg_bytes)
     for payload in range(8, MAX_PAYLOAD + 1):
         cap = max_generation_for(n, payload, max_generation)
         if cap < 2:
             continue
-        groups = _pack(msg_bytes, payload, cap)
-        if groups is None:
+        generations = _generations(msg_bytes, payload, cap)
+        if generations is None:
             continue
-        rounds = []
-        for part, senders in enumerate(groups):
-            generation = senders[-1].first_row + senders[-1].rows
-            length = packet_length(n, generation, payload)
-            deadline = policy.deadline(generation)
-            rounds.append(MixerRound(0, part, len(groups), generation, payload, deadline,
-                                     policy.slot_us(length, generation, payload),
-                                     policy.estimated_slots(generation), senders, [],
-                                     takeover_slots(n, deadline)))
-        total = _cost(rounds, policy)
+        # _cost of these rounds; all but the last have the same generation, so each distinct one is
+        # priced once (a large exchange has up to 255 rounds, for each of ~230 payloads)
+        priced: dict[int, int] = {}
+        total = policy.round_guard_us * len(generations)
+        for generation in generations:
+            us = priced.get(generation)
+            if us is None:
+                us = priced[generation] = _round(0, 0, 0, generation, payload, n, policy, []).estimated_us
+            total += us
         if best is None or total < best[0]:
-            best = (total, rounds)
+            best = (total, payload, cap)
     if best is None:
         rows = sum(_rows(m, min(MAX_PAYLOAD, _max_payload(n, max_generation))) for m in msg_bytes)
         raise ValueError(f"{sum(msg_bytes)} B of messages need more than {MAX_ROUNDS} Mixer "
                          f"rounds of at most {max_generation} rows (about {rows} rows)")
-    check_pieces(best[1], n)
-    return best[1]
+    _, payload, cap = best
+    groups = _pack(msg_bytes, payload, cap)
+    assert groups is not None
+    rounds = [_round(0, part, len(groups), senders[-1].first_row + senders[-1].rows, payload, n, policy, senders)
+              for part, senders in enumerate(groups)]
+    check_pieces(rounds, n)
+    return rounds
+
+
+def _round(exchange: int, part: int, parts: int, generation: int, payload: int, nodes: int, policy: RoundPolicy,
+           senders: list[Fragments]) -> MixerRound:
+    deadline = policy.deadline(generation)
+    return MixerRound(exchange, part, parts, generation, payload, deadline,
+                      policy.slot_us(packet_length(nodes, generation, payload), generation, payload),
+                      policy.estimated_slots(generation), senders, [], takeover_slots(nodes, deadline))
 
 
 def schedule_plan(msg_bytes_per_exchange: list[list[int]], policy: RoundPolicy = RoundPolicy(),

@@ -1,8 +1,7 @@
 """The cycle model's results kept next to the image they were measured on.
 
 `cisl build` of a virtual-testbed plan runs every node image on the cycle model for its board time
-table, and `cisl estimate`, `cisl modes` and `cisl profile` then ran the same images again (seconds per
-node). A result is now stored in the image's folder (``cycles.json``) under a key of everything it
+table, and `cisl estimate` and `cisl modes` then ran the same images again (seconds per node). A result is now stored in the image's folder (``cycles.json``) under a key of everything it
 depends on: the image's and the node source's bytes, the plan, the inputs, the memory model, the
 run's arguments and the cisl code itself. Anything changed is a different key, so a result is never
 used for another image, plan or model version (a stale result is never reported); a folder cisl

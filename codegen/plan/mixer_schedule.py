@@ -356,7 +356,7 @@ def _schedule_exchange(msg_bytes: tuple[int, ...], policy: RoundPolicy, max_gene
         for generation in generations:
             us = priced.get(generation)
             if us is None:
-                us = priced[generation] = _round(0, 0, 0, generation, payload, n, policy, []).estimated_us
+                us = priced[generation] = _round(0, 0, generation, payload, n, policy, []).estimated_us
             total += us
         if best is None or total < best[0]:
             best = (total, payload, cap)
@@ -367,16 +367,17 @@ def _schedule_exchange(msg_bytes: tuple[int, ...], policy: RoundPolicy, max_gene
     _, payload, cap = best
     groups = _pack(msg_bytes, payload, cap)
     assert groups is not None
-    rounds = [_round(0, part, len(groups), senders[-1].first_row + senders[-1].rows, payload, n, policy, senders)
+    rounds = [_round(part, len(groups), senders[-1].first_row + senders[-1].rows, payload, n, policy, senders)
               for part, senders in enumerate(groups)]
     check_pieces(rounds, n)
     return rounds
 
 
-def _round(exchange: int, part: int, parts: int, generation: int, payload: int, nodes: int, policy: RoundPolicy,
+def _round(part: int, parts: int, generation: int, payload: int, nodes: int, policy: RoundPolicy,
            senders: list[Fragments]) -> MixerRound:
+    """One round of an exchange (numbered 0: schedule_exchange numbers it)."""
     deadline = policy.deadline(generation)
-    return MixerRound(exchange, part, parts, generation, payload, deadline,
+    return MixerRound(0, part, parts, generation, payload, deadline,
                       policy.slot_us(packet_length(nodes, generation, payload), generation, payload),
                       policy.estimated_slots(generation), senders, [], takeover_slots(nodes, deadline))
 

@@ -501,6 +501,24 @@ def test_a_degenerate_calibration_set_warns_with_the_measured_error(model, tmp_p
     assert warn and "3 calibration windows" in warn[0] and "MSE" in warn[0], p.stderr
 
 
+def test_flat_stretches_in_a_real_calibration_set_are_no_warning_but_a_flat_set_is(model, tmp_path):
+    import numpy as np
+
+    cal = np.load(model.parent / "calibration.npy")
+    some_flat = cal.copy()
+    some_flat[::8] = 0.25  # real series hold flat stretches (ETTh2 does): the other windows set the ranges
+    np.save(tmp_path / "some.npy", some_flat)
+    p = cisl("compile", str(model), "--devices", "2", "--calibration", str(tmp_path / "some.npy"), "-o",
+             str(tmp_path / "b"), cwd=tmp_path)
+    assert p.returncode == 0 and "degenerate calibration" not in p.stderr, p.stderr
+    levels = np.repeat(np.linspace(-1.0, 1.0, len(cal), dtype=np.float32)[:, None], cal.shape[1], axis=1)
+    np.save(tmp_path / "flat.npy", levels)  # every window constant, each at its own level
+    p = cisl("compile", str(model), "--devices", "2", "--calibration", str(tmp_path / "flat.npy"), "-o",
+             str(tmp_path / "c"), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "warning: degenerate calibration set (constant calibration windows)" in p.stderr, p.stderr
+
+
 @pytest.mark.parametrize("delay", [0.0, 0.3, 1.2])  # before, during and after the nodes connect
 def test_a_medium_killed_mid_run_is_named_as_the_cause(simbuild, tmp_path, delay):
     import subprocess

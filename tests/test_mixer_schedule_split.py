@@ -155,20 +155,29 @@ def test_a_repeated_schedule_is_the_same_and_each_caller_owns_its_copy():
 
 
 def test_the_rounds_priced_are_the_rounds_packed():
-    """The search prices every payload from the rounds' generations alone (_generations) and packs the
-    fragments only for the winner (_pack): both must agree on every input, or the schedule chosen would
-    not be the one priced."""
+    """The search prices every payload at once from the rounds' generations alone (_payload_costs) and
+    packs the fragments only for the winner (_pack): both must agree on every input, or the schedule
+    chosen would not be the one priced."""
     import random
 
-    from codegen.plan.mixer_schedule import _generations, _pack
+    from codegen.plan.mixer_schedule import (PAYLOADS, _cost, _generation_caps, _pack, _payload_costs, _round,
+                                             _RoundPrices)
 
     rng = random.Random(7)
-    for _ in range(3000):
+    policies = [RoundPolicy(), RoundPolicy(kind="fixed"), RoundPolicy(linger=16, per_packet_us=(30.0, 0.2, 0.002, 0.02),
+                                                                      round_guard_us=300)]
+    for _ in range(400):
         msg = tuple(rng.choice([0, rng.randint(1, 300), rng.randint(1, 5000), rng.randint(1, 60000)])
                     for _ in range(rng.randint(1, 16)))
-        payload, generation = rng.randint(8, 240), rng.randint(2, MAX_GENERATION)
         if not any(msg):
             continue
-        packed = _pack(msg, payload, generation)
-        want = None if packed is None else [r[-1].first_row + r[-1].rows for r in packed]
-        assert _generations(msg, payload, generation) == want, (msg, payload, generation)
+        policy, max_generation = rng.choice(policies), rng.choice([MAX_GENERATION, rng.randint(2, MAX_GENERATION)])
+        costs, valid = _payload_costs(msg, policy, max_generation, _RoundPrices(len(msg), policy))
+        caps = _generation_caps(len(msg), max_generation)
+        for i in rng.sample(range(len(PAYLOADS)), 12) + [0, len(PAYLOADS) - 1]:
+            payload, cap = int(PAYLOADS[i]), int(caps[i])
+            packed = _pack(msg, payload, cap) if cap >= 2 else None
+            assert valid[i] == (packed is not None), (msg, payload, cap)
+            if packed is not None:
+                rounds = [_round(0, 0, g[-1].first_row + g[-1].rows, payload, len(msg), policy, g) for g in packed]
+                assert costs[i] == _cost(rounds, policy), (msg, payload, cap, policy)

@@ -31,6 +31,8 @@ import functools
 import math
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
+
 from ..radio.airtime import MAX_PHY_PAYLOAD, air_time_us, slot_us_for_length
 
 MAX_GENERATION = 256  # rows per Mixer round (firmware/mixer MX_MAX_G)
@@ -223,32 +225,81 @@ def _pack(msg_bytes: list[int], payload: int, generation: int) -> list[list[Frag
     return [g for g in rounds if g]
 
 
-def _generations(msg_bytes: tuple[int, ...], payload: int, generation: int) -> list[int] | None:
-    """The generation of each round :func:`_pack` makes (what the cost depends on), without building
-    its fragments; None where _pack gives None."""
-    gens: list[int] = []
-    used = 1
+PAYLOADS = np.arange(8, MAX_PAYLOAD + 1)  # the payloads the search tries
+
+
+@functools.lru_cache(maxsize=64)
+def _generation_caps(nodes: int, max_generation: int) -> np.ndarray:
+    """max_generation_for at every payload of PAYLOADS."""
+    return np.array([max_generation_for(nodes, int(p), max_generation) for p in PAYLOADS], dtype=np.int64)
+
+
+class _RoundPrices:
+    """The estimated time (µs) of one round of generation g at every payload of PAYLOADS, for one node
+    count and policy: a row per generation, computed when first asked for."""
+
+    def __init__(self, nodes: int, policy: RoundPolicy) -> None:
+        self.nodes, self.policy = nodes, policy
+        self.table = np.zeros((MAX_GENERATION + 1, len(PAYLOADS)), dtype=np.int64)
+        self.known = np.zeros(MAX_GENERATION + 1, dtype=bool)
+        self.columns = np.arange(len(PAYLOADS))
+
+    def at(self, generation: np.ndarray) -> np.ndarray:
+        """The price of a round of ``generation[i]`` rows at payload PAYLOADS[i]."""
+        for g in np.unique(generation[~self.known[generation]]):
+            g = int(g)
+            slots = self.policy.estimated_slots(g)
+            self.table[g] = [slots * self.policy.slot_us(packet_length(self.nodes, g, int(p)), g, int(p))
+                             for p in PAYLOADS]
+            self.known[g] = True
+        return self.table[generation, self.columns]
+
+
+@functools.lru_cache(maxsize=32)
+def _cached_prices(nodes: int, policy: RoundPolicy) -> _RoundPrices:
+    return _RoundPrices(nodes, policy)
+
+
+def _payload_costs(msg_bytes: tuple[int, ...], policy: RoundPolicy, max_generation: int,
+                   prices: _RoundPrices) -> tuple[np.ndarray, np.ndarray]:
+    """(cost, valid) at every payload of PAYLOADS: the _cost of the rounds :func:`_pack` makes at that
+    payload and its largest generation, priced from the rounds' generations alone (no fragments), for
+    all payloads at once; valid is False where _pack gives None or no row fits the packet."""
+    caps = _generation_caps(len(msg_bytes), max_generation)
+    valid = caps >= 2
+    cap = np.maximum(caps, 2)
+    at_cap = prices.at(cap)  # a full round
+    used = np.ones(len(PAYLOADS), dtype=np.int64)  # rows of the open round (the header row)
+    total = np.zeros(len(PAYLOADS), dtype=np.int64)
+    closed = np.zeros(len(PAYLOADS), dtype=np.int64)
     for m in msg_bytes:
-        r = _rows(m, payload)
-        if r == 0:
+        if m <= 0:
             continue
-        if r <= generation - 1:
-            if used + r > generation:
-                gens.append(used)
-                used = 1
-            used += r
-        else:
-            done = 0
-            while done < r:
-                if used == generation:
-                    gens.append(used)
-                    used = 1
-                take = min(generation - used, r - done)
-                used += take
-                done += take
-        if len(gens) + 1 > MAX_ROUNDS:
-            return None
-    return gens + [used] if used > 1 else gens
+        r = -(-m // PAYLOADS)
+        whole = r <= cap - 1
+        # a whole message goes into the open round, or into a new one if it does not fit
+        new = whole & (used + r > cap)
+        if new.any():
+            total += np.where(new, prices.at(used), 0)
+            closed += new
+            used = np.where(new, 1, used)
+        used = np.where(whole, used + r, used)
+        split = ~whole
+        if split.any():
+            # pieces: a full open round closes first; the first piece fills the open round, which
+            # closes; k more rounds take the rest, all but the last full
+            full = split & (used == cap)
+            total += np.where(full, at_cap, 0)
+            closed += full
+            used = np.where(full, 1, used)
+            rest = r - (cap - used)
+            k = -(-rest // (cap - 1))
+            total += np.where(split, k * at_cap, 0)  # the filled round and k − 1 full ones
+            closed += np.where(split, k, 0)
+            used = np.where(split, 1 + rest - (k - 1) * (cap - 1), used)
+    last = used > 1
+    total += np.where(last, prices.at(used), 0) + policy.round_guard_us * (closed + last)
+    return total, valid & (closed + 1 <= MAX_ROUNDS)
 
 
 def check_pieces(rounds: list[MixerRound], nodes: int) -> None:
@@ -340,31 +391,18 @@ def _best_schedule(msg_bytes: tuple[int, ...], policy: RoundPolicy, max_generati
 
 def _schedule_exchange(msg_bytes: tuple[int, ...], policy: RoundPolicy, max_generation: int) -> list[MixerRound]:
     """The fastest schedule at generations ≤ max_generation; its rounds' ``exchange`` is 0."""
-    best: tuple[int, int, int] | None = None  # (cost, payload, generation cap)
     n = len(msg_bytes)
-    for payload in range(8, MAX_PAYLOAD + 1):
-        cap = max_generation_for(n, payload, max_generation)
-        if cap < 2:
-            continue
-        generations = _generations(msg_bytes, payload, cap)
-        if generations is None:
-            continue
-        # _cost of these rounds; all but the last have the same generation, so each distinct one is
-        # priced once (a large exchange has up to 255 rounds, for each of ~230 payloads)
-        priced: dict[int, int] = {}
-        total = policy.round_guard_us * len(generations)
-        for generation in generations:
-            us = priced.get(generation)
-            if us is None:
-                us = priced[generation] = _round(0, 0, generation, payload, n, policy, []).estimated_us
-            total += us
-        if best is None or total < best[0]:
-            best = (total, payload, cap)
-    if best is None:
+    try:
+        prices = _cached_prices(n, policy)
+    except TypeError:  # an unhashable policy (lists): priced for this search alone
+        prices = _RoundPrices(n, policy)
+    costs, valid = _payload_costs(msg_bytes, policy, max_generation, prices)
+    if not valid.any():
         rows = sum(_rows(m, min(MAX_PAYLOAD, _max_payload(n, max_generation))) for m in msg_bytes)
         raise ValueError(f"{sum(msg_bytes)} B of messages need more than {MAX_ROUNDS} Mixer "
                          f"rounds of at most {max_generation} rows (about {rows} rows)")
-    _, payload, cap = best
+    best = int(np.argmin(np.where(valid, costs, np.iinfo(np.int64).max)))  # the smallest payload of a tie
+    payload, cap = int(PAYLOADS[best]), int(_generation_caps(n, max_generation)[best])
     groups = _pack(msg_bytes, payload, cap)
     assert groups is not None
     rounds = [_round(part, len(groups), senders[-1].first_row + senders[-1].rows, payload, n, policy, senders)

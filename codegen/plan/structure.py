@@ -94,11 +94,11 @@ def runs_from_pairs(pairs: list[tuple[int, int]]) -> list[list[int]]:
     return runs
 
 
-def runs_between(src_cols: list[int], dst_cols: list[int]) -> list[list[int]]:
-    """Copy runs that place every column of ``src_cols`` at its position in ``dst_cols`` (both
-    ascending lists of global column indices)."""
-    where = {c: i for i, c in enumerate(dst_cols)}
-    return runs_from_pairs([(s, where[c]) for s, c in enumerate(src_cols)])
+def runs_between(src_cols: list[int], dst_at: dict[int, int]) -> list[list[int]]:
+    """Copy runs that place every column of ``src_cols`` (ascending global column indices) at its
+    position in the destination, ``dst_at[column]`` (built once per destination: every sender's
+    message goes into the same gathered tensor)."""
+    return runs_from_pairs([(s, dst_at[c]) for s, c in enumerate(src_cols)])
 
 
 class _NodeBuilder:
@@ -268,7 +268,7 @@ def build_structure(cfg: ModelConfig, split: Split, masks: Masks, keep_ratio: fl
         # -- head: partial sums over the own columns, reduced exactly at the sink.
         b.op("block_begin", [], [], block="head", layer=-1)
         xT = f"l{cfg.layers}.x@{k}"
-        flat_cols = [n * cfg.d_model + f for n in range(N) for f in own_model]
+        flat_cols = (np.arange(N)[:, None] * cfg.d_model + np.asarray(own_model, dtype=np.int64)).ravel().tolist()
         part = b.tensor(f"head.part@{k}", (cfg.horizon,), dtype="int32")
         head = sg_of["head"]
         own_part = part
@@ -310,11 +310,12 @@ def _somegather(b: _NodeBuilder, cfg: ModelConfig, split: Split, sg: SomegatherP
     if with_valid:
         valid = b.tensor(f"l{sg.layer}.{sg.point}v@{k}", (len(G),), dtype="uint8")
     recv = []
+    at = {c: i for i, c in enumerate(G)}
     for j in range(split.devices):
         if j == k or sg.msg_bytes[j] == 0:
             continue
         recv.append({"from": j, "cols": len(sg.send_cols[j]), "bytes": sg.msg_bytes[j],
-                     "runs": runs_between(sg.send_cols[j], G)})
+                     "runs": runs_between(sg.send_cols[j], at)})
     outs = [out] + ([valid] if valid else []) + ([send] if send else [])
     b.op("somegather", ins, outs, sg=sg.sg, name=sg.name, gathered=out, valid=valid, send=send,
          pack_runs=runs_from_pairs([(where[c], i) for i, c in enumerate(sg.send_cols[k])]) if send else [],

@@ -20,12 +20,15 @@ Search, over F (multiples of H), N (a grid 16..511) and T (1..12):
 from __future__ import annotations
 
 import math
+import os
 import tempfile
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
+from . import interrupts
 from .boards import Board, load_board
 from .errors import CheckFailed, UserError
 from .footprint import NodeFacts, count_ops, estimate, max_message, table_bytes
@@ -203,36 +206,66 @@ def exact_worst(board: Board, cfg: ModelConfig, devices: int, keep: float, kerne
     return max(e.flash for e in es), max(e.ram for e in es)
 
 
+def _search_tokens(board: Board, devices: int, heads: int, keep: float, kernels: str, seed: int, tokens: int,
+                   t_grid, widths: list[int]) -> tuple[list[Candidate], dict[tuple[int, int], str], int]:
+    """Step 1 for one token count: (candidates, sizes refused and why, structures estimated)."""
+    est = _Estimator(board, devices, heads, keep, kernels, seed)
+    out = []
+    for layers in t_grid:
+        lo, hi = 0, len(widths) - 1  # bisection for the last width that fits
+        if not est.fits(tokens, widths[0], layers):
+            continue
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if est.fits(tokens, widths[mid], layers):
+                lo = mid
+            else:
+                hi = mid - 1
+        w = widths[lo]
+        fl, ram = est.worst(tokens, w, layers)
+        c = Candidate(tokens, w, layers, dense_params(model_config(tokens, w, layers, heads)), fl, ram)
+        c._fb, c._rb = board.flash_bytes, board.ram_bytes
+        out.append(c)
+    return out, est.refused, len(est.cache)
+
+
+def _search_tokens_star(args: tuple) -> tuple[list[Candidate], dict[tuple[int, int], str], int]:
+    return _search_tokens(*args)
+
+
 def search(board: Board, devices: int, heads: int = 16, keep: float = 1.0, kernels: str = "nnref", seed: int = 0,
            n_grid=N_GRID, t_grid=T_GRID, f_max: int = F_MAX,
-           progress: Callable[[str], None] = lambda s: None, refused: list[str] | None = None) -> list[Candidate]:
+           progress: Callable[[str], None] = lambda s: None, refused: list[str] | None = None,
+           jobs: int | None = None) -> list[Candidate]:
     """Step 1: for every (N, T) the largest F the extrapolated estimate admits; all candidates.
-    Sizes the Mixer schedule cannot carry are appended to ``refused`` (one line per (N, F))."""
-    est = _Estimator(board, devices, heads, keep, kernels, seed)
+    Sizes the Mixer schedule cannot carry are appended to ``refused`` (one line per (N, F)). The
+    token counts are searched in ``jobs`` processes (default: CPUs; each is independent)."""
     widths = list(range(heads * max(1, math.ceil(devices / heads)), f_max + 1, heads))
     if not widths:
         raise UserError(f"--heads {heads} with {devices} node(s): no model width up to {f_max} is a multiple of the "
                         f"heads that gives every node one; use fewer heads")
-    out = []
-    for tokens in n_grid:
-        for layers in t_grid:
-            lo, hi = 0, len(widths) - 1  # bisection for the last width that fits
-            if not est.fits(tokens, widths[0], layers):
-                continue
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                if est.fits(tokens, widths[mid], layers):
-                    lo = mid
-                else:
-                    hi = mid - 1
-            w = widths[lo]
-            fl, ram = est.worst(tokens, w, layers)
-            c = Candidate(tokens, w, layers, dense_params(model_config(tokens, w, layers, heads)), fl, ram)
-            c._fb, c._rb = board.flash_bytes, board.ram_bytes
-            out.append(c)
-        progress(f"fit: N={tokens} done ({len(est.cache)} structures estimated)")
+    args = [(board, devices, heads, keep, kernels, seed, tokens, tuple(t_grid), widths) for tokens in n_grid]
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(args)))
+    out: list[Candidate] = []
+    why: dict[tuple[int, int], str] = {}
+    estimated = 0
+
+    def take(tokens: int, result: tuple[list[Candidate], dict[tuple[int, int], str], int]) -> None:
+        nonlocal estimated
+        out.extend(result[0])
+        why.update(result[1])
+        estimated += result[2]
+        progress(f"fit: N={tokens} done ({estimated} structures estimated)")
+
+    if jobs == 1:
+        for a in args:
+            take(a[6], _search_tokens(*a))
+    else:
+        with ProcessPoolExecutor(jobs, initializer=interrupts.worker_defaults) as pool:
+            for a, result in zip(args, pool.map(_search_tokens_star, args)):  # in grid order
+                take(a[6], result)
     if refused is not None:
-        refused.extend(f"N={n} F={w}: {why}" for (n, w), why in sorted(est.refused.items()))
+        refused.extend(f"N={n} F={w}: {reason}" for (n, w), reason in sorted(why.items()))
     return out
 
 
@@ -272,7 +305,7 @@ def fit(board_name: str, devices: int, heads: int = 16, keep: float = 1.0, seed:
         raise UserError(f"--devices {devices}: must be 1..{heads} (each node needs at least one of the {heads} heads)")
     kernels = kernel_library().kind
     refused: list[str] = []
-    cands = search(board, devices, heads, keep, kernels, seed, n_grid, t_grid, f_max, progress, refused)
+    cands = search(board, devices, heads, keep, kernels, seed, n_grid, t_grid, f_max, progress, refused, jobs)
     frontier = []
     for tokens in n_grid:
         mine = [c for c in cands if c.tokens == tokens]

@@ -95,6 +95,21 @@ def test_more_nodes_fit_bigger_models():
     assert one.flash <= board.flash_bytes and one.ram <= board.ram_bytes
 
 
+@pytest.mark.unit
+def test_the_search_in_parallel_finds_what_one_process_finds():
+    """`cisl fit -j N` searches the token counts in N processes: the candidates, their order and the
+    refused sizes are those of one process."""
+    board = load_board("nrf52840dk")
+    runs = []
+    for jobs in (1, 2):
+        refused: list[str] = []
+        said: list[str] = []
+        found = search(board, 4, n_grid=(16, 48, 32), t_grid=(1, 3), jobs=jobs, refused=refused, progress=said.append)
+        runs.append((found, refused, said))
+    assert runs[0] == runs[1] and [c.tokens for c in runs[0][0]] == [16, 16, 48, 48, 32, 32]
+    assert [line.split()[1] for line in runs[1][2]] == ["N=16", "N=48", "N=32"]  # progress in grid order
+
+
 @pytest.mark.arm
 @pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None, reason="arm-none-eabi-gcc not installed")
 def test_fit_confirms_by_linking_every_node(tmp_path):

@@ -246,7 +246,8 @@ def eval_cmd(model: Path, data: Path | None, which: str, int8: bool, devices: in
 @click.option("--no-build", is_flag=True, help="Estimate only: skip the confirming compile and build of every node.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the random weights and masks.")
 @click.option("--json", "json_out", type=click.Path(path_type=Path), default=None, help="Also write the result here.")
-@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, help="Parallel compile jobs (default: CPUs).")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
+              help="Parallel jobs: the estimate's search over token counts, and the confirming compiles (default: CPUs).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
 def fit_cmd(board: str, devices: int, heads: int, keep_ratio: float, token_grid: tuple[int, ...],
             layer_grid: tuple[int, ...], no_build: bool, seed: int, json_out: Path | None, jobs: int | None, quiet: bool) -> None:

@@ -299,6 +299,7 @@ def fit(board_name: str, devices: int, heads: int = 16, keep: float = 1.0, seed:
     from .kernel_library import kernel_library
 
     board = load_board(board_name)
+    n_grid, t_grid = tuple(dict.fromkeys(n_grid)), tuple(dict.fromkeys(t_grid))  # `--tokens 16 --tokens 16`: once
     if not board.build.get("size_check"):
         raise UserError(f"board {board.name} has no memory budget to fit against (use nrf52840dk or nrf52833dk)")
     if devices < 1 or devices > heads:

@@ -110,6 +110,12 @@ def test_the_search_in_parallel_finds_what_one_process_finds():
     assert [line.split()[1] for line in runs[1][2]] == ["N=16", "N=48", "N=32"]  # progress in grid order
 
 
+@pytest.mark.unit
+def test_a_size_given_twice_is_searched_and_listed_once():
+    r = fit("nrf52840dk", 2, n_grid=(16, 16), t_grid=(1, 1), confirm_build=False)
+    assert [(c.tokens, c.layers) for c in r.frontier] == [(16, 1)]
+
+
 @pytest.mark.arm
 @pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None, reason="arm-none-eabi-gcc not installed")
 def test_fit_confirms_by_linking_every_node(tmp_path):

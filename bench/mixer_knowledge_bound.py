@@ -107,19 +107,19 @@ def main() -> None:
         print(f"hallway16 G={g}: end {r['end'][1]:.0f}, everyone knows (perfect gossip) {r['know'][1]:.0f} slots "
               f"at p99.9; target {r['target']:.1f}")
     lines = ["# Mixer: how early every node could know that all have full rank (issue 15)", "",
-             "`python bench/mixer_knowledge_bound.py` (hallway16, BLE 2M, the kept protocol's packets, perfect "
-             "gossip on them; bench/mixer_knowledge_bound.py says how). Slots are counted like the round's "
-             "(the slot after the event); p99.9 over the rounds.", "",
-             "| G | P | rounds | last node at full rank: mean / p99.9 | everyone knows, perfect gossip: mean / p99.9 "
-             "| the round's end (kept): mean / p99.9 | p99.9 target (0.30 × (3G + 200)) |",
+             ("`python bench/mixer_knowledge_bound.py` (hallway16, BLE 2M, the kept protocol's packets, perfect "
+              "gossip on them; bench/mixer_knowledge_bound.py says how). Slots are counted like the round's "
+              "(the slot after the event); p99.9 over the rounds."), "",
+             ("| G | P | rounds | last node at full rank: mean / p99.9 | everyone knows, perfect gossip: mean / p99.9 "
+              "| the round's end (kept): mean / p99.9 | p99.9 target (0.30 × (3G + 200)) |"),
              "|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['G']} | {r['P']} | {r['rounds']} | {r['last_full'][0]:.1f} / {r['last_full'][1]:.0f} | "
                      f"{r['know'][0]:.1f} / {r['know'][1]:.0f} | {r['end'][0]:.1f} / {r['end'][1]:.0f} | "
                      f"{r['target']:.1f} |")
-    lines += ["", "An end that keeps these transmissions and waits for knowledge cannot come before the "
-              "*everyone knows* column; ending there would still leave the last learners unheard (each needs one more "
-              "packet for the others to know it may go, or a guess that strands nodes under loss).",
+    lines += ["", ("An end that keeps these transmissions and waits for knowledge cannot come before the "
+                   "*everyone knows* column; ending there would still leave the last learners unheard (each needs one "
+                   "more packet for the others to know it may go, or a guess that strands nodes under loss)."),
               "", f"({time.time() - t0:.0f} s)", ""]
     args.out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(args.out / "mixer_knowledge_bound.md", "\n".join(lines))

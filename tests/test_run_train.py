@@ -119,3 +119,17 @@ def test_write_atomically_keeps_old_files_on_failure(tmp_path: Path) -> None:
         write_atomically(out, {"model.onnx": b"new", "train.json": None})  # type: ignore[dict-item]
     assert (out / "model.onnx").read_bytes() == b"old" and not (out / "train.json").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no temp folder left behind
+
+
+@pytest.mark.train
+def test_training_into_a_log_file_says_each_epoch_in_a_line(tmp_path: Path) -> None:
+    """Into a pipe or a file (a SLURM log) there is no terminal for a progress bar: `cisl train`
+    prints a line per epoch instead of the bar's carriage-return updates."""
+    from clirun import cisl, ok
+
+    (tmp_path / "tiny.toml").write_text(TINY.replace("epochs = 1", "epochs = 2"))
+    p = ok(cisl("train", "tiny.toml", "-o", "m", cwd=tmp_path))
+    epochs = [ln for ln in p.stderr.splitlines() if ln.startswith("train: epoch ")]
+    assert [ln.split(":")[1] for ln in epochs] == [" epoch 1/2", " epoch 2/2"], p.stderr
+    assert all("val MSE" in ln for ln in epochs) and "\r" not in p.stderr
+    assert "train: epoch" not in ok(cisl("train", "tiny.toml", "-o", "q", "-q", cwd=tmp_path)).stderr

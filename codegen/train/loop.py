@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -171,9 +173,13 @@ def fit(model: SplitPatchTST, train: Windows | SegmentWindows, train_idx: np.nda
                          history=list(resume["history"]), best_val=resume["best_val"],
                          epochs_done=resume["epoch"], resumed_from=resume["epoch"])
     first = best.epochs_done + 1
+    # A bar on a terminal; into a file or a pipe (a SLURM log, `| tee`), a line per epoch instead of
+    # the bar's carriage-return updates, ten a second for the whole run.
+    bar_on = progress and sys.stderr.isatty()
     with tqdm(total=opts.epochs * steps_per_epoch, initial=best.epochs_done * steps_per_epoch, desc="train",
-              unit="batch", disable=not progress, leave=False) as bar:
+              unit="batch", disable=not bar_on, leave=False) as bar:
         for epoch in range(first, opts.epochs + 1):
+            started = time.perf_counter()
             model.train()
             order = rng.permutation(train_idx)
             loss_sum = 0.0
@@ -191,6 +197,10 @@ def fit(model: SplitPatchTST, train: Windows | SegmentWindows, train_idx: np.nda
                 best.best_val = val_mse
                 best.best_epoch = epoch
                 best.best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            if progress and not bar_on:
+                print(f"train: epoch {epoch}/{opts.epochs}: train loss {loss_sum / len(order):.4f}, val MSE {val_mse:.4f}"
+                      f"{' (best)' if best.best_epoch == epoch else ''}, {time.perf_counter() - started:.1f} s",
+                      file=sys.stderr, flush=True)
             best.epochs_done = epoch
             if checkpoint is not None:
                 save_checkpoint(checkpoint, {

@@ -23,7 +23,9 @@ def test_demo_runs_end_to_end_and_keeps_every_artifact(tmp_path):
     report = json.loads((out / "report.json").read_text())
     assert report["sim"]["bit_exact"] and report["devices"] == 4
     assert all(n["bytes_sent_measured_per_inference"] == n["bytes_sent_per_inference"] for n in report["nodes"])
-    # a second run replaces the folder it made before
-    p = subprocess.run([sys.executable, "-m", "codegen.cli", "demo", "-o", str(out), "--epochs", "1"],
+    # a second run replaces the folder it made before: nothing of the 4-node run is left
+    p = subprocess.run([sys.executable, "-m", "codegen.cli", "demo", "-o", str(out), "--epochs", "1", "--devices", "2"],
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stderr[-2000:]
+    assert json.loads((out / "report.json").read_text())["devices"] == 2
+    assert (out / "build" / "node_01" / "firmware.elf").is_file() and not (out / "build" / "node_03").exists()

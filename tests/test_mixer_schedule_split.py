@@ -163,9 +163,14 @@ def test_the_rounds_priced_are_the_rounds_packed():
     from codegen.plan.mixer_schedule import (PAYLOADS, _cost, _generation_caps, _pack, _payload_costs, _round,
                                              _RoundPrices)
 
+    from codegen.compile import round_policy
+
     rng = random.Random(7)
+    # the board's policies: slots lengthened where the CPU's work does not fit the radio's slot
     policies = [RoundPolicy(), RoundPolicy(kind="fixed"), RoundPolicy(linger=16, per_packet_us=(30.0, 0.2, 0.002, 0.02),
-                                                                      round_guard_us=300)]
+                                                                      round_guard_us=300),
+                RoundPolicy(per_packet_us=(400.0, 1.0, 0.01, 0.5, 0.001)),  # a slow CPU: the gap sets the slot
+                round_policy("nrf52840dk", 16), round_policy("nrf52840dk", 8, kind="fixed", phy="1M")]
     for _ in range(400):
         msg = tuple(rng.choice([0, rng.randint(1, 300), rng.randint(1, 5000), rng.randint(1, 60000)])
                     for _ in range(rng.randint(1, 16)))

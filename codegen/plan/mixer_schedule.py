@@ -113,10 +113,31 @@ class RoundPolicy:
                    RAMP_US + self.slot_work(generation, payload))
         return max(slot, math.ceil(need))
 
+    def slot_us_at(self, lengths: np.ndarray, generation: int, payloads: np.ndarray) -> np.ndarray:
+        """:meth:`slot_us` at every (length, payload) pair for one generation, at once (the same
+        float operations in the same order, so the same integers)."""
+        size = 1 << int(lengths.max()).bit_length()  # lengths the PHY cannot carry are priced (and refused) too
+        slot_table, air_table = _length_tables(self.phy, self.margin_us, size)
+        slot = slot_table[lengths]
+        if self.per_packet_us is None:
+            return slot
+        payloads, air = payloads.astype(np.float64), air_table[lengths].astype(np.float64)
+        need = np.maximum(air + RAMP_US + self._work(self.per_packet_us, generation, payloads),
+                          RAMP_US + self._work(self.slot_work_us, generation, payloads))
+        return np.maximum(slot, np.ceil(need).astype(np.int64))
+
     def estimated_slots(self, generation: int) -> int:
         if self.kind == "fixed":
             return self.deadline(generation)
         return min(self.deadline(generation), math.ceil(self.a * generation + self.b) + self.linger)
+
+
+@functools.lru_cache(maxsize=16)
+def _length_tables(phy: str, margin_us: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """slot_us_for_length and air_time_us at every packet length below ``size``."""
+    lengths = range(size)
+    return (np.array([slot_us_for_length(n, phy, margin_us) for n in lengths], dtype=np.int64),
+            np.array([air_time_us(n, phy) for n in lengths], dtype=np.int64))
 
 
 @dataclass
@@ -248,9 +269,8 @@ class _RoundPrices:
         """The price of a round of ``generation[i]`` rows at payload PAYLOADS[i]."""
         for g in np.unique(generation[~self.known[generation]]):
             g = int(g)
-            slots = self.policy.estimated_slots(g)
-            self.table[g] = [slots * self.policy.slot_us(packet_length(self.nodes, g, int(p)), g, int(p))
-                             for p in PAYLOADS]
+            lengths = packet_length(self.nodes, g, 0) + PAYLOADS  # the packet's bytes at each payload
+            self.table[g] = self.policy.estimated_slots(g) * self.policy.slot_us_at(lengths, g, PAYLOADS)
             self.known[g] = True
         return self.table[generation, self.columns]
 

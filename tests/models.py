@@ -27,4 +27,21 @@ def tiny_train_config(devices: int = 2, **sections: str) -> str:
     return TINY_MODEL + "".join(f"[{name}]\n{body}\n" for name, body in base.items())
 
 
-__all__ = ["TINY_MODEL", "config_for_tokens", "make_model_dir", "random_weights", "tiny_train_config", "windows"]
+def exported_mse(model_dir, config, split: str) -> float:
+    """The MSE of the model in ``model_dir``/model.onnx (ONNX Runtime) over the whole ``split`` of the
+    data ``config`` trains on, on the data's scale: what train.json reports as ``<split>_mse``."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from codegen.evaluate import EvalSet
+    from codegen.train.api import build_data
+    from codegen.train.config import load_config
+
+    data, _ = build_data(load_config(config))
+    windows = getattr(data, split)
+    s = EvalSet.from_raw(*windows.take(np.arange(len(windows))))
+    forecast = ort.InferenceSession(str(model_dir / "model.onnx")).run(None, {"window": s.x})[0]
+    return float(np.mean(((forecast - s.y) * s.scale[:, None]).astype(np.float64) ** 2))
+
+
+__all__ = ["TINY_MODEL", "exported_mse", "config_for_tokens", "make_model_dir", "random_weights", "tiny_train_config", "windows"]

@@ -14,7 +14,7 @@ pytest.importorskip("torch")
 from codegen.errors import UserError  # noqa: E402
 from codegen.onnx_model import load_model  # noqa: E402
 from codegen.train.api import OUTPUT_FILES, run_train, write_atomically  # noqa: E402
-from models import TINY_MODEL  # noqa: E402
+from models import TINY_MODEL, exported_mse  # noqa: E402
 
 TINY = TINY_MODEL + """[split]
 devices = 3
@@ -65,6 +65,17 @@ def test_writes_every_output(two_runs: tuple[Path, Path, dict, dict]) -> None:
 
     forecast = ort.InferenceSession(str(out / "model.onnx")).run(None, {"window": tx})[0]
     assert forecast.shape == ty.shape and np.isfinite(forecast).all()
+
+
+@pytest.mark.train
+def test_the_reported_errors_are_the_exported_models(two_runs: tuple[Path, Path, dict, dict]) -> None:
+    """train.json's MSEs are those of the model in model.onnx over the whole splits (the validation
+    MSE is the best epoch's, not evaluated again)."""
+    out, _, summary, _ = two_runs
+    for split in ("val", "test"):
+        assert summary[f"{split}_mse"] == pytest.approx(exported_mse(out, out.parent / "tiny.toml", split), rel=1e-5)
+    history = json.loads((out / "train.json").read_text())["history"]
+    assert summary["val_mse"] == min(h["val_mse"] for h in history)
 
 
 @pytest.mark.train

@@ -17,7 +17,7 @@ from codegen.partition import POINTS, keep_counts  # noqa: E402
 from codegen.train.api import run_train  # noqa: E402
 from codegen.train.model import SplitPatchTST  # noqa: E402
 from codegen.train.pruning import CONSUMERS, consumer_row_owner  # noqa: E402
-from models import TINY_MODEL  # noqa: E402
+from models import TINY_MODEL, exported_mse  # noqa: E402
 
 TINY = TINY_MODEL + """[split]
 devices = 3
@@ -94,6 +94,11 @@ def test_somegather_run_exports_pruned_masks_and_compiles(runs, tmp_path: Path) 
     report = json.loads((out / "train.json").read_text())
     stages = report["prune_history"]
     assert [h["stage"] for h in stages] == [1, 2, "finetune"] and all("val_mse" in h for h in stages)
+    # the pruned model's errors, loss-free (not those of the dense model or of the lossy validation)
+    for method, (out_m, summary_m) in runs.items():
+        for split in ("val", "test"):
+            assert summary_m[f"{split}_mse"] == pytest.approx(exported_mse(out_m, out_m.parent / f"{method}.toml", split),
+                                                              rel=1e-4), (method, split)
     assert report["masks"]["broadcast"] == model.masks and report["masks"]["columns"][0][0]["x"] == 4
     assert model.training["prune"]["method"] == "somegather" and model.training["dropout"]["q_link"] == 0.1
 

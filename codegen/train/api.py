@@ -467,9 +467,12 @@ def _run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, 
                     "checkpoint": str(ckpt_path), "seconds": round(time.perf_counter() - started, 3)}
         modes, elastic = _elastic(cfg, model, data, train_idx, progress)
         masks = model.masks
+        # the best epoch's validation MSE is this model's, computed the same way, unless pruning or
+        # elastic training changed the model since or the epochs were validated under message loss
+        same_val = not prune_history and modes is None and (model.loss_rates is None or split.devices == 1)
         metrics = {
             "train_mse": evaluate(model, data.train, m.revin, train_idx),
-            "val_mse": evaluate(model, data.val, m.revin),
+            "val_mse": result.best_val if same_val else evaluate(model, data.val, m.revin),
             "test_mse": evaluate(model, data.test, m.revin),
         }
         if rates.any:  # the same model under the training loss rates (seeded: reproducible)

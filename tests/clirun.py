@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 
-def cisl(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+def cisl(*args: str, cwd: Path, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "codegen.cli", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=timeout)
+                          timeout=timeout, env=env)
+
+
+def without_torch(folder: Path) -> dict[str, str]:
+    """An environment in which `import torch` fails: what must be checked before torch is imported
+    (it takes seconds) still gives its answer there."""
+    fake = Path(folder) / "torch-hidden" / "torch"
+    fake.mkdir(parents=True, exist_ok=True)
+    (fake / "__init__.py").write_text('raise ImportError("torch is hidden by the test")\n')
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(fake.parent), os.environ.get("PYTHONPATH")]))}
 
 
 def ok(p: subprocess.CompletedProcess) -> subprocess.CompletedProcess:

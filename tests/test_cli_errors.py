@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from clirun import cisl, without_torch
 from models import config_for_tokens, make_model_dir
 
 pytestmark = pytest.mark.unit
-
-
-def cisl(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "codegen.cli", *args], capture_output=True, text=True, cwd=cwd)
 
 
 def assert_one_line_error(p: subprocess.CompletedProcess, *needles: str) -> None:
@@ -123,7 +119,7 @@ def test_every_command_documents_its_options(tmp_path):
 
 def test_dropout_file_without_section(tmp_path):
     (tmp_path / "d.toml").write_text("[train]\nepochs = 1\n")
-    p = cisl("train", "--dropout", "d.toml", "-o", "model", cwd=tmp_path)
+    p = cisl("train", "--dropout", "d.toml", "-o", "model", cwd=tmp_path, env=without_torch(tmp_path))
     assert_one_line_error(p, "d.toml", "[dropout]")
     assert not (tmp_path / "model").exists()
 
@@ -133,7 +129,7 @@ def test_dropout_file_without_section(tmp_path):
 def test_a_bad_dropout_file_is_named_not_the_config(tmp_path, line, words):
     # the mistake is in the --dropout file: it used to be reported as "overrides: ..."
     (tmp_path / "d.toml").write_text(f"[dropout]\n{line}\n")
-    p = cisl("train", "--dropout", "d.toml", "-o", "model", cwd=tmp_path)
+    p = cisl("train", "--dropout", "d.toml", "-o", "model", cwd=tmp_path, env=without_torch(tmp_path))
     assert_one_line_error(p, "d.toml: [dropout]" if "q =" in line else "d.toml: unknown", *words)
     assert not (tmp_path / "model").exists()
 
@@ -182,10 +178,9 @@ def test_complex_input_windows_are_refused(tmp_path):
     ("train", "threads = 1000000000000", ("threads must be in [1, 1024]",)),  # torch's OverflowError traceback
 ])
 def test_a_config_too_large_for_this_machine_is_one_line(tmp_path, section, line, words):
-    pytest.importorskip("torch")
+    # found before torch is imported: a mistake in the config costs no seconds of imports
     (tmp_path / "cfg.toml").write_text(f"[{section}]\n{line}\n")
-    p = subprocess.run([sys.executable, "-m", "codegen.cli", "train", "cfg.toml", "-o", "model"], capture_output=True,
-                       text=True, cwd=tmp_path, timeout=60)
+    p = cisl("train", "cfg.toml", "-o", "model", cwd=tmp_path, timeout=60, env=without_torch(tmp_path))
     assert_one_line_error(p, *words)
     assert not (tmp_path / "model").exists()
 

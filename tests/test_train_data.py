@@ -14,7 +14,8 @@ pytest.importorskip("torch")
 
 from codegen.errors import UserError  # noqa: E402
 from codegen.onnx_model import load_model  # noqa: E402
-from codegen.train.api import _resolve_config, run_train  # noqa: E402
+from codegen.train.api import run_train  # noqa: E402
+from codegen.train.preflight import resolve_config  # noqa: E402
 
 pytestmark = pytest.mark.train
 
@@ -76,9 +77,9 @@ def test_data_path_picks_the_loader(files: Path, tmp_path: Path, data: str, sour
 def test_icd_config_keeps_a_single_recording_as_icd(files: Path) -> None:
     cfg = files / "icd.toml"
     cfg.write_text(TINY + '[data]\nsource = "icd"\npath = "icd"\ncolumns = ["y"]\n')
-    c = _resolve_config(cfg, files / "icd" / "01-04T184148_000_mode1.csv", None)
+    c = resolve_config(cfg, files / "icd" / "01-04T184148_000_mode1.csv", None)
     assert c.data.source == "icd" and c.data.columns == ("y",)  # same source: the config's columns stay
-    c = _resolve_config(cfg, files / "m.tsf", None)
+    c = resolve_config(cfg, files / "m.tsf", None)
     assert c.data.source == "tsf" and c.data.columns == ()  # another source: its keys go back to defaults
 
 

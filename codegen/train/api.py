@@ -35,7 +35,7 @@ from codegen.optional import require
 
 torch = require("torch", feature="cisl train", extra="train")  # one line naming the extra when torch is missing
 
-from codegen.data.dataset import load_data, source_for_path
+from codegen.data.dataset import load_data
 from codegen.data.protocol import SegmentWindows, Splits, Windows, make_splits
 from codegen.data.revin import revin_normalize
 from codegen.data.synthetic import synthetic_series
@@ -46,7 +46,8 @@ from codegen.lossmodel import LossRates
 from codegen.modelspec import ModelConfig
 from codegen.onnx_model import build_onnx
 from codegen.partition import Masks, Split, full_masks, random_masks, realised_keep
-from codegen.train.config import DataConfig, TrainConfig, load_config
+from codegen.train.config import TrainConfig
+from codegen.train.preflight import check_model_fits_memory, check_synthetic_fits_memory, resolve_config
 from codegen.train.dropout import LossRange, evaluate_with_loss
 from codegen.train.elastic import make_elastic, unit_tensors
 from codegen.train.loop import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, checkpoint_meta, evaluate, fit, \
@@ -160,48 +161,6 @@ def legacy_model(target: Path) -> bool:
         return False
 
 
-# weights, their gradients and Adam's two moments, float32 each; activations come on top
-TRAIN_BYTES_PER_PARAM = 16
-
-
-def _physical_memory() -> int | None:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):  # not every platform tells
-        return None
-
-
-def check_synthetic_fits_memory(length: int, channels: int) -> None:
-    """Before numpy allocates it: the built-in series (float64 sources and channels, a few copies) of
-    [data] synthetic_length x synthetic_channels must fit this machine's memory."""
-    physical = _physical_memory()
-    need = length * (channels + 2) * 8 * 4
-    if physical is not None and need > physical:
-        raise UserError(f"[data] synthetic_length = {length}, synthetic_channels = {channels}: the synthetic series "
-                        f"needs about {need / 2**30:.1f} GiB, this machine has {physical / 2**30:.1f} GiB; choose a "
-                        f"shorter series or fewer channels")
-
-
-def check_model_fits_memory(m: ModelConfig) -> None:
-    """Before torch allocates it: a model whose weights and optimiser state alone exceed this machine's
-    memory would be killed by the OS (or raise MemoryError) minutes into the run."""
-    from codegen.modelspec import weight_shapes
-
-    # counted on one layer and multiplied: listing the shapes of layers = 10**12 would never end
-    shapes = weight_shapes(dataclasses.replace(m, layers=1))
-    per_layer = sum(int(np.prod(s, dtype=object)) for k, s in shapes.items() if k.startswith("layers."))
-    params = sum(int(np.prod(s, dtype=object)) for k, s in shapes.items() if not k.startswith("layers.")) \
-        + m.layers * per_layer
-    physical = _physical_memory()
-    if physical is None:
-        return
-    need = params * TRAIN_BYTES_PER_PARAM
-    if need > physical:
-        raise UserError(f"[model] d_model = {m.d_model}, mlp_hidden = {m.mlp_hidden}, layers = {m.layers}: "
-                        f"{params:,} parameters need at least {need / 2**30:.1f} GiB to train, this machine has "
-                        f"{physical / 2**30:.1f} GiB; choose a smaller model (a node holds about 1 MB)")
-
-
 def check_model_output(out_dir: Path) -> None:
     """Before the training, not after it: ``out_dir`` must be new, empty, or a model folder cisl wrote
     (never a folder holding the user's files, which the new model would replace)."""
@@ -248,18 +207,6 @@ def training_split(cfg: TrainConfig) -> tuple[Split, dict[str, Any] | None]:
     record = {"file": Path(s.file).name, "nodes": planned.nodes, "boards": planned.boards,
               "heads_per_device": planned.heads, "hidden_per_device": planned.hidden}
     return planned.split, json.loads(json.dumps(record))
-
-
-def _resolve_config(config_path: Path | None, data_path: Path | None, overrides: dict | None) -> TrainConfig:
-    cfg = load_config(config_path, overrides)
-    if data_path is not None:  # the loader follows the path: .csv, .tsf or a folder of ICD recordings
-        source = source_for_path(data_path, cfg.data.source)
-        base = cfg.data if source == cfg.data.source else DataConfig()  # columns/manifest belong to the config's source
-        cfg = dataclasses.replace(cfg, data=dataclasses.replace(base, source=source, path=str(data_path)))
-    if cfg.data.source != "synthetic" and not cfg.data.path:
-        raise UserError(f'{config_path or "config"}: [data] source = "{cfg.data.source}" needs a path; set [data] '
-                        "path or pass --data")
-    return cfg
 
 
 PRUNE_CHECKPOINT_NAME = "prune.pt"
@@ -418,7 +365,7 @@ def _run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, 
                progress: bool, resume: bool, work_dir: Path | None) -> dict:
     """run_train under the folder's lock."""
     started = time.perf_counter()
-    cfg = _resolve_config(config_path, data_path, overrides)
+    cfg = resolve_config(config_path, data_path, overrides)
     out_dir = Path(out_dir)
     check_model_output(out_dir)  # before the training, not after it
     if work_dir is not None:

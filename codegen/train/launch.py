@@ -8,6 +8,7 @@ from typing import Callable
 
 from ..errors import UserError
 from .config import check_dropout_table
+from .preflight import check_config
 
 
 def check_train_inputs(config: Path | None, data: Path | None) -> None:
@@ -73,11 +74,12 @@ def train_from_options(config: Path | None, data: Path | None, out_dir: Path, *,
         if devices is not None and devices != len(planned.nodes):
             raise UserError(f"--devices {devices} and --split {split_file} ({len(planned.nodes)} nodes) disagree; "
                             "the split file decides the devices: drop --devices")
+    overrides = train_overrides(epochs, devices, prune, keep, random_keep, seed, dropout_file, split_file)
+    check_config(config, data, overrides or None)  # a mistake in the config is one line before torch is imported
     from .api import CHECKPOINT_NAME, default_work_dir, run_train  # torch is imported only here
 
     checkpoint = (work_dir or default_work_dir(out_dir)) / CHECKPOINT_NAME
     if not resume and checkpoint.is_file():
         note(f"note: starting from scratch; the checkpoint of an earlier run in {checkpoint.parent} will be "
              "overwritten (pass --resume to continue that run instead)")
-    overrides = train_overrides(epochs, devices, prune, keep, random_keep, seed, dropout_file, split_file)
     return run_train(config, data, out_dir, overrides or None, progress=progress, resume=resume, work_dir=work_dir)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -250,15 +251,23 @@ def test_a_sweep_folder_that_is_a_file_is_refused_before_any_unit_runs(tmp_path:
     assert "unit" not in p.stderr + p.stdout and (tmp_path / "afile").read_text() == "mine"
 
 
+@pytest.fixture(scope="module")
+def one_unit_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with c.toml and the sweep `cisl sweep c.toml -o s` made of it (one unit)."""
+    pytest.importorskip("torch")
+    root = tmp_path_factory.mktemp("sweep")
+    (root / "c.toml").write_text(TINY)
+    assert cisl(root, "sweep", "c.toml", "-o", "s", "-q").returncode == 0
+    return root
+
+
 @pytest.mark.train
 @pytest.mark.parametrize("damage", [lambda r: r.update(result={}), lambda r: r["result"]["summary"].pop("prune"),
                                     lambda r: r["result"]["summary"].update(val_mse="x")])
-def test_a_record_without_a_training_summary_is_one_line(tmp_path: Path, damage) -> None:
+def test_a_record_without_a_training_summary_is_one_line(tmp_path: Path, one_unit_sweep: Path, damage) -> None:
     # a record read back (the unit skipped as done) without the summary cisl sweep prints was a
     # KeyError / TypeError / format ValueError traceback
-    pytest.importorskip("torch")
-    (tmp_path / "c.toml").write_text(TINY)
-    assert cisl(tmp_path, "sweep", "c.toml", "-o", "s", "-q").returncode == 0
+    shutil.copytree(one_unit_sweep, tmp_path, dirs_exist_ok=True)
     (path,) = (tmp_path / "s" / "records").glob("*.json")
     rec = json.loads(path.read_text())
     damage(rec)

@@ -39,7 +39,8 @@ def _testbed(path: Path, boards: list[str], virtual: bool = True) -> Path:
 @pytest.fixture(scope="module")
 def small(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("mixed")
-    return tmp, make_model_dir(tmp / "model", config_for_tokens(24, 64), 4, 1.0, seed=3)
+    # few tokens: the mixed testbed test runs every node on its board's cycle model
+    return tmp, make_model_dir(tmp / "model", config_for_tokens(8, 64), 4, 1.0, seed=3)
 
 
 @pytest.mark.unit

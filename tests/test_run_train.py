@@ -142,5 +142,4 @@ def test_training_into_a_log_file_says_each_epoch_in_a_line(tmp_path: Path) -> N
     p = ok(cisl("train", "tiny.toml", "-o", "m", cwd=tmp_path))
     epochs = [ln for ln in p.stderr.splitlines() if ln.startswith("train: epoch ")]
     assert [ln.split(":")[1] for ln in epochs] == [" epoch 1/2", " epoch 2/2"], p.stderr
-    assert all("val MSE" in ln for ln in epochs) and "\r" not in p.stderr
-    assert "train: epoch" not in ok(cisl("train", "tiny.toml", "-o", "q", "-q", cwd=tmp_path)).stderr
+    assert all("val MSE" in ln for ln in epochs) and "\r" not in p.stderr  # -q prints none: test_plan_cli

@@ -120,17 +120,13 @@ def test_harness_notices_a_wrong_message(tmp_path: Path, name: str) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(HARNESSES))
-def test_corpus_replays_clean_under_libfuzzer(tmp_path: Path, name: str) -> None:
-    exe = libfuzzer(tmp_path, name)
+def test_libfuzzer_replays_the_corpus_then_fuzzes_clean(tmp_path: Path, name: str) -> None:
+    exe = libfuzzer(tmp_path, name)  # one build for both (each takes seconds under the sanitizers)
     files = corpus_files(name)
     proc = subprocess.run([exe, *files], capture_output=True, text=True, timeout=600)
     assert_clean(proc)
     assert proc.stderr.count("Executed ") == len(files)
-
-
-@pytest.mark.parametrize("name", sorted(HARNESSES))
-def test_short_libfuzzer_run(tmp_path: Path, name: str) -> None:
-    exe = libfuzzer(tmp_path, name)
+    # then a short bounded run from the committed corpus
     _, corpus, max_len, runs, _ = HARNESSES[name]
     work = tmp_path / "corpus"
     shutil.copytree(corpus, work)  # the fuzzer adds to its corpus; keep the committed one as it is

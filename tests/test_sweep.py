@@ -168,10 +168,12 @@ def test_cisl_sweep_smoke_grid_is_the_same_on_joblib_and_submitit_local(tmp_path
     lines = j.stdout.splitlines()
     assert len(lines) == 4 and lines[1].startswith("seed=0 keep=0.5: val MSE") and "keep 0.5000 (trained masks)" in lines[1]
     assert "keep 1.0000 (full masks)" in lines[0]
-    loc = cisl(tmp_path, *grid, "-o", "l", "--backend", "local")
+    # submitit starts a process per unit: seed 0's row of the grid is enough to compare the backends
+    loc = cisl(tmp_path, *[a if a != "0,1" else "0" for a in grid], "-o", "l", "--backend", "local")
     assert loc.returncode == 0, loc.stderr
-    names = sorted(p.name for p in (tmp_path / "j" / "records").iterdir())
-    assert names == sorted(p.name for p in (tmp_path / "l" / "records").iterdir()) and len(names) == 4
+    names = sorted(p.name for p in (tmp_path / "l" / "records").iterdir())
+    assert len(names) == 2 and set(names) < {p.name for p in (tmp_path / "j" / "records").iterdir()}
+    assert len(list((tmp_path / "j" / "records").iterdir())) == 4
     for n in names:
         a, b = (json.loads((tmp_path / d / "records" / n).read_text()) for d in ("j", "l"))
         assert same_record(a, b), n

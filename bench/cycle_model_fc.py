@@ -29,7 +29,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from codegen.boards import load_board  # noqa: E402
-from codegen.timing.engine import Emulator, Image  # noqa: E402
+from codegen.timing.engine import Image  # noqa: E402
+from codegen.timing.native import new_emulator  # noqa: E402
 from codegen.timing.memsystem import MemoryModel  # noqa: E402
 from unicorn import UC_HOOK_BLOCK  # noqa: E402
 
@@ -99,7 +100,7 @@ def build(root: Path, board, work: Path, src: str, name: str) -> Path:
 def run(elf: Path, board, rows: int, cols: int, wait=None) -> dict:
     img = Image.load(elf)
     mem = MemoryModel.for_board(board, flash_wait=wait)
-    em = Emulator(img, mem)
+    em = new_emulator(img, mem)
     execs: Counter = Counter()
     em.uc.hook_add(UC_HOOK_BLOCK, lambda uc, a, s, u: execs.__setitem__(a, execs[a] + 1))
     em.call("fc_run")

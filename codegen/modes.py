@@ -143,12 +143,13 @@ def switch_cycles(build_dir: Path) -> list[float]:
     the `mode` line and a pointer to the mode's row of numbers; nothing is copied."""
     from .boards import load_board
     from .timing.compute import board_for_estimate, image_of
-    from .timing.engine import SCRATCH, Emulator, Image
+    from .timing.engine import SCRATCH, Image
     from .timing.memsystem import MemoryModel
+    from .timing.native import new_emulator
 
     plan = load_plan(build_dir)
     _, model = board_for_estimate(plan, 0)
-    em = Emulator(Image.load(image_of(build_dir, 0, plan)), MemoryModel.for_board(load_board(model.name)))
+    em = new_emulator(Image.load(image_of(build_dir, 0, plan)), MemoryModel.for_board(load_board(model.name)))
     announced = {"mode": 0}
     em.replace("cisl_board_write", lambda e: 0)
     # the log's printing clock (cisl_log_spent) reads the board's time: the model's, not the board's timer

@@ -9,19 +9,13 @@ processes instead.
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import os
-import shutil
-import subprocess
 from ctypes import POINTER, Structure, c_int, c_int8, c_int16, c_size_t, c_uint8, c_uint16, c_uint32, c_void_p
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from ..errors import UserError
 from ..resources import resource_dir
-from ..toolrun import log_command
+from ..hostlib import shared_library
 from .channel import Channel
 
 FEAT_COORDINATED_TX, FEAT_REQUESTS, FEAT_WEAK_ZEROS = 1, 2, 4
@@ -61,20 +55,8 @@ def library() -> ctypes.CDLL:
     if _LIB is not None:
         return _LIB
     src_dir = resource_dir("firmware") / "mixer"
-    sources = [src_dir / "mixer.c"]
-    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources + [src_dir / "mixer.h"])).hexdigest()[:16]
-    cache = Path.home() / ".cache" / "cisl" / "lib"
-    so = cache / f"libmixer-{digest}.so"
-    if not so.is_file():
-        if shutil.which("gcc") is None:
-            raise UserError("gcc not found; it is needed to run the Mixer simulation (apt-get install gcc)")
-        cache.mkdir(parents=True, exist_ok=True)
-        # a name of this process's own: parallel workers (joblib, pytest-xdist) may build at once
-        tmp = so.with_name(f"{so.stem}.{os.getpid()}.tmp.so")
-        cmd = ["gcc", "-std=c99", "-O2", "-fPIC", "-shared", f"-I{src_dir}", *map(str, sources), "-o", str(tmp)]
-        log_command(cmd)
-        subprocess.run(cmd, check=True, capture_output=True)
-        tmp.replace(so)
+    so = shared_library("mixer", [src_dir / "mixer.c"], [src_dir / "mixer.h"], [f"-I{src_dir}"],
+                        "to run the Mixer simulation")
     lib = ctypes.CDLL(str(so))
     st = c_void_p
     for fn, res, args in [

@@ -28,7 +28,8 @@ KEEP = 8  # results per image (modes, calibrations); the oldest go first
 @functools.lru_cache(maxsize=1)
 def code_digest() -> str:
     """Of every Python source of cisl (the cycle model, the int8 reference the node is checked
-    against, the op tables that fold the counts) and of the emulator it runs on."""
+    against, the op tables that fold the counts), of the cycle model's C hooks and of the emulator
+    it runs on."""
     from importlib.metadata import PackageNotFoundError, version
 
     root = Path(__file__).resolve().parents[1]
@@ -36,7 +37,7 @@ def code_digest() -> str:
     for emulator in ("unicorn", "capstone"):  # the instructions the model counts come from these
         with contextlib.suppress(PackageNotFoundError):
             h.update(f"{emulator} {version(emulator)}\0".encode())
-    for path in sorted(root.rglob("*.py")):
+    for path in sorted([*root.rglob("*.py"), root / "timing" / "cycle_hooks.c"]):
         h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
 

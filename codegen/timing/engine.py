@@ -142,23 +142,30 @@ class Emulator:
         self.uc.ctl_set_cpu_model(A.UC_CPU_ARM_CORTEX_M4)
         self._map()
         self.blocks: dict[int, Block] = {}
-        self.counts: dict[object, Counts] = defaultdict(Counts)
-        self.comm_counts: dict[object, Counts] = defaultdict(Counts)
-        self.region: object = None
         self._region_map: dict[int, object] = {}
         self._region_lookup: Callable[[int], object] = lambda address: None
         self._hle: dict[int, _Hle] = {}
+        self._callback_stack: list[Callable[[], None]] = []
+        self.max_insns = max_insns
+        self.fault: str | None = None
+        self._wait_central = memory.flash_wait[1]
+        self._init_accounting()
+        self._attach_hooks()
+
+    def _init_accounting(self) -> None:
+        """The counters the hooks add to (native.NativeEmulator keeps them in C)."""
+        self.counts: dict[object, Counts] = defaultdict(Counts)
+        self.comm_counts: dict[object, Counts] = defaultdict(Counts)
+        self.region: object = None
         self._prev: Block | None = None
         self._cur: Counts = self.counts[None]
         self.in_callback = 0
-        self._callback_stack: list[Callable[[], None]] = []
-        self.max_insns = max_insns
         self.insns_total = 0
         self.central_total = 0.0   # running central cycles (compute + callbacks), for cycle-counter reads
-        self.fault: str | None = None
-        self._wait_central = memory.flash_wait[1]
+
+    def _attach_hooks(self) -> None:
         self.uc.hook_add(UC_HOOK_BLOCK, self._on_block)
-        lo, hi = memory.flash_range
+        lo, hi = self.memory.flash_range
         self.uc.hook_add(UC_HOOK_MEM_READ, self._on_flash_read, begin=lo, end=hi - 1)
 
     # -- memory -----------------------------------------------------------------------------
@@ -328,7 +335,7 @@ class Emulator:
             # a Ctrl-C raised inside a hook (a callback from C) would only be printed and ignored:
             # it stops the emulation instead and is raised once emu_start has returned
             with interrupts.deferred(self.uc.emu_stop):
-                self.uc.emu_start(start, EXIT)
+                self._run(start)
         except UcError as e:
             pc = self.reg("pc")
             where = self.image.function_at(pc) or "?"
@@ -336,6 +343,9 @@ class Emulator:
         if self.fault:
             raise EmulationError(f"{self.image.path.name}: {self.fault}")
         return self.reg("r0")
+
+    def _run(self, start: int) -> None:
+        self.uc.emu_start(start, EXIT)
 
     def total(self) -> Counts:
         t = Counts()

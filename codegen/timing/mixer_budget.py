@@ -52,8 +52,9 @@ from ..radio import mixer_network
 from ..radio.airtime import air_time_us, slot_us_for_length
 from ..resources import resource_dir
 from ..toolrun import log_command
-from .engine import Emulator, Image
+from .engine import Image
 from .memsystem import MemoryModel
+from .native import new_emulator
 
 BOARD = "nrf52840dk"
 HARNESS = "mixer/bench/mx_bench.c"
@@ -186,7 +187,7 @@ def run_round(elf: Path, generation: int, payload: int, nodes: int, owners: list
         raise ValueError(f"node {node} out of range for {nodes} nodes")
     board = load_board(BOARD)
     memory = MemoryModel.for_board(board)
-    em = Emulator(Image.load(elf), memory)
+    em = new_emulator(Image.load(elf), memory)
     sym = em.image.symbols
     deadline = deadline or 3 * generation + 200
     linger = max(4, nodes) if linger is None else linger

@@ -33,6 +33,7 @@ from ..transcript import node_exchanges
 from ..serial_contract import outputs_by_inference, parse_text
 from .engine import SCRATCH, SCRATCH_SIZE, Counts, Emulator, Image
 from .memsystem import MemoryModel
+from .native import new_emulator
 
 OP_MARK = re.compile(r"^\s*/\* \[(\d+)\] ")
 RUNTIME = "runtime"  # code outside the schedule's ops: the input loop, boot and infer reports
@@ -146,7 +147,7 @@ def run_node(build_dir: Path, plan: Plan, device: int, xq: np.ndarray, ref: RunR
     memory = memory or MemoryModel.for_board(board)
     clock = float(board.facts["board"]["clock_hz"])
     image = Image.load(image_path)
-    em = Emulator(image, memory)
+    em = new_emulator(image, memory)
     em.set_region_lookup(schedule_lookup(image_path, Path(build_dir) / f"node_{device:02d}" / "cisl_node.c"))
     exchanges = node_exchanges(plan, device)
     base = (mode or 0) * len(plan.sgs)  # the image's number of the mode's exchange 0

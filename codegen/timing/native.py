@@ -1,0 +1,304 @@
+"""The cycle model's block and flash-read hooks in C: the same counts as engine.Emulator's, 3-4x sooner.
+
+:class:`engine.Emulator` counts cycles in two Python hooks that unicorn calls for every translation
+block and every data read from flash. For one inference of a 4-node split that is 1.6 M + 0.8 M calls
+and about 80 % of the node's time on the cycle model. :class:`NativeEmulator` registers the C versions
+of those hooks (``cycle_hooks.c``, built once with gcc like the Mixer library) and keeps its counters
+in a C struct; Python still decodes and costs each new block once, runs the replaced board functions
+and the call-back trampolines (the C hook hands those addresses back to it), and reads the counters
+through the same attributes as before (``central_total``, ``counts``, ...). Every count is the Python
+hooks' exactly (tests/test_cycle_hooks.py compares them on real images).
+
+:func:`new_emulator` gives the C hooks where they can be built and loaded, the Python ones otherwise
+(no gcc, another unicorn binding) or when ``CISL_CYCLE_HOOKS=python``. A subclass that overrides the
+block hook (the emulated SoC's loop skipping) stays on the Python hooks.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import weakref
+from ctypes import POINTER, Structure, c_double, c_int32, c_int64, c_uint8, c_uint32, c_uint64, c_void_p
+from pathlib import Path
+from collections.abc import Callable
+
+from unicorn import UC_HOOK_BLOCK, UC_HOOK_MEM_READ
+
+from ..errors import UserError
+from ..hostlib import shared_library
+from .engine import CALLBACK_RETURN, EXIT, Counts, Emulator, Image
+from .m4cost import Block
+from .memsystem import MemoryModel
+
+_COUNT_FIELDS = ("insns", "low", "central", "high", "taken_branches", "flash_reads", "flash_line_changes",
+                 "icache_misses")
+
+
+class _Counts(Structure):
+    _fields_ = [("insns", c_int64), ("low", c_double), ("central", c_double), ("high", c_double),
+                ("taken_branches", c_int64), ("flash_reads", c_int64), ("flash_line_changes", c_int64),
+                ("icache_misses", c_int64)]
+
+
+class _State(Structure):
+    """cycle_hooks.c's cy_state, field for field."""
+    _fields_ = [("central_total", c_double), ("wait_central", c_double),
+                ("insns_total", c_int64), ("max_insns", c_int64),
+                ("region", c_int32), ("in_callback", c_int32), ("over_limit", c_int32), ("prev_valid", c_int32),
+                ("prev_address", c_uint64), ("prev_fallthrough", c_uint64), ("prev_branch", c_int32),
+                ("capacity", c_int32), ("n_touched", c_int32),
+                ("counts", POINTER(_Counts)), ("touched", POINTER(c_uint8)), ("touch_log", POINTER(c_int32)),
+                ("flash_line_bits", c_int32), ("last_flash_line", c_int64),
+                ("ic_on", c_int32), ("ic_line_bits", c_int32), ("ic_sets", c_int32), ("ic_ways", c_int32),
+                ("ic_lines", POINTER(c_int64)), ("ic_fill", POINTER(c_int32)),
+                ("ic_hits", c_int64), ("ic_misses", c_int64),
+                ("table", c_void_p), ("table_mask", c_uint64), ("table_used", c_uint64),
+                ("slow", c_void_p), ("stop", c_void_p)]
+
+
+_SLOW = ctypes.CFUNCTYPE(None, c_uint64, c_uint32)
+_LIB: ctypes.CDLL | None = None
+_UNAVAILABLE: str | None = None
+
+
+def library() -> ctypes.CDLL | None:
+    """cycle_hooks.c as a shared library, or None where it cannot be built or loaded (say why:
+    :func:`unavailable`)."""
+    global _LIB, _UNAVAILABLE
+    if _LIB is not None or _UNAVAILABLE is not None:
+        return _LIB
+    src = Path(__file__).with_name("cycle_hooks.c")
+    try:
+        lib = ctypes.CDLL(str(shared_library("cislcycles", [src], purpose="for the cycle model's C hooks")))
+    except (UserError, OSError, subprocess.CalledProcessError) as e:
+        _UNAVAILABLE = str(e)
+        return None
+    st = POINTER(_State)
+    for fn, res, args in [
+        ("cy_init_table", c_int32, [st, c_uint64]), ("cy_free_table", None, [st]),
+        ("cy_add_block", c_int32, [st, c_uint64, c_uint32, c_uint32, c_double, c_double, c_double, c_int32, c_uint64,
+                                   c_int32, c_int32, c_int32]),
+        ("cy_counts_of", POINTER(_Counts), [st, c_int32, c_int32]),
+    ]:
+        f = getattr(lib, fn)
+        f.restype, f.argtypes = res, args
+    _LIB = lib
+    return lib
+
+
+def unavailable() -> str | None:
+    """Why the C hooks are not used, or None."""
+    library()
+    return _UNAVAILABLE
+
+
+def _uc_internals():
+    """unicorn's C library and the functions the C hooks need from it, or None with another binding."""
+    try:
+        from unicorn.unicorn_py3.unicorn import uclib
+        return uclib, ctypes.cast(uclib.uc_emu_stop, c_void_p).value
+    except (ImportError, AttributeError):
+        return None
+
+
+def new_emulator(image: Image, memory: MemoryModel, max_insns: int = 2_000_000_000) -> Emulator:
+    """The cycle model's emulator: C hooks where available, else Python ones (identical counts)."""
+    if os.environ.get("CISL_CYCLE_HOOKS", "") != "python" and library() is not None and _uc_internals() is not None:
+        return NativeEmulator(image, memory, max_insns)
+    return Emulator(image, memory, max_insns)
+
+
+class NativeEmulator(Emulator):
+    """:class:`Emulator` with its block and flash-read hooks in C (cycle_hooks.c)."""
+
+    INITIAL_REGIONS = 64   # the regions' table doubles when more are met
+
+    def _init_accounting(self) -> None:
+        lib = library()
+        if lib is None:
+            raise RuntimeError(f"the cycle model's C hooks are unavailable: {_UNAVAILABLE}")
+        self._lib = lib
+        self._st = _State()
+        self._hook_error: BaseException | None = None
+        self._regions: list[object] = [None]
+        self._region_index: dict[object, int] = {None: 0}
+        self._grow_regions(self.INITIAL_REGIONS)
+        self._st.max_insns = min(self.max_insns, (1 << 63) - 1)
+        self._st.wait_central = self._wait_central
+        self._st.flash_line_bits = self.memory.flash_line_bits
+        ic = self.memory.icache
+        if ic is not None:
+            self._ic_lines = (c_int64 * (ic.sets * ic.ways))()
+            self._ic_fill = (c_int32 * ic.sets)()
+            self._st.ic_on, self._st.ic_line_bits, self._st.ic_sets, self._st.ic_ways = 1, ic.line_bits, ic.sets, ic.ways
+            self._st.ic_lines = ctypes.cast(self._ic_lines, POINTER(c_int64))
+            self._st.ic_fill = ctypes.cast(self._ic_fill, POINTER(c_int32))
+        if lib.cy_init_table(ctypes.byref(self._st), 1 << 12) != 0:
+            raise MemoryError("cycle model: no memory for the block table")
+        weakref.finalize(self, lib.cy_free_table, ctypes.pointer(self._st))
+        self._slow_fn = _SLOW(self._slow)   # kept: the C side holds only its address
+        self._st.slow = ctypes.cast(self._slow_fn, c_void_p).value
+        self._st.stop = _uc_internals()[1]
+        self._switch(None)
+
+    def _attach_hooks(self) -> None:
+        from unicorn.unicorn_py3.unicorn import uc_hook_h, uclib
+
+        lo, hi = self.memory.flash_range
+        user = ctypes.cast(ctypes.pointer(self._st), c_void_p)
+        for kind, fn, begin, end in ((UC_HOOK_BLOCK, self._lib.cy_on_block, 1, 0),
+                                     (UC_HOOK_MEM_READ, self._lib.cy_on_flash_read, lo, hi - 1)):
+            handle = uc_hook_h()
+            status = uclib.uc_hook_add(self.uc._uch, ctypes.byref(handle), kind, ctypes.cast(fn, c_void_p), user,
+                                       c_uint64(begin), c_uint64(end))
+            if status != 0:
+                raise RuntimeError(f"unicorn refused the cycle model's C hook (error {status})")
+
+    # -- the counters, kept in C --------------------------------------------------------------
+
+    def _grow_regions(self, capacity: int) -> None:
+        old_cap = self._st.capacity
+        counts = (_Counts * (2 * capacity))()
+        touched = (c_uint8 * (2 * capacity))()
+        log = (c_int32 * (2 * capacity))()
+        if old_cap:
+            def moved(i: int) -> int:
+                return i if i < old_cap else i - old_cap + capacity
+            for i in range(2 * old_cap):
+                counts[moved(i)] = self._counts_arr[i]
+                touched[moved(i)] = self._touched_arr[i]
+            for k in range(self._st.n_touched):
+                log[k] = moved(self._touch_log_arr[k])
+        self._counts_arr, self._touched_arr, self._touch_log_arr = counts, touched, log
+        self._st.counts = ctypes.cast(counts, POINTER(_Counts))
+        self._st.touched = ctypes.cast(touched, POINTER(c_uint8))
+        self._st.touch_log = ctypes.cast(log, POINTER(c_int32))
+        self._st.capacity = capacity
+
+    def _index(self, region: object) -> int:
+        i = self._region_index.get(region)
+        if i is None:
+            i = len(self._regions)
+            if i >= self._st.capacity:
+                self._grow_regions(2 * self._st.capacity)
+            self._regions.append(region)
+            self._region_index[region] = i
+        return i
+
+    def _materialise(self, comm: bool) -> dict[object, Counts]:
+        cap, out = self._st.capacity, {}
+        for k in range(self._st.n_touched):
+            i = self._touch_log_arr[k]
+            if (i >= cap) == comm:
+                c = self._counts_arr[i]
+                out[self._regions[i - cap if comm else i]] = Counts(*(getattr(c, f) for f in _COUNT_FIELDS))
+        return out
+
+    @property
+    def counts(self) -> dict[object, Counts]:  # type: ignore[override]
+        return self._materialise(False)
+
+    @property
+    def comm_counts(self) -> dict[object, Counts]:  # type: ignore[override]
+        return self._materialise(True)
+
+    @property
+    def central_total(self) -> float:  # type: ignore[override]
+        return self._st.central_total
+
+    @central_total.setter
+    def central_total(self, v: float) -> None:
+        self._st.central_total = v
+
+    @property
+    def insns_total(self) -> int:  # type: ignore[override]
+        return self._st.insns_total
+
+    @insns_total.setter
+    def insns_total(self, v: int) -> None:
+        self._st.insns_total = v
+
+    @property
+    def in_callback(self) -> int:  # type: ignore[override]
+        return self._st.in_callback
+
+    @in_callback.setter
+    def in_callback(self, v: int) -> None:
+        self._st.in_callback = v
+
+    @property
+    def region(self) -> object:  # type: ignore[override]
+        return self._regions[self._st.region]
+
+    @region.setter
+    def region(self, region: object) -> None:
+        self._st.region = self._index(region)
+
+    @property
+    def _prev(self) -> Block | None:  # type: ignore[override]
+        return self.blocks.get(self._st.prev_address) if self._st.prev_valid else None
+
+    @_prev.setter
+    def _prev(self, blk: Block | None) -> None:
+        self._st.prev_valid = 0 if blk is None else 1
+        if blk is not None:
+            self._st.prev_address, self._st.prev_fallthrough, self._st.prev_branch = \
+                blk.address, blk.fallthrough, blk.branch
+
+    def _switch(self, region: object) -> None:
+        self._st.region = self._index(region)
+        self._lib.cy_counts_of(ctypes.byref(self._st), 1 if self._st.in_callback else 0, self._st.region)
+
+    def replace(self, symbol: str, fn: Callable[[Emulator], int | None]) -> None:
+        super().replace(symbol, fn)
+        address = self.image.symbols[symbol]
+        self._lib.cy_add_block(ctypes.byref(self._st), address, 0, 0, 0.0, 0.0, 0.0, 0, 0, 0, -1, 1)
+
+    # -- the Python side of the hooks ---------------------------------------------------------
+
+    def _slow(self, address: int, size: int) -> None:
+        """What the C block hook hands back: a replaced function, a trampoline, or a block not yet
+        decoded (decoded, costed and registered here; the C hook then counts it)."""
+        try:
+            if address in self._hle or address in (CALLBACK_RETURN, EXIT):
+                super()._on_block(self.uc, address, size, None)
+                return
+            blk = self.decoder.block(bytes(self.uc.mem_read(address, size)), address)
+            self.blocks[address] = blk
+            region = self._region_lookup(address)
+            self._region_map[address] = region
+            if self._lib.cy_add_block(ctypes.byref(self._st), address, size, blk.count, float(blk.low),
+                                      float(blk.central), float(blk.high), blk.branch, blk.fallthrough,
+                                      1 if blk.insns[0].size == 4 else 0,
+                                      -1 if region is None else self._index(region), 0) != 0:
+                raise MemoryError("cycle model: no memory for the block table")
+        except BaseException as e:  # noqa: BLE001 - raised again once emu_start returns
+            if self._hook_error is None:
+                self._hook_error = e
+            self.uc.emu_stop()
+
+    def _run(self, start: int) -> None:
+        st, mem = self._st, self.memory
+        st.last_flash_line = mem.last_flash_line
+        ic = mem.icache
+        if ic is not None:
+            for s, lines in enumerate(ic._sets):
+                self._ic_fill[s] = len(lines)
+                for k, line in enumerate(lines):
+                    self._ic_lines[s * ic.ways + k] = line
+            st.ic_hits, st.ic_misses = ic.hits, ic.misses
+        self._hook_error = None
+        try:
+            self.uc.emu_start(start, EXIT)
+        finally:
+            mem.last_flash_line = st.last_flash_line
+            if ic is not None:
+                ic._sets = [list(self._ic_lines[s * ic.ways:s * ic.ways + self._ic_fill[s]]) for s in range(ic.sets)]
+                ic.hits, ic.misses = st.ic_hits, st.ic_misses
+        if self._hook_error is not None:
+            e, self._hook_error = self._hook_error, None
+            raise e
+        if st.over_limit:
+            self.fault = f"more than {self.max_insns} instructions; the code does not terminate"

@@ -208,3 +208,26 @@ def test_skipping_polling_passes_changes_nothing(hw):
     assert all(n > 0 for n in fast.clock_rewinds.values())  # the jumps that overshot were taken back
     assert " mx " in fast.serial[0] and " mx " in fast.serial[1]
     assert (fast.serial, fast.insns) == (slow.serial, slow.insns)
+
+
+def test_the_c_hooks_run_the_soc_as_the_python_hooks_do(hw, monkeypatch):
+    """The SoC runs on the cycle model's C hooks (codegen/timing/native.py), which hand blocks to the
+    polling- and clock-loop skips only after a peripheral access. Through boot, the start barrier and
+    rounds at 30 % loss the boards print the same bytes, count the same instructions and skip the same
+    passes as on the Python hooks, which see every block."""
+    from codegen.timing import native, nrf52840_soc
+
+    if not native.hooks_in_c():
+        pytest.skip(f"the C hooks cannot be built here: {native.unavailable()}")
+    kw = dict(until=lambda serial: False, limit_s=0.15, loss=0.3, seed=3)
+    runs = {}
+    for hooks in ("python", "c"):
+        monkeypatch.setenv("CISL_CYCLE_HOOKS", "python" if hooks == "python" else "")
+        made = []
+        real = nrf52840_soc._soc_emulator
+        monkeypatch.setattr(nrf52840_soc, "_soc_emulator", lambda *a: made.append(real(*a)) or made[-1])
+        runs[hooks] = run(hw, 2, **kw)
+        monkeypatch.undo()
+        assert all(isinstance(e, native.NativeEmulator) == (hooks == "c") for e in made) and len(made) == 2
+    assert sum(runs["c"].skipped_passes.values()) > 10_000 and " mx " in runs["c"].serial[1]
+    assert runs["c"] == runs["python"]

@@ -31,6 +31,7 @@ typedef struct {
 
 typedef int (*cy_stop_fn)(void *uc);
 typedef void (*cy_slow_fn)(uint64_t address, uint32_t size);
+typedef int32_t (*cy_pre_fn)(uint64_t address, uint32_t size);   /* nonzero: the block is not counted */
 
 typedef struct {
     double central_total, wait_central;
@@ -56,6 +57,11 @@ typedef struct {
     uint64_t table_mask, table_used;
     cy_slow_fn slow;
     cy_stop_fn stop;
+    /* the emulated SoC (nrf52840_soc.py): stop before the block that reaches stop_at; while
+       python_first is set, Python sees each block first (its polling-loop and clock-loop skips) */
+    double stop_at;
+    int32_t python_first;
+    cy_pre_fn pre;
 } cy_state;
 
 static uint64_t slot_of(const cy_state *st, uint64_t address) {
@@ -171,6 +177,11 @@ static int64_t ic_fetch(cy_state *st, uint64_t address, uint32_t size) {
 /* UC_HOOK_BLOCK: engine.Emulator._on_block */
 void cy_on_block(void *uc, uint64_t address, uint32_t size, void *user) {
     cy_state *st = user;
+    if (st->central_total >= st->stop_at) {
+        st->stop(uc);
+        return;
+    }
+    if (st->python_first && st->pre(address, size)) return;
     cy_block *b = find(st, address);
     if (!b || b->special || b->size != size) {
         st->slow(address, size);          /* Python: a replaced function, a trampoline or a new block */

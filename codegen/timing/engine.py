@@ -285,7 +285,7 @@ class Emulator:
         region = self._region_map[address]
         if region is not None and region != self.region:
             self._switch(region)
-        c = self._cur if not self.in_callback else self.comm_counts[self.region]
+        c = self._cur if not self.in_callback else self.comm_counts[self.region]  # _current_counts, inlined
         prev = self._prev
         if prev is not None and (prev.branch == BR_ALWAYS or (prev.branch == BR_COND and address != prev.fallthrough)):
             first32 = blk.insns[0].size == 4
@@ -345,7 +345,15 @@ class Emulator:
         return self.reg("r0")
 
     def _run(self, start: int) -> None:
-        self.uc.emu_start(start, EXIT)
+        self.resume(start, EXIT)
+
+    def resume(self, begin: int, until: int) -> None:
+        """Run from ``begin`` (the emulated SoC resumes a node where its last quantum stopped)."""
+        self.uc.emu_start(begin, until)
+
+    def _current_counts(self) -> Counts:
+        """The counts the hooks add to now."""
+        return self._cur if not self.in_callback else self.comm_counts[self.region]
 
     def total(self) -> Counts:
         t = Counts()

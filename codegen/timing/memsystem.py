@@ -38,6 +38,14 @@ class ICache:
         self.misses = 0
         self.hits = 0
 
+    def lines(self) -> list[list[int]]:
+        """Each set's lines, oldest first (the C hooks of native.py take the cache over)."""
+        return [list(s) for s in self._sets]
+
+    def set_lines(self, sets: list[list[int]], hits: int, misses: int) -> None:
+        self._sets = [list(s) for s in sets]
+        self.hits, self.misses = hits, misses
+
     def fetch(self, address: int, size: int) -> int:
         """Fetch the lines of [address, address + size); returns the misses."""
         first = address >> self.line_bits

@@ -10,8 +10,9 @@ through the same attributes as before (``central_total``, ``counts``, ...). Ever
 hooks' exactly (tests/test_cycle_hooks.py compares them on real images).
 
 :func:`new_emulator` gives the C hooks where they can be built and loaded, the Python ones otherwise
-(no gcc, another unicorn binding) or when ``CISL_CYCLE_HOOKS=python``. A subclass that overrides the
-block hook (the emulated SoC's loop skipping) stays on the Python hooks.
+(no gcc, another unicorn binding) or when ``CISL_CYCLE_HOOKS=python``. The emulated SoC
+(nrf52840_soc.py) uses them too: the C hook stops at its quantum's end (``stop_at``) and, while
+``python_first`` is set, hands each block to its loop skips first (``pre``).
 """
 
 from __future__ import annotations
@@ -55,10 +56,12 @@ class _State(Structure):
                 ("ic_lines", POINTER(c_int64)), ("ic_fill", POINTER(c_int32)),
                 ("ic_hits", c_int64), ("ic_misses", c_int64),
                 ("table", c_void_p), ("table_mask", c_uint64), ("table_used", c_uint64),
-                ("slow", c_void_p), ("stop", c_void_p)]
+                ("slow", c_void_p), ("stop", c_void_p),
+                ("stop_at", c_double), ("python_first", c_int32), ("pre", c_void_p)]
 
 
 _SLOW = ctypes.CFUNCTYPE(None, c_uint64, c_uint32)
+PRE_HOOK = ctypes.CFUNCTYPE(c_int32, c_uint64, c_uint32)
 _LIB: ctypes.CDLL | None = None
 _UNAVAILABLE: str | None = None
 
@@ -103,11 +106,14 @@ def _uc_internals():
         return None
 
 
+def hooks_in_c() -> bool:
+    """Whether the cycle model runs on the C hooks here (else on the Python ones)."""
+    return os.environ.get("CISL_CYCLE_HOOKS", "") != "python" and library() is not None and _uc_internals() is not None
+
+
 def new_emulator(image: Image, memory: MemoryModel, max_insns: int = 2_000_000_000) -> Emulator:
     """The cycle model's emulator: C hooks where available, else Python ones (identical counts)."""
-    if os.environ.get("CISL_CYCLE_HOOKS", "") != "python" and library() is not None and _uc_internals() is not None:
-        return NativeEmulator(image, memory, max_insns)
-    return Emulator(image, memory, max_insns)
+    return NativeEmulator(image, memory, max_insns) if hooks_in_c() else Emulator(image, memory, max_insns)
 
 
 class NativeEmulator(Emulator):
@@ -132,7 +138,8 @@ class NativeEmulator(Emulator):
         if ic is not None:
             self._ic_lines = (c_int64 * (ic.sets * ic.ways))()
             self._ic_fill = (c_int32 * ic.sets)()
-            self._st.ic_on, self._st.ic_line_bits, self._st.ic_sets, self._st.ic_ways = 1, ic.line_bits, ic.sets, ic.ways
+            st = self._st
+            st.ic_on, st.ic_line_bits, st.ic_sets, st.ic_ways = 1, ic.line_bits, ic.sets, ic.ways
             self._st.ic_lines = ctypes.cast(self._ic_lines, POINTER(c_int64))
             self._st.ic_fill = ctypes.cast(self._ic_fill, POINTER(c_int32))
         if lib.cy_init_table(ctypes.byref(self._st), 1 << 12) != 0:
@@ -141,6 +148,8 @@ class NativeEmulator(Emulator):
         self._slow_fn = _SLOW(self._slow)   # kept: the C side holds only its address
         self._st.slow = ctypes.cast(self._slow_fn, c_void_p).value
         self._st.stop = _uc_internals()[1]
+        self._st.stop_at = float("inf")
+        self._load_memory_state()
         self._switch(None)
 
     def _attach_hooks(self) -> None:
@@ -249,7 +258,11 @@ class NativeEmulator(Emulator):
 
     def _switch(self, region: object) -> None:
         self._st.region = self._index(region)
-        self._lib.cy_counts_of(ctypes.byref(self._st), 1 if self._st.in_callback else 0, self._st.region)
+        self._current_counts()
+
+    def _current_counts(self) -> _Counts:  # type: ignore[override]
+        return self._lib.cy_counts_of(ctypes.byref(self._st), 1 if self._st.in_callback else 0,
+                                      self._st.region).contents
 
     def replace(self, symbol: str, fn: Callable[[Emulator], int | None]) -> None:
         super().replace(symbol, fn)
@@ -279,26 +292,39 @@ class NativeEmulator(Emulator):
                 self._hook_error = e
             self.uc.emu_stop()
 
-    def _run(self, start: int) -> None:
+    def _load_memory_state(self) -> None:
+        """The memory model's flash line and cache contents into the C side (a model may be shared)."""
         st, mem = self._st, self.memory
         st.last_flash_line = mem.last_flash_line
         ic = mem.icache
         if ic is not None:
-            for s, lines in enumerate(ic._sets):
+            for s, lines in enumerate(ic.lines()):
                 self._ic_fill[s] = len(lines)
                 for k, line in enumerate(lines):
                     self._ic_lines[s * ic.ways + k] = line
             st.ic_hits, st.ic_misses = ic.hits, ic.misses
-        self._hook_error = None
+
+    def _save_memory_state(self) -> None:
+        st, mem = self._st, self.memory
+        mem.last_flash_line = st.last_flash_line
+        ic = mem.icache
+        if ic is not None:
+            ic.set_lines([list(self._ic_lines[s * ic.ways:s * ic.ways + self._ic_fill[s]]) for s in range(ic.sets)],
+                         st.ic_hits, st.ic_misses)
+
+    def _run(self, start: int) -> None:
+        self._load_memory_state()
         try:
-            self.uc.emu_start(start, EXIT)
+            self.resume(start, EXIT)
         finally:
-            mem.last_flash_line = st.last_flash_line
-            if ic is not None:
-                ic._sets = [list(self._ic_lines[s * ic.ways:s * ic.ways + self._ic_fill[s]]) for s in range(ic.sets)]
-                ic.hits, ic.misses = st.ic_hits, st.ic_misses
+            self._save_memory_state()
+
+    def resume(self, begin: int, until: int) -> None:
+        """unicorn's emu_start, then what the C hooks' Python side raised or the instruction limit."""
+        self._hook_error = None
+        self.uc.emu_start(begin, until)
         if self._hook_error is not None:
             e, self._hook_error = self._hook_error, None
             raise e
-        if st.over_limit:
+        if self._st.over_limit:
             self.fault = f"more than {self.max_insns} instructions; the code does not terminate"

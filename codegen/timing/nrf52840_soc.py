@@ -24,6 +24,7 @@ strict model, no capture; an optional ``loss`` drops a packet at a receiver with
 from __future__ import annotations
 
 import copy
+import ctypes
 import heapq
 import random
 from dataclasses import dataclass, field
@@ -37,6 +38,7 @@ from unicorn import UC_HOOK_MEM_WRITE, arm_const
 from .engine import Emulator, Image
 from .m4cost import BR_COND
 from .memsystem import MemoryModel
+from .native import PRE_HOOK, NativeEmulator, hooks_in_c
 
 CPU_HZ = 64_000_000
 CYC_PER_US = CPU_HZ // 1_000_000
@@ -150,10 +152,10 @@ _COUNT_FIELDS = ("insns", "low", "central", "high", "taken_branches", "flash_rea
                  "icache_misses")
 
 
-class _QuantumEmulator(Emulator):
-    """The engine's emulator, stopped when its cycle count reaches ``stop_at``. The block hook runs
-    before a block, so a stopped block is neither run nor counted: it runs, and is counted, when the
-    next quantum resumes.
+class _Quantum:
+    """What the emulated SoC adds to the engine's emulator: it stops when its cycle count reaches
+    ``stop_at``. The block hook runs before a block, so a stopped block is neither run nor counted:
+    it runs, and is counted, when the next quantum resumes.
 
     Polling loops are fast-forwarded: a one-block loop (it branches back to itself) that stores
     nothing and reads peripheral registers returns to the same CPU state each time while those
@@ -163,14 +165,17 @@ class _QuantumEmulator(Emulator):
     one whose reads all come before that moment are counted without being run: every count advances by whole passes, so the cycles, the
     clock the node reads and the moment the loop sees the change are those of running them. Waiting
     for a UART line (~7 ms at 115200 baud) was ~90,000 passes, more than half of all blocks run.
-    Loops that wait for a time (TIMER capture, CC read) are skipped too: see "clock loops" below."""
+    Loops that wait for a time (TIMER capture, CC read) are skipped too: see "clock loops" below.
+
+    Two emulators carry it: :class:`_QuantumEmulator` on the engine's Python hooks and
+    :class:`_NativeQuantumEmulator` on its C hooks, which hand a block to :meth:`_before_block` only
+    while a peripheral was read or a clock loop is being followed (:meth:`python_next_block`)."""
 
     stop_at = 0
     node: "Node"
     fast_forward = True
 
-    def __init__(self, *args, **kw):
-        super().__init__(*args, **kw)
+    def _quantum_init(self) -> None:
         self._pure: dict[int, bool] = {}   # block address -> a one-block loop without side effects
         self._spin: tuple | None = None    # the last pass: (address, registers, reads, counters, increments)
         self.skipped_passes = 0
@@ -182,10 +187,15 @@ class _QuantumEmulator(Emulator):
         self.clock_rewinds = 0
         self._loop_regs = _register_reader(self.uc, _LOOP_REGS)
 
-    def _on_block(self, uc, address: int, size: int, user) -> None:
-        if self.central_total >= self.stop_at:
-            uc.emu_stop()
-            return
+    def python_next_block(self) -> None:
+        """A peripheral was read or a capture task written: the next block goes through
+        :meth:`_before_block` (the Python hooks see every block anyway)."""
+
+    def _python_needed(self) -> bool:
+        """Whether :meth:`_before_block` would do anything at the next block."""
+        return self._path is not None or (self.fast_forward and (self.node.captured or bool(self.node.reads)))
+
+    def _before_block(self, uc, address: int) -> None:
         if self._path is not None:
             if self.node.captured:
                 self.node.captured = False
@@ -203,7 +213,6 @@ class _QuantumEmulator(Emulator):
             if prev is not None and prev.address == address:
                 self._spin_pass(uc, prev, reads)
             self.node.reads = []
-        super()._on_block(uc, address, size, user)
 
     def _is_pure_loop(self, blk) -> bool:
         pure = self._pure.get(blk.address)
@@ -224,12 +233,12 @@ class _QuantumEmulator(Emulator):
     def _counters(self) -> tuple:
         """Everything a pass adds to: cycles, instructions, the region's counts, and the events run (a
         pass with an event run inside is not idle: the registers it read may have changed after)."""
-        c = self._cur if not self.in_callback else self.comm_counts[self.region]
+        c = self._current_counts()
         return (self.central_total, self.insns_total, c.insns, c.low, c.central, c.high, c.taken_branches,
                 c.flash_reads, c.flash_line_changes, c.icache_misses, self.node.events_run)
 
     def _set_counters(self, values: tuple) -> None:
-        c = self._cur if not self.in_callback else self.comm_counts[self.region]
+        c = self._current_counts()
         self.central_total, self.insns_total = values[0], values[1]
         for name, v in zip(_COUNT_FIELDS, values[2:-1]):
             setattr(c, name, v)
@@ -375,13 +384,68 @@ class _QuantumEmulator(Emulator):
         self._clock_jump = (snap, m, want)
 
 
+class _QuantumEmulator(_Quantum, Emulator):
+    """The SoC on the engine's Python hooks."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self._quantum_init()
+
+    def _on_block(self, uc, address: int, size: int, user) -> None:
+        if self.central_total >= self.stop_at:
+            uc.emu_stop()
+            return
+        self._before_block(uc, address)
+        super()._on_block(uc, address, size, user)
+
+
+class _NativeQuantumEmulator(_Quantum, NativeEmulator):
+    """The SoC on the engine's C hooks (native.py): the same counts, the serial bytes included."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self._quantum_init()
+        self._pre_fn = PRE_HOOK(self._pre)   # kept: the C side holds only its address
+        self._st.pre = ctypes.cast(self._pre_fn, ctypes.c_void_p).value
+        self._st.python_first = 1
+        self._st.stop_at = 0   # as _Quantum.stop_at: nothing runs before run_until sets it
+
+    @property
+    def stop_at(self) -> float:  # type: ignore[override]
+        return self._st.stop_at
+
+    @stop_at.setter
+    def stop_at(self, t: float) -> None:
+        self._st.stop_at = t
+
+    def python_next_block(self) -> None:
+        self._st.python_first = 1
+
+    def _pre(self, address: int, size: int) -> int:
+        try:
+            self._before_block(self.uc, address)
+            self._st.python_first = 1 if self._python_needed() else 0
+            return 0
+        except BaseException as e:  # noqa: BLE001 - raised again once emu_start returns
+            if self._hook_error is None:
+                self._hook_error = e
+            self.uc.emu_stop()
+            return 1
+
+
+def _soc_emulator(image: Image, memory: MemoryModel) -> _Quantum:
+    """The C hooks where new_emulator would use them, else the Python ones (CISL_CYCLE_HOOKS=python)."""
+    cls = _NativeQuantumEmulator if hooks_in_c() else _QuantumEmulator
+    return cls(image, memory, max_insns=1 << 62)
+
+
 class Node:
     """One nRF52840: the image on the emulator and its peripherals, advanced in quanta."""
 
     def __init__(self, index: int, elf: Path, memory: MemoryModel, regs: Regs, medium: Medium,
                  variant: int = 0x41414630, uicr_approtect: int = 0xFFFFFF5A):
         self.index, self.regs, self.medium = index, regs, medium
-        self.emu = _QuantumEmulator(Image.load(elf), memory, max_insns=1 << 62)
+        self.emu = _soc_emulator(Image.load(elf), memory)
         self.emu.node = self
         self.reads: list[tuple[int, int]] = []   # (address, value) of the peripheral reads since the last block
         self.pass_reads: list[tuple[int, int]] = []   # ... and writes, since the last TIMER capture (clock loops)
@@ -493,12 +557,14 @@ class Node:
                 if d.owns(address):
                     value = d.read(address) & 0xFFFFFFFF
                     self.reads.append((address, value))
+                    self.emu.python_next_block()
                     if self.emu._path is not None:
                         self.pass_reads.append((address, value))
                     return value
         except SocFault as e:
             self.fail(str(e))
         self.reads.append((address, 0))
+        self.emu.python_next_block()
         if self.emu._path is not None:
             self.pass_reads.append((address, 0))
         return 0
@@ -513,6 +579,7 @@ class Node:
                 self.pass_writes.append((address, value))
             if address in self.capture_tasks:
                 self.captured = True
+                self.emu.python_next_block()
             for d in devs:
                 if d.owns(address):
                     d.write(address, value & 0xFFFFFFFF, t)
@@ -533,7 +600,7 @@ class Node:
         from unicorn import UcError
 
         try:
-            self.emu.uc.emu_start(self.pc, 0xFFFFFFFE)
+            self.emu.resume(self.pc, 0xFFFFFFFE)
         except UcError as e:
             pc = self.emu.reg("pc")
             self.fault = self.fault or (f"node {self.index}: {e} at pc=0x{pc:08x} "

@@ -111,3 +111,36 @@ def test_errors_in_the_c_hooks_are_the_python_hooks_errors(builds):
         with pytest.raises(EmulationError, match="more than 5000 instructions"):
             em.call("cisl_run")
         assert 5_000 < em.insns_total < 5_200
+
+
+def test_ctrl_c_stops_code_that_never_calls_the_board(builds):
+    """The C hooks call into Python every 16384 blocks, so that Python's signal handler runs even in
+    code that never reaches a replaced board function (a runaway loop: its instruction limit is
+    minutes away). Without it, Ctrl-C waited for that limit."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import os, signal, sys, threading, time
+        from codegen import interrupts
+        from codegen.boards import load_board
+        from codegen.timing import engine, native
+        from codegen.timing.memsystem import MemoryModel
+
+        em = native.NativeEmulator(engine.Image.load(sys.argv[1]), MemoryModel.for_board(load_board("nrf52840dk")),
+                                   max_insns=10**12)
+        loop = engine.TRAMPOLINE + 0x100   # `b .`, never a hook's address
+        interrupts.install()
+        threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        t = time.monotonic()
+        try:
+            with interrupts.deferred(em.uc.emu_stop):
+                em.resume(loop | 1, engine.EXIT)
+        except KeyboardInterrupt:
+            print("stopped after", round(time.monotonic() - t, 2), "s; instructions", em.insns_total)
+        """)
+    p = subprocess.run([sys.executable, "-c", code, str(builds / "hw" / "node_00" / "firmware.elf")],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.startswith("stopped after"), (p.stdout, p.stderr)
+    assert float(p.stdout.split()[2]) < 1.5 and int(p.stdout.split()[-1]) > 10_000, p.stdout

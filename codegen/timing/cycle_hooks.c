@@ -32,6 +32,11 @@ typedef struct {
 typedef int (*cy_stop_fn)(void *uc);
 typedef void (*cy_slow_fn)(uint64_t address, uint32_t size);
 typedef int32_t (*cy_pre_fn)(uint64_t address, uint32_t size);   /* nonzero: the block is not counted */
+typedef void (*cy_tick_fn)(void);
+
+/* blocks between two calls into Python: a Ctrl-C is handled by Python's handler only when Python
+   code runs, and whole inferences run without a block handed to Python (~1 ms at this count) */
+#define TICK_BLOCKS 16384
 
 typedef struct {
     double central_total, wait_central;
@@ -62,6 +67,8 @@ typedef struct {
     double stop_at;
     int32_t python_first;
     cy_pre_fn pre;
+    cy_tick_fn tick;
+    int64_t tick_left;
 } cy_state;
 
 static uint64_t slot_of(const cy_state *st, uint64_t address) {
@@ -218,6 +225,10 @@ void cy_on_block(void *uc, uint64_t address, uint32_t size, void *user) {
     if (st->insns_total > st->max_insns) {
         st->over_limit = 1;
         st->stop(uc);
+    }
+    if (--st->tick_left <= 0) {
+        st->tick_left = TICK_BLOCKS;
+        st->tick();
     }
 }
 

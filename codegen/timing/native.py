@@ -57,11 +57,13 @@ class _State(Structure):
                 ("ic_hits", c_int64), ("ic_misses", c_int64),
                 ("table", c_void_p), ("table_mask", c_uint64), ("table_used", c_uint64),
                 ("slow", c_void_p), ("stop", c_void_p),
-                ("stop_at", c_double), ("python_first", c_int32), ("pre", c_void_p)]
+                ("stop_at", c_double), ("python_first", c_int32), ("pre", c_void_p),
+                ("tick", c_void_p), ("tick_left", c_int64)]
 
 
 _SLOW = ctypes.CFUNCTYPE(None, c_uint64, c_uint32)
 PRE_HOOK = ctypes.CFUNCTYPE(c_int32, c_uint64, c_uint32)
+_TICK = ctypes.CFUNCTYPE(None)
 _LIB: ctypes.CDLL | None = None
 _UNAVAILABLE: str | None = None
 
@@ -148,6 +150,8 @@ class NativeEmulator(Emulator):
         self._slow_fn = _SLOW(self._slow)   # kept: the C side holds only its address
         self._st.slow = ctypes.cast(self._slow_fn, c_void_p).value
         self._st.stop = _uc_internals()[1]
+        self._tick_fn = _TICK(self._tick)
+        self._st.tick = ctypes.cast(self._tick_fn, c_void_p).value
         self._st.stop_at = float("inf")
         self._load_memory_state()
         self._switch(None)
@@ -311,6 +315,12 @@ class NativeEmulator(Emulator):
         if ic is not None:
             ic.set_lines([list(self._ic_lines[s * ic.ways:s * ic.ways + self._ic_fill[s]]) for s in range(ic.sets)],
                          st.ic_hits, st.ic_misses)
+
+    @staticmethod
+    def _tick() -> None:
+        """Called every few thousand blocks. Entering Python runs a pending signal's handler: within
+        ``interrupts.deferred`` (engine.call, the SoC's quanta) Ctrl-C stops the emulation at once, as
+        inside the Python hooks. Nothing else to do."""
 
     def _run(self, start: int) -> None:
         self._load_memory_state()

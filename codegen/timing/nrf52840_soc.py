@@ -35,6 +35,7 @@ from elftools.elf.elffile import ELFFile
 from capstone.arm_const import ARM_CC_AL as _CS_AL, ARM_CC_INVALID as _CS_INVALID, ARM_OP_IMM
 from unicorn import UC_HOOK_MEM_WRITE, arm_const
 
+from .. import interrupts
 from .engine import Emulator, Image
 from .m4cost import BR_COND
 from .memsystem import MemoryModel
@@ -600,7 +601,9 @@ class Node:
         from unicorn import UcError
 
         try:
-            self.emu.resume(self.pc, 0xFFFFFFFE)
+            # Ctrl-C inside a hook stops the quantum and is raised here, not printed and lost
+            with interrupts.deferred(self.emu.uc.emu_stop):
+                self.emu.resume(self.pc, 0xFFFFFFFE)
         except UcError as e:
             pc = self.emu.reg("pc")
             self.fault = self.fault or (f"node {self.index}: {e} at pc=0x{pc:08x} "

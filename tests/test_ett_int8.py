@@ -3,9 +3,11 @@
 Trains a small split model for one short epoch on ETTh2 (from ../shared/data/ett; skipped when
 the file is absent), compiles it, and compares the int8 reference — bit-exact with the generated
 C — with the float plan on every sixth of the 19 495 channel windows of the standard test split,
-on the StandardScaler scale. The whole split, for the paper's width and every D, is
-bench/ett_int8_accuracy.py's (docs/results/ett_int8_accuracy.md); compile checks the float plan
-against ONNX Runtime.
+on the StandardScaler scale. The look-back is 96 steps (11 patches), not the protocol's 336 (41):
+the test split holds the same windows at any look-back (its borders move with it), and the test
+takes a third of the time (measured 71.6 s -> 22.1 s alone; int8 +0.025 % here). The protocol's
+look-back, the paper's width and every D are bench/ett_int8_accuracy.py's
+(docs/results/ett_int8_accuracy.md); compile checks the float plan against ONNX Runtime.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ pytestmark = [pytest.mark.data, pytest.mark.train,
 
 CONFIG = """
 [model]
-lookback = 336
+lookback = 96
 patch_len = 16
 stride = 8
 d_model = 64
@@ -54,7 +56,7 @@ def test_int8_reference_within_one_percent_of_float_on_etth2(tmp_path):
 
     cfg = load_config(tmp_path / "cfg.toml", {"data.source": "csv", "data.path": str(ETTH2)})
     data, _ = build_data(cfg)
-    assert len(data.test) == 2785 * 7  # the standard ETTh2 test split at look-back 336, horizon 96
+    assert len(data.test) == 2785 * 7  # the standard ETTh2 test split (horizon 96; any look-back)
     x, y = data.test.take(np.arange(0, len(data.test), 6))  # every sixth window: all 7 channels, the whole span
 
     acc = forecast_mse(load_plan(tmp_path / "build"), load_model(tmp_path / "model" / "model.onnx").weights, x, y)

@@ -39,11 +39,12 @@ class ICache:
         self.hits = 0
 
     def lines(self) -> list[list[int]]:
-        """Each set's lines, oldest first (the C hooks of native.py take the cache over)."""
-        return [list(s) for s in self._sets]
+        """Each set's lines, oldest first (the C hooks of native.py take the cache over; read only)."""
+        return self._sets
 
     def set_lines(self, sets: list[list[int]], hits: int, misses: int) -> None:
-        self._sets = [list(s) for s in sets]
+        """Take ``sets`` (each set's lines, oldest first; kept, not copied) and the counts."""
+        self._sets = sets
         self.hits, self.misses = hits, misses
 
     def fetch(self, address: int, size: int) -> int:

@@ -23,7 +23,7 @@ import subprocess
 import weakref
 from ctypes import POINTER, Structure, c_double, c_int32, c_int64, c_uint8, c_uint32, c_uint64, c_void_p
 from pathlib import Path
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 
 from unicorn import UC_HOOK_BLOCK, UC_HOOK_MEM_READ
 
@@ -118,6 +118,43 @@ def new_emulator(image: Image, memory: MemoryModel, max_insns: int = 2_000_000_0
     return NativeEmulator(image, memory, max_insns) if hooks_in_c() else Emulator(image, memory, max_insns)
 
 
+class _CountsView(Mapping):
+    """An emulator's ``counts`` (or ``comm_counts``) read from the C side: the regions met so far, in
+    the order they were met (as the Python hooks' defaultdict), each a fresh :class:`Counts`."""
+
+    def __init__(self, em: "NativeEmulator", comm: bool):
+        self._em, self._comm = em, comm
+
+    def _slot(self, region: object) -> int | None:
+        em = self._em
+        i = em._region_index.get(region)
+        if i is None:
+            return None
+        i += em._st.capacity if self._comm else 0
+        return i if em._touched_arr[i] else None
+
+    def __getitem__(self, region: object) -> Counts:
+        i = self._slot(region)
+        if i is None:
+            raise KeyError(region)
+        c = self._em._counts_arr[i]
+        return Counts(*(getattr(c, f) for f in _COUNT_FIELDS))
+
+    def __contains__(self, region: object) -> bool:
+        return self._slot(region) is not None
+
+    def __iter__(self) -> Iterator[object]:
+        em = self._em
+        cap = em._st.capacity
+        for k in range(em._st.n_touched):
+            i = em._touch_log_arr[k]
+            if (i >= cap) == self._comm:
+                yield em._regions[i - cap if self._comm else i]
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
 class NativeEmulator(Emulator):
     """:class:`Emulator` with its block and flash-read hooks in C (cycle_hooks.c)."""
 
@@ -200,22 +237,13 @@ class NativeEmulator(Emulator):
             self._region_index[region] = i
         return i
 
-    def _materialise(self, comm: bool) -> dict[object, Counts]:
-        cap, out = self._st.capacity, {}
-        for k in range(self._st.n_touched):
-            i = self._touch_log_arr[k]
-            if (i >= cap) == comm:
-                c = self._counts_arr[i]
-                out[self._regions[i - cap if comm else i]] = Counts(*(getattr(c, f) for f in _COUNT_FIELDS))
-        return out
+    @property
+    def counts(self) -> Mapping[object, Counts]:  # type: ignore[override]
+        return _CountsView(self, False)
 
     @property
-    def counts(self) -> dict[object, Counts]:  # type: ignore[override]
-        return self._materialise(False)
-
-    @property
-    def comm_counts(self) -> dict[object, Counts]:  # type: ignore[override]
-        return self._materialise(True)
+    def comm_counts(self) -> Mapping[object, Counts]:  # type: ignore[override]
+        return _CountsView(self, True)
 
     @property
     def central_total(self) -> float:  # type: ignore[override]
@@ -297,15 +325,18 @@ class NativeEmulator(Emulator):
             self.uc.emu_stop()
 
     def _load_memory_state(self) -> None:
-        """The memory model's flash line and cache contents into the C side (a model may be shared)."""
+        """The memory model's flash line and cache contents into the C side (a model may be shared:
+        it is synchronised around every run, whole-array copies to keep that cheap)."""
         st, mem = self._st, self.memory
         st.last_flash_line = mem.last_flash_line
         ic = mem.icache
         if ic is not None:
-            for s, lines in enumerate(ic.lines()):
-                self._ic_fill[s] = len(lines)
-                for k, line in enumerate(lines):
-                    self._ic_lines[s * ic.ways + k] = line
+            w, sets = ic.ways, ic.lines()
+            flat = [-1] * (ic.sets * w)
+            for s, lines in enumerate(sets):
+                flat[s * w:s * w + len(lines)] = lines
+            self._ic_lines[:] = flat
+            self._ic_fill[:] = [len(lines) for lines in sets]
             st.ic_hits, st.ic_misses = ic.hits, ic.misses
 
     def _save_memory_state(self) -> None:
@@ -313,8 +344,8 @@ class NativeEmulator(Emulator):
         mem.last_flash_line = st.last_flash_line
         ic = mem.icache
         if ic is not None:
-            ic.set_lines([list(self._ic_lines[s * ic.ways:s * ic.ways + self._ic_fill[s]]) for s in range(ic.sets)],
-                         st.ic_hits, st.ic_misses)
+            w, flat, fill = ic.ways, self._ic_lines[:], self._ic_fill[:]
+            ic.set_lines([flat[s * w:s * w + n] for s, n in enumerate(fill)], st.ic_hits, st.ic_misses)
 
     @staticmethod
     def _tick() -> None:

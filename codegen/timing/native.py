@@ -118,6 +118,19 @@ def new_emulator(image: Image, memory: MemoryModel, max_insns: int = 2_000_000_0
     return NativeEmulator(image, memory, max_insns) if hooks_in_c() else Emulator(image, memory, max_insns)
 
 
+class StateField:
+    """An emulator attribute kept in the C hooks' struct (``obj._st``) under the same name."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __get__(self, obj, owner=None):
+        return self if obj is None else getattr(obj._st, self.name)
+
+    def __set__(self, obj, value) -> None:
+        setattr(obj._st, self.name, value)
+
+
 class _CountsView(Mapping):
     """An emulator's ``counts`` (or ``comm_counts``) read from the C side: the regions met so far, in
     the order they were met (as the Python hooks' defaultdict), each a fresh :class:`Counts`."""
@@ -245,29 +258,10 @@ class NativeEmulator(Emulator):
     def comm_counts(self) -> Mapping[object, Counts]:  # type: ignore[override]
         return _CountsView(self, True)
 
-    @property
-    def central_total(self) -> float:  # type: ignore[override]
-        return self._st.central_total
-
-    @central_total.setter
-    def central_total(self, v: float) -> None:
-        self._st.central_total = v
-
-    @property
-    def insns_total(self) -> int:  # type: ignore[override]
-        return self._st.insns_total
-
-    @insns_total.setter
-    def insns_total(self, v: int) -> None:
-        self._st.insns_total = v
-
-    @property
-    def in_callback(self) -> int:  # type: ignore[override]
-        return self._st.in_callback
-
-    @in_callback.setter
-    def in_callback(self, v: int) -> None:
-        self._st.in_callback = v
+    # counters the C hooks keep: read and written in the C struct
+    central_total = StateField("central_total")
+    insns_total = StateField("insns_total")
+    in_callback = StateField("in_callback")
 
     @property
     def region(self) -> object:  # type: ignore[override]

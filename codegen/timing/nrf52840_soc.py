@@ -39,7 +39,7 @@ from .. import interrupts
 from .engine import Emulator, Image
 from .m4cost import BR_COND
 from .memsystem import MemoryModel
-from .native import PRE_HOOK, NativeEmulator, hooks_in_c
+from .native import PRE_HOOK, NativeEmulator, StateField, hooks_in_c
 
 CPU_HZ = 64_000_000
 CYC_PER_US = CPU_HZ // 1_000_000
@@ -411,13 +411,7 @@ class _NativeQuantumEmulator(_Quantum, NativeEmulator):
         self._st.python_first = 1
         self._st.stop_at = 0   # as _Quantum.stop_at: nothing runs before run_until sets it
 
-    @property
-    def stop_at(self) -> float:  # type: ignore[override]
-        return self._st.stop_at
-
-    @stop_at.setter
-    def stop_at(self, t: float) -> None:
-        self._st.stop_at = t
+    stop_at = StateField("stop_at")  # type: ignore[assignment]
 
     def python_next_block(self) -> None:
         self._st.python_first = 1

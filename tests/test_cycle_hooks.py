@@ -144,3 +144,21 @@ def test_ctrl_c_stops_code_that_never_calls_the_board(builds):
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and p.stdout.startswith("stopped after"), (p.stdout, p.stderr)
     assert float(p.stdout.split()[2]) < 1.5 and int(p.stdout.split()[-1]) > 10_000, p.stdout
+
+
+def test_without_gcc_the_python_hooks_run(builds, monkeypatch):
+    """No compiler (or a build that fails): the cycle model still runs, on the Python hooks, and says
+    why through native.unavailable()."""
+    from codegen.boards import load_board
+    from codegen.errors import UserError
+
+    def no_gcc(*a, **k):
+        raise UserError("gcc not found; it is needed for the cycle model's C hooks (apt-get install gcc)")
+
+    monkeypatch.setattr(native, "shared_library", no_gcc)
+    monkeypatch.setattr(native, "_LIB", None)
+    monkeypatch.setattr(native, "_UNAVAILABLE", None)
+    assert not native.hooks_in_c() and "gcc not found" in native.unavailable()
+    em = native.new_emulator(Image.load(builds / "hw" / "node_00" / "firmware.elf"),
+                             MemoryModel.for_board(load_board("nrf52840dk")))
+    assert type(em) is Emulator

@@ -102,8 +102,8 @@ def unavailable() -> str | None:
 def _uc_internals():
     """unicorn's C library and the functions the C hooks need from it, or None with another binding."""
     try:
-        from unicorn.unicorn_py3.unicorn import uclib
-        return uclib, ctypes.cast(uclib.uc_emu_stop, c_void_p).value
+        from unicorn.unicorn_py3.unicorn import uc_hook_h, uclib
+        return uclib, ctypes.cast(uclib.uc_emu_stop, c_void_p).value, uc_hook_h, uclib.uc_hook_add
     except (ImportError, AttributeError):
         return None
 
@@ -209,6 +209,8 @@ class NativeEmulator(Emulator):
     def _attach_hooks(self) -> None:
         from unicorn.unicorn_py3.unicorn import uc_hook_h, uclib
 
+        if getattr(self.uc, "_uch", None) is None:
+            raise RuntimeError("this unicorn binding has no engine handle for the C hooks")
         lo, hi = self.memory.flash_range
         user = ctypes.cast(ctypes.pointer(self._st), c_void_p)
         for kind, fn, begin, end in ((UC_HOOK_BLOCK, self._lib.cy_on_block, 1, 0),

@@ -100,12 +100,13 @@ def unavailable() -> str | None:
 
 
 def _uc_internals():
-    """unicorn's C library and the functions the C hooks need from it, or None with another binding."""
+    """unicorn's C library and its hook-handle type (what registering C hooks needs), or None with
+    another binding."""
     try:
         from unicorn.unicorn_py3.unicorn import uc_hook_h, uclib
-        return uclib, ctypes.cast(uclib.uc_emu_stop, c_void_p).value, uc_hook_h, uclib.uc_hook_add
-    except (ImportError, AttributeError):
+    except ImportError:
         return None
+    return (uclib, uc_hook_h) if hasattr(uclib, "uc_hook_add") and hasattr(uclib, "uc_emu_stop") else None
 
 
 def hooks_in_c() -> bool:
@@ -192,14 +193,14 @@ class NativeEmulator(Emulator):
             self._ic_fill = (c_int32 * ic.sets)()
             st = self._st
             st.ic_on, st.ic_line_bits, st.ic_sets, st.ic_ways = 1, ic.line_bits, ic.sets, ic.ways
-            self._st.ic_lines = ctypes.cast(self._ic_lines, POINTER(c_int64))
-            self._st.ic_fill = ctypes.cast(self._ic_fill, POINTER(c_int32))
+            st.ic_lines = ctypes.cast(self._ic_lines, POINTER(c_int64))
+            st.ic_fill = ctypes.cast(self._ic_fill, POINTER(c_int32))
         if lib.cy_init_table(ctypes.byref(self._st), 1 << 12) != 0:
             raise MemoryError("cycle model: no memory for the block table")
         weakref.finalize(self, lib.cy_free_table, ctypes.pointer(self._st))
         self._slow_fn = _SLOW(self._slow)   # kept: the C side holds only its address
         self._st.slow = ctypes.cast(self._slow_fn, c_void_p).value
-        self._st.stop = _uc_internals()[1]
+        self._st.stop = ctypes.cast(_uc_internals()[0].uc_emu_stop, c_void_p).value
         self._tick_fn = _TICK(self._tick)
         self._st.tick = ctypes.cast(self._tick_fn, c_void_p).value
         self._st.stop_at = float("inf")
@@ -207,8 +208,7 @@ class NativeEmulator(Emulator):
         self._switch(None)
 
     def _attach_hooks(self) -> None:
-        from unicorn.unicorn_py3.unicorn import uc_hook_h, uclib
-
+        uclib, uc_hook_h = _uc_internals()
         if getattr(self.uc, "_uch", None) is None:
             raise RuntimeError("this unicorn binding has no engine handle for the C hooks")
         lo, hi = self.memory.flash_range
@@ -316,9 +316,14 @@ class NativeEmulator(Emulator):
                                       -1 if region is None else self._index(region), 0) != 0:
                 raise MemoryError("cycle model: no memory for the block table")
         except BaseException as e:  # noqa: BLE001 - raised again once emu_start returns
-            if self._hook_error is None:
-                self._hook_error = e
-            self.uc.emu_stop()
+            self.stop_for(e)
+
+    def stop_for(self, e: BaseException) -> None:
+        """An exception in Python called from a C hook: stop, and raise it once emu_start returns
+        (ctypes would only print it)."""
+        if self._hook_error is None:
+            self._hook_error = e
+        self.uc.emu_stop()
 
     def _load_memory_state(self) -> None:
         """The memory model's flash line and cache contents into the C side (a model may be shared:

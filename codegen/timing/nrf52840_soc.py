@@ -422,9 +422,7 @@ class _NativeQuantumEmulator(_Quantum, NativeEmulator):
             self._st.python_first = 1 if self._python_needed() else 0
             return 0
         except BaseException as e:  # noqa: BLE001 - raised again once emu_start returns
-            if self._hook_error is None:
-                self._hook_error = e
-            self.uc.emu_stop()
+            self.stop_for(e)
             return 1
 
 

@@ -19,6 +19,8 @@ so every packet is on the medium before any receiver's clock reaches its first b
 a receiver that is in RX when their preamble starts (and whose address, frequency, PHY and CRC
 setup match the sender's); two packets that overlap at a receiver are a collision (CRC error) — the
 strict model, no capture; an optional ``loss`` drops a packet at a receiver with that probability.
+A node's crystal may be off (``drift_ppm``): its cycles, TIMERs and radio bit times all run at that
+error, and the medium keeps true time, so each slot grid drifts against the others as on real parts.
 """
 
 from __future__ import annotations
@@ -436,8 +438,10 @@ class Node:
     """One nRF52840: the image on the emulator and its peripherals, advanced in quanta."""
 
     def __init__(self, index: int, elf: Path, memory: MemoryModel, regs: Regs, medium: Medium,
-                 variant: int = 0x41414630, uicr_approtect: int = 0xFFFFFF5A):
+                 variant: int = 0x41414630, uicr_approtect: int = 0xFFFFFF5A, ppm: float = 0.0):
         self.index, self.regs, self.medium = index, regs, medium
+        self.ppm = float(ppm)                      # this part's crystal error (HFXO: CPU, TIMERs, RADIO)
+        self.rate = 1.0 + self.ppm * 1e-6          # its cycles per cycle of the medium's (true) time
         self.emu = _soc_emulator(Image.load(elf), memory)
         self.emu.node = self
         self.reads: list[tuple[int, int]] = []   # (address, value) of the peripheral reads since the last block
@@ -495,6 +499,13 @@ class Node:
 
     def now(self) -> int:
         return int(self.emu.central_total)
+
+    # The node's time is its own cycles; the medium's is true time. They differ by the crystal's error.
+    def to_local(self, t: int) -> int:
+        return t if not self.ppm else round(t * self.rate)
+
+    def to_global(self, t: int) -> int:
+        return t if not self.ppm else round(t / self.rate)
 
     def at(self, t: int, fn: Callable[[int], None]) -> None:
         self._seq += 1
@@ -836,7 +847,7 @@ class Radio(Plain):
         if kind == "TX" and self._field("SHORTS", "READY_START"):
             # on the medium from now, a ramp-up before its first bit, so that every receiver knows
             # of it before its clock gets there; the frame is read again at START
-            self.tx = self._packet(t + RAMP[fast])
+            self.tx = self._packet(t + RAMP[fast])[0]
             self.node.medium.packets.append(self.tx)
 
     def ready(self, t: int) -> None:
@@ -855,20 +866,22 @@ class Radio(Plain):
             raise SocFault(f"RADIO TASKS_START in state {self.state}")
 
     def _transmit(self, t: int) -> None:
-        p = self._packet(t)
-        if self.tx is not None and self.tx.t0 == t:   # announced at TXEN: now with the frame as sent
+        p, t_addr, t_end = self._packet(t)
+        if self.tx is not None and self.tx.t0 == p.t0:   # announced at TXEN: now with the frame as sent
             self.tx.frame, self.tx.t_addr, self.tx.t_end, self.tx.setup = p.frame, p.t_addr, p.t_end, p.setup
         else:
             self.tx = p
             self.node.medium.packets.append(p)
         self.state = "TX"
         if self.node.medium.trace is not None:
-            self.node.medium.trace.append((t / CYC_PER_US, self.node.index, "tx", p.frame[2:6].hex()))
+            self.node.medium.trace.append((p.t0 / CYC_PER_US, self.node.index, "tx", p.frame[2:6].hex()))
         e = self.epoch
-        self.node.at(p.t_addr, lambda t2: e == self.epoch and self._address(t2))
-        self.node.at(p.t_end, lambda t2: e == self.epoch and self._end(t2))
+        self.node.at(t_addr, lambda t2: e == self.epoch and self._address(t2))
+        self.node.at(t_end, lambda t2: e == self.epoch and self._end(t2))
 
-    def _packet(self, t: int) -> Packet:
+    def _packet(self, t: int) -> tuple[Packet, int, int]:
+        """The frame at PACKETPTR sent from (node time) ``t``: the packet in the medium's time, and the
+        node times of its ADDRESS and END."""
         ptr = self._reg("PACKETPTR")
         s0 = self._field("PCNF0", "S0LEN")
         lflen = self._field("PCNF0", "LFLEN")
@@ -887,13 +900,14 @@ class Radio(Plain):
         crc = self._field("CRCCNF", "LEN")
         t_addr = t + (pre + alen) * per_byte
         t_end = t_addr + (len(frame) + crc) * per_byte
-        return Packet(self.node.index, t, t_addr, t_end, frame, self._setup(True))
+        g = self.node.to_global
+        return Packet(self.node.index, g(t), g(t_addr), g(t_end), frame, self._setup(True)), t_addr, t_end
 
     def disable(self, t: int) -> None:
         if self.state == "DISABLED":
             return
         if self.tx is not None and self.state in ("TXRU", "TXIDLE", "TX"):
-            self.tx.cut = t   # cut on air, or never sent
+            self.tx.cut = self.node.to_global(t)   # cut on air, or never sent
         was_tx = self.state.startswith("TX")
         self.state = "TXDISABLE" if was_tx else "RXDISABLE"
         self.epoch += 1
@@ -913,21 +927,23 @@ class Radio(Plain):
         if self.state != "RX" or self.locked or self.rx_since is None:
             return None
         best = None
+        loc = self.node.to_local
         for p in self.node.medium.packets:
-            if p.sender != self.node.index and p.t0 >= self.rx_since and p.t_addr + RX_CHAIN <= now:
+            if p.sender != self.node.index and loc(p.t0) >= self.rx_since and loc(p.t_addr) + RX_CHAIN <= now:
                 if best is None or p.t0 < best.t0:
                     best = p
         if best is None:
             return None
         self._candidate = best
-        return best.t_addr + RX_CHAIN
+        return loc(best.t_addr) + RX_CHAIN
 
     def earliest_lock(self) -> int | None:
         """When the next ADDRESS event of a packet already on the medium could come, whenever that is."""
         if self.state != "RX" or self.locked or self.rx_since is None:
             return None
-        times = [p.t_addr + RX_CHAIN for p in self.node.medium.packets
-                 if p.sender != self.node.index and p.t0 >= self.rx_since]
+        loc = self.node.to_local
+        times = [loc(p.t_addr) + RX_CHAIN for p in self.node.medium.packets
+                 if p.sender != self.node.index and loc(p.t0) >= self.rx_since]
         return min(times) if times else None
 
     def lock(self, t: int) -> None:
@@ -942,7 +958,7 @@ class Radio(Plain):
                  and not any(a * CYC_PER_US <= p.t0 < b * CYC_PER_US for a, b in self.node.medium.outages))
         if not hears:  # nothing it can decode: keeps listening for the next packet
             self.locked = False
-            self.rx_since = p.t0 + 1
+            self.rx_since = self.node.to_local(p.t0) + 1
             return
         self.mem[self.ev["ADDRESS"]] = 1
         self.node.event(self.ev["ADDRESS"], t)
@@ -964,10 +980,11 @@ class Radio(Plain):
             self.node.emu.write(ptr, frame)
             self.crc_ok = int(ok and p.frame[s0] <= maxlen)
             if self.node.medium.trace is not None:
-                self.node.medium.trace.append((t2 / CYC_PER_US, self.node.index, "rx" if self.crc_ok else "rx-crc",
+                what = "rx" if self.crc_ok else "rx-crc"
+                self.node.medium.trace.append((self.node.to_global(t2) / CYC_PER_US, self.node.index, what,
                                                f"from {p.sender} {p.frame[2:6].hex()}"))
             self._end(t2)
-        self.node.at(p.t_end + RX_CHAIN, end)
+        self.node.at(self.node.to_local(p.t_end) + RX_CHAIN, end)
 
     def _address(self, t: int) -> None:
         self.mem[self.ev["ADDRESS"]] = 1
@@ -1067,26 +1084,32 @@ class NetworkRun:
 def run_network(images: list[Path], memory: MemoryModel, *, until: Callable[[dict[int, str]], bool],
                 limit_s: float = 2.0, loss: float = 0.0, seed: int = 0,
                 boot_offsets_us: list[int] | None = None, trace: list | None = None,
-                outages: list[tuple[float, float]] = (), fast_forward: bool = True) -> NetworkRun:
+                outages: list[tuple[float, float]] = (), fast_forward: bool = True,
+                drift_ppm: list[float] | None = None) -> NetworkRun:
     """Run the images (node i = images[i]) together from reset until ``until(serial text per node)``
     holds, a node faults, or ``limit_s`` of emulated time passes. ``outages``: (start, end) µs
     windows in which the medium loses every packet. ``fast_forward=False`` runs every pass of the
-    polling loops (for checking that skipping them changes nothing)."""
+    polling loops (for checking that skipping them changes nothing). ``drift_ppm``: each node's
+    crystal error; a node with +50 runs 50 cycles more per million of true time than nominal, its
+    TIMERs and its radio's bit times with it (offsets, limits and outages are in true time)."""
     regs = load_regs()
     medium = Medium(loss=loss, seed=seed, trace=trace, outages=tuple((float(a), float(b)) for a, b in outages))
     # each part has its own flash read buffer and cache: sharing one model let a node's fetches evict the other's
-    nodes = [Node(i, elf, copy.deepcopy(memory), regs, medium) for i, elf in enumerate(images)]
+    ppm = list(drift_ppm) if drift_ppm is not None else [0.0] * len(images)
+    if len(ppm) != len(images):
+        raise ValueError(f"drift_ppm has {len(ppm)} values for {len(images)} nodes")
+    nodes = [Node(i, elf, copy.deepcopy(memory), regs, medium, ppm=d) for i, (elf, d) in enumerate(zip(images, ppm))]
     for n in nodes:
         n.emu.fast_forward = fast_forward
     offsets = [o * CYC_PER_US for o in (boot_offsets_us or [0] * len(nodes))]
     for n, o in zip(nodes, offsets):   # a node reset later starts executing later
-        n.emu.central_total = o
+        n.emu.central_total = n.to_local(o)
     t = 0
     limit = int(limit_s * CPU_HZ)
     while t < limit:
         t += QUANTUM
         for n in nodes:
-            n.run_until(t)
+            n.run_until(n.to_local(t))
         medium.prune(t - 4000 * CYC_PER_US)
         faults = [n.fault for n in nodes if n.fault]
         if faults or any(n.changed for n in nodes):

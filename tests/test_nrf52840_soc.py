@@ -218,6 +218,41 @@ def test_a_network_split_by_an_outage_comes_back_together(hw):
         assert outs[i] == ref.output[0].astype(np.int8).tobytes(), i
 
 
+def test_an_initiator_reset_mid_run_meets_the_others_where_they_are(hw):
+    """The planned initiator (node 0, also the sink) resets during inference 2 — a watchdog, a brown-out,
+    a USB hub's power glitch. It boots again at inference 0 while node 1 goes on alone. Before stop 56
+    node 1 took the initiator's bursts for a node briefly behind and waited for bursts naming its own
+    inference, which never came: both ran every later inference alone, every exchange lost (checked
+    to 2 s of emulated time). Now node 1 answers with the inference it is at, the initiator skips
+    forward to it (a `resync` line of its own), and from there both deliver every exchange and the
+    sink's forecast is bit-exact again."""
+    def rejoined(serial):
+        recs = records(serial[0])
+        resync = [int(f["inf"]) for e, f in recs if e == "resync"]
+        return bool(resync) and any(e == "infer" and int(f["inf"]) == resync[0] for e, f in recs)
+
+    r = run(hw, 2, until=rejoined, limit_s=2.0, resets=[(0, 600_000)])
+    assert r.faults == []
+    recs = records(r.serial[0])
+    boots = [i for i, (e, _) in enumerate(recs) if e == "boot"]
+    assert len(boots) == 2
+    after = recs[boots[1]:]
+    resync = [f for e, f in after if e == "resync"]
+    assert len(resync) == 1 and resync[0]["peer"] == "1"
+    again = int(resync[0]["inf"])
+    node1 = records(r.serial[1])
+    assert not [f for e, f in node1 if e == "resync"]       # node 1 never went back
+    assert max(int(f["inf"]) for e, f in node1 if e == "infer") >= again - 1
+    for k, rs in ((0, after), (1, node1)):
+        sgs = [f for e, f in rs if e == "sg" and int(f["inf"]) == again]
+        assert sgs and all(f["delivered"] == f["expected"] for f in sgs), k
+    plan = load_plan(hw)
+    x = plan.quantize_input(load_build_inputs(hw, lookback=plan.cfg.lookback).astype(np.float64))
+    out = [bytes.fromhex(f["q"]) for e, f in after if e == "output" and int(f["inf"]) == again]
+    ref = reference(plan, x[again % len(x):again % len(x) + 1])
+    assert out == [ref.output[0].astype(np.int8).tobytes()]
+
+
 def test_skipping_polling_passes_changes_nothing(hw):
     """The emulator counts the passes of a polling loop that cannot see a change (waiting for a UART
     line's ENDTX, ~90,000 passes a line) instead of running them, and jumps through loops that wait for

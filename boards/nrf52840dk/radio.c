@@ -318,7 +318,7 @@ static const mx_radio_hal nrf_hal = {hal_wait_slot, hal_transmit, hal_receive, h
 #define BEACON_MAGIC 0xCBu
 #define BEACON_LEN 7u /* magic, beacons remaining, sender, inference (4 bytes, little-endian) */
 #define REPLY_MAGIC 0xCCu
-#define REPLY_LEN 2u     /* magic, sender */
+#define REPLY_LEN 6u     /* magic, sender, the inference the sender is at (4 bytes, little-endian) */
 #define REPLY_SLOT_US 200u /* resynchronisation: node j answers the beacons in reply slot j */
 
 /* Send radio_pdu (its LENGTH byte set) at `at`. */
@@ -333,6 +333,18 @@ static void send_at(uint32_t at)
     radio_disable();
 }
 
+static void put_inference(uint8_t *p, uint32_t inference)
+{
+    for (uint8_t k = 0; k < 4u; k++) {
+        p[k] = (uint8_t)(inference >> (8u * k));
+    }
+}
+
+static uint32_t get_inference(const uint8_t *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
 static void beacon_send(uint32_t at, uint8_t remaining, uint32_t inference)
 {
     radio_pdu[0] = 0u;
@@ -340,10 +352,19 @@ static void beacon_send(uint32_t at, uint8_t remaining, uint32_t inference)
     radio_pdu[2] = BEACON_MAGIC;
     radio_pdu[3] = remaining;
     radio_pdu[4] = (uint8_t)cisl_node_id;
-    for (uint8_t k = 0; k < 4u; k++) {
-        radio_pdu[5u + k] = (uint8_t)(inference >> (8u * k));
-    }
+    put_inference(radio_pdu + 5, inference);
     send_at(at);
+}
+
+/* Answer a burst that ended at `end` in this node's reply slot, saying which inference it is at. */
+static void reply_send(uint32_t end, uint32_t inference)
+{
+    radio_pdu[0] = 0u;
+    radio_pdu[1] = (uint8_t)REPLY_LEN;
+    radio_pdu[2] = REPLY_MAGIC;
+    radio_pdu[3] = (uint8_t)cisl_node_id;
+    put_inference(radio_pdu + 4, inference);
+    send_at(end + (uint32_t)cisl_node_id * REPLY_SLOT_US * TICKS_PER_US);
 }
 
 /* Receive one packet with an intact CRC before `deadline`: 1, or 0 if none came. The ADDRESS time
@@ -376,8 +397,7 @@ static uint32_t beacon_listen(uint32_t deadline, uint8_t *from, uint32_t *infere
         if (radio_pdu[1] == BEACON_LEN && radio_pdu[2] == BEACON_MAGIC && radio_pdu[3] < BEACONS) {
             const uint32_t sent = TIMER0(CC(1u)) - ADDR_EVENT_US * TICKS_PER_US;
             *from = radio_pdu[4];
-            *inference = (uint32_t)radio_pdu[5] | ((uint32_t)radio_pdu[6] << 8) | ((uint32_t)radio_pdu[7] << 16) |
-                         ((uint32_t)radio_pdu[8] << 24);
+            *inference = get_inference(radio_pdu + 5);
             return sent + (uint32_t)(radio_pdu[3] + 1u) * BEACON_SLOT_US * TICKS_PER_US;
         }
     }
@@ -422,7 +442,44 @@ void cisl_radio_barrier(void)
  * listens for that burst for up to resync_listen_ms: the burst revives the initiator, aligns the
  * inference's start and is answered, and a node that finds the network at a later inference skips
  * to it (a `resync` line; the inputs in between are not computed). Nodes with no dead peer do
- * nothing, so a network in step pays nothing. */
+ * nothing, so a network in step pays nothing.
+ *
+ * A reply names the inference its sender is at. An initiator that was reset starts again at
+ * inference 0 while the others go on; they took its bursts for a node briefly behind and waited
+ * for their own, which never came, so the network stayed split (found on the register-level model
+ * with a reset mid-run, stop 56). Now a node ahead of the burst answers it too, and an initiator that
+ * hears it is behind skips forward to the furthest inference named and bursts again: one more burst
+ * and everyone is at the same inference. */
+static void log_skip(uint32_t to, uint32_t from_inference, uint8_t peer)
+{
+    cisl_line l;
+    cisl_log_begin(&l, "resync");
+    cisl_log_u32(&l, "inf", to);
+    cisl_log_u32(&l, "skipped", to - from_inference);
+    cisl_log_u32(&l, "peer", peer);
+    cisl_log_end(&l);
+}
+
+/* The initiator: a burst naming `inference`, then its reply window. Returns the replies' senders;
+ * the furthest inference a reply named, and its sender, in *ahead and *ahead_from. */
+static uint32_t burst_and_replies(uint32_t inference, uint32_t *ahead, uint8_t *ahead_from)
+{
+    const uint32_t window = (uint32_t)cisl_mx_plan.nodes * REPLY_SLOT_US * TICKS_PER_US;
+    const uint32_t end = beacon_burst(now() + (RAMP_US + SETUP_US + 100u) * TICKS_PER_US, inference);
+    uint32_t replied = 0u;
+    while (receive_until(end + window)) {
+        if (radio_pdu[1] == REPLY_LEN && radio_pdu[2] == REPLY_MAGIC && radio_pdu[3] < 32u) {
+            replied |= 1u << radio_pdu[3];
+            const uint32_t at = get_inference(radio_pdu + 4);
+            if (at > *ahead) {
+                *ahead = at;
+                *ahead_from = radio_pdu[3];
+            }
+        }
+    }
+    return replied;
+}
+
 uint32_t cisl_board_resync(uint32_t inference)
 {
     if (cisl_mixer_dead_peers() == 0u) {
@@ -431,14 +488,18 @@ uint32_t cisl_board_resync(uint32_t inference)
     const uint32_t window = (uint32_t)cisl_mx_plan.nodes * REPLY_SLOT_US * TICKS_PER_US;
     RADIO(CRCINIT) = NRF_FV(NRF_FLD_RADIO_CRCINIT_CRCINIT, BEACON_CRC_INIT);
     if (cisl_mx_plan.initiator == cisl_node_id) {
-        const uint32_t end = beacon_burst(now() + (RAMP_US + SETUP_US + 100u) * TICKS_PER_US, inference);
-        uint32_t replied = 0u;
-        while (receive_until(end + window)) {
-            if (radio_pdu[1] == REPLY_LEN && radio_pdu[2] == REPLY_MAGIC && radio_pdu[3] < 32u) {
-                replied |= 1u << radio_pdu[3];
-            }
+        uint32_t ahead = inference;
+        uint8_t ahead_from = 0u;
+        uint32_t replied = burst_and_replies(inference, &ahead, &ahead_from);
+        const uint32_t behind_at = inference;
+        if (ahead > inference) { /* this node was reset, or left behind: meet the others where they are */
+            inference = ahead;
+            replied |= burst_and_replies(inference, &ahead, &ahead_from);
         }
-        for (uint8_t j = 0; j < cisl_mx_plan.nodes; j++) { /* printing (UART) only after the window */
+        if (inference > behind_at) { /* printing (UART) only after the windows */
+            log_skip(inference, behind_at, ahead_from);
+        }
+        for (uint8_t j = 0; j < cisl_mx_plan.nodes; j++) {
             if ((replied >> j) & 1u) {
                 cisl_mixer_peer_heard(inference, j);
             }
@@ -448,28 +509,24 @@ uint32_t cisl_board_resync(uint32_t inference)
     const uint32_t deadline = now() + CISL_RADIO_RESYNC_LISTEN_MS * 1000u * TICKS_PER_US;
     uint8_t from = 0u;
     uint32_t net = 0u, end;
-    do { /* a burst of an earlier inference: this node is ahead, the next burst is its own */
+    for (;;) {
         end = beacon_listen(deadline, &from, &net);
-    } while (end != 0u && net < inference);
+        if (end == 0u || net >= inference) {
+            break;
+        }
+        /* a burst of an earlier inference: say where this node is, and wait for the burst of it */
+        reply_send(end, inference);
+    }
     if (end == 0u) {
         return inference; /* nothing heard: the initiator is dead or in step; go on as before */
     }
-    radio_pdu[0] = 0u;
-    radio_pdu[1] = (uint8_t)REPLY_LEN;
-    radio_pdu[2] = REPLY_MAGIC;
-    radio_pdu[3] = (uint8_t)cisl_node_id;
-    send_at(end + (uint32_t)cisl_node_id * REPLY_SLOT_US * TICKS_PER_US);
+    reply_send(end, net);
     while (!reached(end + window)) {
     }
     /* printing (UART, ~7 ms a line) only now: the others start the inference a few ms ahead, well
      * within the first round's wait for this node */
     if (net > inference) {
-        cisl_line l;
-        cisl_log_begin(&l, "resync");
-        cisl_log_u32(&l, "inf", net);
-        cisl_log_u32(&l, "skipped", net - inference);
-        cisl_log_u32(&l, "peer", from);
-        cisl_log_end(&l);
+        log_skip(net, inference, from);
     }
     cisl_mixer_peer_heard(net, from);
     return net;

@@ -1085,29 +1085,43 @@ def run_network(images: list[Path], memory: MemoryModel, *, until: Callable[[dic
                 limit_s: float = 2.0, loss: float = 0.0, seed: int = 0,
                 boot_offsets_us: list[int] | None = None, trace: list | None = None,
                 outages: list[tuple[float, float]] = (), fast_forward: bool = True,
-                drift_ppm: list[float] | None = None) -> NetworkRun:
+                drift_ppm: list[float] | None = None, resets: list[tuple[int, float]] = ()) -> NetworkRun:
     """Run the images (node i = images[i]) together from reset until ``until(serial text per node)``
     holds, a node faults, or ``limit_s`` of emulated time passes. ``outages``: (start, end) µs
     windows in which the medium loses every packet. ``fast_forward=False`` runs every pass of the
     polling loops (for checking that skipping them changes nothing). ``drift_ppm``: each node's
     crystal error; a node with +50 runs 50 cycles more per million of true time than nominal, its
-    TIMERs and its radio's bit times with it (offsets, limits and outages are in true time)."""
+    TIMERs and its radio's bit times with it (offsets, limits and outages are in true time).
+    ``resets``: (node, µs) — that node resets at that true time (reset pin, watchdog, a power cycle):
+    it starts again from its reset vector, RAM and peripherals as at power-on, a packet it was sending
+    cut off; its serial output goes on on the same port, as a host would read it."""
     regs = load_regs()
     medium = Medium(loss=loss, seed=seed, trace=trace, outages=tuple((float(a), float(b)) for a, b in outages))
     # each part has its own flash read buffer and cache: sharing one model let a node's fetches evict the other's
     ppm = list(drift_ppm) if drift_ppm is not None else [0.0] * len(images)
     if len(ppm) != len(images):
         raise ValueError(f"drift_ppm has {len(ppm)} values for {len(images)} nodes")
-    nodes = [Node(i, elf, copy.deepcopy(memory), regs, medium, ppm=d) for i, (elf, d) in enumerate(zip(images, ppm))]
-    for n in nodes:
+    def power_on(i: int, at: int) -> Node:
+        n = Node(i, images[i], copy.deepcopy(memory), regs, medium, ppm=ppm[i])
         n.emu.fast_forward = fast_forward
-    offsets = [o * CYC_PER_US for o in (boot_offsets_us or [0] * len(nodes))]
-    for n, o in zip(nodes, offsets):   # a node reset later starts executing later
-        n.emu.central_total = n.to_local(o)
+        n.emu.central_total = n.to_local(at)   # a node reset later starts executing later
+        return n
+
+    offsets = [o * CYC_PER_US for o in (boot_offsets_us or [0] * len(images))]
+    nodes = [power_on(i, o) for i, o in enumerate(offsets)]
+    pending = sorted((int(us * CYC_PER_US), i) for i, us in resets)
     t = 0
     limit = int(limit_s * CPU_HZ)
     while t < limit:
         t += QUANTUM
+        while pending and pending[0][0] <= t:
+            at, i = pending.pop(0)
+            old = nodes[i]
+            if old.radio.tx is not None and old.radio.tx.cut is None:
+                old.radio.tx.cut = at
+            nodes[i] = power_on(i, at)
+            nodes[i].serial = old.serial
+            nodes[i].changed = True
         for n in nodes:
             n.run_until(n.to_local(t))
         medium.prune(t - 4000 * CYC_PER_US)

@@ -480,11 +480,28 @@ static uint32_t burst_and_replies(uint32_t inference, uint32_t *ahead, uint8_t *
     return replied;
 }
 
+/* A listener must hear at least one of the initiator's bursts, which come once per inference of the
+ * initiator's. Split, the two run their inferences at unrelated phases, so a window shorter than the
+ * initiator's inference can fall between two bursts every time: with node 0 reset mid-run, node 1's
+ * 400 ms windows and node 0's bursts 454 ms apart stayed out of phase for over 4 s on the model.
+ * So the window also covers one and a half of this node's own inferences (the initiator runs the
+ * same plan). The cost falls on a network whose initiator, the sink, is dead: it has no forecast to
+ * delay. A node in step touches no peripheral here (the cycle model runs this function as it is). */
+static uint32_t resync_left; /* TIMER0 when the last inference of a split network started (0: none) */
+
+static uint32_t resync_done(uint32_t inference)
+{
+    resync_left = now() | 1u;
+    return inference;
+}
+
 uint32_t cisl_board_resync(uint32_t inference)
 {
     if (cisl_mixer_dead_peers() == 0u) {
+        resync_left = 0u;
         return inference;
     }
+    const uint32_t since = resync_left ? now() - resync_left : 0u; /* this node's last inference, split */
     const uint32_t window = (uint32_t)cisl_mx_plan.nodes * REPLY_SLOT_US * TICKS_PER_US;
     RADIO(CRCINIT) = NRF_FV(NRF_FLD_RADIO_CRCINIT_CRCINIT, BEACON_CRC_INIT);
     if (cisl_mx_plan.initiator == cisl_node_id) {
@@ -504,9 +521,13 @@ uint32_t cisl_board_resync(uint32_t inference)
                 cisl_mixer_peer_heard(inference, j);
             }
         }
-        return inference;
+        return resync_done(inference);
     }
-    const uint32_t deadline = now() + CISL_RADIO_RESYNC_LISTEN_MS * 1000u * TICKS_PER_US;
+    uint32_t listen = CISL_RADIO_RESYNC_LISTEN_MS * 1000u * TICKS_PER_US;
+    if (since / 2u * 3u > listen) {
+        listen = since / 2u * 3u;
+    }
+    const uint32_t deadline = now() + listen;
     uint8_t from = 0u;
     uint32_t net = 0u, end;
     for (;;) {
@@ -518,7 +539,7 @@ uint32_t cisl_board_resync(uint32_t inference)
         reply_send(end, inference);
     }
     if (end == 0u) {
-        return inference; /* nothing heard: the initiator is dead or in step; go on as before */
+        return resync_done(inference); /* nothing heard: the initiator is dead or in step; go on as before */
     }
     reply_send(end, net);
     while (!reached(end + window)) {
@@ -529,7 +550,7 @@ uint32_t cisl_board_resync(uint32_t inference)
         log_skip(net, inference, from);
     }
     cisl_mixer_peer_heard(net, from);
-    return net;
+    return resync_done(net);
 }
 
 /* ---- somegather over Mixer: board hooks ----------------------------------------------------- */

@@ -71,8 +71,9 @@ def prepare(nodes: int, root: Path) -> tuple[Path, list[int]]:
     return b, [zlib.crc32(ref.output[i].astype(np.int8).tobytes()) for i in range(INFERENCES)]
 
 
-def images_of(b: Path) -> list[Path]:
-    return sorted(b.glob("node_*/firmware.elf"))
+def network(b: Path) -> tuple[list[Path], MemoryModel]:
+    """The build's node images, and the memory model each emulated part starts from."""
+    return sorted(b.glob("node_*/firmware.elf")), MemoryModel.for_board(load_board("nrf52840dk"))
 
 
 def both_inferences(serial: dict[int, str]) -> bool:
@@ -82,8 +83,7 @@ def both_inferences(serial: dict[int, str]) -> bool:
 def one(nodes: int, b: Path, want: list[int]) -> list[dict]:
     plan = load_plan(b)
     est = estimate(b, topology="full_mesh")
-    images = images_of(b)
-    memory = MemoryModel.for_board(load_board("nrf52840dk"))
+    images, memory = network(b)
     rows = []
     for label, offsets in (("together", [0] * nodes), ("last node 30 ms late", [0] * (nodes - 1) + [30_000])):
         t0 = time.time()
@@ -119,8 +119,7 @@ def spread(nodes: int, p: float) -> list[float]:
 
 def drift(nodes: int, b: Path, want: list[int], ppms: list[float]) -> list[dict]:
     plan = load_plan(b)
-    images = images_of(b)
-    memory = MemoryModel.for_board(load_board("nrf52840dk"))
+    images, memory = network(b)
     rows = []
     for loss in (0.0, 0.3):
         for p in ppms:
@@ -166,8 +165,7 @@ def together_after_reset(serial: dict[int, str], node: int) -> int | None:
 def resets(nodes: int, b: Path, limit_s: float = 4.5) -> list[dict]:
     plan = load_plan(b)
     x = plan.quantize_input(load_build_inputs(b, lookback=plan.cfg.lookback).astype(np.float64))
-    images = images_of(b)
-    memory = MemoryModel.for_board(load_board("nrf52840dk"))
+    images, memory = network(b)
     rows = []
     initiator = plan.meta["mixer"]["initiator"]
     for node in sorted({initiator, nodes - 1}):

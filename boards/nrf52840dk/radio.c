@@ -460,11 +460,14 @@ static void log_skip(uint32_t to, uint32_t from_inference, uint8_t peer)
     cisl_log_end(&l);
 }
 
+/* After a burst: one reply slot per node. */
+static uint32_t reply_window(void) { return (uint32_t)cisl_mx_plan.nodes * REPLY_SLOT_US * TICKS_PER_US; }
+
 /* The initiator: a burst naming `inference`, then its reply window. Returns the replies' senders;
  * the furthest inference a reply named, and its sender, in *ahead and *ahead_from. */
 static uint32_t burst_and_replies(uint32_t inference, uint32_t *ahead, uint8_t *ahead_from)
 {
-    const uint32_t window = (uint32_t)cisl_mx_plan.nodes * REPLY_SLOT_US * TICKS_PER_US;
+    const uint32_t window = reply_window();
     const uint32_t end = beacon_burst(now() + (RAMP_US + SETUP_US + 100u) * TICKS_PER_US, inference);
     uint32_t replied = 0u;
     while (receive_until(end + window)) {
@@ -502,19 +505,17 @@ uint32_t cisl_board_resync(uint32_t inference)
         return inference;
     }
     const uint32_t since = resync_left ? now() - resync_left : 0u; /* this node's last inference, split */
-    const uint32_t window = (uint32_t)cisl_mx_plan.nodes * REPLY_SLOT_US * TICKS_PER_US;
     RADIO(CRCINIT) = NRF_FV(NRF_FLD_RADIO_CRCINIT_CRCINIT, BEACON_CRC_INIT);
     if (cisl_mx_plan.initiator == cisl_node_id) {
         uint32_t ahead = inference;
         uint8_t ahead_from = 0u;
         uint32_t replied = burst_and_replies(inference, &ahead, &ahead_from);
-        const uint32_t behind_at = inference;
         if (ahead > inference) { /* this node was reset, or left behind: meet the others where they are */
+            const uint32_t was = inference;
+            const uint8_t told = ahead_from;
             inference = ahead;
             replied |= burst_and_replies(inference, &ahead, &ahead_from);
-        }
-        if (inference > behind_at) { /* printing (UART) only after the windows */
-            log_skip(inference, behind_at, ahead_from);
+            log_skip(inference, was, told); /* printing (UART) only after the windows */
         }
         for (uint8_t j = 0; j < cisl_mx_plan.nodes; j++) {
             if ((replied >> j) & 1u) {
@@ -542,7 +543,7 @@ uint32_t cisl_board_resync(uint32_t inference)
         return resync_done(inference); /* nothing heard: the initiator is dead or in step; go on as before */
     }
     reply_send(end, net);
-    while (!reached(end + window)) {
+    while (!reached(end + reply_window())) {
     }
     /* printing (UART, ~7 ms a line) only now: the others start the inference a few ms ahead, well
      * within the first round's wait for this node */

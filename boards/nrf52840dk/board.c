@@ -254,7 +254,7 @@ static int check_node_id(void)
 }
 
 /* After the boot line, before inference 0 (cisl_run): the nodes' start barrier. */
-void cisl_board_start(void) { cisl_radio_barrier(); }
+uint32_t cisl_board_start(void) { return cisl_radio_barrier(); }
 
 int main(void)
 {

@@ -13,6 +13,6 @@ void cisl_radio_init(void);
 
 /* Before the first inference: every node waits for the initiator's start beacons (radio.c), so
  * nodes reset at different times start inference 0 together. */
-void cisl_radio_barrier(void);
+uint32_t cisl_radio_barrier(void);
 
 #endif /* CISL_NRF52840_BOARD_H */

@@ -21,6 +21,7 @@
 #include "cisl_log.h"
 #include "cisl_mixer_transport.h"
 #include "cisl_node_api.h"
+#include "cisl_runtime.h"
 #include "cisl_transport.h"
 #include "mixer.h"
 #include "nrf52840_board.h"
@@ -413,24 +414,6 @@ static uint32_t beacon_burst(uint32_t t0, uint32_t inference)
     return t0 + BEACONS * BEACON_SLOT_US * TICKS_PER_US;
 }
 
-void cisl_radio_barrier(void)
-{
-    RADIO(CRCINIT) = NRF_FV(NRF_FLD_RADIO_CRCINIT_CRCINIT, BEACON_CRC_INIT);
-    uint32_t start;
-    if (cisl_mx_plan.initiator == cisl_node_id) {
-        start = beacon_burst(now() + CISL_RADIO_FIRST_GUARD_MS * 1000u * TICKS_PER_US, 0u);
-    } else {
-        uint8_t from;
-        uint32_t inference;
-        start = beacon_listen(now() + CISL_RADIO_SCAN_TIMEOUT_MS * 1000u * TICKS_PER_US, &from, &inference);
-        if (start == 0u) {
-            return;
-        }
-    }
-    while (!reached(start)) {
-    }
-}
-
 /* ---- resynchronisation between inferences --------------------------------------------------- */
 
 /* Nodes that declared each other dead never meet again by themselves: each runs its rounds alone
@@ -483,51 +466,53 @@ static uint32_t burst_and_replies(uint32_t inference, uint32_t *ahead, uint8_t *
     return replied;
 }
 
-/* A listener must hear at least one of the initiator's bursts, which come once per inference of the
- * initiator's. Split, the two run their inferences at unrelated phases, so a window shorter than the
- * initiator's inference can fall between two bursts every time: with node 0 reset mid-run, node 1's
- * 400 ms windows and node 0's bursts 454 ms apart stayed out of phase for over 4 s on the model.
- * So the window also covers one and a half of this node's own inferences (the initiator runs the
- * same plan). The cost falls on a network whose initiator, the sink, is dead: it has no forecast to
+/* A listener must hear at least one of the initiator's bursts, which come once per pass of the
+ * initiator's run loop (inference, printing, this wait). Split, the two run at unrelated phases, so a
+ * window shorter than that pass can fall between two bursts every time: with node 0 reset mid-run,
+ * node 1's 400 ms windows and node 0's bursts 454 ms apart stayed out of phase for over 4 s on the
+ * model (stop 56); alone, an inference of the 2-node test model and its printing take ~610 ms, and
+ * the first window after an outage missed two bursts (stop 57). So the window also covers one and a
+ * half of this node's own last pass (the initiator runs the same plan), from the first split
+ * inference on. The cost falls on a network whose initiator, the sink, is dead: it has no forecast to
  * delay. A node in step touches no peripheral here (the cycle model runs this function as it is). */
-static uint32_t resync_left; /* TIMER0 when the last inference of a split network started (0: none) */
-
-static uint32_t resync_done(uint32_t inference)
+static uint32_t resync_listen(void)
 {
-    resync_left = now() | 1u;
+    uint32_t pass = cisl_run_pass_us();
+    if (pass > 60000000u) { /* a minute: the window, in TIMER0 ticks, stays below reached()'s 2^31 */
+        pass = 60000000u;
+    }
+    pass = pass / 2u * 3u;
+    return (pass > CISL_RADIO_RESYNC_LISTEN_MS * 1000u ? pass : CISL_RADIO_RESYNC_LISTEN_MS * 1000u) * TICKS_PER_US;
+}
+
+/* The initiator: a burst naming `inference`, then its reply window; if a reply names a later
+ * inference (this node was reset, or left behind), it meets the others there with one more burst.
+ * Every node that replied is alive. Returns the inference to run. */
+static uint32_t initiator_meet(uint32_t inference)
+{
+    uint32_t ahead = inference;
+    uint8_t ahead_from = 0u;
+    uint32_t replied = burst_and_replies(inference, &ahead, &ahead_from);
+    if (ahead > inference) {
+        const uint32_t was = inference;
+        const uint8_t told = ahead_from;
+        inference = ahead;
+        replied |= burst_and_replies(inference, &ahead, &ahead_from);
+        log_skip(inference, was, told); /* printing (UART) only after the windows */
+    }
+    for (uint8_t j = 0; j < cisl_mx_plan.nodes; j++) {
+        if ((replied >> j) & 1u) {
+            cisl_mixer_peer_heard(inference, j);
+        }
+    }
     return inference;
 }
 
-uint32_t cisl_board_resync(uint32_t inference)
+/* Any other node: listen up to `listen` ticks for a burst of `inference` or later, answering those
+ * of earlier ones with where this node is; answer it, wait out the reply window and return the
+ * inference it names (`inference` if none came: the initiator is dead, or in step). */
+static uint32_t listener_meet(uint32_t inference, uint32_t listen)
 {
-    if (cisl_mixer_dead_peers() == 0u) {
-        resync_left = 0u;
-        return inference;
-    }
-    const uint32_t since = resync_left ? now() - resync_left : 0u; /* this node's last inference, split */
-    RADIO(CRCINIT) = NRF_FV(NRF_FLD_RADIO_CRCINIT_CRCINIT, BEACON_CRC_INIT);
-    if (cisl_mx_plan.initiator == cisl_node_id) {
-        uint32_t ahead = inference;
-        uint8_t ahead_from = 0u;
-        uint32_t replied = burst_and_replies(inference, &ahead, &ahead_from);
-        if (ahead > inference) { /* this node was reset, or left behind: meet the others where they are */
-            const uint32_t was = inference;
-            const uint8_t told = ahead_from;
-            inference = ahead;
-            replied |= burst_and_replies(inference, &ahead, &ahead_from);
-            log_skip(inference, was, told); /* printing (UART) only after the windows */
-        }
-        for (uint8_t j = 0; j < cisl_mx_plan.nodes; j++) {
-            if ((replied >> j) & 1u) {
-                cisl_mixer_peer_heard(inference, j);
-            }
-        }
-        return resync_done(inference);
-    }
-    uint32_t listen = CISL_RADIO_RESYNC_LISTEN_MS * 1000u * TICKS_PER_US;
-    if (since / 2u * 3u > listen) {
-        listen = since / 2u * 3u;
-    }
     const uint32_t deadline = now() + listen;
     uint8_t from = 0u;
     uint32_t net = 0u, end;
@@ -536,11 +521,10 @@ uint32_t cisl_board_resync(uint32_t inference)
         if (end == 0u || net >= inference) {
             break;
         }
-        /* a burst of an earlier inference: say where this node is, and wait for the burst of it */
         reply_send(end, inference);
     }
     if (end == 0u) {
-        return resync_done(inference); /* nothing heard: the initiator is dead or in step; go on as before */
+        return inference;
     }
     reply_send(end, net);
     while (!reached(end + reply_window())) {
@@ -551,7 +535,44 @@ uint32_t cisl_board_resync(uint32_t inference)
         log_skip(net, inference, from);
     }
     cisl_mixer_peer_heard(net, from);
-    return resync_done(net);
+    return net;
+}
+
+uint32_t cisl_board_resync(uint32_t inference)
+{
+    if (cisl_mixer_dead_peers() == 0u) {
+        return inference;
+    }
+    RADIO(CRCINIT) = NRF_FV(NRF_FLD_RADIO_CRCINIT_CRCINIT, BEACON_CRC_INIT);
+    if (cisl_mx_plan.initiator == cisl_node_id) {
+        return initiator_meet(inference);
+    }
+    return listener_meet(inference, resync_listen());
+}
+
+/* ---- the start barrier, and a node that boots again mid-run ------------------------------------ */
+
+/* The start barrier above also meets a node that boots again mid-run (watchdog, brown-out, a USB
+ * hub's glitch) with the others far ahead. A listener takes the first burst it hears, whichever
+ * inference it names: at a first start 0; after a reset, one the initiator sends while it counts this
+ * node dead, and the node joins the network there. Before, it started inference 0 alone, and its
+ * rounds (another inference's CRC values) jammed the others' until they split too (4 nodes, node 3
+ * reset: no inference complete in 3.9 s of the model, stop 57). Listeners answer every burst, so an
+ * initiator that boots again while the others already listen for it (they count it dead) learns where
+ * they are from its first burst. It bursts once: repeating until someone answers would also meet the
+ * others sooner after its own reset, but at a first start a lost answer would then hold inference 0
+ * back while the listener, already in it, runs into the backup's takeover. Returns the inference to
+ * run first. */
+uint32_t cisl_radio_barrier(void)
+{
+    RADIO(CRCINIT) = NRF_FV(NRF_FLD_RADIO_CRCINIT_CRCINIT, BEACON_CRC_INIT);
+    if (cisl_mx_plan.initiator == cisl_node_id) {
+        const uint32_t t0 = now() + CISL_RADIO_FIRST_GUARD_MS * 1000u * TICKS_PER_US;
+        while (!reached(t0)) {
+        }
+        return initiator_meet(0u);
+    }
+    return listener_meet(0u, CISL_RADIO_SCAN_TIMEOUT_MS * 1000u * TICKS_PER_US);
 }
 
 /* ---- somegather over Mixer: board hooks ----------------------------------------------------- */

@@ -1411,8 +1411,12 @@ static void check_silence(mx_state *s)
     const unsigned g = h->cfg.generation_size, n = h->cfg.num_nodes;
     const unsigned first_pass = h->pass_len ? h->pass_len : n;
     /* A node that has heard nobody at all cannot tell a late network from a dead one: the others may
-     * still be in the previous round's quiet end (up to MX_QUIET_SLOTS behind) or computing. */
-    const unsigned wait = MX_SILENCE_SLOTS(n, g) + ((h->seen & ~(1u << h->id)) ? 0u : MX_QUIET_SLOTS(n));
+     * still be in the previous round's quiet end or computing. That end comes MX_QUIET_SLOTS after
+     * their last packet accepted, and that packet can itself come up to a run of lost ones (the same
+     * MX_QUIET_SLOTS bound) before this node left: so twice that. One MX_QUIET_SLOTS was a race
+     * (2 nodes, 30 % loss, emulated boards: the other arrived 40 slots late, in the slot this node
+     * ended, stop 57). It costs only a round whose network is dead or late. */
+    const unsigned wait = MX_SILENCE_SLOTS(n, g) + ((h->seen & ~(1u << h->id)) ? 0u : 2u * MX_QUIET_SLOTS(n));
     unsigned last, i;
     uint32_t cand, full = 0, partly = 0, missing = 0;
     if (!h->has_src || h->cfg.termination != MX_TERM_DONE || !h->synced)

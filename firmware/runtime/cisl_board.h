@@ -37,8 +37,10 @@ uint32_t cisl_board_read(char *buf, uint32_t max);
 
 /* Called once after the boot line, before the first inference: what the board must do before the
  * node computes (nrf52840dk: the start barrier that lets nodes reset at different times start
- * together). Optional: a weak default does nothing (cisl_runtime.c). */
-void cisl_board_start(void);
+ * together). Returns the inference to run first: 0, or the one a network the node booted into mid-run
+ * is at (the node then skips to it and has printed a `resync` line). Optional: a weak default
+ * returns 0 (cisl_runtime.c). */
+uint32_t cisl_board_start(void);
 
 /* Called before every inference after the first, outside its timed span: a board whose nodes can
  * fall apart (nrf52840dk: declared each other dead, or a round behind for good) brings them back

@@ -5,17 +5,29 @@
 #include "cisl_node_api.h"
 #include "cisl_runtime.h"
 
+static uint32_t pass_us; /* the loop's last pass: inference, printing and the board's resync */
+
+uint32_t cisl_run_pass_us(void) { return pass_us; }
+
 int cisl_run(void)
 {
     uint32_t inference = 0u, computed = 0u;
     int failed = 0;
     (void)cisl_node_init();
     cisl_report_boot(cisl_node.plan_hash, cisl_node.node, cisl_node.nodes);
-    cisl_board_start(); /* e.g. wait until every node is up (nrf52840dk: the start barrier) */
+    /* e.g. wait until every node is up (nrf52840dk: the start barrier, which a node that booted
+     * again mid-run leaves at the network's inference) */
+    uint32_t next = cisl_board_start();
+    uint32_t pass0 = cisl_board_time_us();
     for (;;) {
         /* e.g. nodes that declared each other dead meet again; a node left behind skips to the
          * network's inference (the inputs in between are not computed) */
-        const uint32_t next = inference > 0u ? cisl_board_resync(inference) : 0u;
+        if (inference > 0u) {
+            const uint32_t t = cisl_board_time_us();
+            pass_us = t - pass0;
+            pass0 = t;
+            next = cisl_board_resync(inference);
+        }
         int more = 1;
         for (; inference < next && more; inference++) {
             more = cisl_board_next_input(cisl_node_input_buffer(), cisl_node.input_len);

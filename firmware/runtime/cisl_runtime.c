@@ -34,8 +34,8 @@ void cisl_block_end(cisl_block *b, uint32_t inference, int32_t layer, const char
     cisl_log_end(&l);
 }
 
-/* Boards that need nothing before the first inference. */
-__attribute__((weak)) void cisl_board_start(void) {}
+/* Boards that need nothing before the first inference: it is inference 0. */
+__attribute__((weak)) uint32_t cisl_board_start(void) { return 0u; }
 
 /* Boards whose nodes need no resynchronisation between inferences. */
 __attribute__((weak)) uint32_t cisl_board_resync(uint32_t inference) { return inference; }

@@ -30,6 +30,11 @@ void cisl_block_end(cisl_block *b, uint32_t inference, int32_t layer, const char
  * 1 if an inference failed (its "error" line is printed, then "end"). Every board's main() calls it. */
 int cisl_run(void);
 
+/* cisl_run's last pass before this one (µs of cisl_board_time_us): the inference, its printing and
+ * the board's resynchronisation before it; 0 before the second. A board that waits for the other
+ * nodes between inferences sizes its wait with it (nrf52840dk, cisl_board_resync). */
+uint32_t cisl_run_pass_us(void);
+
 /* "boot fw= plan= board= node= nodes= [clock=] [cmsis_nn=]"; cmsis_nn (the first 12 hex digits of
  * the CMSIS-NN checkout's commit) in builds against upstream CMSIS-NN (-DCISL_CMSIS_NN_COMMIT) */
 void cisl_report_boot(const char *plan_hash, uint32_t node, uint32_t nodes);

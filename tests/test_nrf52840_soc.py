@@ -218,6 +218,18 @@ def test_a_network_split_by_an_outage_comes_back_together(hw):
         assert outs[i] == ref.output[0].astype(np.int8).tobytes(), i
 
 
+def check_together_at(hw, again: int, sink: list, other: list) -> None:
+    """Inference `again` delivered every exchange in both nodes' records (after a reset: from its boot
+    on), and the sink's forecast of it is bit-exact."""
+    for k, rs in (("sink", sink), ("other", other)):
+        sgs = [f for e, f in rs if e == "sg" and int(f["inf"]) == again]
+        assert sgs and all(f["delivered"] == f["expected"] for f in sgs), k
+    plan = load_plan(hw)
+    x = plan.quantize_input(load_build_inputs(hw, lookback=plan.cfg.lookback).astype(np.float64))
+    out = [bytes.fromhex(f["q"]) for e, f in sink if e == "output" and int(f["inf"]) == again]
+    assert out == [reference(plan, x[again % len(x):again % len(x) + 1]).output[0].astype(np.int8).tobytes()]
+
+
 def test_an_initiator_reset_mid_run_meets_the_others_where_they_are(hw):
     """The planned initiator (node 0, also the sink) resets during inference 2 — a watchdog, a brown-out,
     a USB hub's power glitch. It boots again at inference 0 while node 1 goes on alone. Before stop 56
@@ -243,14 +255,7 @@ def test_an_initiator_reset_mid_run_meets_the_others_where_they_are(hw):
     node1 = records(r.serial[1])
     assert not [f for e, f in node1 if e == "resync"]       # node 1 never went back
     assert max(int(f["inf"]) for e, f in node1 if e == "infer") >= again - 1
-    for k, rs in ((0, after), (1, node1)):
-        sgs = [f for e, f in rs if e == "sg" and int(f["inf"]) == again]
-        assert sgs and all(f["delivered"] == f["expected"] for f in sgs), k
-    plan = load_plan(hw)
-    x = plan.quantize_input(load_build_inputs(hw, lookback=plan.cfg.lookback).astype(np.float64))
-    out = [bytes.fromhex(f["q"]) for e, f in after if e == "output" and int(f["inf"]) == again]
-    ref = reference(plan, x[again % len(x):again % len(x) + 1])
-    assert out == [ref.output[0].astype(np.int8).tobytes()]
+    check_together_at(hw, again, sink=after, other=node1)
 
 
 def test_a_node_reset_mid_run_joins_the_network_where_it_is(hw):
@@ -277,13 +282,7 @@ def test_a_node_reset_mid_run_joins_the_network_where_it_is(hw):
     assert int(after[0][1]["skipped"]) == again > 0
     node0 = records(r.serial[0])
     assert not [f for e, f in node0 if e == "resync"]       # the initiator never went back
-    for k, rs in ((0, node0), (1, after)):
-        sgs = [f for e, f in rs if e == "sg" and int(f["inf"]) == again]
-        assert sgs and all(f["delivered"] == f["expected"] for f in sgs), k
-    plan = load_plan(hw)
-    x = plan.quantize_input(load_build_inputs(hw, lookback=plan.cfg.lookback).astype(np.float64))
-    out = [bytes.fromhex(f["q"]) for e, f in node0 if e == "output" and int(f["inf"]) == again]
-    assert out == [reference(plan, x[again % len(x):again % len(x) + 1]).output[0].astype(np.int8).tobytes()]
+    check_together_at(hw, again, sink=node0, other=after)
 
 
 def test_skipping_polling_passes_changes_nothing(hw):

@@ -448,10 +448,10 @@ static uint32_t reply_window(void) { return (uint32_t)cisl_mx_plan.nodes * REPLY
 
 /* The initiator: a burst naming `inference`, then its reply window. Returns the replies' senders;
  * the furthest inference a reply named, and its sender, in *ahead and *ahead_from. */
-static uint32_t burst_and_replies(uint32_t inference, uint32_t *ahead, uint8_t *ahead_from)
+static uint32_t burst_and_replies(uint32_t inference, uint32_t *ahead, uint8_t *ahead_from, uint32_t delay_us)
 {
     const uint32_t window = reply_window();
-    const uint32_t end = beacon_burst(now() + (RAMP_US + SETUP_US + 100u) * TICKS_PER_US, inference);
+    const uint32_t end = beacon_burst(now() + (RAMP_US + SETUP_US + 100u + delay_us) * TICKS_PER_US, inference);
     uint32_t replied = 0u;
     while (receive_until(end + window)) {
         if (radio_pdu[1] == REPLY_LEN && radio_pdu[2] == REPLY_MAGIC && radio_pdu[3] < 32u) {
@@ -485,6 +485,23 @@ static uint32_t resync_listen(void)
     return (pass > CISL_RADIO_RESYNC_LISTEN_MS * 1000u ? pass : CISL_RADIO_RESYNC_LISTEN_MS * 1000u) * TICKS_PER_US;
 }
 
+/* A burst nobody answered is sent again, up to BURST_TRIES times, each a little later than the last
+ * (BURST_SHIFT_US): a node of a split network that runs its rounds alone sends in every slot, and its
+ * ~340 us packets every 560 us hit all four beacons of one burst (4 nodes, initiator reset: its burst
+ * after skipping forward was lost on the model and the network stayed apart one inference more,
+ * stop 57). A listener that heard an earlier burst has already started the inference and waits for
+ * its first round a little longer. Returns the replies' senders, as burst_and_replies. */
+#define BURST_TRIES 4u
+#define BURST_SHIFT_US 170u
+static uint32_t burst_answered(uint32_t inference, uint32_t *ahead, uint8_t *ahead_from)
+{
+    uint32_t replied = 0u;
+    for (uint32_t k = 0; k < BURST_TRIES && replied == 0u; k++) {
+        replied = burst_and_replies(inference, ahead, ahead_from, k * BURST_SHIFT_US);
+    }
+    return replied;
+}
+
 /* The initiator: a burst naming `inference`, then its reply window; if a reply names a later
  * inference (this node was reset, or left behind), it meets the others there with one more burst.
  * Every node that replied is alive. Returns the inference to run. */
@@ -492,12 +509,12 @@ static uint32_t initiator_meet(uint32_t inference)
 {
     uint32_t ahead = inference;
     uint8_t ahead_from = 0u;
-    uint32_t replied = burst_and_replies(inference, &ahead, &ahead_from);
+    uint32_t replied = burst_answered(inference, &ahead, &ahead_from);
     if (ahead > inference) {
         const uint32_t was = inference;
         const uint8_t told = ahead_from;
         inference = ahead;
-        replied |= burst_and_replies(inference, &ahead, &ahead_from);
+        replied |= burst_answered(inference, &ahead, &ahead_from);
         log_skip(inference, was, told); /* printing (UART) only after the windows */
     }
     for (uint8_t j = 0; j < cisl_mx_plan.nodes; j++) {

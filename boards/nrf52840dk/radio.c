@@ -502,8 +502,8 @@ static uint32_t burst_answered(uint32_t inference, uint32_t *ahead, uint8_t *ahe
     return replied;
 }
 
-/* The initiator: a burst naming `inference`, then its reply window; if a reply names a later
- * inference (this node was reset, or left behind), it meets the others there with one more burst.
+/* The initiator: a burst naming `inference`, then its reply window (burst_answered); if a reply names
+ * a later inference (this node was reset, or left behind), it meets the others there with one more.
  * Every node that replied is alive. Returns the inference to run. */
 static uint32_t initiator_meet(uint32_t inference)
 {
@@ -576,10 +576,10 @@ uint32_t cisl_board_resync(uint32_t inference)
  * rounds (another inference's CRC values) jammed the others' until they split too (4 nodes, node 3
  * reset: no inference complete in 3.9 s of the model, stop 57). Listeners answer every burst, so an
  * initiator that boots again while the others already listen for it (they count it dead) learns where
- * they are from its first burst. It bursts once: repeating until someone answers would also meet the
- * others sooner after its own reset, but at a first start a lost answer would then hold inference 0
- * back while the listener, already in it, runs into the backup's takeover. Returns the inference to
- * run first. */
+ * they are from its first burst. It sends that burst at most BURST_TRIES times (a few ms), not until
+ * someone answers: that would meet the others sooner after its own reset, but at a first start a lost
+ * answer would hold inference 0 back while the listener, already in it, runs into the backup's
+ * takeover. Returns the inference to run first. */
 uint32_t cisl_radio_barrier(void)
 {
     RADIO(CRCINIT) = NRF_FV(NRF_FLD_RADIO_CRCINIT_CRCINIT, BEACON_CRC_INIT);

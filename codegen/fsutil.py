@@ -397,17 +397,18 @@ def replace_dir(tmp: Path, target: Path) -> None:
 
 @contextlib.contextmanager
 def atomic_output_dir(target: Path, kind: str, entries: Callable[[str], bool],
-                      legacy: Callable[[Path], bool] | None = None) -> Iterator[Path]:
+                      legacy: Callable[[Path], bool] | None = None, option: str = "-o") -> Iterator[Path]:
     """Yield a fresh temporary directory next to ``target``; on success it replaces ``target``.
 
     On any error the temporary directory is removed and ``target`` is left as it was, so users
     never see a half-written output. An existing ``target`` is only replaced under the rules of
     :func:`check_output_dir`, so a mistyped ``-o`` cannot wipe other data. The new folder carries
-    OWNER_FILE."""
+    OWNER_FILE. Missing folders above ``target`` are created (as ``mkdir -p`` would), and removed
+    again if the run fails. ``option``: how the user named ``target``, for the error lines."""
     target = Path(target)
-    check_output_dir(target, kind, entries, legacy)
+    check_output_dir(target, kind, entries, legacy, option)
     with output_lock(target):
-        yield from _atomic_output_dir(target, kind, entries, legacy)
+        yield from _atomic_output_dir(target, kind, entries, legacy, option)
 
 
 def temp_sibling(target: Path) -> Path:
@@ -418,21 +419,36 @@ def temp_sibling(target: Path) -> Path:
 
 
 def _atomic_output_dir(target: Path, kind: str, entries: Callable[[str], bool],
-                       legacy: Callable[[Path], bool] | None) -> Iterator[Path]:
-    check_output_dir(target, kind, entries, legacy)  # again, under the lock
+                       legacy: Callable[[Path], bool] | None, option: str) -> Iterator[Path]:
+    check_output_dir(target, kind, entries, legacy, option)  # again, under the lock
     tmp = temp_sibling(target)  # under the lock no such name exists (the lock removed killed runs' leftovers)
+    made = _missing_parents(target)
     try:
         try:
+            target.parent.mkdir(parents=True, exist_ok=True)
             tmp.mkdir()  # the umask's mode, as any folder the user makes
         except OSError as e:
-            raise UserError(f"{target}: cannot create it ({e.strerror}); choose another output with -o") from None
+            raise UserError(f"{target}: cannot create it ({e.strerror}); choose another output with {option}") from None
         (tmp / OWNER_FILE).write_text(f"cisl {kind}\n", encoding="ascii")
         yield tmp
         stamp_output(tmp)
         replace_dir(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        for folder in made:  # innermost first; only if still empty (nothing else was put there meanwhile)
+            with contextlib.suppress(OSError):
+                folder.rmdir()
         raise
+
+
+def _missing_parents(target: Path) -> list[Path]:
+    """The folders above ``target`` that do not exist yet, innermost first."""
+    missing = []
+    above = target.parent
+    while not above.exists() and above != above.parent:
+        missing.append(above)
+        above = above.parent
+    return missing
 
 
 def sha256_file(path: Path) -> str:

@@ -87,6 +87,24 @@ def test_refuses_to_overwrite_a_foreign_folder(tmp_path, good_model):
     assert (tmp_path / "docs" / "thesis.tex").read_text() == "precious"
 
 
+def test_an_output_under_missing_folders_is_made(tmp_path, good_model):
+    # as mkdir -p would, the same for every command that writes an output folder (train did, compile did not)
+    p = cisl("compile", str(good_model), "-o", "runs/a/build", "-q", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "runs" / "a" / "build" / "plan.json").is_file()
+
+
+def test_a_run_that_fails_takes_the_folders_made_for_its_output_with_it(tmp_path):
+    from codegen.fsutil import atomic_output_dir
+
+    (tmp_path / "other").mkdir()
+    out = tmp_path / "other" / "x" / "y" / "build"
+    with pytest.raises(RuntimeError), atomic_output_dir(out, "build", lambda name: True) as tmp:
+        (tmp / "plan.json").write_text("{}")
+        raise RuntimeError("the work failed")
+    assert [q.name for q in (tmp_path / "other").iterdir()] == []  # x/y made for it: gone; other/ stays
+
+
 def test_config_with_a_typo(tmp_path):
     (tmp_path / "cfg.toml").write_text("[model]\nd_modle = 64\n")
     p = cisl("train", "cfg.toml", "-o", "model", cwd=tmp_path)

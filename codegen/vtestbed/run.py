@@ -142,7 +142,7 @@ def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | 
     final_logs = Path(logs_dir) if logs_dir else build_dir / "logs"
     check_output_dir(final_logs, "sim-logs", _sim_logs_entry, _legacy_sim_logs, option="--logs")
     run_id = uuid.uuid4().hex[:12]
-    with atomic_output_dir(final_logs, "sim-logs", _sim_logs_entry, _legacy_sim_logs) as logs_dir:
+    with atomic_output_dir(final_logs, "sim-logs", _sim_logs_entry, _legacy_sim_logs, option="--logs") as logs_dir:
         result = _run(plan, images, xq, logs_dir, timeout, loss, loss_seed, radio, radio_seed, radio_dead, run_id,
                       radio_fail, radio_positions, mode_plans, mode_requests or [], mode_limits or [])
         # which build ran, for `cisl report` (its memory table), as `cisl logs` records the flashed build

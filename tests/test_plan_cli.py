@@ -171,6 +171,8 @@ def test_bad_input_is_one_line(tmp_path):
                           "latency", "--without", "5"], "the testbed has no node 5"),
         "energy without deadline": (["plan", str(small), "--testbed", str(tb), "--profile", "small.json",
                                      "--objective", "energy"], "needs --deadline"),
+        "infinite deadline": (["plan", str(small), "--testbed", str(tb), "--profile", "small.json",
+                               "--deadline", "inf"], "is not a finite number"),  # it wrote Infinity, not JSON
     }
     for name, (args, msg) in cases.items():
         p = cisl(*args, "-o", "out.json", "-q", cwd=tmp_path, timeout=300)

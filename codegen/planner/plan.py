@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -108,7 +109,7 @@ def make_plan(model_path: Path, testbed_path: Path, profile_path: Path, deadline
     if objective == "energy" and deadline_ms is None:
         raise UserError("--objective energy needs --deadline MS (the least energy without a deadline is one node "
                         "doing everything); or leave --objective out for the fastest plan")
-    if deadline_ms is not None and not deadline_ms > 0:
+    if deadline_ms is not None and not 0 < deadline_ms < math.inf:  # inf would write JSON that is not JSON
         raise UserError(f"--deadline {deadline_ms:g}: must be a positive number of milliseconds")
     shape = model_shape(model_path)
     tb = load_testbed(testbed_path)

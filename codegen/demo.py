@@ -45,7 +45,7 @@ def run_demo(out_dir: Path, devices: int, epochs: int | None, echo: Callable[[st
         echo("      " + refresh(tmp / "build", say=lambda s: None))
         topo = default_topology(devices)
         echo(f"[4/4] run on the virtual testbed: one process per node running Mixer, a radio medium ({topo})")
-        r = run_sim(tmp / "build", logs_dir=tmp / "logs", radio=topo)
+        r = run_sim(tmp / "build", logs_dir=tmp / "logs", radio=topo, build_named=out_dir / "build")
         measured_tx = {}
         for rec in r.records:
             if rec.event == "sg":

@@ -257,8 +257,9 @@ def _plan_of(build_dir: Path) -> str | None:
 
 def build_of(run: Run) -> Path | None:
     """The build a run's logs came from, when it can be told for sure: the build their summary.json
-    names (`cisl logs`: the flashed build; `cisl sim`: the build it ran) or the folder holding the logs, and
-    only if that build's plan is the one the nodes' boot lines name — a build compiled again since
+    names (`cisl logs`: the flashed build; `cisl sim`: the build it ran), the folder holding the logs or
+    its `build` beside them (`cisl demo`'s layout, whose older summary.json named a temporary folder),
+    and only if that build's plan is the one the nodes' boot lines name — a build compiled again since
     the run is not it."""
     ran = {str(b["plan"]) for b in run.of("boot") if b.get("plan")}
     candidates = []
@@ -269,7 +270,7 @@ def build_of(run: Run) -> Path | None:
             candidates.append(Path(build))
     except (OSError, ValueError, AttributeError, TypeError):
         pass
-    candidates.append(run.path.parent)
+    candidates += [run.path.parent, run.path.parent / "build"]
     for c in candidates:
         plan = _plan_of(c)
         if plan is not None and plan in ran:

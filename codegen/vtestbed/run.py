@@ -80,8 +80,12 @@ def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | 
             radio_fail: list[tuple[int, int, int]] | None = None,
             radio_positions: list[list[float]] | None = None,
             mode_requests: list[tuple[int, int, int]] | None = None,
-            mode_limits: list[tuple[int, int, int, int, int]] | None = None) -> SimResult:
+            mode_limits: list[tuple[int, int, int, int, int]] | None = None,
+            build_named: Path | None = None) -> SimResult:
     """Run every node of ``build_dir`` on the virtual testbed and compare with the reference.
+
+    ``build_named``: the path the logs' summary.json gives for the build (default ``build_dir``); a
+    caller writing the build into a temporary folder names where it will be (`cisl demo`).
 
     ``mode_requests`` (an image holding every elastic mode): (inference, node, mode) — that node's
     host asks for the mode just before that inference; every inference is then compared with the
@@ -147,7 +151,7 @@ def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | 
                       radio_fail, radio_positions, mode_plans, mode_requests or [], mode_limits or [])
         # which build ran, for `cisl report` (its memory table), as `cisl logs` records the flashed build
         (logs_dir / "summary.json").write_text(json.dumps(
-            {"run_id": run_id, "build": str(Path(build_dir).resolve()), "plan": plan.sha256[:16]}, indent=1) + "\n")
+            {"run_id": run_id, "build": str(Path(build_named or build_dir).resolve()), "plan": plan.sha256[:16]}, indent=1) + "\n")
     return result
 
 

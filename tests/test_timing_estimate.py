@@ -221,6 +221,14 @@ def test_a_stale_board_time_table_is_never_used(builds, tmp_path):
     assert p.returncode == 2 and "stale" in p.stderr and "Traceback" not in p.stderr
 
 
+def test_no_board_time_says_so_and_drops_the_tables_an_earlier_build_made(builds, tmp_path):
+    work = tmp_path / "sim4"
+    shutil.copytree(builds / "sim4", work)
+    p = ok(cisl("build", str(work), "-q", "--no-board-time", cwd=tmp_path))
+    assert "board time: off (--no-board-time), so the nodes will print host time (clock=host)" in p.stdout
+    assert not list(work.glob("node_*/board_time.txt"))  # they would still give board time: not what was asked
+
+
 @pytest.mark.qemu
 @pytest.mark.skipif(shutil.which("qemu-system-arm") is None, reason="qemu-system-arm not installed")
 def test_qemu_nodes_speak_board_time_equal_to_the_estimate(builds):

@@ -292,6 +292,13 @@ def build_with_board_time(build_dir: Path, board: str | None = None, jobs: int |
     with output_lock(Path(build_dir)):  # one lock over both steps: a compile of the folder in between is refused
         s = build(build_dir, board, jobs, say, nodes, extra_cflags=["-DCISL_PROFILE_OPS"] if profile_ops else None)
         line = None
-        if board_time and (s["board"] == "sim" or s["board"] == s["plan_board"] == "qemu-m4"):
-            line = refresh(build_dir, nodes, jobs, say)
+        if s["board"] == "sim" or s["board"] == s["plan_board"] == "qemu-m4":
+            if board_time:
+                line = refresh(build_dir, nodes, jobs, say)
+            else:  # asked for host time: a table an earlier build left would still give board time
+                plan = load_plan(build_dir)
+                for d in [n.device for n in plan.nodes] if nodes is None else nodes:
+                    (Path(build_dir) / f"node_{d:02d}" / TABLE).unlink(missing_ok=True)
+                counts = "host time (clock=host)" if s["board"] == "sim" else "instruction counts (clock=icount)"
+                line = f"board time: off (--no-board-time), so the nodes will print {counts}"
     return s, line

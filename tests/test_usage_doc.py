@@ -209,3 +209,23 @@ def test_every_command_is_documented():
 def test_the_check_catches_drift(bad):
     with pytest.raises(AssertionError):
         check(bad)
+
+
+def test_the_config_block_names_every_key_with_its_default():
+    """usage.md's config block is where users learn the keys: one the loader accepts but the block
+    leaves out (or gives another default) is a setting nobody can find, or a wrong promise."""
+    import dataclasses
+    import tomllib
+
+    from codegen.train.config import SECTIONS, load_config
+
+    text = USAGE.read_text()
+    start = text.index("The config (TOML; every key is optional):")
+    block = text[text.index("```toml\n", start) + 8:text.index("```", text.index("```toml\n", start) + 8)]
+    documented = tomllib.loads(block)
+    defaults = load_config(None)
+    for section, cls in SECTIONS.items():
+        for f in dataclasses.fields(cls):
+            assert f.name in documented.get(section, {}), f"[{section}] {f.name} is not in docs/usage.md's config block"
+            doc, real = documented[section][f.name], getattr(getattr(defaults, section), f.name)
+            assert doc == (list(real) if isinstance(real, tuple) else real), (section, f.name, doc, real)

@@ -122,7 +122,8 @@ def qemu_cmd(build_dir: Path, nodes: tuple[int, ...], inputs: Path | None, count
 def estimate_cmd(build_dir: Path, topology: str | None, testbed_file: Path | None, policy: str | None, inferences: int,
                  radio_inferences: int, radio_seed: int | None, period_ms: float | None, as_json: bool,
                  out_file: Path | None, jobs: int | None, mode: int | None, quiet: bool) -> None:
-    """Board time and energy of one inference of BUILD_DIR (an nrf52840dk or qemu-m4 build).
+    """Board time and energy of one inference of BUILD_DIR (an nrf52840dk or qemu-m4 build, or a sim
+    build whose ARM images `cisl build` made).
 
     Every node's real ARM image runs on the Cortex-M4 cycle model (TRM instruction timings plus the
     nRF52840's flash wait states and instruction cache, as ranges) and is checked bit-exact with the

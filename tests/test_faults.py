@@ -190,6 +190,28 @@ def test_report_refuses_a_logs_folder_of_two_runs(simbuild, tmp_path):
     assert not (tmp_path / "rep").exists(), "the report left an output folder behind"
 
 
+def test_report_says_which_nodes_the_logs_lack(simbuild, tmp_path):
+    import json
+    import shutil
+
+    b = tmp_path / "build"
+    shutil.copytree(simbuild, b)
+    assert cisl("sim", str(b), "-n", "3", "--logs", str(tmp_path / "a"), cwd=tmp_path).returncode == 0
+    recs = [json.loads(ln) for ln in (tmp_path / "a" / "records.jsonl").read_text().splitlines() if ln.strip()]
+    cases = {"lost": [r for r in recs if r["node"] != 1],  # node 1's file lost: 100 % delivered, said nothing
+             "cut": [r for r in recs if r["node"] != 1 or r.get("inf", 0) < 1 and r["event"] != "end"]}
+    for name, kept in cases.items():
+        logs = tmp_path / name
+        shutil.copytree(tmp_path / "a", logs)
+        (logs / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
+        p = cisl("report", str(logs), "-o", str(tmp_path / f"rep-{name}"), "--no-plots", cwd=tmp_path)
+        assert p.returncode == 0, p.stderr
+        runs = sum(r["event"] == "infer" and r["node"] == 0 for r in recs)  # the build's windows, at most 3
+        want = "no records of node 1 (the run had 2 nodes)" if name == "lost" else \
+            f"node 1's records end after 1 of {runs} inferences"
+        assert want in p.stdout + p.stderr, (name, p.stdout, p.stderr)
+
+
 def test_sim_logs_never_replace_a_users_folder(simbuild, tmp_path):
     import shutil
 

@@ -147,6 +147,29 @@ def _check_sequences(path: Path, records: list[dict]) -> None:
                             f"these logs cannot be reported (record the run again)")
 
 
+def coverage_notes(run: Run) -> list[str]:
+    """What the tables leave out because the logs do: a node the boot lines count but that left no
+    record (its file lost, or a board that never printed), or whose log ends inferences before the
+    others' (cut short). Its deliveries and times are then missing from the tables, which would
+    otherwise look complete."""
+    notes = []
+    missing = sorted(set(range(run.nodes)) - set(run.node_ids))
+    if missing:
+        notes.append(f"no records of node{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} "
+                     f"(the run had {run.nodes} nodes): the tables hold only the nodes that have records")
+    done = {k: len(run.of("infer", k)) for k in run.node_ids}
+    most = max(done.values(), default=0)
+    try:  # a run stopped by time (`cisl logs --duration`) catches some nodes mid-inference: one behind is normal
+        timed = json.loads((run.path / "summary.json").read_text()).get("duration") is not None
+    except (OSError, ValueError, AttributeError):
+        timed = False
+    short = [k for k, n in sorted(done.items()) if n < most - int(timed)]
+    for k in short:
+        notes.append(f"node {k}'s records end after {done[k]} of {most} inferences (its log was cut short, or the "
+                     f"node stopped): its later inferences are missing from the tables")
+    return notes
+
+
 def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else float("nan")
 
@@ -395,6 +418,7 @@ def _write_report(runs: list[Run], ests: list[dict], out_dir: Path, builds: list
         recs = [Record(int(d["node"]), str(d["event"]), {k: v for k, v in d.items() if k not in ("node", "event")})
                 for d in r.records if d.get("event") in ("peer", "boot")]
         res.notes += [f"{r.label}: {line}" for line in peer_summary(recs)]
+        res.notes += [f"{r.label}: {line}" for line in coverage_notes(r)]
     for r in runs:
         est = BT.match_estimate(r, ests)
         if ests and est is None:

@@ -42,7 +42,7 @@ def run_fit(board: str, devices: int, heads: int = 16, keep_ratio: float = 1.0, 
     from .boards import load_board
     from .fit import N_GRID, T_GRID, fit, format_result
 
-    check_output_file(json_out, _OURS)
+    check_output_file(json_out, _OURS, "--json")
     r = fit(board, devices, heads, keep_ratio, seed, build, tuple(tokens) or N_GRID, tuple(layers) or T_GRID,
             jobs=jobs, progress=progress or (lambda s: None))
     return FitRun(r, format_result(r, load_board(board)))

@@ -491,20 +491,54 @@ def write_output_file(path: Path, text: str, ours: Callable[[str], bool]) -> Non
     write_text_atomic(path, text)
 
 
-def check_output_file(path: Path | None, ours: Callable[[str], bool]) -> None:
-    """Before any work: refuse an output file that exists and is not cisl's (see write_output_file)."""
+def check_output_file(path: Path | None, ours: Callable[[str], bool], option: str = "-o") -> None:
+    """Before any work: refuse an output file that exists and is not cisl's of this kind (see
+    write_output_file), or that cannot be written where it is asked for (a read-only folder: the
+    work would be lost at the end)."""
     if path is None:
         return
     path = Path(path)
     if path.is_dir():
         raise UserError(f"{path}: is a folder; give a file name for the output")
+    check_creatable(path, option)
     if path.exists():
         try:
             old = path.read_text(errors="replace")
         except OSError as e:
             raise UserError(f"{path}: cannot read it ({e.strerror}); choose another output file") from None
         if not ours(old):
+            other = _cisl_format(old)
+            if other:
+                raise UserError(f"{path}: holds a {other} file, another kind of cisl output; choose another output "
+                                f"file with {option}")
             raise UserError(f"{path}: exists and was not written by cisl; choose another output file or move it")
+
+
+def _cisl_format(text: str) -> str | None:
+    """The `format` a cisl JSON document names (cisl-profile, cisl-split, ...), else None."""
+    import json
+
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return None
+    fmt = doc.get("format") if isinstance(doc, dict) else None
+    return fmt if isinstance(fmt, str) and fmt.startswith("cisl-") else None
+
+
+def json_format(fmt: str) -> Callable[[str], bool]:
+    """``ours`` for write_output_file: a JSON object whose `format` is ``fmt`` (a profile file is not a
+    split file, though both carry boards and nodes)."""
+    import json
+
+    def check(text: str) -> bool:
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            return False
+        return isinstance(doc, dict) and doc.get("format") == fmt
+
+    return check
 
 
 def json_with(*keys: str) -> Callable[[str], bool]:

@@ -51,6 +51,13 @@ def test_a_sweep_equals_the_single_runs(model: Path, tmp_path: Path, mode: list[
         assert single["mse"] == r["mse"] and single["mode"] == r["mode"] == ("int8" if mode else "float")
 
 
+def test_a_json_output_that_cannot_be_written_is_refused_before_the_work(model: Path, tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("x")
+    p = cisl("eval", str(model), "--json", "afile/e.json", "--loss", "0.1", cwd=tmp_path)
+    assert p.returncode == 2 and "choose another output with --json" in p.stderr, p.stderr
+    assert "MSE" not in p.stdout  # it evaluated first, then could not write the result
+
+
 @pytest.mark.parametrize("args,needle", [
     (["--sweep", "0,abc"], "expected comma-separated probabilities"),
     (["--sweep", "0,1.5"], "must be in [0, 1)"),

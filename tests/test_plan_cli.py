@@ -179,6 +179,15 @@ def test_bad_input_is_one_line(tmp_path):
         assert p.returncode == 2, (name, p.stdout, p.stderr)
         assert len(p.stderr.strip().splitlines()) == 1 and msg in p.stderr, (name, p.stderr)
         assert not (tmp_path / "out.json").exists(), name
+    # a profile and a split file both carry boards and nodes: neither command writes over the other's file
+    (tmp_path / "split.json").write_text(json.dumps({"format": "cisl-split", "heads_per_device": [2, 2]}))
+    for args, other in ((["profile", str(small), "--testbed", str(tb), "-o", "split.json"], "cisl-split"),
+                        (["plan", str(small), "--testbed", str(tb), "--profile", "small.json", "-o", "small.json"],
+                         "cisl-profile")):
+        before = (tmp_path / args[-1]).read_text()
+        p = cisl(*args, "-q", cwd=tmp_path, timeout=300)
+        assert p.returncode == 2 and f"holds a {other} file" in p.stderr, (args, p.stderr)
+        assert (tmp_path / args[-1]).read_text() == before
 
 
 @pytest.mark.faults

@@ -205,7 +205,7 @@ def eval_cmd(model: Path, data: Path | None, which: str, int8: bool, devices: in
     from ..evaluate import eval_json_ours, run_eval
     from ..fsutil import check_output_file
 
-    check_output_file(json_out, eval_json_ours)  # before the work, not after it
+    check_output_file(json_out, eval_json_ours, "--json")  # before the work, not after it
     if which == "val" and data is None:
         raise UserError("--split val needs --data: the windows saved next to MODEL are its test split only")
     which = which or "test"

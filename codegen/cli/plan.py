@@ -33,13 +33,13 @@ def profile_cmd(model: Path, testbed_file: Path | None, board: str | None, logs_
 
     MODEL is a model.onnx or a training config (.toml): only its shapes matter.
     """
-    from ..fsutil import check_output_file, json_with
+    from ..fsutil import check_output_file, json_format
     from ..planner.plan import model_shape
-    from ..planner.profile import make_profile, write_profile
+    from ..planner.profile import FORMAT, make_profile, write_profile
 
     from ..errors import UserError
 
-    check_output_file(out_file, json_with("format", "boards", "nodes"))
+    check_output_file(out_file, json_format(FORMAT))
     if (logs_dir is None) != (build_dir is None):
         raise UserError("--logs and --build go together: the logs of a run of that build")
     shape = model_shape(model)
@@ -83,11 +83,12 @@ def plan_cmd(model: Path, testbed_file: Path, profile_file: Path, deadline_ms: f
     node's flash and RAM (the footprint model) and energy budget. The plan is re-checked exactly
     (structure, footprint, cycles, simulated Mixer rounds) before it is written.
     """
-    from ..fsutil import check_output_file, json_with, write_output_file
+    from ..fsutil import check_output_file, json_format, json_with, write_output_file
+    from ..planner import split
     from ..planner.plan import baselines, format_plan, make_plan, parse_without, write_plan_file
 
-    check_output_file(out_file, json_with("format", "heads_per_device"))
-    check_output_file(json_out, json_with("plan"))  # both before the work
+    check_output_file(out_file, json_format(split.FORMAT))
+    check_output_file(json_out, json_with("plan"), "--json")  # both before the work
     if objective is None:  # the least energy needs a deadline to stay within (else one node does everything)
         objective = "energy" if deadline_ms is not None else "latency"
     r = make_plan(model, testbed_file, profile_file, deadline_ms, objective, parse_without(without), say=say(quiet),

@@ -402,8 +402,8 @@ def measure_logs_boards(logs: tuple[Path, Path]) -> set[str]:
 
 
 def write_profile(path: Path, profile: Profile) -> None:
-    from ..fsutil import check_output_file, json_with, write_output_file
+    from ..fsutil import check_output_file, json_format, write_output_file
 
-    ours = json_with("format", "boards", "nodes")
+    ours = json_format(FORMAT)
     check_output_file(path, ours)
     write_output_file(path, json.dumps(profile.to_json(), indent=1) + "\n", ours)

@@ -116,8 +116,8 @@ def read_split(path: Path | str) -> SplitFile:
 
 
 def write_split(path: Path | str, sf: SplitFile) -> None:
-    from ..fsutil import check_output_file, json_with, write_output_file
+    from ..fsutil import check_output_file, json_format, write_output_file
 
-    ours = json_with("format", "heads_per_device")
+    ours = json_format(FORMAT)
     check_output_file(Path(path), ours)
     write_output_file(Path(path), json.dumps(sf.to_json(), indent=1) + "\n", ours)

@@ -115,6 +115,9 @@ def test_config_with_a_typo(tmp_path):
 def test_missing_config(tmp_path):
     p = cisl("train", "nothere.toml", cwd=tmp_path)
     assert_one_line_error(p, "nothere.toml")
+    (tmp_path / "cfg").mkdir()  # a folder is there, not missing: say what it is
+    assert_one_line_error(cisl("train", "cfg", cwd=tmp_path), "cfg: is a folder, not a config file")
+    assert_one_line_error(cisl("testbed", "check", "cfg", cwd=tmp_path), "cfg: is a folder; give the testbed file")
 
 
 def test_build_without_compile(tmp_path):

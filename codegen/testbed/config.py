@@ -121,6 +121,8 @@ class Testbed:
 def load_testbed(path: Path | str) -> Testbed:
     """Read and check a testbed file; every mistake is a one-line UserError."""
     path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{path}: is a folder; give the testbed file (TOML) itself")
     if not path.is_file():
         raise UserError(f"{path}: testbed file not found; draft one with `cisl testbed scan -o {path}` "
                         f"(boards) or `cisl testbed sim --nodes N -o {path}` (virtual testbed)")

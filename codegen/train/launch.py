@@ -14,7 +14,8 @@ from .preflight import check_config
 def check_train_inputs(config: Path | None, data: Path | None) -> None:
     """One-line errors for a missing config or data path (before torch is imported)."""
     if config is not None and not config.is_file():
-        raise UserError(f"{config}: config file not found; give a TOML file or omit it for the defaults")
+        what = "is a folder, not a config file" if config.is_dir() else "config file not found"
+        raise UserError(f"{config}: {what}; give a TOML file or omit it for the defaults")
     if data is not None and not data.exists():
         raise UserError(f"{data}: not found; give an ETT-format .csv, a Monash .tsf file or a folder of ICD "
                         "recordings")

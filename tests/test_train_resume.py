@@ -20,6 +20,7 @@ from codegen.train.config import load_config  # noqa: E402
 from codegen.train.loop import fit, load_checkpoint, predict, train_step  # noqa: E402
 from codegen.train.model import SplitPatchTST  # noqa: E402
 from models import TINY_MODEL  # noqa: E402
+import clirun  # noqa: E402
 
 pytestmark = pytest.mark.train
 
@@ -202,3 +203,47 @@ def test_micro_batch_is_validated(tmp_path: Path) -> None:
     with pytest.raises(UserError, match=r"\[train\] micro_batch must be in \[1, batch_size\]"):
         load_config(tmp_path / "c.toml")
     assert load_config(None, {"train.micro_batch": 64, "train.batch_size": 64}).train.micro_batch == 64
+
+
+def _one_line_error(p: subprocess.CompletedProcess, *needles: str) -> str:
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 2 and len(lines) == 1 and "Traceback" not in p.stderr, (p.returncode, p.stderr)
+    for n in needles:
+        assert n in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("names,resume", [(("checkpoint.pt", "prune.pt"), False), (("prune.pt",), False),
+                                          (("checkpoint.pt",), True)])
+def test_the_users_files_named_like_checkpoints_in_work_are_never_touched(tmp_path: Path, names, resume) -> None:
+    """--work may be any folder: a checkpoint.pt or prune.pt there that cisl did not write is refused
+    before the run (it used to be removed at the start, or overwritten every epoch and removed at the end)."""
+    (tmp_path / "tiny.toml").write_text(TINY)
+    work = tmp_path / "w"
+    work.mkdir()
+    for name in names:
+        (work / name).write_text("mine\n")
+    p = clirun.cisl("train", "tiny.toml", "--work", "w", "-o", "model", "-q", "--epochs", "1",
+                    *(["--resume"] if resume else []), cwd=tmp_path)
+    _one_line_error(p, f"{names[0]}: exists and is not a cisl checkpoint", "--work")
+    assert sorted(q.name for q in work.iterdir()) == sorted(names)
+    assert all((work / name).read_text() == "mine\n" for name in names)
+    assert not (tmp_path / "model").exists()
+
+
+def test_a_work_folder_the_user_made_stays_and_one_run_at_a_time_uses_it(tmp_path: Path) -> None:
+    from codegen.fsutil import use_lock
+
+    (tmp_path / "tiny.toml").write_text(TINY)
+    work = tmp_path / "w"
+    work.mkdir()  # empty: the run's checkpoints come and go, the user's folder stays
+
+    def cisl(out: str) -> subprocess.CompletedProcess:
+        return clirun.cisl("train", "tiny.toml", "--work", "w", "-o", out, "-q", "--epochs", "1", cwd=tmp_path)
+
+    with use_lock(work, "held by the test"):  # as another `cisl train --work w -o other` would hold it
+        _one_line_error(cisl("model"), "w: another cisl train keeps its checkpoints there", "--work")
+    assert not (tmp_path / "model").exists()
+    p = cisl("model")
+    assert p.returncode == 0, p.stderr
+    assert work.is_dir() and not any(work.iterdir()) and (tmp_path / "model" / "model.onnx").is_file()

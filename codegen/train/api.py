@@ -14,7 +14,9 @@ compiles, runs in int8 and on the testbed like a somegather-pruned model.
 While training, a checkpoint is saved after every epoch into the run's work folder (by default the
 hidden sibling ``.<out name>.cisl-train/`` of ``out_dir``); ``resume=True`` continues from it and
 gives the same bytes as an uninterrupted run. The pruning saves its state after every stage there
-too (``prune.pt``). Both are deleted once the outputs are written.
+too (``prune.pt``). Both are deleted once the outputs are written. Only checkpoints cisl wrote are
+ever overwritten or deleted: a work folder holding a file of those names that is not one is refused
+(check_work_dir), and one run at a time uses a work folder.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from codegen.data.revin import revin_normalize
 from codegen.data.synthetic import synthetic_series
 from codegen.elastic import Modes, permute
 from codegen.errors import UserError
-from codegen.fsutil import atomic_output_dir, check_creatable, check_output_dir, output_lock
+from codegen.fsutil import atomic_output_dir, check_creatable, check_output_dir, output_lock, use_lock
 from codegen.lossmodel import LossRates
 from codegen.modelspec import ModelConfig
 from codegen.onnx_model import build_onnx
@@ -51,7 +53,7 @@ from codegen.train.preflight import check_model_fits_memory, check_synthetic_fit
 from codegen.train.dropout import LossRange, evaluate_with_loss
 from codegen.train.elastic import make_elastic, unit_tensors
 from codegen.train.loop import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, checkpoint_meta, evaluate, fit, \
-    load_checkpoint, save_checkpoint
+    is_cisl_checkpoint, load_checkpoint, save_checkpoint
 from codegen.train.model import SplitPatchTST, state_to_numpy
 from codegen.train.pruning import column_counts, communication, drop_pruned_weights, run_pruning
 
@@ -212,6 +214,17 @@ def training_split(cfg: TrainConfig) -> tuple[Split, dict[str, Any] | None]:
 PRUNE_CHECKPOINT_NAME = "prune.pt"
 
 
+def check_work_dir(work: Path) -> None:
+    """Before the run: a run overwrites and deletes checkpoint.pt and prune.pt in ``work``, so they must
+    be absent or cisl's own checkpoints — never a file of the user's that has the name (--work may be
+    any folder)."""
+    for name in (CHECKPOINT_NAME, PRUNE_CHECKPOINT_NAME):
+        path = Path(work) / name
+        if os.path.lexists(path) and not is_cisl_checkpoint(path):
+            raise UserError(f"{path}: exists and is not a cisl checkpoint, so cisl will not overwrite it; move it "
+                            f"away or choose another folder with --work")
+
+
 def _stages(history: list[dict[str, Any]]) -> int:
     return sum(1 for h in history if h["stage"] != "finetune")
 
@@ -357,7 +370,10 @@ def run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, o
     stopped while pruning). A second training into the same folder is refused at its start, not
     hours later when the first one writes.
     """
-    with output_lock(Path(out_dir)):
+    work = Path(work_dir) if work_dir is not None else default_work_dir(out_dir)
+    # two runs writing one work folder (other outputs, same --work) would overwrite each other's checkpoints
+    busy = f"{work}: another cisl train keeps its checkpoints there; wait for it to finish or choose another --work"
+    with output_lock(Path(out_dir)), use_lock(work, busy):
         return _run_train(config_path, data_path, out_dir, overrides, progress, resume, work_dir)
 
 
@@ -370,12 +386,14 @@ def _run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, 
     check_model_output(out_dir)  # before the training, not after it
     if work_dir is not None:
         check_creatable(Path(work_dir) / CHECKPOINT_NAME, "--work")
+    work = Path(work_dir) if work_dir is not None else default_work_dir(out_dir)
+    check_work_dir(work)  # before the training, and before an old prune.pt is removed below
+    made_work = not work.exists()  # cisl removes the folder at the end only if it made it (or it is the default)
     split, planned = training_split(cfg)
     cfg = dataclasses.replace(cfg, split=dataclasses.replace(cfg.split, devices=split.devices))  # the file decides
     m, s, t = cfg.model, cfg.split, cfg.train
     check_model_fits_memory(m)
     data, data_desc = build_data(cfg)
-    work = Path(work_dir) if work_dir is not None else default_work_dir(out_dir)
     ckpt_path = work / CHECKPOINT_NAME
     meta = _resume_meta(cfg, data_desc)
     if planned is not None:  # a resumed run trains for the same split, whatever the file says by then
@@ -482,10 +500,11 @@ def _run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, 
         "test_scale.npy": _npy_bytes(test_scale),
         "train.json": (json.dumps(report, indent=2) + "\n").encode(),
     })
-    ckpt_path.unlink(missing_ok=True)  # the outputs are complete: nothing left to resume
+    ckpt_path.unlink(missing_ok=True)  # the outputs are complete: nothing left to resume (both files are cisl's)
     (work / PRUNE_CHECKPOINT_NAME).unlink(missing_ok=True)
-    try:
-        work.rmdir()
-    except OSError:
-        pass  # not empty (the user's --work folder holds other files) or already gone
+    if made_work or work_dir is None:  # never a --work folder the user made, even an empty one
+        try:
+            work.rmdir()
+        except OSError:
+            pass  # not empty (the user's --work folder holds other files) or already gone
     return summary

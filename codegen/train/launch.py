@@ -77,9 +77,10 @@ def train_from_options(config: Path | None, data: Path | None, out_dir: Path, *,
                             "the split file decides the devices: drop --devices")
     overrides = train_overrides(epochs, devices, prune, keep, random_keep, seed, dropout_file, split_file)
     check_config(config, data, overrides or None)  # a mistake in the config is one line before torch is imported
-    from .api import CHECKPOINT_NAME, default_work_dir, run_train  # torch is imported only here
+    from .api import CHECKPOINT_NAME, check_work_dir, default_work_dir, run_train  # torch is imported only here
 
     checkpoint = (work_dir or default_work_dir(out_dir)) / CHECKPOINT_NAME
+    check_work_dir(checkpoint.parent)  # a file of the user's there is refused, not announced as overwritten
     if not resume and checkpoint.is_file():
         note(f"note: starting from scratch; the checkpoint of an earlier run in {checkpoint.parent} will be "
              "overwritten (pass --resume to continue that run instead)")

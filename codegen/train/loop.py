@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from tqdm import tqdm
 
 from codegen.data.protocol import SegmentWindows, Windows
 from codegen.errors import UserError
+from codegen.fsutil import temp_sibling
 from codegen.train.config import TrainOptions
 from codegen.train.model import SplitPatchTST
 from codegen.train.revin import revin_torch
@@ -82,14 +82,27 @@ CHECKPOINT_VERSION = 1
 
 
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    """torch.save into a temp file next to ``path``, then rename: a crash never leaves half a checkpoint."""
+    """torch.save into a temp file next to ``path``, then rename: a crash never leaves half a checkpoint.
+    ``path`` is new or cisl's own (the run checked it at its start, see is_cisl_checkpoint)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = temp_sibling(path)  # a random name: never a file of the user's that happens to be called so
     try:
         torch.save(state, tmp)
         tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def is_cisl_checkpoint(path: Path) -> bool:
+    """Whether ``path`` is a checkpoint cisl wrote (any version), so a run may overwrite or delete it; a
+    file of the user's that only has the name is never touched. mmap: a large file is not read whole."""
+    if path.is_symlink() or not path.is_file():
+        return False
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # noqa: BLE001 - whatever it is, it is not cisl's checkpoint
+        return False
+    return isinstance(state, dict) and state.get("format") == CHECKPOINT_FORMAT
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:

@@ -32,6 +32,7 @@ import importlib.util
 import json
 import os
 import platform
+import re
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -42,7 +43,7 @@ from typing import Any
 
 from codegen import __version__
 from codegen.errors import UserError
-from codegen.fsutil import write_text_atomic
+from codegen.fsutil import OWNER_FILE, check_creatable, output_owner, write_text_atomic
 from codegen.optional import require
 
 BACKENDS = ("joblib", "local", "slurm")
@@ -281,6 +282,63 @@ def run_unit(unit: Unit, records: Path, work: Path, backend: str = "inline") -> 
     records.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, json.dumps(record, indent=1, sort_keys=True, default=str) + "\n")
     return record
+
+
+# --------------------------------------------------------------------------------------------
+# the sweep folder of `cisl sweep -o OUT`: OUT/records/ and OUT/work/
+# --------------------------------------------------------------------------------------------
+
+SWEEP_KIND = "sweep"  # its OWNER_FILE says "cisl sweep"
+
+
+def _legacy_sweep_folder(out: Path) -> bool:
+    """A sweep folder of a cisl version before the owner file: records/ and work/ holding only (and
+    some of) what units write there: records/<id>.json, work/<id>/, work/submitit/."""
+    try:
+        names = {p.name for p in out.iterdir()}
+        records = [p.name for p in (out / "records").iterdir()] if (out / "records").is_dir() else []
+        work = [p.name for p in (out / "work").iterdir()] if (out / "work").is_dir() else []
+    except OSError:
+        return False
+    return bool(records or work) and names <= {"records", "work"} \
+        and all(re.fullmatch(r"\.?[0-9a-f]{16}\.json(\.tmp-[0-9a-f]+)?", n) for n in records) \
+        and all(re.fullmatch(r"[0-9a-f]{16}|submitit", n) for n in work)
+
+
+def check_sweep_folder(out: Path) -> None:
+    """Before any unit runs: ``out`` must be new, empty or a sweep folder cisl made (it is resumed). A
+    sweep folder is not replaced as a whole (it is resumable), so it is not written atomically; but
+    records/ and work/ are never written into a folder of the user's or another kind of cisl output."""
+    out = Path(out)
+    check_creatable(out)
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise UserError(f"{out}: is a file, not a sweep folder; choose another sweep folder with -o")
+    try:
+        empty = not any(out.iterdir())
+    except OSError as e:
+        raise UserError(f"{out}: cannot read it ({e.strerror}); choose another sweep folder with -o") from None
+    owner = output_owner(out)
+    if owner is not None and owner != SWEEP_KIND:
+        raise UserError(f"{out}: is a cisl {owner} folder, not a sweep folder; choose another sweep folder with -o")
+    if owner is None and not empty and not _legacy_sweep_folder(out):
+        raise UserError(f"{out}: exists and was not made by cisl sweep; choose a new or empty sweep folder with -o")
+    for folder in (out / "records", out / "work"):
+        if folder.exists() and not folder.is_dir():
+            raise UserError(f"{folder}: is a file, not a sweep folder; choose another sweep folder with -o")
+
+
+def claim_sweep_folder(out: Path) -> None:
+    """Mark ``out`` (checked by check_sweep_folder) as cisl's sweep folder before any unit writes in it,
+    so that the next run resumes it and other commands do not write into it."""
+    out = Path(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"{out}: cannot create it ({e.strerror}); choose another sweep folder with -o") from None
+    if output_owner(out) is None:
+        write_text_atomic(out / OWNER_FILE, f"cisl {SWEEP_KIND}\n")
 
 
 def same_record(a: dict, b: dict) -> bool:

@@ -194,6 +194,7 @@ def test_a_stopped_sweep_unit_resumes_to_the_model_of_an_uninterrupted_one(tmp_p
     first = cisl(tmp_path, "sweep", "stopped.toml", "-o", "s", "-q")
     assert first.returncode == 2 and "stopped after epoch 1 of 2" in first.stderr and "Traceback" not in first.stderr
     assert not list((tmp_path / "s" / "records").glob("*.json"))
+    assert (tmp_path / "s" / ".cisl-output").read_text() == "cisl sweep\n"  # cisl's: the next run resumes it
     dry = cisl(tmp_path, "sweep", "stopped.toml", "-o", "s", "--dry-run")
     assert dry.returncode == 0 and " started " in dry.stdout, dry.stdout
     again = cisl(tmp_path, "sweep", "stopped.toml", "-o", "s", "-q")
@@ -251,6 +252,40 @@ def test_a_sweep_folder_that_is_a_file_is_refused_before_any_unit_runs(tmp_path:
     p = cisl(tmp_path, "sweep", "--seeds", "0", "--epochs", "1", "-o", "afile")
     assert p.returncode == 2 and "afile: is a file, not a sweep folder" in p.stderr
     assert "unit" not in p.stderr + p.stdout and (tmp_path / "afile").read_text() == "mine"
+
+
+def _model_folder(folder: Path) -> None:
+    folder.mkdir()
+    (folder / ".cisl-output").write_text("cisl model\n")
+    (folder / "model.onnx").write_bytes(b"a model")
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("make,needle", [
+    (lambda d: d.mkdir() or (d / "notes.txt").write_text("mine"), "d: exists and was not made by cisl sweep"),
+    (lambda d: d.mkdir() or (d / "records").mkdir(), "d: exists and was not made by cisl sweep"),  # a user's records/
+    (_model_folder, "d: is a cisl model folder, not a sweep folder"),
+], ids=["a folder of the user's", "the user's empty records folder", "a cisl model folder"])
+def test_a_sweep_writes_only_into_a_folder_of_its_own(tmp_path: Path, make, needle: str) -> None:
+    """records/ and work/ used to be written into any existing folder: the user's, or a model folder."""
+    make(tmp_path / "d")
+    before = sorted((str(p.relative_to(tmp_path)), p.is_file() and p.read_bytes()) for p in (tmp_path / "d").rglob("*"))
+    for dry in ([], ["--dry-run"]):
+        p = cisl(tmp_path, "sweep", "--seeds", "0", "--epochs", "1", "-o", "d", "-q", *dry)
+        assert p.returncode == 2 and needle in p.stderr and "-o" in p.stderr, p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
+    assert sorted((str(p.relative_to(tmp_path)), p.is_file() and p.read_bytes())
+                  for p in (tmp_path / "d").rglob("*")) == before
+
+
+@pytest.mark.unit
+def test_a_sweep_folder_of_an_older_cisl_without_owner_file_is_still_resumable(tmp_path: Path) -> None:
+    uid = "0123456789abcdef"
+    (tmp_path / "s" / "records").mkdir(parents=True)
+    (tmp_path / "s" / "records" / f"{uid}.json").write_text("{}")
+    (tmp_path / "s" / "work" / uid / "train").mkdir(parents=True)
+    p = cisl(tmp_path, "sweep", "--seeds", "0", "--epochs", "1", "-o", "s", "--dry-run")
+    assert p.returncode == 0 and " todo " in p.stdout, p.stderr
 
 
 @pytest.fixture(scope="module")

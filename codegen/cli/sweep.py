@@ -7,7 +7,6 @@ from pathlib import Path
 import click
 
 from ..errors import UserError
-from ..fsutil import check_creatable
 from .app import main
 from .options import say
 
@@ -29,7 +28,8 @@ def _values(option: str, text: str | None, kind, low: float, high: float, high_o
 @main.command()
 @click.argument("config", required=False, type=click.Path(path_type=Path))
 @click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), default=Path("sweep"), show_default=True,
-              help="Sweep folder: records/<id>.json (one per finished unit) and work/<id>/model.")
+              help="Sweep folder: records/<id>.json (one per finished unit) and work/<id>/model. New, empty, or one "
+                   "cisl sweep made (it resumes).")
 @click.option("--data", type=click.Path(path_type=Path), default=None, help="As for `cisl train`.")
 @click.option("--seeds", default=None, metavar="S1,S2,...", help="Training seeds ([train] seed), e.g. 0,1,2.")
 @click.option("--keep", default=None, metavar="K1,K2,...",
@@ -62,7 +62,7 @@ def sweep(config: Path | None, out_dir: Path, data: Path | None, seeds: str | No
     come out on every backend; a stopped unit resumes from its last epoch or pruning stage
     (checkpoints in OUT/work/<id>/train). Prints one line per unit: its grid point, MSEs and realised keep.
     """
-    from ..sweep import record_path, run_sweep, unit_id, unit_state
+    from ..sweep import check_sweep_folder, claim_sweep_folder, record_path, run_sweep, unit_id, unit_state
     from ..train.sweep import check_units, grid_units
 
     axes: dict[str, list] = {}
@@ -82,15 +82,12 @@ def sweep(config: Path | None, out_dir: Path, data: Path | None, seeds: str | No
                          u.needs, u.label) for u in units]
     check_units(units)
     records, work = out_dir / "records", out_dir / "work"
-    # before any unit runs, not once each unit has failed on it
-    check_creatable(out_dir)
-    for folder in (out_dir, records, work):
-        if folder.exists() and not folder.is_dir():
-            raise UserError(f"{folder}: is a file, not a sweep folder; choose another sweep folder with -o")
+    check_sweep_folder(out_dir)  # before any unit runs, not once each unit has failed on it
     if dry_run:
         for u in units:
             click.echo(f"{unit_id(u)}  {unit_state(records, work, u):7s}  {u.label}")
         return
+    claim_sweep_folder(out_dir)
     slurm = {"partition": slurm_partition, "timeout_min": slurm_time, "cpus_per_task": slurm_cpus}
     results = run_sweep(units, records, work, backend, jobs, {k: v for k, v in slurm.items() if v is not None},
                         say(quiet))

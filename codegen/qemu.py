@@ -19,6 +19,7 @@ read the same transcripts).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -30,15 +31,47 @@ import numpy as np
 
 from .boards import load_board
 from .errors import CheckFailed, UserError
-from .fsutil import reads_build
+from .fsutil import atomic_output_dir, check_output_dir, reads_build
 from .inputs import load_build_inputs
 from .executor import RunResult
 from .plan.io import Plan, load_plan
 from .serial_contract import Record, outputs_by_inference, parse_text
 from .toolrun import log_command
-from .transcript import node_exchanges, parse_sent, reference, transcript
+from .transcript import MAGIC, node_exchanges, parse_sent, reference, transcript
 
 QEMU_APT = "sudo apt-get install -y --no-install-recommends qemu-system-arm"
+KEEP_KIND = "qemu-logs"  # the .cisl-output kind of a --keep folder
+
+
+def _keep_entry(name: str) -> bool:
+    """What `cisl qemu --keep` writes there, per node."""
+    return re.fullmatch(r"node_\d{2,}\.(log|transcript\.bin|sent\.bin)", name) is not None
+
+
+def _legacy_keep(target: Path) -> bool:
+    """A --keep folder of a cisl version before the owner file: every node's files beside its transcript,
+    which starts with the transcript's magic (a folder with only a node_00.log is the user's)."""
+    try:
+        names = [p.name for p in Path(target).iterdir()]
+        transcripts = [n for n in names if n.endswith(".transcript.bin")]
+        magic = all(_starts_with_magic(Path(target) / n) for n in transcripts)
+    except OSError:
+        return False
+    nodes = {n.split(".")[0] for n in transcripts}
+    return bool(transcripts) and magic and all(n.split(".")[0] in nodes for n in names)
+
+
+def _starts_with_magic(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(len(MAGIC)) == MAGIC
+
+
+def check_keep(keep: Path) -> None:
+    """Before any emulation: --keep must be new, empty or an earlier --keep folder (replaced whole)."""
+    keep = Path(keep)
+    if keep.exists() and not keep.is_dir():
+        raise UserError(f"{keep}: is a file, not a folder; give --keep a new or empty folder (or an earlier --keep's)")
+    check_output_dir(keep, KEEP_KIND, _keep_entry, _legacy_keep, option="--keep")
 
 
 @dataclass
@@ -83,7 +116,8 @@ def image_path(build_dir: Path, plan: Plan, device: int) -> Path:
 
 def run_node(build_dir: Path, plan: Plan, device: int, xq: np.ndarray, ref: RunResult, timeout: float = 300.0,
              keep: Path | None = None) -> NodeRun:
-    """Run node ``device`` of ``build_dir`` (built for qemu-m4) on QEMU against the reference's transcript."""
+    """Run node ``device`` of ``build_dir`` (built for qemu-m4) on QEMU against the reference's transcript;
+    ``keep``: an existing folder to copy the node's files into (run_qemu's temporary --keep folder)."""
     board = load_board("qemu-m4")
     elf = image_path(build_dir, plan, device)
     if not elf.is_file():
@@ -103,8 +137,7 @@ def run_node(build_dir: Path, plan: Plan, device: int, xq: np.ndarray, ref: RunR
         wall = time.monotonic() - t0
         sent_path = Path(tmp) / "sent.bin"
         sent = parse_sent(sent_path.read_bytes()) if sent_path.is_file() else []
-        if keep is not None:
-            keep.mkdir(parents=True, exist_ok=True)
+        if keep is not None:  # not made here: after a Ctrl-C a node finishing late must not bring it back
             for name in ("transcript.bin", "sent.bin"):
                 if (Path(tmp) / name).is_file():
                     shutil.copyfile(Path(tmp) / name, keep / f"node_{device:02d}.{name}")
@@ -159,10 +192,21 @@ def compare(plan: Plan, device: int, inferences: int, ref: RunResult, sent: list
 def run_qemu(build_dir: Path, nodes: list[int] | None = None, inputs: np.ndarray | None = None,
              lost: dict[int, np.ndarray] | None = None, timeout: float = 300.0, jobs: int | None = None,
              keep: Path | None = None) -> list[NodeRun]:
-    """Run ``nodes`` (default: all) of ``build_dir`` on QEMU, each against the reference transcript."""
+    """Run ``nodes`` (default: all) of ``build_dir`` on QEMU, each against the reference transcript.
+    ``keep``: a folder for every node's files, written as a whole (a temporary sibling renamed into
+    place once every node ran) so it never mixes two runs; an error or Ctrl-C leaves it as it was."""
+    build_dir = Path(build_dir)
+    if keep is not None:
+        check_keep(keep)  # before any emulation
+        with atomic_output_dir(Path(keep), KEEP_KIND, _keep_entry, _legacy_keep) as tmp:
+            return _run_nodes(build_dir, nodes, inputs, lost, timeout, jobs, tmp)
+    return _run_nodes(build_dir, nodes, inputs, lost, timeout, jobs, None)
+
+
+def _run_nodes(build_dir: Path, nodes: list[int] | None, inputs: np.ndarray | None,
+               lost: dict[int, np.ndarray] | None, timeout: float, jobs: int | None, keep: Path | None) -> list[NodeRun]:
     from concurrent.futures import ThreadPoolExecutor
 
-    build_dir = Path(build_dir)
     plan = load_plan(build_dir)
     runs = ["qemu-m4"] + [b for b in load_board("qemu-m4").facts["board"].get("builds_plans_for", []) if b != "sim"]
     if plan.meta["board"] not in runs:

@@ -64,7 +64,8 @@ def build_cmd(build_dir: Path, board: str | None, jobs: int | None, nodes: tuple
 @click.option("--timeout", type=FiniteRange(min=1), default=300.0, show_default=True,
               help="Seconds before one node's emulation is aborted.")
 @click.option("--keep", "keep_dir", type=click.Path(path_type=Path), default=None,
-              help="Keep every node's transcript, sent messages and serial log in this folder.")
+              help="Keep every node's transcript, sent messages and serial log in this folder: new, empty or an "
+                   "earlier --keep's, replaced whole at the end of the run (an error or Ctrl-C leaves it as it was).")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, help="Nodes emulated at once (default: CPUs).")
 def qemu_cmd(build_dir: Path, nodes: tuple[int, ...], inputs: Path | None, count: int | None, loss_q: float | None,
              loss_link: float, loss_receiver: float, loss_sender: float, loss_seed: int, timeout: float,

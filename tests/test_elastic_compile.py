@@ -389,6 +389,28 @@ def test_the_host_switches_modes_over_a_nodes_serial_line(every_mode_build: Path
 
 
 @pytest.mark.arm
+def test_an_estimate_of_a_mode_is_an_estimate_of_the_image_that_holds_it(every_mode_build: Path,
+                                                                        tmp_path: Path) -> None:
+    """Every mode runs in the one image of plan.json, whose hash the boot lines print: `cisl estimate
+    --mode 1` names that plan (not mode 1's own), so `cisl report` takes it for the image's logs."""
+    import shutil
+
+    from clirun import cisl, ok
+
+    from codegen.plan.io import load_plan
+
+    if shutil.which("arm-none-eabi-gcc") is None:
+        pytest.skip("the estimate needs the ARM images (arm-none-eabi-gcc)")
+    ok(cisl("estimate", str(every_mode_build), "-q", "--mode", "1", "-o", "est1.json", cwd=tmp_path))
+    doc = json.loads((tmp_path / "est1.json").read_text())
+    plan = load_plan(every_mode_build).sha256[:16]
+    assert (doc["plan"], doc["mode"]) == (plan, 1) and plan != load_plan(every_mode_build / "modes" / "mode_1").sha256[:16]
+    ok(cisl("sim", str(every_mode_build), "-n", "3", "--logs", "logs", "--mode-request", "0:0:1", cwd=tmp_path))
+    p = ok(cisl("report", "logs", "-o", "rep", "--estimate", "est1.json", "--no-plots", cwd=tmp_path))
+    assert "predicted" in p.stdout, p.stdout
+
+
+@pytest.mark.arm
 def test_sim_nodes_count_the_board_time_of_the_mode_they_run(every_mode_build: Path, elastic_model: Path,
                                                              tmp_path: Path) -> None:
     """With board time, the nodes of an every-mode sim image count the cycle model's cycles of the mode

@@ -175,13 +175,14 @@ def test_a_hand_edited_record_is_one_line_naming_it(tmp_path, edit, said):
     lambda d: d["nodes"][0]["blocks"][0].update(core_cycles="x"),
     lambda d: d["nodes"][1].update(energy={"radio_uj": 1}),
     lambda d: d.update(nodes={"0": {}}),
+    lambda d: d.update(plan=5),
 ])
 def test_a_hand_edited_estimate_is_one_line(tmp_path, edit):
     """Found by fuzzing `--estimate EST.json`: a wrong type or a missing figure was a traceback (69 of
     812 mutations); the estimate is checked where `cisl report` reads it."""
     write_run(tmp_path / "logs", 2, compute_us=1000, comm_us=500, delivered=1)
     third = {"low": 1.0, "central": 1.0, "high": 1.0}
-    doc = {"devices": 2, "phy": "2M",
+    doc = {"devices": 2, "phy": "2M", "plan": "ab",
            "blocks": [{"block": b, "slowest_compute_ms": third, "comm_ms": third} for b in ("embed", "attn0")],
            "nodes": [{"node": k, "model_board": "nrf52840dk", "energy": {"radio_uj": third, "total_uj": third},
                       "blocks": [{"block": "embed", "core_cycles": 1.0, "mem_events": 0.0}]} for k in range(2)]}
@@ -192,3 +193,89 @@ def test_a_hand_edited_estimate_is_one_line(tmp_path, edit):
     assert r.exit_code == 2, r.output
     assert "not what `cisl estimate -o` writes" in r.stderr and "Traceback" not in r.output
     assert not (tmp_path / "rep").exists()
+
+
+BLOCK_LABELS = ("embed", "attn0", "mlp0", "head")
+
+
+def estimate_doc(nodes: int, plan: str, core: float = 60000.0, events: float = 1000.0) -> dict:
+    """A `cisl estimate -o` file as `cisl report` reads it: 1 ms per block and round, per node and block
+    ``core`` cycles at zero wait states and ``events`` flash accesses; the board's range 0..3."""
+    third = {"low": 1.0, "central": 1.0, "high": 1.0}
+    return {"build": "b", "plan": plan, "devices": nodes, "phy": "2M", "flash_wait": [0.0, 2.0, 3.0],
+            "blocks": [{"block": b, "slowest_compute_ms": third, "comm_ms": third} for b in BLOCK_LABELS],
+            "nodes": [{"node": k, "model_board": "nrf52840dk", "energy": None,
+                       "blocks": [{"block": b, "core_cycles": core, "mem_events": events} for b in BLOCK_LABELS]}
+                      for k in range(nodes)]}
+
+
+def report(tmp_path: Path, doc: dict, *args: str):
+    (tmp_path / "est.json").write_text(json.dumps(doc))
+    return CliRunner().invoke(main, ["report", str(tmp_path / "logs"), "-o", str(tmp_path / "rep"), "--estimate",
+                                     str(tmp_path / "est.json"), "--no-plots", *args])
+
+
+@pytest.mark.parametrize("calibrate", [[], ["--calibrate"]], ids=["estimate", "calibrate"])
+def test_an_estimate_of_another_plan_is_refused(tmp_path, calibrate):
+    """An estimate of another model's 4-node build, given with the logs of a 4-node run, was taken as
+    theirs (matched by node count): "predicted 21.872 ms (+110 %)" and a fitted flash wait of 298."""
+    write_run(tmp_path / "logs", 4, compute_us=1000, comm_us=500, delivered=3)  # its nodes boot plan "ab"
+    r = report(tmp_path, estimate_doc(4, "cd"), *calibrate)
+    assert r.exit_code == 2, r.output
+    line = r.stderr.strip()
+    assert len(line.splitlines()) == 1 and "Traceback" not in r.output, r.output
+    assert "est.json" in line and "plan cd" in line and "ran plan ab" in line and "cisl estimate" in line, line
+    assert not (tmp_path / "rep").exists()
+    r = report(tmp_path, estimate_doc(4, "ab"))  # the plan the logs ran: compared
+    assert r.exit_code == 0 and "predicted 2.000 ms" in r.stdout, r.output
+    # logs without boot lines (`cisl logs --no-reset`) name no plan: matched by node count, and said so
+    f = tmp_path / "logs" / "merged.jsonl"
+    f.write_text("".join(x + "\n" for x in f.read_text().splitlines() if '"boot"' not in x))
+    r = report(tmp_path, estimate_doc(4, "cd"))
+    assert r.exit_code == 0 and "predicted 2.000 ms" in r.stdout and "matched by node count only" in r.stderr, r.output
+
+
+def test_an_estimate_that_names_no_plan_is_refused(tmp_path):
+    """An estimate written before estimates named their plan cannot be checked against the logs:
+    written again, it can (the cycle model keeps its results, so that is quick)."""
+    write_run(tmp_path / "logs", 4, compute_us=1000, comm_us=500, delivered=3)
+    doc = estimate_doc(4, "ab")
+    del doc["plan"]
+    r = report(tmp_path, doc)
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.output
+    assert "names no plan" in r.stderr and "cisl estimate BUILD -o" in r.stderr, r.stderr
+
+
+def with_cycles(folder: Path, doc: dict, wait: float) -> None:
+    """Block lines with the DWT's cycles of a board whose flash has ``wait`` wait states."""
+    f = folder / "merged.jsonl"
+    recs = [json.loads(line) for line in f.read_text().splitlines()]
+    b = doc["nodes"][0]["blocks"][0]
+    for r in recs:
+        if r["event"] == "block":
+            r["cycles"] = round(b["core_cycles"] + wait * b["mem_events"])
+        if r["event"] == "boot":
+            r["clock"] = "dwt"
+    f.write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+
+def test_calibration_recommends_only_a_wait_state_count_in_the_boards_range(tmp_path):
+    """A fit inside board.toml's range is advice for board.toml; one outside it (298 wait states on a
+    part documented for 0..3) is no setting, and the report says what it suggests instead."""
+    doc = estimate_doc(2, "ab")
+    write_run(tmp_path / "logs", 2, compute_us=1000, comm_us=500, delivered=1)
+    with_cycles(tmp_path / "logs", doc, 2.5)
+    r = report(tmp_path, doc, "--calibrate")
+    assert r.exit_code == 0, r.output
+    assert "fitted flash wait states 2.5" in r.stdout and "put it in board.toml [timing] flash_wait" in r.stdout
+    assert read_csv(tmp_path / "rep" / "calibration.csv")[0]["in_range"] == "yes"
+    (tmp_path / "logs" / "merged.jsonl").unlink()
+    (tmp_path / "logs").rmdir()
+    write_run(tmp_path / "logs", 2, compute_us=1000, comm_us=500, delivered=1)
+    with_cycles(tmp_path / "logs", doc, 298.11)
+    r = report(tmp_path, doc, "--calibrate")
+    assert r.exit_code == 0, r.output
+    line = next(x for x in r.stdout.splitlines() if "fitted flash wait states" in x)
+    assert "298.11" in line and "outside the board's range 0..3" in line and "put it in board.toml" not in line, line
+    assert "not of the images estimated" in line, line
+    assert read_csv(tmp_path / "rep" / "calibration.csv")[0]["in_range"] == "no"

@@ -43,6 +43,8 @@ def test_estimate_of_an_nrf52840_build(builds):
         assert word in p.stdout
     doc = json.loads((builds / "est.json").read_text())
     assert doc["devices"] == 4 and doc["model_board"] == "nrf52840dk" and doc["policy"] == "done"
+    # the plan the images' boot lines name (`cisl report` refuses the estimate for logs of another)
+    assert doc["plan"] == load_plan(builds / "hw").sha256[:16] and doc["mode"] is None
     for node in doc["nodes"]:
         assert node["messages_checked"] > 0  # every message the image sent was the reference's
         for b in node["blocks"]:
@@ -163,7 +165,13 @@ def test_calibration_recovers_the_flash_wait_states(builds, tmp_path):
                 cwd=tmp_path))
     row = (tmp_path / "rep" / "calibration.csv").read_text().splitlines()[1].split(",")
     assert float(row[1]) == pytest.approx(3.0, abs=0.05), p.stdout
-    assert "fitted flash wait states 3.0" in p.stdout
+    assert "fitted flash wait states 3.0" in p.stdout and "put it in board.toml [timing] flash_wait" in p.stdout
+    # the estimate of another build of 4 nodes (the nrf52840dk plan) is no prediction of these logs
+    ok(cisl("estimate", str(builds / "hw"), "-q", "-o", "est-hw.json", cwd=tmp_path))
+    p = cisl("report", str(work / "logs"), "-o", "rep2", "--estimate", "est-hw.json", "--calibrate", cwd=tmp_path)
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    assert f"plan {load_plan(builds / 'hw').sha256[:16]}" in p.stderr and f"ran plan {load_plan(work).sha256[:16]}" \
+        in p.stderr and f"`cisl estimate {work} -o est-hw.json`" in p.stderr, p.stderr
 
 
 def test_the_cycle_model_runs_an_image_once_and_never_reuses_another_images_result(builds, tmp_path, monkeypatch):

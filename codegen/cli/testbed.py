@@ -283,7 +283,7 @@ def _check_mode_commands(tb, modes: list[int]) -> None:
 @click.option("--no-plots", is_flag=True, help="Only the CSV tables.")
 @click.option("--estimate", "estimates", type=click.Path(path_type=Path), multiple=True,
               help="The cycle model's prediction for a run (`cisl estimate BUILD -o EST.json`; repeatable, matched "
-                   "to runs by node count): predicted next to measured per block.")
+                   "to runs by the plan their boot lines name): predicted next to measured per block.")
 @click.option("--calibrate", is_flag=True,
               help="Fit the flash wait states from the boards' measured block cycles (needs --estimate).")
 def report_cmd(logs_dirs: tuple[Path, ...], out_dir: Path, builds: tuple[Path, ...], no_plots: bool,
@@ -318,9 +318,18 @@ def report_cmd(logs_dirs: tuple[Path, ...], out_dir: Path, builds: tuple[Path, .
         click.echo(f"{run}: energy per inference of the network {total:,.1f} uJ ({src}; radio {radio:,.1f} uJ)"
                    + (f", predicted {sum(pred):,.1f} uJ" if len(pred) == len(rows) else ""))
     for c in r.calibration:
-        click.echo(f"{c['run']}: fitted flash wait states {c['flash_wait']} (board.toml range {c['model_range']}), "
-                   f"{c['points']} node blocks, model error mean {c['mean_error_pct']} % / max "
-                   f"{c['max_error_pct']} %; put it in board.toml [timing] flash_wait")
+        fit = (f"{c['run']}: fitted flash wait states {c['flash_wait']} (board.toml range {c['model_range']}), "
+               f"{c['points']} node blocks, model error mean {c['mean_error_pct']} % / max {c['max_error_pct']} %; ")
+        if c["in_range"] == "yes":
+            click.echo(fit + "put it in board.toml [timing] flash_wait")
+        elif c["in_range"] == "no":  # no wait-state setting of the part explains these cycles: never advise it
+            lo, hi = min(c["model_range"]), max(c["model_range"])
+            click.echo(fit + f"outside the board's range {lo:g}..{hi:g}, so no setting for board.toml: the model's "
+                       "flash accesses do not explain the measured cycles (far outside: the cycles are not of the "
+                       "images estimated, or counted at another clock; just outside: stalls the model lacks)")
+        else:
+            click.echo(fit + "the estimate names no board range to check it against: write it again with "
+                       "`cisl estimate`")
     for s in r.speedup:
         click.echo(f"{s['run']}: {s['nodes']} nodes, {s['infer_us'] / 1000:.1f} ms per inference at the sink "
                    f"(compute {s['compute_us'] / 1000:.1f} ms, communication {s['comm_us'] / 1000:.1f} ms)"

@@ -72,6 +72,10 @@ def load_estimate(path: Path) -> dict:
     problem = _estimate_problem(doc)
     if problem:
         raise UserError(f"{path}: {problem}, not what `cisl estimate -o` writes; write it again with `cisl estimate`")
+    if "plan" not in doc:  # written before estimates named their plan: it cannot be checked against the logs
+        raise UserError(f"{path}: an estimate that names no plan (written by an older cisl), so it cannot be "
+                        f"checked against the plan the logs ran; write it again with `cisl estimate BUILD -o {path}` "
+                        f"from the build the logs ran")
     return doc
 
 
@@ -87,6 +91,8 @@ def _estimate_problem(doc: dict) -> str | None:
     """What of an estimate file `cisl report` reads is missing or of another type (None: all usable)."""
     if "devices" in doc and not (isinstance(doc["devices"], int) and not isinstance(doc["devices"], bool)):
         return f"devices = {doc['devices']!r}"
+    if "plan" in doc and not isinstance(doc["plan"], str):
+        return f"plan = {doc['plan']!r}"
     if doc.get("phy", "2M") not in ("1M", "2M"):
         return f"phy = {doc['phy']!r}"
     if not isinstance(doc["blocks"], list) or not isinstance(doc["nodes"], list):
@@ -137,10 +143,34 @@ def block_latency(run, estimate: dict | None) -> list[dict]:
     return rows
 
 
+def plans_of(run) -> set[str]:
+    """The plan hashes the run's boot lines name (empty for logs without boot lines: `cisl logs --no-reset`)."""
+    return {str(b["plan"]) for b in run.of("boot") if b.get("plan")}
+
+
 def match_estimate(run, estimates: list[dict]) -> dict | None:
-    """The estimate for a run: the one with the run's node count (and plan, when the boot lines say)."""
-    same = [e for e in estimates if int(e.get("devices", -1)) == run.nodes]
+    """The estimate for a run: one of the plan its boot lines name (of an elastic image, estimates of
+    any of its modes name the image's plan); logs without boot lines by node count."""
+    ran = plans_of(run)
+    same = [e for e in estimates if (e["plan"] in ran if ran else int(e.get("devices", -1)) == run.nodes)]
     return same[0] if same else None
+
+
+def check_estimates_ran(runs, estimates: list[tuple[Path, dict]], build_of=lambda run: None) -> None:
+    """Every --estimate must be of a plan one of the runs ran: an estimate of another model or split
+    with the same node count would be compared with these logs as if it predicted them.
+    ``build_of(run)``: the build the run's logs came from, if known (named in the advice)."""
+    ran = set().union(*(plans_of(r) for r in runs))
+    blind = {r.nodes for r in runs if not plans_of(r)}  # runs matched by node count only
+    for path, e in estimates:
+        if e["plan"] in ran or not ran or int(e.get("devices", -1)) in blind:
+            continue
+        of = f" ({e['build']})" if isinstance(e.get("build"), str) else ""
+        # the run it was meant for: the one of its node count, else the first
+        run = next((r for r in runs if r.nodes == e.get("devices")), runs[0])
+        raise UserError(f"--estimate {path}: an estimate of plan {e['plan']}{of}, but the logs ran plan "
+                        f"{', '.join(sorted(ran))}; estimate the build the logs ran: "
+                        f"`cisl estimate {build_of(run) or 'BUILD'} -o {path}`")
 
 
 def calibrate(run, estimate: dict) -> dict:
@@ -165,8 +195,12 @@ def calibrate(run, estimate: dict) -> dict:
         raise UserError("the estimate's blocks make no flash access that pays wait states; nothing to calibrate")
     w = max(0.0, num / den)
     rel = [abs(mc - (core + w * ev)) / mc for mc, core, ev in points if mc > 0]
+    rng = estimate.get("flash_wait")
+    # a fit outside the board's documented range is no setting: the model does not explain the cycles
+    known = isinstance(rng, list) and len(rng) == 3 and all(_num(x) for x in rng)
+    in_range = ("yes" if min(rng) <= round(w, 3) <= max(rng) else "no") if known else ""
     return {"flash_wait": round(w, 3), "points": len(points), "max_error_pct": round(100 * max(rel), 2),
-            "mean_error_pct": round(100 * sum(rel) / len(rel), 2), "model_range": estimate.get("flash_wait")}
+            "mean_error_pct": round(100 * sum(rel) / len(rel), 2), "model_range": rng, "in_range": in_range}
 
 
 ENERGY_COLS = ["run", "nodes", "clock", "node", "inferences", "period_us", "compute_us", "comm_us", "tx_on_us",

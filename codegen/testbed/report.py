@@ -346,6 +346,7 @@ def make_report(log_dirs: list[Path], out_dir: Path, builds: list[Path] | None =
         seen[key] = Path(p)
     runs = [load_run(p) for p in log_dirs]
     ests = [BT.load_estimate(p) for p in estimates or []]
+    BT.check_estimates_ran(runs, list(zip(estimates or [], ests)), build_of)
     if calibrate and not ests:
         raise UserError("--calibrate needs the cycle model's prediction: add --estimate EST.json "
                         "(written by `cisl estimate BUILD -o EST.json`)")
@@ -422,7 +423,11 @@ def _write_report(runs: list[Run], ests: list[dict], out_dir: Path, builds: list
     for r in runs:
         est = BT.match_estimate(r, ests)
         if ests and est is None:
-            res.notes.append(f"{r.label}: no --estimate for {r.nodes} nodes: no predicted column")
+            what = "of the plan it ran" if BT.plans_of(r) else f"for {r.nodes} nodes"
+            res.notes.append(f"{r.label}: no --estimate {what}: no predicted column")
+        elif est is not None and not BT.plans_of(r):
+            res.notes.append(f"{r.label}: no boot line names the plan the nodes ran: --estimate matched by node "
+                             f"count only (record the run with the nodes' reset for a checked comparison)")
         res.block_latency += BT.block_latency(r, est)
         res.energy += BT.energy(r, est)
         clock = BT.clock_of(r)
@@ -442,7 +447,8 @@ def _write_report(runs: list[Run], ests: list[dict], out_dir: Path, builds: list
         res.files.append(_write_csv(out_dir / "energy.csv", res.energy, BT.ENERGY_COLS))
     if res.calibration:
         res.files.append(_write_csv(out_dir / "calibration.csv", res.calibration,
-                                    ["run", "flash_wait", "points", "mean_error_pct", "max_error_pct", "model_range"]))
+                                    ["run", "flash_wait", "points", "mean_error_pct", "max_error_pct", "model_range",
+                                     "in_range"]))
     if mem:
         res.files.append(_write_csv(out_dir / "memory.csv", mem, MEMORY_COLS))
     else:

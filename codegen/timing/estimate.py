@@ -74,6 +74,8 @@ class Estimate:
     flash_wait: Triple = (0.0, 0.0, 0.0)
     phy: str = "2M"
     node_boards: dict[int, str] = field(default_factory=dict)  # node -> the board that models it
+    plan: str = ""  # the plan the images' boot lines name (`cisl report` checks the logs ran it)
+    mode: int | None = None  # of an image holding every elastic mode: the mode estimated
 
     @property
     def latency_ms(self) -> Triple:
@@ -101,7 +103,8 @@ class Estimate:
 
     def to_json(self) -> dict:
         return {
-            "build": self.build, "board": self.board, "model_board": self.model_board, "devices": self.devices,
+            "build": self.build, "plan": self.plan, "mode": self.mode, "board": self.board,
+            "model_board": self.model_board, "devices": self.devices,
             "topology": self.topology, "policy": self.policy, "phy": self.phy, "inferences": self.inferences, "images": self.images,
             "clock_hz": self.clock_hz, "flash_wait": list(self.flash_wait),
             "latency_ms": _j(self.latency_ms), "comm_ms": _j(self.comm_ms), "comm_share": round(self.comm_share, 4),
@@ -180,7 +183,9 @@ def estimate(build_dir: Path, topology: str | Topology | None = None, policy: st
                    inferences,
                    images_digest(build_dir, plan), clock, nodes, blocks, ex,
                    flash_wait=flash_wait or MemoryModel.for_board(model).flash_wait, rounds=rounds,
-                   phy=plan.phy, node_boards={d: m.name for d, m in enumerate(models)})
+                   phy=plan.phy, node_boards={d: m.name for d, m in enumerate(models)},
+                   # every mode runs in the one image of plan.json, and its boot line names that plan
+                   plan=(plan if mode is None else load_plan(build_dir)).sha256[:16], mode=mode)
     if period_ms is not None and period_ms < est.latency_ms[1]:
         raise UserError(f"--period-ms {period_ms:g}: shorter than one inference ({est.latency_ms[1]:.2f} ms on this "
                         f"build); give a period of at least that, or drop --period-ms for back to back")

@@ -108,6 +108,42 @@ def put_table_in_images(build_dir: Path, profiles: list[ModeProfile], say=lambda
     build_with_board_time(build_dir, None, None, say, None, True, False)
 
 
+def images_without_table(build_dir: Path, plan) -> dict[int, int]:
+    """Nodes whose image source has fewer rows in its mode table (node_NN/cisl_mode_table.h) than the
+    build has modes -> the rows it has: `cisl modes` not run on this build, or stopped before it put
+    the table into every image. Their selector has nothing to choose from and ignores limits."""
+    import re
+
+    from .emit.cnode import MODE_TABLE
+
+    el = plan.meta.get("elastic") or {}
+    if el.get("image") != "every mode":
+        return {}
+    out = {}
+    for node in plan.nodes:
+        try:
+            text = (Path(build_dir) / f"node_{node.device:02d}" / MODE_TABLE).read_text()
+        except OSError:
+            text = ""
+        m = re.search(r"#define CISL_MODE_TABLE_LEN (\d+)u", text)
+        rows = int(m.group(1)) if m else 0
+        if rows < int(el["modes"]):
+            out[node.device] = rows
+    return out
+
+
+def no_table_problem(build_dir: Path, plan) -> str | None:
+    """Why --mode-limits cannot work on ``build_dir``'s images (None: every image holds the table)."""
+    missing = images_without_table(build_dir, plan)
+    if not missing:
+        return None
+    k, rows = next(iter(missing.items()))
+    return (f"--mode-limits: the node images of {build_dir} hold no mode table for the on-node selector "
+            f"(node_{k:02d}/cisl_mode_table.h: {rows} of {plan.meta['elastic']['modes']} modes profiled), so they "
+            f"would ignore the limits; run `cisl modes {build_dir}` (it profiles the modes and builds the images "
+            f"again with the table)")
+
+
 def read_table(build_dir: Path, topology: str | None = None) -> list[ModeProfile] | None:
     """The table `cisl modes` wrote for this very plan (and, given ``topology``, profiled on that radio
     topology), or None (missing, of another plan or of another topology)."""

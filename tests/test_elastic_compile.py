@@ -198,6 +198,55 @@ def test_every_mode_shares_mode_0s_constants(elastic_model: Path) -> None:
     assert "values are not mode 0's" in sharing_problem(structs[:2], [consts[0], own])
 
 
+def test_mode_limits_without_the_mode_table_are_refused_before_any_node_starts(elastic_model: Path,
+                                                                             tmp_path: Path) -> None:
+    """Images built before `cisl modes` (or after one stopped early) hold an empty mode table: limits
+    given to them were ignored — the run stayed in mode 0, missed the deadline and still said
+    "bit-exact: yes". `cisl sim` and `cisl logs` refuse them up front; explicit mode requests need no table."""
+    from clirun import cisl, ok
+
+    from codegen.build import build
+    from codegen.compile import CompileOptions, compile_model
+    from codegen.emit.cnode import emit_mode_table, environment
+    from codegen.modes import ModeProfile, write_table
+    from codegen.plan.io import load_plan
+
+    b = tmp_path / "b"
+    compile_model(elastic_model / "model.onnx", b, CompileOptions())
+    build(b)
+    assert "0 of 3 modes profiled" in (b / "node_00" / "cisl_mode_table.h").read_text()
+    p = cisl("sim", "b", "-n", "3", "--mode-limits", "0:0:60:-:-", cwd=tmp_path)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr, p.stderr
+    assert "b hold no mode table" in p.stderr and "run `cisl modes b`" in p.stderr, p.stderr
+    assert not (b / "logs").exists()  # no node started
+    p = ok(cisl("sim", "b", "-n", "3", "--mode-request", "0:0:1", cwd=tmp_path))  # explicit modes need no table
+    assert "bit-exact" in p.stdout and "mode 1 from inference 0" in p.stdout, p.stdout
+
+    # `cisl logs` on the images `cisl flash` programmed from it: refused before the run
+    ok(cisl("testbed", "sim", "--nodes", "2", "-o", "tb.toml", cwd=tmp_path))
+    try:
+        ok(cisl("flash", "b", "--testbed", "tb.toml", "--no-reset", cwd=tmp_path))
+        p = cisl("logs", "--testbed", "tb.toml", "-o", "logs", "--mode-limits", "0:0:60:-:-", cwd=tmp_path)
+        assert p.returncode == 2 and "hold no mode table" in p.stderr and "`cisl modes" in p.stderr, p.stderr
+        assert "cisl flash" in p.stderr and not (tmp_path / "logs").exists(), p.stderr
+    finally:
+        cisl("testbed", "stop", "--testbed", "tb.toml", cwd=tmp_path)
+
+    # `cisl modes` stopped between writing modes.json and the last node's table: node 1's is still empty,
+    # and `cisl modes` (which reuses modes.json) puts the table into every image
+    rows = [ModeProfile(mode=m, macs=1, val_mse=0.5, test_mse=0.5, latency_us=60000 - 1000 * m,
+                        latency_range_us=(1, 2), energy_nj=100, energy_range_nj=(1, 2)) for m in range(3)]
+    write_table(b, rows, None)
+    emit_mode_table(load_plan(b), 0, b / "node_00", environment(),
+                    [{"latency_us": r.latency_us, "energy_nj": r.energy_nj, "mse_u": r.mse_u} for r in rows])
+    p = cisl("sim", "b", "-n", "3", "--mode-limits", "0:0:60:-:-", cwd=tmp_path)
+    assert p.returncode == 2 and "node_01/cisl_mode_table.h: 0 of 3 modes profiled" in p.stderr, p.stderr
+    p = ok(cisl("modes", "b", "-q", cwd=tmp_path))
+    assert "CISL_MODE_TABLE_LEN 3u" in (b / "node_01" / "cisl_mode_table.h").read_text()
+    p = ok(cisl("sim", "b", "-n", "3", "--mode-limits", "0:0:59.5:-:-", cwd=tmp_path))
+    assert "mode 1 from inference 0" in p.stdout, p.stdout  # mode 0 (60 ms) misses 59.5 ms; 1 and 2 tie: 1
+
+
 def test_cisl_modes_profiles_every_mode_and_picks_under_limits(every_mode_build: Path) -> None:
     """`cisl modes` runs each mode on the timing model (the images on the cycle model: a smaller
     mode is faster and needs less energy), writes modes.json, and under each constraint set names

@@ -286,6 +286,12 @@ def modes_cmd(build_dir: Path, deadline_ms: float | None, energy_uj: float | Non
         if not quiet:
             click.echo(f"profiled {len(table)} modes -> {path}; the node images now hold the table "
                        f"(node_NN/cisl_mode_table.h) for their on-node selector")
+    elif M.images_without_table(build_dir, M.load_plan(build_dir)):  # an earlier run stopped before it put the table in
+        with output_lock(build_dir):
+            M.put_table_in_images(build_dir, table, say(quiet))
+        if not quiet:
+            click.echo(f"the node images lacked the table of {M.TABLE} (an earlier `cisl modes` stopped before it put "
+                       f"it in): they hold it now (node_NN/cisl_mode_table.h)")
     limits = [x is not None for x in (deadline_ms, energy_uj, max_mse)]
     chosen = None
     if any(limits):

@@ -230,7 +230,8 @@ def logs_cmd(testbed_file: Path, out_dir: Path, inferences: int | None, duration
                         f"inferences 0 to {inferences - 1}; send it earlier")
     tb = load_testbed(testbed_file)
     if commands:  # before the run, not after it: a mode the flashed images do not hold
-        _check_mode_commands(tb, [mode for _, _, mode in parse_mode_requests(mode_requests)])
+        _check_mode_commands(tb, [mode for _, _, mode in parse_mode_requests(mode_requests)], bool(mode_limits),
+                             testbed_file)
     r = run_logs(tb, out_dir, inferences=inferences, duration=duration, timeout=timeout, reset=not no_reset,
                  node_ids=list(node_ids) or None, open_timeout=open_timeout, say=say(quiet), commands=commands)
     c = r.capture
@@ -259,7 +260,8 @@ def logs_cmd(testbed_file: Path, out_dir: Path, inferences: int | None, duration
                           f"{failed[0][1].failed})")
 
 
-def _check_mode_commands(tb, modes: list[int]) -> None:
+def _check_mode_commands(tb, modes: list[int], limits: bool, testbed_file: Path) -> None:
+    from ..modes import load_plan, no_table_problem
     from ..testbed.flash import flashed_modes
 
     known = flashed_modes(tb)
@@ -272,6 +274,9 @@ def _check_mode_commands(tb, modes: list[int]) -> None:
     beyond = [m for m in modes if m >= count]
     if beyond:
         raise UserError(f"--mode-request ...:{beyond[0]}: the images flashed from {build} hold modes 0 to {count - 1}")
+    # the selector of an image without the table `cisl modes` puts in would answer `limits` ok and ignore them
+    if limits and (problem := no_table_problem(build, load_plan(build))):
+        raise UserError(f"{problem}, then flash them again (`cisl flash {build} --testbed {testbed_file}`)")
 
 
 @main.command(name="report")

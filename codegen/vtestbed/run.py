@@ -143,6 +143,11 @@ def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | 
         raise UserError(f"inputs have shape {inputs.shape}; expected [n, {plan.cfg.lookback}]")
     xq = plan.quantize_input(np.asarray(inputs, dtype=np.float64))
     _check_mode_timing(mode_requests or [], mode_limits or [], len(xq), radio_dead or [])
+    if mode_limits:  # limits need the table `cisl modes` puts in (requests name their mode: no table needed)
+        from ..modes import no_table_problem
+
+        if problem := no_table_problem(build_dir, plan):
+            raise UserError(problem)
     final_logs = Path(logs_dir) if logs_dir else build_dir / "logs"
     check_output_dir(final_logs, "sim-logs", _sim_logs_entry, _legacy_sim_logs, option="--logs")
     run_id = uuid.uuid4().hex[:12]

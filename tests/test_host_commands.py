@@ -49,6 +49,8 @@ void cisl_board_write(const char *text, uint32_t n)
     if (out_len + n < sizeof out_buf) { memcpy(out_buf + out_len, text, n); out_len += n; }
 }
 uint8_t cisl_node_modes(void) { return 4u; }
+uint8_t profiled = 4u;
+uint8_t cisl_node_profiled_modes(void) { return profiled; }
 int cisl_modes_request(uint32_t inference, uint8_t mode, uint8_t modes)
 {
     (void)inference;
@@ -101,6 +103,18 @@ def test_every_line_gets_one_answer_and_only_whole_commands_are_carried_out(lib:
     assert ctypes.c_uint.in_dll(lib, "limit_calls").value == 0
     assert poll(lib, b"reboot now\n\n", chunk) == [("unknown", "unknown")]  # an empty line is no command
     assert poll(lib, b"mode " + b"1" * 60 + b"\nmode 1\n", chunk) == [("unknown", "toolong"), ("mode", "ok")]
+
+
+def test_limits_are_refused_by_an_image_whose_modes_are_not_profiled(lib: ctypes.CDLL) -> None:
+    # flashed before `cisl modes` put the table in: "ok" would leave the limits silently unapplied
+    profiled = ctypes.c_uint8.in_dll(lib, "profiled")
+    profiled.value = 0
+    try:
+        assert poll(lib, b"limits 100 - 7\n") == [("limits", "refused")]
+        assert ctypes.c_uint.in_dll(lib, "limit_calls").value == 0
+    finally:
+        profiled.value = 4
+    assert poll(lib, b"limits 100 - 7\n") == [("limits", "ok")]
 
 
 @pytest.mark.parametrize("noise", [b"\x00", b"\x80", b"\x1b", b"\xff"])

@@ -99,7 +99,9 @@ int cisl_host_command(uint32_t inference, const char *line)
         for (uint32_t i = 0u; i < 3u && p != NULL; i++) {
             p = parse_u32(p, &v[i], 1);
         }
-        if (p == NULL || *skip_spaces(p) != '\0') {
+        /* without a profiled table the selector cannot honour limits: refused, not a silent "ok"
+         * (an image flashed before `cisl modes` profiled its modes) */
+        if (p == NULL || *skip_spaces(p) != '\0' || cisl_node_profiled_modes() == 0u) {
             host_event(inference, "limits", "refused");
             return -1;
         }

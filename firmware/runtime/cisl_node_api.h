@@ -38,6 +38,9 @@ int8_t *cisl_node_input_buffer(void);
 /* Elastic modes (docs/design/elastic.md): how many the image holds (1 without modes), the mode the
  * next inference runs (0 = the largest), and setting it: 0, or CISL_ERR_ARG for a mode it lacks. */
 uint8_t cisl_node_modes(void);
+/* How many modes the selector's table (cisl_mode_table.h, `cisl modes`) has profiled: 0 = none, so
+ * `limits` cannot be honoured and is refused. */
+uint8_t cisl_node_profiled_modes(void);
 uint8_t cisl_node_mode(void);
 int cisl_node_set_mode(uint8_t mode);
 

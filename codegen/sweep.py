@@ -216,10 +216,13 @@ def is_done(records: Path, unit: Unit) -> bool:
 
 
 def unit_state(records: Path, work: Path, unit: Unit) -> str:
-    """"done" (its record exists), "started" (no record, but its work folder holds files: a run that
-    was stopped; units that checkpoint continue from there) or "todo"."""
+    """"done" (its record exists), "damaged" (a record file that is not a unit's result: the sweep
+    refuses to run until it is deleted), "started" (no record, but its work folder holds files: a run
+    that was stopped; units that checkpoint continue from there) or "todo"."""
     if is_done(records, unit):
         return "done"
+    if record_path(records, unit).exists():
+        return "damaged"
     folder = Path(work) / unit_id(unit)
     return "started" if folder.is_dir() and any(folder.iterdir()) else "todo"
 
@@ -411,6 +414,9 @@ def run_sweep(units: Iterable[Unit], records: Path, work: Path, backend: str = "
         raise UserError(f"sweep backend {backend!r}: use one of {', '.join(BACKENDS)}")
     units = list(units)
     records, work = Path(records), Path(work)
+    for u in units:  # before any unit runs, not after the others trained (a damaged record never heals)
+        if record_path(records, u).exists():
+            read_record(record_path(records, u))
     failed: dict[str, str] = {}
     for level in waves(units):
         blocked = [u for u in level if any(unit_id(n) in failed or not is_done(records, n) for n in u.needs)]

@@ -104,16 +104,17 @@ def test_finished_units_are_skipped_and_needs_run_first(tmp_path: Path) -> None:
 
 @pytest.mark.unit
 @pytest.mark.parametrize("damage", ['{"format": 1, "res', "{}"])
-def test_a_damaged_record_is_todo_and_named_not_a_traceback(tmp_path: Path, damage: str) -> None:
+def test_a_damaged_record_is_named_before_any_unit_runs(tmp_path: Path, damage: str) -> None:
     from codegen.errors import UserError
-    from codegen.sweep import is_done
+    from codegen.sweep import is_done, unit_state
 
-    u = unit(tmp_path, 3)
+    u, other = unit(tmp_path, 3), unit(tmp_path, 4)
     run_sweep([u], tmp_path / "r", tmp_path / "w", say=lambda s: None)
     record_path(tmp_path / "r", u).write_text(damage)  # cut short, or not a record
-    assert not is_done(tmp_path / "r", u)
+    assert not is_done(tmp_path / "r", u) and unit_state(tmp_path / "r", tmp_path / "w", u) == "damaged"
     with pytest.raises(UserError, match="damaged sweep record.*delete it"):
-        run_sweep([u], tmp_path / "r", tmp_path / "w", say=lambda s: None)
+        run_sweep([other, u], tmp_path / "r", tmp_path / "w", say=lambda s: None)
+    assert not record_path(tmp_path / "r", other).exists()  # refused before any unit ran, not after
 
 
 @pytest.mark.unit

@@ -79,6 +79,12 @@ BAD = {
                               ("tb.toml", "node 1", "also node 0's", "own serial port")),
     "unknown top-level table": (GOOD + "\n[nodes]\nx = 1\n", ("tb.toml", "unknown key 'nodes'", "did you mean 'node'")),
     "not toml": ("[[node]\nid = 0\n", ("tb.toml", "not valid TOML")),
+    # a typo surfaced only at flash time, as advice to compile for a board that does not exist
+    "unknown board": (GOOD.replace('board = "nrf52840dk"', 'board = "nrf5284dk"', 1),
+                      ("tb.toml", "board 'nrf5284dk' is unknown", "did you mean 'nrf52840dk'")),
+    # pyserial raised OverflowError in the reader thread: a traceback, then "(None)"
+    "impossible baud": (GOOD.replace("baud = 1000000", "baud = 99999999999"),
+                        ("tb.toml", "node 1", "baud must be", "1000000")),
 }
 
 
@@ -229,3 +235,9 @@ def test_nrfutil_list_json_gives_probes_and_their_ports(monkeypatch):
     assert (probe.serial, probe.description, probe.ports) == ("001050012345", "PCA10056", ("/dev/ttyACM3",))
     matches, spare = P.match_ports([probe], [P.SerialPort("/dev/ttyACM3", None, "001050012345")])
     assert matches[0].port.device == "/dev/ttyACM3" and "nrfutil" in matches[0].how and not spare
+
+
+def test_scan_refuses_a_board_name_it_would_draft_for_every_node(tmp_path):
+    one_line_error(cisl("testbed", "scan", "-b", "nrf5284dk", "-o", "tb.toml", cwd=tmp_path),
+                   "board 'nrf5284dk' is unknown", "did you mean 'nrf52840dk'")
+    assert not (tmp_path / "tb.toml").exists()

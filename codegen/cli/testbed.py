@@ -32,7 +32,8 @@ def testbed_group() -> None:
 @click.option("-b", "--board", default="nrf52840dk", show_default=True, help="Board name for every node found.")
 @click.option("-r", "--runner", type=click.Choice(["pyocd", "nrfutil", "nrfjprog"]), default=None,
               help="Flash runner for every node (default: nrfutil, else nrfjprog for J-Link probes; pyocd otherwise).")
-@click.option("--baud", type=click.IntRange(min=1), default=115200, show_default=True, help="UART baud rate.")
+@click.option("--baud", type=click.IntRange(min=1, max=1_000_000), default=115200, show_default=True,
+              help="UART baud rate (the nRF52840's UARTE goes up to 1000000).")
 @click.option("--force", is_flag=True, help="Overwrite OUT if it exists.")
 def testbed_scan(out: Path | None, board: str, runner: str | None, baud: int, force: bool) -> None:
     """Draft a testbed file from the attached debug probes and serial ports.
@@ -41,10 +42,14 @@ def testbed_scan(out: Path | None, board: str, runner: str | None, baud: int, fo
     ports from pyserial; a probe and a port are paired only when they are the same USB device.
     What could not be matched is written as comments, never guessed.
     """
+    from ..boards import available_boards
+    from ..config_schema import check_choice
     from ..fsutil import write_new_file
-    from ..testbed.config import DEFAULT_STATE, free_state
+    from ..testbed.config import DEFAULT_STATE, VIRTUAL_BOARDS, free_state
     from ..testbed.scan import scan
 
+    # a typo drafts a file every later command refuses; virtual boards have no probes to scan
+    check_choice("--board", "board", board, [b for b in available_boards() if b not in VIRTUAL_BOARDS])
     s = scan(board, runner, baud, free_state(out) if out is not None else DEFAULT_STATE)
     if s.matched + s.unmatched_probes + s.unmatched_ports == 0:  # a draft of nothing is only the template
         notes = "".join(f"; {n}" for n in s.notes)

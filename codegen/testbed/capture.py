@@ -127,8 +127,8 @@ class PortReader(threading.Thread):
                 link = pty_link_id(self.spec.port)
                 try:
                     ser = self._open()
-                except (serial.SerialException, OSError, ValueError) as e:
-                    self.open_error = str(e)
+                except (serial.SerialException, OSError, ValueError, OverflowError) as e:
+                    self.open_error = str(e) or type(e).__name__
                     self.stop.wait(backoff)
                     backoff = min(2 * backoff, 1.0)
                     continue

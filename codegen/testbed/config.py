@@ -49,6 +49,7 @@ from ..config_schema import INT, STR, check_choice, check_keys, check_value, rea
 
 RUNNER_NAMES = ("pyocd", "nrfutil", "nrfjprog", "sim")
 DEFAULT_BAUD = 115200
+MAX_BAUD = 1_000_000  # UARTE BAUDRATE tops out at Baud1M on the nRF52840 and nRF52833 (product specifications)
 DEFAULT_TARGET = "nrf52840"
 DEFAULT_STATE = ".cisl-testbed"
 
@@ -235,6 +236,9 @@ def _parse_node(f: str, k: int, raw: dict[str, Any], base: Path, explicit: dict[
                         "in the node or in [defaults]")
     if not isinstance(board, str) or not board:
         raise UserError(f"{where}: board must be a board name (a string)")
+    from ..boards import available_boards
+
+    check_choice(f"{where}:", "board", board, available_boards())  # a typo here would surface only at flash time
     if runner == "sim" and board not in VIRTUAL_BOARDS:
         raise UserError(f"{where}: runner 'sim' runs board 'sim' or 'qemu-m4' builds, not '{board}'; set "
                         "board = \"sim\" or choose the runner of the node's debug probe")
@@ -261,8 +265,9 @@ def _parse_node(f: str, k: int, raw: dict[str, Any], base: Path, explicit: dict[
         raise UserError(f"{where}: runner 'sim' has no debug probe; remove 'probe'")
 
     baud = raw.get("baud", DEFAULT_BAUD)
-    if not isinstance(baud, int) or isinstance(baud, bool) or baud <= 0:
-        raise UserError(f"{where}: baud must be a positive integer, e.g. baud = {DEFAULT_BAUD}")
+    if not isinstance(baud, int) or isinstance(baud, bool) or not 0 < baud <= MAX_BAUD:
+        raise UserError(f"{where}: baud must be a whole number of bits per second from 1 to {MAX_BAUD} "
+                        f"(the UARTE's fastest rate), e.g. baud = {DEFAULT_BAUD}")
     target = raw.get("target", DEFAULT_TARGET)
     if not isinstance(target, str) or not target:
         raise UserError(f"{where}: target must be a pyocd target name, e.g. target = \"{DEFAULT_TARGET}\"")

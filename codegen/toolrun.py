@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 import os
 import shlex
+import signal
+import subprocess
 import sys
 from collections.abc import Sequence
 
@@ -32,6 +34,25 @@ def log_command(cmd: Sequence[str | os.PathLike], cwd: str | os.PathLike | None 
     """Log ``cmd`` (about to run in ``cwd``, default: the current folder) at INFO."""
     if log.isEnabledFor(logging.INFO):
         log.info("$ %s", command_line(cmd, os.getcwd() if cwd is None else cwd))
+
+
+def run_in_group(cmd: Sequence[str], timeout: float) -> subprocess.CompletedProcess:
+    """Run ``cmd`` (output as text, undecodable bytes replaced) in its own process group, and kill the
+    whole group on a timeout or Ctrl-C: a tool such as nrfutil does its work in a child process, which
+    ``subprocess.run``'s timeout leaves running (holding the J-Link). Raises subprocess.TimeoutExpired."""
+    p = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    with p:
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except BaseException:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            p.wait()
+            raise
+    return subprocess.CompletedProcess(list(cmd), p.returncode, out.decode(errors="replace"),
+                                       err.decode(errors="replace"))
 
 
 class _StderrHandler(logging.Handler):

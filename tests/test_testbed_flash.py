@@ -772,3 +772,29 @@ def test_a_planned_split_flashes_each_plan_node_onto_its_testbed_node(tmp_path, 
     assert image_of == {"683000001": str(build / "node_00" / "firmware.hex"),
                         "683000003": str(build / "node_01" / "firmware.hex")}
     assert json.loads((tmp_path / ".cisl-testbed" / "flashed.json").read_text())["nodes"] == [0, 2]
+
+
+def test_a_probe_list_that_hangs_is_stopped_with_its_helpers(tmp_path, monkeypatch):
+    # nrfutil lists probes in a child process; subprocess.run's timeout killed only the launcher and left
+    # the child holding the J-Link
+    import os
+    import time
+
+    from codegen.testbed.probes import nrfjprog_probes
+
+    tool = tmp_path / "nrfjprog"
+    tool.write_text(f"#!/bin/sh\nsleep 60 &\necho $! > {tmp_path}/child.pid\nwait\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    with pytest.raises(subprocess.TimeoutExpired):
+        nrfjprog_probes(timeout=1.0)
+    child = int((tmp_path / "child.pid").read_text())
+    for _ in range(50):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(child, 9)
+        raise AssertionError("the tool's helper process outlived the timeout")

@@ -10,7 +10,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..toolrun import log_command
+from ..toolrun import log_command, run_in_group
 from .config import normalize_serial
 
 SEGGER_VID = 0x1366
@@ -67,9 +67,8 @@ def nrfutil_probes(timeout: float = 30.0) -> list[Probe]:
     """J-Link probes from ``nrfutil device list --json`` (newline-delimited JSON; the devices are in the
     ``task_end`` record), with the serial ports nrfutil associates with each."""
     log_command(["nrfutil", "device", "list", "--json"])
-    # errors="replace" (here and below): a tool's output need not be UTF-8; a probe list is still one
-    p = subprocess.run(["nrfutil", "device", "list", "--json"], capture_output=True, text=True, errors="replace",
-                       timeout=timeout)
+    # undecodable bytes replaced (here and below): a tool's output need not be UTF-8; a probe list is still one
+    p = run_in_group(["nrfutil", "device", "list", "--json"], timeout)
     if p.returncode != 0:
         raise RuntimeError(_last_line(p.stderr or p.stdout) or f"exit code {p.returncode}")
     devices = []
@@ -96,8 +95,7 @@ def nrfutil_probes(timeout: float = 30.0) -> list[Probe]:
 def nrfjprog_probes(timeout: float = 30.0) -> list[Probe]:
     """J-Link probes from ``nrfjprog --ids`` (one serial number per line)."""
     log_command(["nrfjprog", "--ids"])
-    p = subprocess.run(["nrfjprog", "--ids"], capture_output=True, text=True, errors="replace",
-                       timeout=timeout)
+    p = run_in_group(["nrfjprog", "--ids"], timeout)
     if p.returncode != 0:
         raise RuntimeError(_last_line(p.stderr or p.stdout) or f"exit code {p.returncode}")
     return [Probe(s.strip(), "J-Link", "nrfjprog") for s in p.stdout.splitlines() if s.strip().isdigit()]

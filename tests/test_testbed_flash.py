@@ -90,7 +90,7 @@ class FakeTools:
 def tools(monkeypatch):
     def install(attached, fail=None, missing=()):
         fake = FakeTools(attached, fail)
-        monkeypatch.setattr(subprocess, "run", fake.run)  # the probe lists
+        monkeypatch.setattr("codegen.testbed.probes.run_in_group", lambda cmd, timeout: fake.run(cmd))  # probe lists
         monkeypatch.setattr(Runner, "_call", lambda self, cmd: fake.run(cmd))  # the runners' tool calls
         monkeypatch.setattr(shutil, "which", lambda name: None if name in missing else f"/usr/bin/{name}")
         return fake
@@ -375,10 +375,10 @@ def test_missing_tool_is_an_install_hint(tmp_path, tools, nrf_build):
 
 def test_build_for_another_board_is_refused(tmp_path, tools, nrf_build):
     tools(["683000001"])
-    text = write_testbed(tmp_path, "nrfutil", ["1", "2"]).read_text().replace("nrf52840dk", "nrf5340dk")
+    text = write_testbed(tmp_path, "nrfutil", ["1", "2"]).read_text().replace("nrf52840dk", "nrf52833dk")
     (tmp_path / "tb.toml").write_text(text)
     r = invoke("flash", str(nrf_build), "--testbed", str(tmp_path / "tb.toml"))
-    assert r.exit_code == 2 and "nrf5340dk board but" in r.stderr and "--board nrf5340dk" in r.stderr
+    assert r.exit_code == 2 and "nrf52833dk board but" in r.stderr and "--board nrf52833dk" in r.stderr
 
 
 # -- protected devices and --recover, with fake tools on PATH ------------------------------------------

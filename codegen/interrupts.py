@@ -1,4 +1,4 @@
-"""Ctrl-C and SIGTERM, delivered where cisl can act on them.
+"""Ctrl-C, SIGTERM and SIGHUP, delivered where cisl can act on them.
 
 Python raises KeyboardInterrupt wherever the main thread happens to be when the signal comes. Inside
 a callback from C (the cycle model's unicorn hooks) or a weakref / garbage-collector callback it only
@@ -43,13 +43,17 @@ def _quiet_about_interrupts(previous: Callable) -> Callable:
 
 
 def install() -> None:
-    """The CLI's entry point: SIGINT and SIGTERM are recorded and raised as KeyboardInterrupt."""
+    """The CLI's entry point: SIGINT, SIGTERM and SIGHUP are recorded and raised as KeyboardInterrupt
+    (SIGHUP: the terminal closed or the ssh session dropped; Python's default would end cisl at once,
+    leaving flash tools running in their own sessions and temporary folders behind)."""
     global _hook_installed
     _pending.clear()
     if threading.current_thread() is not threading.main_thread():
         return  # only the main thread may set handlers (cisl run from a thread keeps Python's)
     signal.signal(signal.SIGINT, _handler)
     signal.signal(signal.SIGTERM, _handler)
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, _handler)
     if not _hook_installed:
         sys.unraisablehook = _quiet_about_interrupts(sys.unraisablehook)
         _hook_installed = True

@@ -313,7 +313,8 @@ def test_the_mlp_narrower_than_the_device_count_is_one_line(tmp_path):
     one_line_error(p, "hidden")
 
 
-def test_a_killed_compile_leaves_no_temporary_folder_and_the_next_run_cleans_up(model, tmp_path):
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])  # SIGHUP: the terminal closed, the ssh session dropped
+def test_a_killed_compile_leaves_no_temporary_folder_and_the_next_run_cleans_up(model, tmp_path, sig):
     import os
     import signal
     import subprocess
@@ -328,10 +329,10 @@ def test_a_killed_compile_leaves_no_temporary_folder_and_the_next_run_cleans_up(
     while time.monotonic() < end and not list(tmp_path.glob(".build.tmp-*")) and proc.poll() is None:
         time.sleep(0.01)
     assert proc.poll() is None and list(tmp_path.glob(".build.tmp-*")), "compile finished before the signal"
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(getattr(signal, sig))
     _, err = proc.communicate(timeout=60)
     assert proc.returncode != 0 and b"Traceback" not in err, err
-    assert not list(tmp_path.glob(".build.*")), "SIGTERM left a temporary folder"
+    assert not list(tmp_path.glob(".build.*")), f"{sig} left a temporary folder"
     assert not (tmp_path / "build").exists()
     # a SIGKILLed run cannot clean up: the next run on the same output does
     (tmp_path / ".build.tmp-killed").mkdir()

@@ -798,3 +798,20 @@ def test_a_probe_list_that_hangs_is_stopped_with_its_helpers(tmp_path, monkeypat
     else:
         os.kill(child, 9)
         raise AssertionError("the tool's helper process outlived the timeout")
+
+
+def test_a_hex_next_to_the_checked_elf_is_never_flashed_in_its_place(tmp_path):
+    # load_build checks firmware.elf against build.json; a firmware.hex copied or remade after the build
+    # (another node's, say) was programmed because it was newer
+    from codegen.testbed.flash import _image_for
+    from codegen.testbed.runners import image_segments
+
+    elf = tmp_path / "node_01" / "firmware.elf"
+    elf.parent.mkdir()
+    shutil.copyfile("/bin/true", elf)  # any ELF with loaded segments
+    (elf.parent / "firmware.hex").write_text(":00000001FF\n")  # newer, and not this image
+    tb = load_testbed(write_testbed(tmp_path, "nrfjprog", ["683000001", "683000002"]))
+    flashed = _image_for(NrfJprogRunner(tb), tb, tb.nodes[1], elf)
+    assert flashed != elf.parent / "firmware.hex"
+    ih = IntelHex(str(flashed))
+    assert all(bytes(ih.tobinarray(start=a, size=len(d))) == d for a, d in image_segments(elf))

@@ -267,9 +267,8 @@ def _interrupted(runners: dict[str, Runner], pool: ThreadPoolExecutor | None, re
 def _image_for(runner: Runner, testbed: Testbed, node: NodeEntry, image: Path) -> Path:
     if runner.capabilities().image == "elf" or image.suffix == ".hex":
         return image
-    hex_path = image.with_suffix(".hex")
-    if hex_path.is_file() and hex_path.stat().st_mtime >= image.stat().st_mtime:
-        return hex_path
+    # always from the ELF load_build checked against build.json: the build's firmware.hex is not checked,
+    # and a hex copied or remade after the build would be flashed as this node's image
     return elf_to_hex(image, testbed.state_dir / "images" / f"node_{node.id:02d}.hex")
 
 

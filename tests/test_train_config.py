@@ -93,6 +93,13 @@ def test_more_devices_than_heads(tmp_path: Path) -> None:
 
 
 @pytest.mark.unit
+def test_more_devices_than_hidden_units(tmp_path: Path) -> None:
+    # trained to the end, then no `cisl compile` could split it (a device with no hidden unit)
+    msg = error(write(tmp_path, "[model]\nmlp_hidden = 3\n[split]\ndevices = 4\n"))
+    assert "devices = 4 exceeds [model] mlp_hidden = 3" in msg, msg
+
+
+@pytest.mark.unit
 def test_bad_toml_names_the_line(tmp_path: Path) -> None:
     msg = error(write(tmp_path, "[model]\nlookback = 96\nstride = = 8\n"))
     assert "line 3" in msg

@@ -272,6 +272,10 @@ def _validate(where: str, cfg: TrainConfig) -> None:
     if cfg.split.devices > cfg.model.heads and not cfg.split.file:
         raise UserError(f"{where}: [split] devices = {cfg.split.devices} exceeds [model] heads = {cfg.model.heads}; "
                         "every device needs at least one head: use devices <= heads")
+    if cfg.split.devices > cfg.model.mlp_hidden and not cfg.split.file:  # a model no `cisl compile` could split
+        raise UserError(f"{where}: [split] devices = {cfg.split.devices} exceeds [model] mlp_hidden = "
+                        f"{cfg.model.mlp_hidden}; every device needs at least one hidden unit: use "
+                        f"devices <= mlp_hidden")
     pr, dr = cfg.prune, cfg.dropout
     if pr.method != "none" and cfg.split.random_keep < 1.0:
         raise UserError(f"{where}: [prune] method = \"{pr.method}\" trains the masks; [split] random_keep = "

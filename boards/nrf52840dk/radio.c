@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "cisl_board.h"
 #include "cisl_log.h"
 #include "cisl_mixer_transport.h"
 #include "cisl_node_api.h"

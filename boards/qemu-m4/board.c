@@ -62,15 +62,15 @@ uint32_t cisl_board_time_us(void)
     if (bt_file >= 0) {
         return (uint32_t)(bt_cycles * 1000000u / bt.clock_hz);
     }
-    return (uint32_t)(qemu_m4_ticks() / (QEMU_SYSCLK_HZ / 1000000u));
+    return (uint32_t)(cisl_qemu_ticks() / (QEMU_SYSCLK_HZ / 1000000u));
 }
 
 uint32_t cisl_board_cycles(void)
 {
-    return bt_file >= 0 ? (uint32_t)bt_cycles : (uint32_t)(qemu_m4_ticks() * QEMU_INSNS_PER_TICK);
+    return bt_file >= 0 ? (uint32_t)bt_cycles : (uint32_t)(cisl_qemu_ticks() * QEMU_INSNS_PER_TICK);
 }
 
-void cisl_board_write(const char *text, uint32_t n) { (void)sh_write(console, text, n); }
+void cisl_board_write(const char *text, uint32_t n) { (void)cisl_sh_write(console, text, n); }
 
 static void fail(const char *where, int32_t code)
 {
@@ -80,12 +80,12 @@ static void fail(const char *where, int32_t code)
     cisl_log_str(&l, "where", where);
     cisl_log_i32(&l, "code", code);
     cisl_log_end(&l);
-    sh_exit(3);
+    cisl_sh_exit(3);
 }
 
 static void read_exact(void *dst, uint32_t n)
 {
-    if (n > 0u && sh_read(transcript, dst, n) != 0) {
+    if (n > 0u && cisl_sh_read(transcript, dst, n) != 0) {
         fail("transcript_short", (int32_t)n);
     }
 }
@@ -96,7 +96,7 @@ static void read_exact(void *dst, uint32_t n)
 
 static uint32_t bt_read_u32(uint32_t offset, uint32_t *out, uint32_t n)
 {
-    if (sh_seek(bt_file, offset) != 0 || sh_read(bt_file, out, 4u * n) != 0) {
+    if (cisl_sh_seek(bt_file, offset) != 0 || cisl_sh_read(bt_file, out, 4u * n) != 0) {
         fail("board_time_table", (int32_t)offset);
     }
     return out[0];
@@ -104,13 +104,13 @@ static uint32_t bt_read_u32(uint32_t offset, uint32_t *out, uint32_t n)
 
 static void bt_open(const char *path)
 {
-    const int32_t f = sh_open(path, SH_OPEN_RB);
+    const int32_t f = cisl_sh_open(path, SH_OPEN_RB);
     if (f < 0) {
         return; /* no table: QEMU instructions */
     }
     char magic[8];
-    if (sh_read(f, magic, sizeof magic) != 0 || memcmp(magic, BT_MAGIC, sizeof magic) != 0 ||
-        sh_read(f, &bt, sizeof bt) != 0 || bt.version != BT_VERSION || bt.clock_hz == 0u) {
+    if (cisl_sh_read(f, magic, sizeof magic) != 0 || memcmp(magic, BT_MAGIC, sizeof magic) != 0 ||
+        cisl_sh_read(f, &bt, sizeof bt) != 0 || bt.version != BT_VERSION || bt.clock_hz == 0u) {
         fail("board_time_table", 0);
     }
     bt_file = f;
@@ -168,7 +168,7 @@ int cisl_transport_round(uint16_t sg, uint32_t inference, const uint8_t *msg, ui
 {
     (void)dest;
     const uint32_t s[4] = {TAG_SENT, inference, sg, len};
-    if (sh_write(sent, s, sizeof s) != 0 || (len > 0u && sh_write(sent, msg, len) != 0)) {
+    if (cisl_sh_write(sent, s, sizeof s) != 0 || (len > 0u && cisl_sh_write(sent, msg, len) != 0)) {
         fail("sent_file", (int32_t)sg);
     }
     uint32_t h[4];
@@ -228,12 +228,12 @@ static void report_stack(void)
 
 int main(void)
 {
-    qemu_m4_systick_start();
-    console = sh_open(":tt", SH_OPEN_W);
+    cisl_qemu_systick_start();
+    console = cisl_sh_open(":tt", SH_OPEN_W);
     cisl_log_set_node(cisl_node_id);
 
     static char cmdline[512];
-    if (sh_cmdline(cmdline, sizeof cmdline) != 0) {
+    if (cisl_sh_cmdline(cmdline, sizeof cmdline) != 0) {
         fail("cmdline", -1);
     }
     /* "<name> <transcript> <sent> [<board time table>]": split at spaces (the host passes paths
@@ -255,8 +255,8 @@ int main(void)
     if (n < 3) {
         fail("cmdline", n);
     }
-    transcript = sh_open(arg[1], SH_OPEN_RB);
-    sent = sh_open(arg[2], SH_OPEN_WB);
+    transcript = cisl_sh_open(arg[1], SH_OPEN_RB);
+    sent = cisl_sh_open(arg[2], SH_OPEN_WB);
     if (transcript < 0 || sent < 0) {
         fail("open", transcript < 0 ? 1 : 2);
     }
@@ -272,10 +272,10 @@ int main(void)
     }
     const int rc = cisl_run();
     report_stack();
-    (void)sh_close(sent);
-    (void)sh_close(transcript);
+    (void)cisl_sh_close(sent);
+    (void)cisl_sh_close(transcript);
     if (bt_file >= 0) {
-        (void)sh_close(bt_file);
+        (void)cisl_sh_close(bt_file);
     }
     return rc;
 }

@@ -17,7 +17,7 @@
 #define QEMU_SYSCLK_HZ 25000000u
 #define QEMU_INSNS_PER_TICK 40u
 
-void qemu_m4_systick_start(void); /* systick.c: start SysTick wrapping every 2^24 ticks */
-uint64_t qemu_m4_ticks(void);      /* ticks since qemu_m4_systick_start() */
+void cisl_qemu_systick_start(void); /* systick.c: start SysTick wrapping every 2^24 ticks */
+uint64_t cisl_qemu_ticks(void);      /* ticks since cisl_qemu_systick_start() */
 
 #endif /* CISL_QEMU_M4_H */

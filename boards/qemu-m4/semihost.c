@@ -29,43 +29,43 @@ static uint32_t length(const char *s)
     return n;
 }
 
-int32_t sh_open(const char *path, uint32_t mode)
+int32_t cisl_sh_open(const char *path, uint32_t mode)
 {
     const uint32_t block[3] = {(uint32_t)(uintptr_t)path, mode, length(path)};
     return semihost(SYS_OPEN, block);
 }
 
-int32_t sh_write(int32_t handle, const void *data, uint32_t n)
+int32_t cisl_sh_write(int32_t handle, const void *data, uint32_t n)
 {
     const uint32_t block[3] = {(uint32_t)handle, (uint32_t)(uintptr_t)data, n};
     return semihost(SYS_WRITE, block);
 }
 
-int32_t sh_read(int32_t handle, void *data, uint32_t n)
+int32_t cisl_sh_read(int32_t handle, void *data, uint32_t n)
 {
     const uint32_t block[3] = {(uint32_t)handle, (uint32_t)(uintptr_t)data, n};
     return semihost(SYS_READ, block);
 }
 
-int32_t sh_seek(int32_t handle, uint32_t position)
+int32_t cisl_sh_seek(int32_t handle, uint32_t position)
 {
     const uint32_t block[2] = {(uint32_t)handle, position};
     return semihost(SYS_SEEK, block);
 }
 
-int32_t sh_close(int32_t handle)
+int32_t cisl_sh_close(int32_t handle)
 {
     const uint32_t block[1] = {(uint32_t)handle};
     return semihost(SYS_CLOSE, block);
 }
 
-int32_t sh_cmdline(char *buf, uint32_t size)
+int32_t cisl_sh_cmdline(char *buf, uint32_t size)
 {
     uint32_t block[2] = {(uint32_t)(uintptr_t)buf, size};
     return semihost(SYS_GET_CMDLINE, block);
 }
 
-void sh_exit(int32_t code)
+void cisl_sh_exit(int32_t code)
 {
     const uint32_t block[2] = {ADP_STOPPED_APPLICATION_EXIT, (uint32_t)code};
     (void)semihost(SYS_EXIT_EXTENDED, block);

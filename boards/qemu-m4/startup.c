@@ -50,13 +50,13 @@ __attribute__((noreturn)) void cisl_reset(void)
     for (uint32_t *p = __cisl_stack_bottom; p < sp - 16;) {
         *p++ = CISL_STACK_PAINT;
     }
-    sh_exit(main());
+    cisl_sh_exit(main());
 }
 
 __attribute__((noreturn)) void cisl_fault(void)
 {
     static const char msg[] = "CISL fault: the emulated core took an unexpected exception\n";
-    const int32_t tt = sh_open(":tt", SH_OPEN_W);
-    (void)sh_write(tt, msg, sizeof msg - 1u);
-    sh_exit(70);
+    const int32_t tt = cisl_sh_open(":tt", SH_OPEN_W);
+    (void)cisl_sh_write(tt, msg, sizeof msg - 1u);
+    cisl_sh_exit(70);
 }

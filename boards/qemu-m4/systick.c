@@ -10,14 +10,14 @@ static volatile uint32_t systick_wraps;
 void cisl_systick(void); /* the SysTick vector (startup.c) */
 void cisl_systick(void) { systick_wraps++; }
 
-void qemu_m4_systick_start(void)
+void cisl_qemu_systick_start(void)
 {
     CM4_REG(CM4_SYST_RVR) = 0xFFFFFFu;
     CM4_REG(CM4_SYST_CVR) = 0u;
     CM4_REG(CM4_SYST_CSR) = 7u; /* processor clock, interrupt on wrap, enabled */
 }
 
-uint64_t qemu_m4_ticks(void)
+uint64_t cisl_qemu_ticks(void)
 {
     uint32_t w;
     uint32_t v;

@@ -27,6 +27,7 @@
 #include "cisl_mixer_transport.h"
 #include "cisl_modes.h"
 #include "cisl_node_api.h"
+#include "cisl_runtime.h"
 #include "cisl_transport.h"
 
 enum {
@@ -671,6 +672,9 @@ void cisl_board_mixer_delivery(uint16_t sg, uint32_t inference, const uint8_t *g
 {
     /* per sender: 1 byte delivered, then per sender the u16 slot of its last fragment */
     uint8_t report[3u * MX_MAX_NODES];
+    if (nodes > MX_MAX_NODES) {
+        nodes = MX_MAX_NODES; /* never: the plan has at most MX_MAX_NODES; says so to gcc -O3's bounds check */
+    }
     for (uint8_t j = 0; j < nodes; j++) {
         report[j] = got[j];
         put_u16(report + nodes + 2u * j, slot[j]);

@@ -3,6 +3,7 @@ merge no record; a port that drops and comes back is reopened; a missing final l
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import select
@@ -58,7 +59,7 @@ GARBAGE = [b"\x00\xff\xfe garbage \x1b[0m", b"\r\n", b"\xde\xad\xbe\xef\n", b"CI
 def writer(master: int, node: int, count: int, seed: int) -> None:
     """Contract lines at full speed, with garbage between them, some lines torn into pieces, \r\n endings."""
     rng = random.Random(seed)
-    out = bytearray()
+    out = bytearray(f"CISL {node} boot fw=0.1.0 plan=abc board=x node={node} nodes=16\n".encode())
     for i in range(count):
         if rng.random() < 0.3:
             out += rng.choice(GARBAGE)
@@ -107,11 +108,11 @@ def test_sixteen_ports_at_full_speed_lose_and_merge_nothing(tmp_path):
         assert [int(rec.fields["inf"]) for rec in sg] == list(range(count)), f"node {k}"
         assert all(rec.node == k and rec.fields["expected"] == 3 for rec in sg)
         assert c.records[-1].event == "end" and c.ended
-        assert len(c.records) == 2 * count + 1  # the garbage made no record (not even "CISL 99 ...")
+        assert len(c.records) == 2 * count + 2  # the garbage made no record (not even "CISL 99 ...")
         raw = (tmp_path / "logs" / f"node_{k:02d}.log").read_bytes()
-        assert raw.count(b"\n") >= 2 * count + 1 and raw.endswith(f"CISL {k} end inferences={count}\n".encode())
+        assert raw.count(b"\n") >= 2 * count + 2 and raw.endswith(f"CISL {k} end inferences={count}\n".encode())
     merged = r.merged()
-    assert len(merged) == nodes * (2 * count + 1)
+    assert len(merged) == nodes * (2 * count + 2)
     times = [rec.host_time for rec in merged]
     assert times == sorted(times)
     assert took < 60
@@ -156,8 +157,10 @@ def test_missing_final_line_is_a_failure_not_a_success(tmp_path):
     def reset():
         wait_for_reader(m0)
         wait_for_reader(m1)
-        os.write(m0, b"CISL 0 infer inf=0 us=5 crc=00\nCISL 0 infer inf=1 us=5 crc=00\n")
-        os.write(m1, b"CISL 1 infer inf=0 us=5 crc=00\n")  # node 1 stops after one inference
+        os.write(m0, b"CISL 0 boot fw=0.1.0 plan=abc board=x node=0 nodes=2\n"
+                     b"CISL 0 infer inf=0 us=5 crc=00\nCISL 0 infer inf=1 us=5 crc=00\n")
+        os.write(m1, b"CISL 1 boot fw=0.1.0 plan=abc board=x node=1 nodes=2\n"
+                     b"CISL 1 infer inf=0 us=5 crc=00\n")  # node 1 stops after one inference
         return {}
 
     r = capture([PortSpec(0, str(tmp_path / "a.tty")), PortSpec(1, str(tmp_path / "b.tty"))], None, reset=reset,
@@ -175,12 +178,14 @@ def test_records_stop_at_the_inferences_asked_for(tmp_path):
 
     def reset():
         wait_for_reader(m0)
-        os.write(m0, b"CISL 0 block inf=0 layer=-1 block=embed us=5 comm_us=0\nCISL 0 infer inf=0 us=5 crc=00\n"
+        os.write(m0, b"CISL 0 boot fw=0.1.0 plan=abc board=x node=0 nodes=1\n"
+                     b"CISL 0 block inf=0 layer=-1 block=embed us=5 comm_us=0\nCISL 0 infer inf=0 us=5 crc=00\n"
                      b"CISL 0 block inf=1 layer=-1 block=embed us=5 comm_us=0\n")
         return {}
 
     r = capture([PortSpec(0, str(tmp_path / "a.tty"))], None, reset=reset, inferences=1, timeout=1.5)
-    assert r.ok and [(x.event, x.fields.get("inf")) for x in r.nodes[0].records] == [("block", 0), ("infer", 0)]
+    assert r.ok and [(x.event, x.fields.get("inf")) for x in r.nodes[0].records] == [("boot", None), ("block", 0),
+                                                                                   ("infer", 0)]
     os.close(m0)
 
 
@@ -461,3 +466,152 @@ def test_a_hung_reset_tool_is_bounded_by_the_logs_timeout(tmp_path, monkeypatch)
     assert r.exit_code == 1, r.output
     assert "reset failed: reset: `nrfjprog` did not finish within 2 s" in r.stderr, r.stderr
     assert time.monotonic() - t0 < 20  # the tool's 60 s, not waited out
+
+
+class ResetBoards:
+    """nrf52840dk boards on pseudo-terminals for `cisl logs` through the CLI: a fake nrfjprog on PATH lists
+    probes 683000001, 683000002, ... and, when it resets probe S, appends S to a file; on that, the board
+    of node k (probe 68300000{k+1}) plays ``after[k]`` — what its image printed after the reset."""
+
+    def __init__(self, tmp_path: Path, monkeypatch, after: list[bytes]):
+        import sys
+
+        self.tmp_path, self.after = tmp_path, after
+        self.serials = [f"68300000{k + 1}" for k in range(len(after))]
+        self.resets = tmp_path / "resets.txt"
+        self.resets.touch()
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        tool = bin_dir / "nrfjprog"
+        tool.write_text(f"#!{sys.executable}\nimport sys\nargs = sys.argv[1:]\n"
+                        f"if args == ['--ids']:\n    print({chr(10).join(self.serials)!r})\n    sys.exit(0)\n"
+                        f"if '--reset' in args:\n    with open({str(self.resets)!r}, 'a') as f:\n"
+                        "        f.write(args[args.index('-s') + 1] + '\\n')\n")
+        tool.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+        self.masters = [make_pty(tmp_path / f"node_{k:02d}.tty")[0] for k in range(len(after))]
+        self.testbed = write_board_testbed(tmp_path, [str(tmp_path / f"node_{k:02d}.tty") for k in range(len(after))])
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._board, args=(k,), daemon=True) for k in range(len(after))]
+        for t in self.threads:
+            t.start()
+
+    def _board(self, k: int) -> None:
+        while not self.stop.wait(0.01):
+            if self.serials[k] in self.resets.read_text().split():
+                os.write(self.masters[k], self.after[k])
+                return
+
+    def logs(self, *args: str):
+        from click.testing import CliRunner
+
+        from codegen.cli import main
+
+        return CliRunner().invoke(main, ["logs", "--testbed", str(self.testbed), "-o", str(self.tmp_path / "logs"),
+                                         "--timeout", "20", "-q", *args])
+
+    def close(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(5)
+        for m in self.masters:
+            os.close(m)
+
+
+def board_run(node: int, plan: str = "abc", nodes: int = 2, infs=range(4), boot: bool = True,
+              end: int | None = None) -> bytes:
+    """The lines a node prints: its boot line (naming ``plan``), an `infer` line per inference, `end`."""
+    lines = [f"CISL {node} boot fw=0.1.0 plan={plan} board=nrf52840dk node={node} nodes={nodes}"] if boot else []
+    lines += [f"CISL {node} infer inf={i} us=170000 crc=00000000" for i in infs]
+    lines.append(f"CISL {node} end inferences={len(infs) if end is None else end}")
+    return "".join(ln + "\n" for ln in lines).encode()
+
+
+def one_stderr_line(r) -> str:
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, r.stderr
+    return lines[0]
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("after1, args, first", [
+    # the reset did nothing (a tool that exits 0 without resetting): the old image's inferences 200.. go on
+    (b"".join(f"CISL 1 infer inf={i} us=170000 crc=00000000\n".encode() for i in range(200, 204)), ["-n", "4"],
+     "infer inf=200"),
+    # it ignored the reset: the end of an old run (whose `end` counts its inference 0, not seen)
+    (board_run(1, infs=range(1, 4), boot=False, end=4), [], "infer inf=1"),
+    # it reset, but its boot line was garbled on the wire (and it runs an older plan: nothing tells)
+    (board_run(1, plan="1111111111111111", boot=False), [], "infer inf=0"),
+], ids=["reset-did-nothing", "reset-ignored", "boot-line-lost"])
+def test_a_node_without_a_boot_line_after_the_reset_fails(tmp_path, monkeypatch, after1, args, first):
+    """After the reset `cisl logs` took a node's lines without a boot line as its run (BOOT_GRACE_S
+    later): the old image's inferences, of any plan, recorded as this run's, exit 0 and "ok"."""
+    bed = ResetBoards(tmp_path, monkeypatch, [board_run(0), after1])
+    try:
+        r = bed.logs(*args)
+    finally:
+        bed.close()
+    assert r.exit_code == 1, r.output
+    line = one_stderr_line(r)
+    assert "node 1: no boot line after the reset" in line and f"(first: {first}" in line, line
+    assert "nothing confirms it runs the flashed build" in line and "garbled on the wire" in line, line
+    assert "cisl flash" in line
+    summary = json.loads((tmp_path / "logs" / "summary.json").read_text())
+    assert summary["ok"] is False and summary["nodes"]["0"]["failed"] is None
+    assert "no boot line" in summary["nodes"]["1"]["failed"]
+    # its lines are none of this run's records (the raw .log keeps them)
+    assert (tmp_path / "logs" / "node_01.jsonl").read_text() == ""
+    assert b"CISL 1 infer" in (tmp_path / "logs" / "node_01.log").read_bytes()
+    assert all(json.loads(ln)["node"] == 0 for ln in (tmp_path / "logs" / "merged.jsonl").read_text().splitlines())
+
+
+@pytest.mark.faults
+def test_a_board_that_refuses_to_start_is_named_by_its_error_not_its_missing_boot_line(tmp_path, monkeypatch):
+    """A board whose UICR label names another node prints `error where=uicr_node_id` and no boot line."""
+    bed = ResetBoards(tmp_path, monkeypatch, [board_run(0), b"CISL 1 error inf=0 where=uicr_node_id code=3\n"])
+    try:
+        r = bed.logs()
+    finally:
+        bed.close()
+    assert r.exit_code == 1, r.output
+    line = one_stderr_line(r)
+    assert "node 1: it reported an error at uicr_node_id (code 3) and printed no boot line" in line, line
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("infs, end, broken", [
+    (range(40, 44), 44, None),  # the capture caught inferences 40..43 of a 44-inference run
+    (range(1, 4), 4, None),  # it missed inference 0
+    (range(3), 4, "end inferences=4 but it reported 3 inferences"),  # from inference 0: all of them seen
+    (range(40, 44), 45, "end inferences=45 but it reported 4 inferences from inference 40 on (at most 44"),
+    (range(40, 44), 3, "end inferences=3 but it reported 4 inferences"),
+])
+def test_without_a_reset_no_boot_line_is_expected_but_the_end_count_is_checked(tmp_path, infs, end, broken):
+    """`--no-reset` only listens: a run caught mid-way has no boot line and is good; its `end inferences=N`
+    counts the inferences before the first one seen too, but no more than there were (the check was
+    skipped without a boot line: `end inferences=4` after inferences 0..2 passed)."""
+    from click.testing import CliRunner
+
+    from codegen.cli import main
+
+    m0, _ = make_pty(tmp_path / "a.tty")
+    tb = write_board_testbed(tmp_path, [str(tmp_path / "a.tty")])
+
+    def board():
+        wait_for_reader(m0)
+        time.sleep(0.2)
+        os.write(m0, board_run(0, nodes=1, infs=infs, boot=False, end=end))
+
+    t = threading.Thread(target=board, daemon=True)
+    t.start()
+    r = CliRunner().invoke(main, ["logs", "--testbed", str(tb), "-o", str(tmp_path / "logs"), "--no-reset",
+                                  "--timeout", "10", "-q"])
+    t.join(5)
+    os.close(m0)
+    if broken is None:
+        assert r.exit_code == 0, r.output
+        assert "ok (end)" in r.stdout
+    else:
+        assert r.exit_code == 1, r.output
+        line = one_stderr_line(r)
+        assert "breaks the serial contract" in line and broken in line, line

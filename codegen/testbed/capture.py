@@ -11,7 +11,11 @@ been made again: a pty that went away is gone for good, and its number goes to t
 the machine — a killed supervisor's stale link would otherwise read another program's terminal.
 The capture stops when every node has printed its final line (``end``, or the N-th ``infer`` with
 ``inferences=N``), after ``duration`` seconds, or at ``timeout``; a node whose final line never
-came has failed, and so has a node that printed ``error``.
+came has failed, and so has a node that printed ``error``. After a reset a node's run starts at its
+``boot`` line, the only line that names the plan it runs: a node that prints contract lines but no
+boot line after the reset has failed too (it did not reset and runs its old image on, or its boot
+line was garbled on the wire: either way nothing confirms that it runs the flashed build). Without a
+reset (``--no-reset``) no boot line is expected: the run is taken from its first line.
 
 Host commands (``commands``: e.g. ``mode 2``, firmware/runtime/cisl_host.h) are written to a node's
 port once it has printed the line before the inference they are for (``infer inf=I-1``, or ``boot``
@@ -73,6 +77,7 @@ class NodeCapture:
     ended: bool = False
     pre_reset: int = 0  # contract lines read before the reset (a previous run's), left out
     booted: bool = False  # its boot line came (after the reset, when there was one)
+    bootless: int = 0  # after the reset, contract lines that no boot line of its own came before: left out
 
 
 def pty_link_id(port: str) -> tuple[int, int] | None:
@@ -261,6 +266,9 @@ def capture(ports: list[PortSpec], raw_dir: Path | None = None, *, reset: Callab
         _drain_old_run(q, caps)
         reset_at = time.time()
     reset_errors = reset() if reset else {}
+    # every node's reset tool has returned: its boot line is due now (the grace is not counted from
+    # reset_at, or a slow tool's node, still printing its old run, would be judged before its reset)
+    boot_due = time.time() + BOOT_GRACE_S if reset else None
     for k, err in reset_errors.items():
         if err and k in caps:
             caps[k].failed, caps[k].done = f"reset failed: {err}", True
@@ -297,15 +305,17 @@ def capture(ports: list[PortSpec], raw_dir: Path | None = None, *, reset: Callab
         if on_record:
             on_record(k, rec)
 
-    def release_late_boots(final: bool = False) -> None:
-        """A node whose boot line has not come BOOT_GRACE_S after the reset (its boot line torn on the
-        wire) is taken from its first line after the reset, as a capture without a boot line is."""
-        if reset_at is None or not (final or time.time() - reset_at >= BOOT_GRACE_S):
+    def judge_bootless(final: bool = False) -> None:
+        """A node that printed contract lines after the reset but no boot line within BOOT_GRACE_S of the
+        resets' end fails: nothing says it runs the flashed build (see the module's docstring). Its
+        lines are left out of its records (the raw .log keeps them)."""
+        if boot_due is None or not (final or time.time() >= boot_due):
             return
         for k in list(held):
-            caps[k].booted = True
-            for rec, line in held.pop(k):
-                account(k, rec, line)
+            c, lines = caps[k], held.pop(k)
+            c.bootless += len(lines)
+            if c.failed is None:
+                c.failed, c.done = _no_boot_line([rec for rec, _ in lines]), True
 
     def consume(block: float) -> None:
         try:
@@ -319,13 +329,15 @@ def capture(ports: list[PortSpec], raw_dir: Path | None = None, *, reset: Callab
                 c.pre_reset += 1  # read before any node was reset: the old run's
             elif reset_at is None or c.booted:
                 account(k, rec, line)
+            elif c.failed is not None:  # its reset failed, or its boot line never came: nothing is its run's
+                c.bootless += 1
             elif rec.event == "boot":  # the run starts here: what came between the reset and it was the old run's
                 c.pre_reset += len(held.pop(k, []))
                 c.booted = True
                 account(k, rec, line)
             else:  # held until the boot line decides (an old run's lines still arriving after the reset)
                 held.setdefault(k, []).append((rec, line))
-                release_late_boots()
+                judge_bootless()
             try:
                 item = q.get_nowait()
             except queue.Empty:
@@ -333,7 +345,7 @@ def capture(ports: list[PortSpec], raw_dir: Path | None = None, *, reset: Callab
 
     while True:
         consume(0.02)
-        release_late_boots()
+        judge_bootless()
         now = time.monotonic()
         if all(c.done for c in caps.values()):
             reason = "all nodes done"
@@ -360,7 +372,7 @@ def capture(ports: list[PortSpec], raw_dir: Path | None = None, *, reset: Callab
     consume(0.0)
     while not q.empty():
         consume(0.0)
-    release_late_boots(final=True)
+    judge_bootless(final=True)
     ended = time.time()
     for k, c in caps.items():
         rd = readers[k]
@@ -389,8 +401,21 @@ def _brief(r: Record) -> str:
     return " ".join(f"{k}={v}" for k, v in list(r.fields.items())[:3])
 
 
-BOOT_GRACE_S = 3.0  # after the reset, lines before a node's boot line are held this long (then taken)
+BOOT_GRACE_S = 3.0  # after the resets, lines before a node's boot line are held this long (then it fails)
 OLD_RUN_QUIET_S, OLD_RUN_LIMIT_S = 0.1, 1.0  # how long the ports must be quiet before the reset, at most
+
+
+def _no_boot_line(lines: list[Record]) -> str:
+    """Why a node that printed ``lines`` after the reset, and no boot line, failed."""
+    err = next((r for r in lines if r.event == "error"), None)
+    if err is not None:  # a board that refuses to start says why before any boot line (nrf52840dk uicr_node_id)
+        return (f"it reported an error at {err.fields.get('where')} (code {err.fields.get('code')}) and printed no "
+                "boot line after the reset")
+    first = lines[0]
+    return (f"no boot line after the reset, but {len(lines)} contract line{'s' if len(lines) != 1 else ''} "
+            f"(first: {first.event} {_brief(first)}): nothing confirms it runs the flashed build; either it did not "
+            "reset and runs its old image on (check its probe, cable and runner), or its boot line was garbled on "
+            "the wire; flash it again (`cisl flash BUILD --testbed FILE`) and record again")
 
 
 def _drain_old_run(q: queue.Queue, caps: dict) -> None:

@@ -519,11 +519,12 @@ class ResetBoards:
 
 
 def board_run(node: int, plan: str = "abc", nodes: int = 2, infs=range(4), boot: bool = True,
-              end: int | None = None) -> bytes:
+              end: int | None = None, ended: bool = True) -> bytes:
     """The lines a node prints: its boot line (naming ``plan``), an `infer` line per inference, `end`."""
     lines = [f"CISL {node} boot fw=0.1.0 plan={plan} board=nrf52840dk node={node} nodes={nodes}"] if boot else []
     lines += [f"CISL {node} infer inf={i} us=170000 crc=00000000" for i in infs]
-    lines.append(f"CISL {node} end inferences={len(infs) if end is None else end}")
+    if ended:
+        lines.append(f"CISL {node} end inferences={len(infs) if end is None else end}")
     return "".join(ln + "\n" for ln in lines).encode()
 
 
@@ -615,3 +616,83 @@ def test_without_a_reset_no_boot_line_is_expected_but_the_end_count_is_checked(t
         assert r.exit_code == 1, r.output
         line = one_stderr_line(r)
         assert "breaks the serial contract" in line and broken in line, line
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("runs, bad", [
+    ([board_run(0, plan="2222222222222222"), board_run(1, plan="1111111111111111")], [0, 1]),
+    ([board_run(0, nodes=3), board_run(1, nodes=3), board_run(2, plan="1111111111111111", nodes=3)], [2]),
+    ([board_run(0, nodes=3), board_run(1, nodes=3), board_run(2, nodes=2)], [2]),
+], ids=["two-plans", "one-node-on-an-older-plan", "another-node-count"])
+def test_nodes_whose_boot_lines_disagree_fail_without_a_flash_record(tmp_path, monkeypatch, runs, bad):
+    """No flash record (a fresh clone, the state folder deleted, another machine): `cisl logs` compared
+    nothing, so nodes running two builds were one good run. One build's nodes all print its plan and
+    node count: those outside the most common one fail (all of them on a tie)."""
+    bed = ResetBoards(tmp_path, monkeypatch, runs)
+    try:
+        r = bed.logs()
+    finally:
+        bed.close()
+    assert r.exit_code == 1, r.output
+    line = one_stderr_line(r)
+    assert f"{len(bad)} of {len(runs)} nodes" in line and f"node {bad[0]}: the nodes' boot lines disagree (" in line, line
+    assert "ran different builds" in line and "cisl flash" in line, line
+    summary = json.loads((tmp_path / "logs" / "summary.json").read_text())
+    assert [k for k, n in summary["nodes"].items() if n["failed"]] == [str(k) for k in bad]
+
+
+@pytest.mark.faults
+def test_a_failed_nodes_records_end_with_the_line_that_failed_it(tmp_path, monkeypatch):
+    """Node 1 boots another plan than the flashed one: it failed, but its later lines (the stale image's
+    inferences) still went into node_01.jsonl and merged.jsonl, where `cisl report` tabulated them."""
+    bed = ResetBoards(tmp_path, monkeypatch, [board_run(0, plan="2222222222222222"),
+                                              board_run(1, plan="deadbeefdeadbeef")])
+    state = tmp_path / ".cisl-testbed"
+    state.mkdir()
+    (state / "flashed.json").write_text(json.dumps({
+        "build": str(tmp_path / "build"), "plan_sha256": "2" * 64, "plan": "2222222222222222", "board": "nrf52840dk",
+        "nodes": [0, 1], "plan_nodes": {"0": 0, "1": 1}, "reset": True,
+        "results": [{"node": 0, "ok": True}, {"node": 1, "ok": True}]}))
+    try:
+        r = bed.logs()
+    finally:
+        bed.close()
+    assert r.exit_code == 1, r.output
+    assert "node 1: it runs plan deadbeefdeadbeef, not the flashed build's 2222222222222222" in one_stderr_line(r)
+    node1 = [json.loads(ln) for ln in (tmp_path / "logs" / "node_01.jsonl").read_text().splitlines()]
+    assert [(x["event"], x.get("plan")) for x in node1] == [("boot", "deadbeefdeadbeef")]
+    assert b"CISL 1 end inferences=4" in (tmp_path / "logs" / "node_01.log").read_bytes()  # the raw log keeps all
+    merged = [json.loads(ln) for ln in (tmp_path / "logs" / "merged.jsonl").read_text().splitlines()]
+    assert [x["event"] for x in merged if x["node"] == 1] == ["boot"]
+    # and `cisl report` refuses these logs: their boot lines name two plans
+    from click.testing import CliRunner
+
+    from codegen.cli import main
+
+    rep = CliRunner().invoke(main, ["report", str(tmp_path / "logs"), "-o", str(tmp_path / "rep"), "--no-plots"])
+    assert rep.exit_code == 2, rep.output
+    line = one_stderr_line(rep)
+    assert "boot lines name 2 plans (plan 2222222222222222 on node 0; plan deadbeefdeadbeef on node 1)" in line, line
+    assert not (tmp_path / "rep").exists()
+
+
+@pytest.mark.faults
+def test_the_report_of_a_failed_run_says_so(tmp_path, monkeypatch):
+    """The logs of a failed run stay reportable (for inspection), but `cisl report` never read
+    summary.json's verdict: a failed run's tables came out as a good run's, exit 0, without a word."""
+    bed = ResetBoards(tmp_path, monkeypatch, [board_run(0), board_run(1, ended=False)])
+    try:
+        r = bed.logs("--timeout", "4")
+    finally:
+        bed.close()
+    assert r.exit_code == 1, r.output
+    from click.testing import CliRunner
+
+    from codegen.cli import main
+
+    rep = CliRunner().invoke(main, ["report", str(tmp_path / "logs"), "-o", str(tmp_path / "rep"), "--no-plots"])
+    assert rep.exit_code == 0, rep.output
+    notes = [ln for ln in rep.stderr.splitlines() if "FAILED" in ln]
+    assert len(notes) == 1 and notes[0].startswith("note: logs: `cisl logs` FAILED this run"), rep.stderr
+    assert "node 1: its final line 'end' never came" in notes[0] and "not a good run's results" in notes[0]
+    assert (tmp_path / "rep" / "latency.csv").is_file()

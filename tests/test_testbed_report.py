@@ -279,3 +279,44 @@ def test_calibration_recommends_only_a_wait_state_count_in_the_boards_range(tmp_
     assert "298.11" in line and "outside the board's range 0..3" in line and "put it in board.toml" not in line, line
     assert "not of the images estimated" in line, line
     assert read_csv(tmp_path / "rep" / "calibration.csv")[0]["in_range"] == "no"
+
+
+@pytest.mark.parametrize("edit, said", [
+    (lambda r: r.update(plan="cd") if r["node"] == 3 and r["event"] == "boot" else None,
+     "boot lines name 2 plans (plan ab on nodes 0, 1, 2; plan cd on node 3)"),
+    (lambda r: r.update(nodes=2) if r["node"] == 1 and r["event"] == "boot" else None,
+     "boot lines name 2 node counts (nodes=2 on node 1; nodes=4 on nodes 0, 2, 3)"),
+], ids=["plan", "nodes"])
+def test_logs_whose_boot_lines_name_two_builds_are_refused(tmp_path, edit, said):
+    """One build's nodes all print its plan and node count: logs naming two are no one run (a stale
+    board, nodes flashed from two builds), yet they were tabulated as one, exit 0."""
+    write_run(tmp_path / "logs", 4, compute_us=1000, comm_us=500, delivered=2)
+    f = tmp_path / "logs" / "merged.jsonl"
+    recs = [json.loads(ln) for ln in f.read_text().splitlines()]
+    for r in recs:
+        edit(r)
+    f.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    r = CliRunner().invoke(main, ["report", str(tmp_path / "logs"), "-o", str(tmp_path / "rep"), "--no-plots"])
+    assert r.exit_code == 2, r.output
+    [line] = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert said in line and "ran different builds" in line and "cisl flash" in line, line
+    assert not (tmp_path / "rep").exists()
+
+
+def test_the_report_of_a_run_cisl_logs_failed_names_the_failed_nodes(tmp_path):
+    """A failed run's logs (OUT.failed/, or OUT when there were none to keep) stay reportable for
+    inspection, but summary.json's `ok: false` was never read: its tables came out as a good run's."""
+    write_run(tmp_path / "logs", 2, compute_us=1000, comm_us=500, delivered=1)
+    (tmp_path / "logs" / "summary.json").write_text(json.dumps({"stop_reason": "timeout 20 s", "ok": False, "nodes": {
+        "0": {"failed": None}, "1": {"failed": "host command 'mode 1' got no answer"}}}))
+    r = CliRunner().invoke(main, ["report", str(tmp_path / "logs"), "-o", str(tmp_path / "rep"), "--no-plots"])
+    assert r.exit_code == 0, r.output
+    notes = r.stderr.splitlines()
+    assert notes[0] == ("note: logs: `cisl logs` FAILED this run (summary.json ok: false; node 1: host command "
+                        "'mode 1' got no answer): its tables hold what the nodes printed up to their failure, not a "
+                        "good run's results; record the run again for those"), r.stderr
+    assert len(read_csv(tmp_path / "rep" / "latency.csv")) == 2
+    # a good run's summary: no such note
+    (tmp_path / "logs" / "summary.json").write_text(json.dumps({"ok": True, "nodes": {"0": {"failed": None}}}))
+    r = CliRunner().invoke(main, ["report", str(tmp_path / "logs"), "-o", str(tmp_path / "rep"), "--no-plots"])
+    assert r.exit_code == 0 and "FAILED" not in r.stderr, r.output

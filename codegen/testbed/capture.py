@@ -15,7 +15,12 @@ came has failed, and so has a node that printed ``error``. After a reset a node'
 ``boot`` line, the only line that names the plan it runs: a node that prints contract lines but no
 boot line after the reset has failed too (it did not reset and runs its old image on, or its boot
 line was garbled on the wire: either way nothing confirms that it runs the flashed build). Without a
-reset (``--no-reset``) no boot line is expected: the run is taken from its first line.
+reset (``--no-reset``) no boot line is expected: the run is taken from its first line. The nodes of
+one build all print its plan and node count in their boot lines (one plan.json for every node, a
+planned split's too): nodes whose boot lines disagree ran different builds, and those outside the
+most common plan fail (all of them on a tie), with or without a flash record to compare with. A
+failed node's records end with the line that failed it; what it printed after that is left out (the
+raw ``.log`` keeps it).
 
 Host commands (``commands``: e.g. ``mode 2``, firmware/runtime/cisl_host.h) are written to a node's
 port once it has printed the line before the inference they are for (``infer inf=I-1``, or ``boot``
@@ -373,6 +378,7 @@ def capture(ports: list[PortSpec], raw_dir: Path | None = None, *, reset: Callab
     while not q.empty():
         consume(0.0)
     judge_bootless(final=True)
+    _judge_boots(caps)
     ended = time.time()
     for k, c in caps.items():
         rd = readers[k]
@@ -418,6 +424,29 @@ def _no_boot_line(lines: list[Record]) -> str:
             "the wire; flash it again (`cisl flash BUILD --testbed FILE`) and record again")
 
 
+def _judge_boots(caps: dict[int, NodeCapture]) -> None:
+    """Fail the nodes whose boot lines name another plan or node count than the others' (see the
+    module's docstring). Nodes that failed already are left out: with a flash record, those that
+    booted another plan than it did."""
+    ran: dict[tuple[str, object], list[int]] = {}
+    for k, c in sorted(caps.items()):
+        boot = next((r for r in c.records if r.event == "boot"), None)
+        if boot is not None and c.failed is None:
+            ran.setdefault((str(boot.fields.get("plan")), boot.fields.get("nodes")), []).append(k)
+    if len(ran) < 2:
+        return
+    sizes = sorted((len(ks) for ks in ran.values()), reverse=True)
+    most = max(ran, key=lambda x: len(ran[x])) if sizes[0] > sizes[1] else None
+    said = "; ".join(f"plan {plan} nodes={n} on node{'s' if len(ks) > 1 else ''} {', '.join(map(str, ks))}"
+                     for (plan, n), ks in ran.items())
+    for ident, ks in ran.items():
+        for k in ks if ident != most else ():
+            caps[k].failed = (f"the nodes' boot lines disagree ({said}): the nodes of one build all print its plan "
+                              "and node count, so they ran different builds; flash one build on every node "
+                              "(`cisl flash BUILD --testbed FILE`) and record again")
+            caps[k].done = True
+
+
 def _drain_old_run(q: queue.Queue, caps: dict) -> None:
     """Take the lines the ports deliver before the reset (until they are quiet for OLD_RUN_QUIET_S,
     at most OLD_RUN_LIMIT_S) out of the queue: they are a previous run's (the raw logs keep them)."""
@@ -432,6 +461,8 @@ def _drain_old_run(q: queue.Queue, caps: dict) -> None:
 
 def _account(c: NodeCapture, rec: Record, inferences: int | None, expected_plan: str | None,
              rules: SequenceChecker | None = None, line: int = 0) -> None:
+    if c.failed is not None:
+        return  # its last record is the line that failed it: later ones are not a good run's (the raw .log keeps them)
     inf = str(rec.fields.get("inf", ""))
     if c.done and inferences is not None and inf.isdigit() and int(inf) >= inferences:
         return  # the start of an inference after the N asked for (the raw .log keeps its bytes)

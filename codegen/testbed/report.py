@@ -29,6 +29,7 @@ class Run:
     records: list[dict]
     nodes: int = 0
     sink: int = 0
+    failed: dict[str, str] | None = None  # `cisl logs` failed the run (summary.json): node -> why; None: it did not
 
     def of(self, event: str, node: int | None = None) -> list[dict]:
         return [r for r in self.records if r.get("event") == event and (node is None or r.get("node") == node)]
@@ -92,7 +93,8 @@ def load_run(path: Path) -> Run:
                         f"(`cisl logs -o NEW_FOLDER`)")
     records.sort(key=lambda r: r.get("host_time", 0.0))
     _check_sequences(path, records)
-    run = Run(path.name or str(path), path, records)
+    _check_one_build(path, records)
+    run = Run(path.name or str(path), path, records, failed=_failed_nodes(path))
     boots = [int(r["nodes"]) for r in run.of("boot") if "nodes" in r]
     run.nodes = max(boots) if boots else len(run.node_ids)
     outs = {int(r["node"]) for r in run.of("output")}
@@ -145,6 +147,46 @@ def _check_sequences(path: Path, records: list[dict]) -> None:
         if broken:
             raise UserError(f"{path}: node {node}'s record {seen[node]} breaks the serial contract: {broken}; "
                             f"these logs cannot be reported (record the run again)")
+
+
+def _check_one_build(path: Path, records: list[dict]) -> None:
+    """Refuse logs whose boot lines name more than one plan, or node count: the nodes of one build all
+    print its plan and node count (one plan.json for every node, a planned split's too), so such logs
+    hold runs of different builds (a stale board, or nodes flashed from two builds), never one run."""
+    boots = [r for r in records if r.get("event") == "boot"]
+    for key, what, said in (("plan", "plans", "plan "), ("nodes", "node counts", "nodes=")):
+        by: dict[str, set[int]] = {}
+        for b in boots:
+            by.setdefault(str(b[key]), set()).add(int(b["node"]))
+        if len(by) > 1:
+            which = "; ".join(f"{said}{v} on node{'s' if len(ks) > 1 else ''} {', '.join(map(str, sorted(ks)))}"
+                              for v, ks in sorted(by.items()))
+            raise UserError(f"{path}: the nodes' boot lines name {len(by)} {what} ({which}): the nodes ran "
+                            f"different builds, so these logs are no one run's; flash one build on every node "
+                            f"(`cisl flash BUILD --testbed FILE`) and record the run again")
+
+
+def _failed_nodes(path: Path) -> dict[str, str] | None:
+    """The nodes `cisl logs` failed in this run and why, from its summary.json (None if it did not fail,
+    or the folder has no summary of `cisl logs`)."""
+    try:
+        summary = json.loads((path / "summary.json").read_text())
+        nodes = summary.get("nodes") or {}
+        failed = {str(k): str(v["failed"]) for k, v in nodes.items() if isinstance(v, dict) and v.get("failed")}
+        return failed if failed or summary.get("ok") is False else None
+    except (OSError, ValueError, AttributeError, TypeError):
+        return None
+
+
+def failed_run_note(run: Run) -> str | None:
+    """A clear note for logs of a run `cisl logs` failed (they stay reportable, for inspection)."""
+    if run.failed is None:
+        return None
+    why = "; ".join(f"node {k}: {v}" for k, v in sorted(run.failed.items(), key=lambda kv: kv[0].zfill(3)))
+    return (f"{run.label}: `cisl logs` FAILED this run (summary.json ok: false"
+            + (f"; {why})" if why else ")")
+            + ": its tables hold what the nodes printed up to their failure, not a good run's results; record the "
+            "run again for those")
 
 
 def coverage_notes(run: Run) -> list[str]:
@@ -380,6 +422,7 @@ def _write_report(runs: list[Run], ests: list[dict], out_dir: Path, builds: list
     runs.sort(key=lambda r: r.nodes)
     check_builds_ran(runs, builds or [])
     res = ReportResult(out_dir)
+    res.notes += [n for n in (failed_run_note(r) for r in runs) if n]  # first: what the tables are worth
     if not builds:  # the builds the runs came from, where the logs say which and they are still as they ran
         found = {r.label: build_of(r) for r in runs}
         builds = list(dict.fromkeys(b for b in found.values() if b is not None))

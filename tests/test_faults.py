@@ -210,6 +210,7 @@ def test_report_says_which_nodes_the_logs_lack(simbuild, tmp_path):
         want = "no records of node 1 (the run had 2 nodes)" if name == "lost" else \
             f"node 1's records end after 1 of {runs} inferences"
         assert want in p.stdout + p.stderr, (name, p.stdout, p.stderr)
+        assert want in (tmp_path / f"rep-{name}" / "notes.txt").read_text()  # with the tables, not only on screen
 
 
 def test_sim_logs_never_replace_a_users_folder(simbuild, tmp_path):

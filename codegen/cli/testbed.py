@@ -261,7 +261,7 @@ def logs_cmd(testbed_file: Path, out_dir: Path, inferences: int | None, duration
         click.echo(f"the run failed: the previous logs in {r.kept} are kept; this run's logs are in {r.out_dir}")
     failed = [(k, n) for k, n in sorted(c.nodes.items()) if n.failed]
     if failed:
-        raise CheckFailed(f"{len(failed)} of {len(c.nodes)} nodes did not finish (first: node {failed[0][0]}: "
+        raise CheckFailed(f"{len(failed)} of {len(c.nodes)} nodes failed (first: node {failed[0][0]}: "
                           f"{failed[0][1].failed})")
 
 

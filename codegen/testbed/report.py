@@ -400,7 +400,7 @@ def make_report(log_dirs: list[Path], out_dir: Path, builds: list[Path] | None =
 
 
 def _report_entry(name: str) -> bool:
-    return name.endswith(".csv") or name.endswith(".png")
+    return name.endswith(".csv") or name.endswith(".png") or name == "notes.txt"
 
 
 def _legacy_report(target: Path) -> bool:
@@ -499,6 +499,9 @@ def _write_report(runs: list[Run], ests: list[dict], out_dir: Path, builds: list
                          "plan they ran)")
     if plots:
         res.files += _plots(out_dir, runs, blk, lat, speed if central else [], dlv, mem)
+    if res.notes:  # they travel with the tables (a failed run, a missing node), not only on the terminal
+        (out_dir / "notes.txt").write_text("".join(f"{n}\n" for n in res.notes))
+        res.files.append(out_dir / "notes.txt")
     return res
 
 

@@ -63,6 +63,7 @@ def test_a_json_output_that_cannot_be_written_is_refused_before_the_work(model: 
     (["--sweep", "0,1.5"], "must be in [0, 1)"),
     (["--sweep", "0,0.1", "--loss", "0.1"], "--sweep sets the loss rates itself"),
     (["--split", "val"], "--split val needs --data"),  # scored the test windows silently
+    (["--loss", "0", "--loss-link", "0.3"], "give either --loss or --loss-link"),  # scored loss-free
 ])
 def test_bad_sweeps_are_one_line_errors(model: Path, tmp_path: Path, args: list[str], needle: str) -> None:
     p = cisl("eval", str(model), *args, cwd=tmp_path)

@@ -58,6 +58,9 @@ def loss_options(fn):
 def loss_rates(loss_q: float | None, link: float, receiver: float, sender: float):
     from ..lossmodel import LossRates
 
+    if loss_q is not None and (link or receiver or sender):  # --loss 0 --loss-link 0.3 scored loss-free
+        raise UserError(f"--loss {loss_q:g} sets all three loss modes; give either --loss or --loss-link, "
+                        "--loss-receiver and --loss-sender")
     return LossRates.uniform(loss_q) if loss_q is not None else LossRates(link, receiver, sender)
 
 

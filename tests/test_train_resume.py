@@ -108,6 +108,18 @@ def test_resume_refuses_a_changed_config_or_data(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="no checkpoint to resume from"):
         run_train(cfg, None, tmp_path / "other", progress=False, resume=True)
 
+    # the same config, but CISL_THREADS caps the threads differently now: the weights depend on the count
+    two = tmp_path / "two.toml"
+    two.write_text(TINY.replace("threads = 1", "threads = 2"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CISL_THREADS", "1")
+        run_train(two, None, tmp_path / "m3", {"train.stop_after_epochs": 1}, progress=False)
+        mp.delenv("CISL_THREADS")
+        with pytest.raises(UserError, match="trained on 1 threads, this one would on 2"):
+            run_train(two, None, tmp_path / "m3", progress=False, resume=True)
+        mp.setenv("CISL_THREADS", "1")
+        assert run_train(two, None, tmp_path / "m3", progress=False, resume=True)["threads"] == 1
+
     # the same data under another name may resume; other bytes may not
     csv = tmp_path / "a.csv"
     csv.write_text("date,x\n" + "".join(f"{i},{np.sin(i / 5):.5f}\n" for i in range(400)))

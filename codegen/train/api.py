@@ -119,17 +119,22 @@ def model_inputs(windows: Windows | SegmentWindows, idx: np.ndarray,
             np.ascontiguousarray(scale))
 
 
-@contextmanager
-def _torch_settings(threads: int) -> Iterator[None]:
-    """Fixed thread count and deterministic kernels for the run; the caller's settings come back after.
-
-    CISL_THREADS caps the thread count: several trainings side by side (parallel tests, a sweep by
-    hand) each at [train] threads would oversubscribe the cores and all run slower."""
+def effective_threads(threads: int) -> int:
+    """[train] threads, capped by CISL_THREADS: several trainings side by side (parallel tests, a sweep
+    by hand) each at [train] threads would oversubscribe the cores and all run slower. The count
+    changes the float sums, so the trained bytes depend on it: it is recorded and checked on resume."""
     cap = os.environ.get("CISL_THREADS", "").strip()
     if cap:
         if not cap.isdigit() or int(cap) < 1:
             raise UserError(f"CISL_THREADS={cap}: expected a whole number >= 1 (or unset it)")
         threads = min(threads, int(cap))
+    return threads
+
+
+@contextmanager
+def _torch_settings(threads: int) -> Iterator[None]:
+    """``threads`` (effective_threads) and deterministic kernels for the run; the caller's settings
+    come back after."""
     old_threads = torch.get_num_threads()
     old_det = torch.are_deterministic_algorithms_enabled()
     torch.set_num_threads(threads)
@@ -342,7 +347,8 @@ def _check_resumable(path: Path, saved: dict[str, Any], now: dict[str, Any]) -> 
     # a key added to the config after the checkpoint was written counts as its default
     defaults = _resume_meta(TrainConfig(), {})["config"]
     config = {sec: {**defaults.get(sec, {}), **vals} for sec, vals in saved.get("config", {}).items()}
-    saved = {**saved, "config": config}
+    # a checkpoint from before the thread count was recorded ran at [train] threads, uncapped or not: unknown
+    saved = {**saved, "config": config, "threads": saved.get("threads", now.get("threads"))}
     diff = _first_difference(saved, now)
     if diff is None:
         return
@@ -351,6 +357,10 @@ def _check_resumable(path: Path, saved: dict[str, Any], now: dict[str, Any]) -> 
     if part == "config":
         section, _, name = rest.partition(".")
         what = f"[{section}] {name}"
+    elif part == "threads":  # the config's threads are the same, CISL_THREADS is not
+        raise UserError(f"{path}: cannot resume: the interrupted run trained on {was} threads, this one would on "
+                        f"{is_now} ([train] threads capped by CISL_THREADS), and the weights depend on the count; "
+                        f"set CISL_THREADS={was} (or unset it if that gives {was}) to resume")
     else:
         what = f"the data ({rest})"
     raise UserError(f"{path}: cannot resume: {what} was {json.dumps(was)} in the interrupted run, now "
@@ -396,6 +406,8 @@ def _run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, 
     data, data_desc = build_data(cfg)
     ckpt_path = work / CHECKPOINT_NAME
     meta = _resume_meta(cfg, data_desc)
+    threads = effective_threads(t.threads)
+    meta["threads"] = threads  # what the bytes depend on: [train] threads as CISL_THREADS left it
     if planned is not None:  # a resumed run trains for the same split, whatever the file says by then
         meta["split"] = planned
     state = None
@@ -406,7 +418,7 @@ def _run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, 
         _check_resumable(ckpt_path, checkpoint_meta(state), meta)
 
     masks = make_masks(split, m.layers, s.random_keep, s.mask_seed)
-    with _torch_settings(t.threads), torch.random.fork_rng(devices=[]):
+    with _torch_settings(threads), torch.random.fork_rng(devices=[]):
         torch.manual_seed(t.seed)
         model = SplitPatchTST(cfg=m, split=split, masks=masks, rescale=cfg.dropout.rescaled())
         rates = LossRates(*cfg.dropout.rates())
@@ -486,7 +498,7 @@ def _run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, 
                "seconds": round(time.perf_counter() - started, 3), "params": params,
                "windows": {"train": int(len(train_idx)), "val": len(data.val), "test": len(data.test)},
                "data": data_desc, "resumed_from_epoch": result.resumed_from, "prune": pruning,
-               "communication": comm, "dropout": dropout, "onnx": True,
+               "communication": comm, "dropout": dropout, "onnx": True, "threads": threads,
                **({"elastic": {k: elastic[k] for k in ("modes", "macs_share", "val_mse", "test_mse")}}
                   if elastic is not None else {})}
     report = {"summary": summary, "config": config_record, "history": result.history, "prune_history": prune_history,

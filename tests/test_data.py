@@ -55,6 +55,13 @@ def test_split_borders() -> None:
     assert split_borders(1000, 50) == [(0, 700), (650, 800), (750, 1000)]
 
 
+def test_the_split_says_which_protocol_cut_it() -> None:
+    # chosen by the row count alone: an ETT file with one row lost is cut 70/10/20, and train.json says so
+    rng = np.random.default_rng(0)
+    assert make_splits(rng.normal(size=(17420, 2)), 96, 24, "x").protocol == "ETT 12/4/4 months"
+    assert make_splits(rng.normal(size=(17419, 2)), 96, 24, "x").protocol == "70/10/20 by time"
+
+
 @pytest.mark.unit
 def test_scaler_uses_train_rows_and_population_std() -> None:
     series = np.arange(200, dtype=np.float32).reshape(100, 2) ** 1.5

@@ -106,3 +106,4 @@ def test_cli_says_when_it_trained_on_the_built_in_synthetic_data(files: Path, tm
                        capture_output=True, text=True, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert "parameters on built-in synthetic data (4 channels x 8000 steps; [data] or --data for yours)" in p.stdout
+    assert "splits: 70/10/20 by time (" in p.stdout  # the protocol follows from the row count: said, not silent

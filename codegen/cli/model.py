@@ -83,6 +83,10 @@ def train(config: Path | None, out_dir: Path, data: Path | None, resume: bool, w
         on = data.get("file") or data.get("path") or data.get("source", "?")
     click.echo(f"trained {s['params']} parameters on {on} in {s['seconds']:.1f} s: "
                f"val MSE {s['val_mse']:.4f}, test MSE {s['test_mse']:.4f} -> {target}")
+    split = s.get("split", {})
+    if split.get("protocol"):  # chosen by the row count: an ETT file with a row missing is cut 70/10/20
+        w = s["windows"]
+        click.echo(f"splits: {split['protocol']} ({w['train']} / {w['val']} / {w['test']} windows)")
     comm, drop, pr = s["communication"], s["dropout"], s["prune"]
     if pr["masks"] != "full" and comm["allgather_columns"]:
         what = f"{pr['method']} pruning" if pr["method"] != "none" else "random masks"

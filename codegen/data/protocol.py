@@ -25,6 +25,12 @@ _ETT_MONTHS = (12, 4, 4)  # train / val / test, months of 30 days
 _ETT_ROWS_PER_MONTH = 30 * 24
 
 
+def split_protocol(rows: int) -> str:
+    """Which split split_borders cuts a series of ``rows`` rows by: chosen by the row count alone, so
+    it is recorded (an ETT file one row short gets the 70/10/20 split)."""
+    return "ETT 12/4/4 months" if rows in (_ETT_HOURLY_ROWS, 4 * _ETT_HOURLY_ROWS) else "70/10/20 by time"
+
+
 def split_borders(rows: int, lookback: int) -> list[tuple[int, int]]:
     """[start, end) rows of the train, val and test segments (inputs included)."""
     if rows in (_ETT_HOURLY_ROWS, 4 * _ETT_HOURLY_ROWS):
@@ -163,6 +169,7 @@ class Splits:
     test: Windows | SegmentWindows
     scaler: StandardScaler
     borders: list[tuple[int, int]]  # row borders of a single series (make_splits); empty for segments
+    protocol: str = ""  # how the splits were cut (split_protocol): said in train.json and by cisl train
 
 
 def make_splits(series: np.ndarray, lookback: int, horizon: int, source: str) -> Splits:
@@ -182,7 +189,7 @@ def make_splits(series: np.ndarray, lookback: int, horizon: int, source: str) ->
         if len(part) == 0:
             raise UserError(f"{source} has too few rows ({rows}) for lookback {lookback} + horizon {horizon}: "
                             f"the {name} split has no window; use more data or a shorter lookback/horizon")
-    return Splits(parts[0], parts[1], parts[2], scaler, borders)
+    return Splits(parts[0], parts[1], parts[2], scaler, borders, split_protocol(rows))
 
 
 def time_split_segments(series: list[np.ndarray], lookback: int) -> tuple[list[np.ndarray], ...]:
@@ -212,4 +219,4 @@ def make_segment_splits(train: list[np.ndarray], val: list[np.ndarray], test: li
         if len(part) == 0:
             raise UserError(f"{source}: the {name} split has no window of lookback {lookback} + horizon {horizon} "
                             "rows; use more or longer series, or a shorter lookback/horizon")
-    return Splits(parts[0], parts[1], parts[2], scaler, [])
+    return Splits(parts[0], parts[1], parts[2], scaler, [], "70/10/20 by time, per series")

@@ -499,6 +499,7 @@ def _run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, 
                "windows": {"train": int(len(train_idx)), "val": len(data.val), "test": len(data.test)},
                "data": data_desc, "resumed_from_epoch": result.resumed_from, "prune": pruning,
                "communication": comm, "dropout": dropout, "onnx": True, "threads": threads,
+               "split": {"protocol": data.protocol, "rows": [list(b) for b in data.borders]},
                **({"elastic": {k: elastic[k] for k in ("modes", "macs_share", "val_mse", "test_mse")}}
                   if elastic is not None else {})}
     report = {"summary": summary, "config": config_record, "history": result.history, "prune_history": prune_history,

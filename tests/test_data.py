@@ -158,9 +158,18 @@ def test_integer_column_names_are_names(tmp_path: Path) -> None:
 def test_load_csv_picks_columns(tmp_path: Path) -> None:
     path = write_csv(tmp_path, "date,a,b,label\n2020-01-01,1,2.5,x\n2020-01-02,3,4e0,y\n2020-01-03,5,6,z\n")
     x, names = load_csv(path)
-    assert names == ["a", "b"] and x.dtype == np.float32 and x.tolist() == [[1, 2.5], [3, 4], [5, 6]]
+    assert names == ["a", "b"] and x.dtype == np.float64 and x.tolist() == [[1, 2.5], [3, 4], [5, 6]]
     x, names = load_csv(path, ["b"])
     assert names == ["b"] and x[:, 0].tolist() == [2.5, 4, 6]
+
+
+@pytest.mark.unit
+def test_a_large_offset_does_not_flatten_the_signal_before_scaling(tmp_path: Path) -> None:
+    # 1e8 + a wave of amplitude 10: float32 (spacing 8 there) kept 3 distinct values and a std 3 % low
+    wave = 10 * np.sin(np.arange(2000) / 7)
+    path = write_csv(tmp_path, "date,x\n" + "".join(f"{i},{1e8 + v:.4f}\n" for i, v in enumerate(wave)))
+    splits = make_splits(load_csv(path)[0], 96, 24, "x")
+    assert splits.scaler.std[0] == pytest.approx(wave[:1400].std(), rel=1e-6)
 
 
 @pytest.mark.unit

@@ -39,7 +39,9 @@ def _is_number(v: str) -> bool:
 def load_csv(path: str | Path, columns: Sequence[str] | None = None) -> tuple[np.ndarray, list[str]]:
     """Read the chosen numeric columns (all numeric columns if ``columns`` is empty).
 
-    Returns a float32 array [rows, channels] and the column names, in the order asked for.
+    Returns a float64 array [rows, channels] (every value within float32's range: the model is
+    float32) and the column names, in the order asked for. float64 until the scaler: a column of 1e8
+    plus a wave of amplitude 10 kept 3 distinct values in float32, and its std came out 3 % low.
     """
     path = Path(path)
     if not path.exists():
@@ -106,11 +108,11 @@ def load_csv(path: str | Path, columns: Sequence[str] | None = None) -> tuple[np
         hint = f"did you mean {close[0]!r}? " if close else ""
         raise UserError(f"{path} has no column {name!r}; {hint}columns are: {', '.join(numeric)}")
     for name in wanted:
-        with np.errstate(over="ignore"):  # the series is float32: 1e39 is finite here and inf there
+        with np.errstate(over="ignore"):  # the model is float32: 1e39 is finite here and inf there
             bad = np.flatnonzero(~np.isfinite(numeric[name].astype(np.float32)))
         if bad.size:
             raise UserError(f"{path}: column {name!r} has {bad.size} empty, NaN, infinite or out-of-float32-range "
                             f"values (first in data row {bad[0] + 1}); fill or drop them")
     if len(rows) < 2:
         raise UserError(f"{path} has {len(rows)} data rows; a time series needs many more")
-    return np.stack([numeric[n] for n in wanted], axis=1).astype(np.float32), wanted
+    return np.stack([numeric[n] for n in wanted], axis=1), wanted

@@ -164,6 +164,17 @@ def test_load_csv_picks_columns(tmp_path: Path) -> None:
 
 
 @pytest.mark.unit
+def test_rows_out_of_time_order_are_refused(tmp_path: Path) -> None:
+    # shuffled rows trained without a word (test MSE 1.13 against 0.39 in order); equal times pass
+    ok = "date,x\n2016-07-01 00:00:00,1\n2016-07-01 00:00:00,2\n2016-07-01 01:00:00,3\n"
+    assert load_csv(write_csv(tmp_path, ok))[0].shape == (3, 1)
+    bad = "date,x\n2016-07-01 00:00:00,1\n2016-07-01 02:00:00,2\n2016-07-01 01:00:00,3\n"
+    with pytest.raises(UserError, match="'date' column goes back in time at data row 3"):
+        load_csv(write_csv(tmp_path, bad))
+    assert load_csv(write_csv(tmp_path, "date,x\n07/01/2016,1\n06/01/2016,2\n"))[0].shape == (2, 1)  # unread
+
+
+@pytest.mark.unit
 def test_a_large_offset_does_not_flatten_the_signal_before_scaling(tmp_path: Path) -> None:
     # 1e8 + a wave of amplitude 10: float32 (spacing 8 there) kept 3 distinct values and a std 3 % low
     wave = 10 * np.sin(np.arange(2000) / 7)

@@ -36,6 +36,31 @@ def _is_number(v: str) -> bool:
         return False
 
 
+def _check_time_order(path: Path, name: str, values: Sequence[str]) -> None:
+    """Rows out of time order (a file sorted by another column, shuffled, two files joined the wrong way)
+    train without a word into a model of nothing: the windows assume consecutive rows. Times it cannot
+    read as ISO dates or numbers are not checked; equal times (a clock change) are allowed."""
+    import warnings
+
+    try:
+        with warnings.catch_warnings():  # numpy warns about time zones in the strings; they only shift all
+            warnings.simplefilter("ignore")
+            stamps = np.array([v.strip() for v in values], dtype="datetime64[s]")
+        if np.isnat(stamps).any():
+            return
+        t = stamps.astype(np.int64)
+    except ValueError:
+        try:
+            t = np.array([float(v) for v in values])
+        except ValueError:
+            return
+    back = np.flatnonzero(np.diff(t) < 0)
+    if back.size:
+        i = int(back[0]) + 1
+        raise UserError(f"{path}: the {name!r} column goes back in time at data row {i + 1} ({values[i].strip()!r} "
+                        f"after {values[i - 1].strip()!r}; {back.size} such rows); sort the rows by time")
+
+
 def load_csv(path: str | Path, columns: Sequence[str] | None = None) -> tuple[np.ndarray, list[str]]:
     """Read the chosen numeric columns (all numeric columns if ``columns`` is empty).
 
@@ -78,7 +103,10 @@ def load_csv(path: str | Path, columns: Sequence[str] | None = None) -> tuple[np
 
     numeric: dict[str, np.ndarray] = {}
     for name, values in zip(header, cells):
-        if name.lower() in TIME_COLUMNS or not name:  # an unnamed column is an index (pandas' row numbers)
+        if name.lower() in TIME_COLUMNS:
+            _check_time_order(path, name, values)
+            continue
+        if not name:  # an unnamed column is an index (pandas' row numbers)
             continue
         col = _to_float(list(values))
         if col is not None:

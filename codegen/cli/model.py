@@ -83,10 +83,6 @@ def train(config: Path | None, out_dir: Path, data: Path | None, resume: bool, w
         on = data.get("file") or data.get("path") or data.get("source", "?")
     click.echo(f"trained {s['params']} parameters on {on} in {s['seconds']:.1f} s: "
                f"val MSE {s['val_mse']:.4f}, test MSE {s['test_mse']:.4f} -> {target}")
-    split = s.get("split", {})
-    if split.get("protocol"):  # chosen by the row count: an ETT file with a row missing is cut 70/10/20
-        w = s["windows"]
-        click.echo(f"splits: {split['protocol']} ({w['train']} / {w['val']} / {w['test']} windows)")
     comm, drop, pr = s["communication"], s["dropout"], s["prune"]
     if pr["masks"] != "full" and comm["allgather_columns"]:
         what = f"{pr['method']} pruning" if pr["method"] != "none" else "random masks"
@@ -101,6 +97,10 @@ def train(config: Path | None, out_dir: Path, data: Path | None, resume: bool, w
         rate = (f"loss drawn per window up to q = {drop['q_max']:g} (scored at q_max)" if "q_max" in drop else
                 f"message loss {drop['q_link']:g}/{drop['q_recv']:g}/{drop['q_send']:g} (link/receiver/sender)")
         click.echo(f"test MSE under {rate}: {s['test_mse_lossy']:.4f}")
+    split = s.get("split", {})
+    if split.get("protocol"):  # chosen by the row count: an ETT file with a row missing is cut 70/10/20
+        w = s["windows"]
+        click.echo(f"splits: {split['protocol']} ({w['train']} / {w['val']} / {w['test']} windows)")
 
 
 @main.command(name="compile")

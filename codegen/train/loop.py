@@ -211,7 +211,10 @@ def fit(model: SplitPatchTST, train: Windows | SegmentWindows, train_idx: np.nda
                 best.best_epoch = epoch
                 best.best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
             if progress and not bar_on:
-                print(f"train: epoch {epoch}/{opts.epochs}: train loss {loss_sum / len(order):.4f}, val MSE {val_mse:.4f}"
+                # under message dropout the epoch's val MSE is validate()'s mix, not the loss-free summary's
+                lossy = model.loss_rates is not None and model.split.devices > 1
+                print(f"train: epoch {epoch}/{opts.epochs}: train loss {loss_sum / len(order):.4f}, val MSE "
+                      f"{'under message dropout ' if lossy else ''}{val_mse:.4f}"
                       f"{' (best)' if best.best_epoch == epoch else ''}, {time.perf_counter() - started:.1f} s",
                       file=sys.stderr, flush=True)
             best.epochs_done = epoch

@@ -226,11 +226,11 @@ def test_nrfutil_list_json_gives_probes_and_their_ports(monkeypatch):
         '"traits":{"jlink":true,"seggerUsb":true,"serialPorts":true},"serialPorts":[{"comName":"/dev/ttyACM3",'
         '"vcom":0}],"jlink":{"boardVersion":"PCA10056"}}]}}}'])
 
-    def fake_run(cmd, **kw):
+    def fake_run(cmd, timeout):
         assert cmd == ["nrfutil", "device", "list", "--json"]
         return subprocess.CompletedProcess(cmd, 0, out, "")
 
-    monkeypatch.setattr(subprocess, "run", fake_run)
+    monkeypatch.setattr(P, "run_in_group", fake_run)
     [probe] = P.nrfutil_probes()
     assert (probe.serial, probe.description, probe.ports) == ("001050012345", "PCA10056", ("/dev/ttyACM3",))
     matches, spare = P.match_ports([probe], [P.SerialPort("/dev/ttyACM3", None, "001050012345")])
@@ -241,3 +241,10 @@ def test_scan_refuses_a_board_name_it_would_draft_for_every_node(tmp_path):
     one_line_error(cisl("testbed", "scan", "-b", "nrf5284dk", "-o", "tb.toml", cwd=tmp_path),
                    "board 'nrf5284dk' is unknown", "did you mean 'nrf52840dk'")
     assert not (tmp_path / "tb.toml").exists()
+
+
+def test_a_node_without_target_gets_its_boards_pyocd_target(tmp_path):
+    # every node defaulted to nrf52840: pyocd opened nrf52833dk boards with another part's flash and memory map
+    text = GOOD.replace('board = "nrf52840dk"', 'board = "nrf52833dk"')
+    (tmp_path / "tb.toml").write_text("\n".join(ln for ln in text.splitlines() if not ln.startswith("target")))
+    assert {n.target for n in load_testbed(tmp_path / "tb.toml").nodes} == {"nrf52833"}

@@ -24,7 +24,8 @@ Schema (every table and key other than those marked required is optional)::
     probe = "683123456"             # the debug probe's serial number (a string); required unless sim
     port = "/dev/serial/by-id/usb-SEGGER_J-Link_000683123456-if00"   # required
     baud = 115200
-    target = "nrf52840"             # pyocd target type; nrfjprog's family comes from it (NRF52)
+    target = "nrf52840"             # pyocd target type (default: the board's, board.toml [probe] pyocd_target);
+                                    # nrfjprog's family comes from it (NRF52)
     position = [0.0, 1.5]           # metres, [x, y] or [x, y, z]
     models = "nrf52833dk"           # runner sim only: the board this virtual node stands in for (its flash,
                                     # RAM, cycles and power; default nrf52840dk), so a virtual testbed can mix boards
@@ -117,6 +118,16 @@ class Testbed:
     @property
     def ids(self) -> list[int]:
         return [n.id for n in self.nodes]
+
+
+def _board_target(board: str) -> str:
+    """The pyocd target of the board's part (board.toml [probe] pyocd_target): an nrf52833dk node
+    opened as an nrf52840 gets the wrong flash size and memory map."""
+    from ..boards import load_board
+
+    if board in VIRTUAL_BOARDS:
+        return DEFAULT_TARGET
+    return str(load_board(board).facts.get("probe", {}).get("pyocd_target", DEFAULT_TARGET))
 
 
 def load_testbed(path: Path | str) -> Testbed:
@@ -268,7 +279,7 @@ def _parse_node(f: str, k: int, raw: dict[str, Any], base: Path, explicit: dict[
     if not isinstance(baud, int) or isinstance(baud, bool) or not 0 < baud <= MAX_BAUD:
         raise UserError(f"{where}: baud must be a whole number of bits per second from 1 to {MAX_BAUD} "
                         f"(the UARTE's fastest rate), e.g. baud = {DEFAULT_BAUD}")
-    target = raw.get("target", DEFAULT_TARGET)
+    target = raw.get("target", _board_target(board))
     if not isinstance(target, str) or not target:
         raise UserError(f"{where}: target must be a pyocd target name, e.g. target = \"{DEFAULT_TARGET}\"")
     position = raw.get("position")

@@ -172,6 +172,14 @@ def flash_cmd(build_dir: Path, testbed_file: Path, runner: str | None, verify: b
     for r in rep.results:
         status = "ok" if r.ok else f"{r.stage.upper()} ERROR: {r.error}"
         click.echo(f"node {r.node:02d}  {r.runner:<8} {r.probe or '-':<14} {r.seconds:6.1f} s  {status}")
+    flashed = {r.node for r in rep.results}
+    idle = [n.id for n in tb.nodes if n.id not in flashed and n.runner != "sim"]
+    if idle:  # the virtual testbed stops such nodes; boards go on running whatever they ran before
+        one = len(idle) == 1
+        click.echo(f"note: testbed node{'' if one else 's'} {', '.join(map(str, idle))} "
+                   f"{'is' if one else 'are'} not in this build and {'runs' if one else 'run'} what "
+                   f"{'it' if one else 'they'} ran before: an older cisl image sends on the same radio channel; "
+                   "power such boards off or erase them", err=True)
     failed = [r for r in rep.results if not r.ok]
     if failed:
         raise CheckFailed(f"{len(failed)} of {len(rep.results)} nodes failed to flash (first: node {failed[0].node}: "

@@ -67,3 +67,20 @@ def read_elf_size(path: Path, ram_origin: int = 0x20000000) -> ElfSize:
             if sec["sh_flags"] & SHF_ALLOC:
                 sections.append(Section(sec.name, sec["sh_addr"], sec["sh_size"], sec["sh_type"] != "SHT_NOBITS"))
     return ElfSize(sections, symbols, ram_origin)
+
+
+def image_id(path: Path) -> str | None:
+    """The first 8 bytes of the image's GNU build id as hex (what nrf52840dk images print as the boot
+    line's `image`), or None when it was linked without --build-id."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
+    try:
+        with open(path, "rb") as f:
+            section = ELFFile(f).get_section_by_name(".note.gnu.build-id")
+            for note in section.iter_notes() if section is not None else ():
+                if note["n_type"] == "NT_GNU_BUILD_ID":
+                    return str(note["n_desc"])[:16]
+    except (OSError, ELFError):
+        return None
+    return None

@@ -27,7 +27,7 @@ EVENTS = {
     "resync": ("inf", "skipped", "peer"),
 }
 """Required keys of every event (lines may carry more keys, e.g. ``cycles``; boot's optional keys are
-``clock`` and ``cmsis_nn``, docs/serial-contract.md)."""
+``clock``, ``cmsis_nn`` and ``image``, docs/serial-contract.md)."""
 
 INT_KEYS = {"node", "nodes", "inf", "layer", "us", "comm_us", "cycles", "tx", "rx", "delivered", "expected",
             "ignored", "n", "off", "code", "inferences", "tx_on_us", "rx_on_us", "peer", "rounds", "mode",

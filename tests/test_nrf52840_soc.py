@@ -23,6 +23,7 @@ from codegen import build as build_mod
 from codegen.boards import load_board
 from codegen.build import build
 from codegen.compile import CompileOptions, compile_model
+from codegen.elfsize import image_id
 from codegen.inputs import load_build_inputs
 from codegen.plan.io import load_plan
 from codegen.randmodel import config_for_tokens, make_model_dir
@@ -85,6 +86,8 @@ def check_bit_exact(hw, r):
     for node in (0, 1):
         recs = records(r.serial[node])
         assert recs[0][0] == "boot" and recs[0][1]["board"] == "nrf52840dk" and recs[0][1]["clock"] == "dwt"
+        # the image names itself (the linker's build id), as `cisl flash` records it for `cisl logs` to check
+        assert recs[0][1]["image"] == image_id(hw / f"node_{node:02d}" / "firmware.elf")
         sgs = [f for e, f in recs if e == "sg"]
         assert sgs and all(f["delivered"] == f["expected"] for f in sgs)
         mx = [f for e, f in recs if e == "mx"]

@@ -677,6 +677,35 @@ def test_a_failed_nodes_records_end_with_the_line_that_failed_it(tmp_path, monke
 
 
 @pytest.mark.faults
+@pytest.mark.parametrize("image, ok", [("1111222233334444", True), ("aaaabbbbccccdddd", False), (None, False)])
+def test_a_board_on_another_image_of_the_flashed_plan_fails(tmp_path, monkeypatch, image, ok):
+    """The plan hash alone let an image of the same plan built otherwise (other kernels, flags, an older
+    cisl) pass as the flashed one; boards now print their image's build id."""
+    def run(node: int, image: str | None) -> bytes:
+        text = board_run(node, plan="2222222222222222").decode()
+        return text.replace("nodes=2", "nodes=2" + (f" image={image}" if image else ""), 1).encode()
+
+    bed = ResetBoards(tmp_path, monkeypatch, [run(0, "9999888877776666"), run(1, image)])
+    state = tmp_path / ".cisl-testbed"
+    state.mkdir()
+    (state / "flashed.json").write_text(json.dumps({
+        "build": str(tmp_path / "build"), "plan_sha256": "2" * 64, "plan": "2222222222222222", "board": "nrf52840dk",
+        "nodes": [0, 1], "plan_nodes": {"0": 0, "1": 1}, "reset": True,
+        "results": [{"node": 0, "ok": True}, {"node": 1, "ok": True}],
+        "images": {"0": "9999888877776666", "1": "1111222233334444"}}))
+    try:
+        r = bed.logs()
+    finally:
+        bed.close()
+    if ok:
+        assert r.exit_code == 0, r.output
+        return
+    assert r.exit_code == 1, r.output
+    said = image or "(none named: an older cisl image)"
+    assert f"node 1: it runs image {said} of that plan, not the flashed 1111222233334444" in one_stderr_line(r)
+
+
+@pytest.mark.faults
 def test_the_report_of_a_failed_run_says_so(tmp_path, monkeypatch):
     """The logs of a failed run stay reportable (for inspection), but `cisl report` never read
     summary.json's verdict: a failed run's tables came out as a good run's, exit 0, without a word."""

@@ -69,6 +69,31 @@ const char *cisl_board_name(void) { return CISL_BOARD_NAME; }
 
 const char *cisl_board_clock(void) { return "dwt"; }
 
+/* The ELF note -Wl,--build-id puts at __cisl_build_id_start (nrf52840.ld): 4-byte name size, 4-byte
+ * hash size, 4-byte type, the name "GNU\0", then the hash. */
+extern const uint8_t __cisl_build_id_start[], __cisl_build_id_end[];
+
+const char *cisl_board_image_id(void)
+{
+    static char hex[17];
+    static const char digits[] = "0123456789abcdef";
+    const uint8_t *note = __cisl_build_id_start;
+    if (__cisl_build_id_end - note < 16 + 8) {
+        return 0; /* linked without --build-id */
+    }
+    const uint32_t namesz = (uint32_t)note[0] | (uint32_t)note[1] << 8 | (uint32_t)note[2] << 16 | (uint32_t)note[3] << 24;
+    const uint8_t *desc = note + 12u + ((namesz + 3u) & ~3u);
+    if (desc + 8 > __cisl_build_id_end) {
+        return 0;
+    }
+    for (unsigned i = 0; i < 8u; i++) {
+        hex[2u * i] = digits[desc[i] >> 4];
+        hex[2u * i + 1u] = digits[desc[i] & 15u];
+    }
+    hex[16] = '\0';
+    return hex;
+}
+
 static void hfxo_start(void)
 {
     CLOCK(EVENTS_HFCLKSTARTED) = 0u;

@@ -51,6 +51,7 @@ class PortSpec:
     port: str
     baud: int = 115200
     prints: int | None = None  # the node id its image prints (a planned split's plan node); None: ``node``
+    image: str | None = None  # the flashed image's id (its boot line's `image`); None: not known
 
 
 @dataclass
@@ -83,6 +84,7 @@ class NodeCapture:
     pre_reset: int = 0  # contract lines read before the reset (a previous run's), left out
     booted: bool = False  # its boot line came (after the reset, when there was one)
     bootless: int = 0  # after the reset, contract lines that no boot line of its own came before: left out
+    image: str | None = None  # the flashed image's id (PortSpec.image); None: not checked
 
 
 def pty_link_id(port: str) -> tuple[int, int] | None:
@@ -247,7 +249,7 @@ def capture(ports: list[PortSpec], raw_dir: Path | None = None, *, reset: Callab
     q: queue.Queue = queue.Queue()
     readers = {p.node: PortReader(p, q, (raw_dir / f"node_{p.node:02d}.log") if raw_dir else None, stop)
                for p in ports}
-    caps = {p.node: NodeCapture(p.node, p.port, p.prints) for p in ports}
+    caps = {p.node: NodeCapture(p.node, p.port, p.prints, image=p.image) for p in ports}
     rules = {p.node: SequenceChecker() for p in ports}
     for r in readers.values():
         r.start()
@@ -484,6 +486,11 @@ def _account(c: NodeCapture, rec: Record, inferences: int | None, expected_plan:
     if rec.event == "boot" and expected_plan and rec.fields.get("plan") != expected_plan:
         c.failed = (f"it runs plan {rec.fields.get('plan')}, not the flashed build's {expected_plan}; "
                     "flash it again (`cisl flash BUILD --testbed FILE`)")
+        c.done = True
+    elif rec.event == "boot" and c.image and rec.fields.get("image") != c.image:
+        # the same plan, another image: built again since (other kernels, flags, cisl version) or an older one
+        c.failed = (f"it runs image {rec.fields.get('image', '(none named: an older cisl image)')} of that plan, not "
+                    f"the flashed {c.image}; flash it again (`cisl flash BUILD --testbed FILE`)")
         c.done = True
     elif rec.event == "error":
         c.failed = f"it reported an error at {rec.fields.get('where')} (code {rec.fields.get('code')})"

@@ -279,10 +279,25 @@ def _record(testbed: Testbed, build: BuildInfo, report: FlashReport, reset: bool
            "board": build.plan.meta["board"], "nodes": [r.node for r in report.results], "time": time.time(),
            # testbed node -> the plan node its image is (they differ for a planned split): what its lines say
            "plan_nodes": {str(t): k for k, t in enumerate(where)},
-           "reset": reset, "results": [asdict(r) for r in report.results]}
+           "reset": reset, "results": [asdict(r) for r in report.results],
+           # testbed node -> its image's build id, which a board prints as `image` in its boot line: the same
+           # plan rebuilt (other kernels, flags, cisl version) is another image (the virtual testbed checks SHA-256)
+           "images": _image_ids(build, report)}
     tmp = testbed.state_dir / "flashed.json.tmp"
     tmp.write_text(json.dumps(doc, indent=1) + "\n")
     tmp.replace(testbed.state_dir / "flashed.json")
+
+
+def _image_ids(build: BuildInfo, report: FlashReport) -> dict[str, str]:
+    from ..elfsize import image_id
+
+    ids = {}
+    for r in report.results:
+        image = build.images.get(r.node)
+        found = image_id(image) if r.runner != "sim" and image is not None else None
+        if found:
+            ids[str(r.node)] = found
+    return ids
 
 
 def read_flashed(testbed: Testbed) -> dict | None:

@@ -129,7 +129,9 @@ def _run_logs(testbed: Testbed, out_dir: Path, *, inferences: int | None = None,
     try:
         # a planned split runs plan node k on testbed node testbed_nodes[k]: its lines say k (the flash record)
         prints = {int(t): int(k) for t, k in ((flashed or {}).get("plan_nodes") or {}).items()}
-        result = capture([PortSpec(n.id, n.port_path, n.baud, prints.get(n.id)) for n in nodes], out_dir,
+        images = (flashed or {}).get("images") or {}
+        result = capture([PortSpec(n.id, n.port_path, n.baud, prints.get(n.id), images.get(str(n.id)))
+                          for n in nodes], out_dir,
                          reset=do_reset if reset else None, inferences=inferences, duration=duration,
                          timeout=timeout, open_timeout=open_timeout,
                          run_status=status if run_status and reset else None,

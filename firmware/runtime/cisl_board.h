@@ -21,6 +21,9 @@ uint32_t cisl_board_cycles(void);
  * "host" (host wall-clock time), "icount" (QEMU instructions). Optional: boards that do not define
  * it get a weak default that omits the key (cisl_runtime.c). */
 const char *cisl_board_clock(void);
+/* The image's identity as hex (the first 8 bytes of the linker's build id), or 0 when the board does
+ * not know it (weak default); the boot line's `image` key. */
+const char *cisl_board_image_id(void);
 
 /* The radio's on-time so far, TX and RX separately, in microseconds (wrapping at 2^32): the `sg`
  * lines' tx_on_us/rx_on_us. Returns 1 if the board counts it, 0 if not (then the keys are left

@@ -50,9 +50,16 @@ __attribute__((weak)) int cisl_board_radio_on_us(uint32_t *tx_us, uint32_t *rx_u
     return 0;
 }
 
+/* Boards that know their image's identity (the linker's build id) print it in the boot line. */
+__attribute__((weak)) const char *cisl_board_image_id(void)
+{
+    return 0;
+}
+
 void cisl_report_boot(const char *plan_hash, uint32_t node, uint32_t nodes)
 {
     const char *clock = cisl_board_clock();
+    const char *image = cisl_board_image_id();
     cisl_line l;
     cisl_log_set_node(node);
     cisl_log_begin(&l, "boot");
@@ -63,6 +70,9 @@ void cisl_report_boot(const char *plan_hash, uint32_t node, uint32_t nodes)
     cisl_log_u32(&l, "nodes", nodes);
     if (clock != 0) {
         cisl_log_str(&l, "clock", clock);
+    }
+    if (image != 0) {
+        cisl_log_str(&l, "image", image);
     }
 #ifdef CISL_CMSIS_NN_COMMIT
     cisl_log_str(&l, "cmsis_nn", CISL_CMSIS_NN_COMMIT);

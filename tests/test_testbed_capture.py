@@ -510,6 +510,13 @@ class ResetBoards:
         return CliRunner().invoke(main, ["logs", "--testbed", str(self.testbed), "-o", str(self.tmp_path / "logs"),
                                          "--timeout", "20", "-q", *args])
 
+    def logs_once(self, *args: str):
+        """One `cisl logs` run, then the boards stop."""
+        try:
+            return self.logs(*args)
+        finally:
+            self.close()
+
     def close(self) -> None:
         self.stop.set()
         for t in self.threads:
@@ -548,10 +555,7 @@ def test_a_node_without_a_boot_line_after_the_reset_fails(tmp_path, monkeypatch,
     """After the reset `cisl logs` took a node's lines without a boot line as its run (BOOT_GRACE_S
     later): the old image's inferences, of any plan, recorded as this run's, exit 0 and "ok"."""
     bed = ResetBoards(tmp_path, monkeypatch, [board_run(0), after1])
-    try:
-        r = bed.logs(*args)
-    finally:
-        bed.close()
+    r = bed.logs_once(*args)
     assert r.exit_code == 1, r.output
     line = one_stderr_line(r)
     assert "node 1: no boot line after the reset" in line and f"(first: {first}" in line, line
@@ -570,10 +574,7 @@ def test_a_node_without_a_boot_line_after_the_reset_fails(tmp_path, monkeypatch,
 def test_a_board_that_refuses_to_start_is_named_by_its_error_not_its_missing_boot_line(tmp_path, monkeypatch):
     """A board whose UICR label names another node prints `error where=uicr_node_id` and no boot line."""
     bed = ResetBoards(tmp_path, monkeypatch, [board_run(0), b"CISL 1 error inf=0 where=uicr_node_id code=3\n"])
-    try:
-        r = bed.logs()
-    finally:
-        bed.close()
+    r = bed.logs_once()
     assert r.exit_code == 1, r.output
     line = one_stderr_line(r)
     assert "node 1: it reported an error at uicr_node_id (code 3) and printed no boot line" in line, line
@@ -629,10 +630,7 @@ def test_nodes_whose_boot_lines_disagree_fail_without_a_flash_record(tmp_path, m
     nothing, so nodes running two builds were one good run. One build's nodes all print its plan and
     node count: those outside the most common one fail (all of them on a tie)."""
     bed = ResetBoards(tmp_path, monkeypatch, runs)
-    try:
-        r = bed.logs()
-    finally:
-        bed.close()
+    r = bed.logs_once()
     assert r.exit_code == 1, r.output
     line = one_stderr_line(r)
     assert f"{len(bad)} of {len(runs)} nodes" in line and f"node {bad[0]}: the nodes' boot lines disagree (" in line, line
@@ -653,10 +651,7 @@ def test_a_failed_nodes_records_end_with_the_line_that_failed_it(tmp_path, monke
         "build": str(tmp_path / "build"), "plan_sha256": "2" * 64, "plan": "2222222222222222", "board": "nrf52840dk",
         "nodes": [0, 1], "plan_nodes": {"0": 0, "1": 1}, "reset": True,
         "results": [{"node": 0, "ok": True}, {"node": 1, "ok": True}]}))
-    try:
-        r = bed.logs()
-    finally:
-        bed.close()
+    r = bed.logs_once()
     assert r.exit_code == 1, r.output
     assert "node 1: it runs plan deadbeefdeadbeef, not the flashed build's 2222222222222222" in one_stderr_line(r)
     node1 = [json.loads(ln) for ln in (tmp_path / "logs" / "node_01.jsonl").read_text().splitlines()]
@@ -693,10 +688,7 @@ def test_a_board_on_another_image_of_the_flashed_plan_fails(tmp_path, monkeypatc
         "nodes": [0, 1], "plan_nodes": {"0": 0, "1": 1}, "reset": True,
         "results": [{"node": 0, "ok": True}, {"node": 1, "ok": True}],
         "images": {"0": "9999888877776666", "1": "1111222233334444"}}))
-    try:
-        r = bed.logs()
-    finally:
-        bed.close()
+    r = bed.logs_once()
     if ok:
         assert r.exit_code == 0, r.output
         return
@@ -710,10 +702,7 @@ def test_the_report_of_a_failed_run_says_so(tmp_path, monkeypatch):
     """The logs of a failed run stay reportable (for inspection), but `cisl report` never read
     summary.json's verdict: a failed run's tables came out as a good run's, exit 0, without a word."""
     bed = ResetBoards(tmp_path, monkeypatch, [board_run(0), board_run(1, ended=False)])
-    try:
-        r = bed.logs("--timeout", "4")
-    finally:
-        bed.close()
+    r = bed.logs_once("--timeout", "4")
     assert r.exit_code == 1, r.output
     from click.testing import CliRunner
 

@@ -17,6 +17,15 @@ from codegen.testbed.report import make_report
 pytestmark = pytest.mark.unit
 
 
+def edit_records(logs: Path, edit) -> None:
+    """Apply ``edit`` to every record of ``logs``/merged.jsonl, in place (a hand-edited log)."""
+    f = logs / "merged.jsonl"
+    recs = [json.loads(line) for line in f.read_text().splitlines()]
+    for r in recs:
+        edit(r)
+    f.write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+
 def write_run(folder: Path, nodes: int, compute_us: int, comm_us: int, delivered: int, name: str = "merged.jsonl",
               inferences: int = 2) -> None:
     """Contract records as `cisl logs` writes them: every node computes compute_us per block and waits
@@ -157,11 +166,7 @@ def test_a_hand_edited_record_is_one_line_naming_it(tmp_path, edit, said):
     """Found by fuzzing records.jsonl: a missing key or a value of another type was a KeyError,
     TypeError or ValueError deep in the tables (346 of 1,122 mutations)."""
     write_run(tmp_path / "logs", 2, compute_us=1000, comm_us=500, delivered=1)
-    f = tmp_path / "logs" / "merged.jsonl"
-    recs = [json.loads(line) for line in f.read_text().splitlines()]
-    for r in recs:
-        edit(r)
-    f.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    edit_records(tmp_path / "logs", edit)
     r = CliRunner().invoke(main, ["report", str(tmp_path / "logs"), "-o", str(tmp_path / "rep")])
     assert r.exit_code == 2, r.output
     assert said in r.stderr and "merged.jsonl:" in r.stderr and "Traceback" not in r.output
@@ -291,11 +296,7 @@ def test_logs_whose_boot_lines_name_two_builds_are_refused(tmp_path, edit, said)
     """One build's nodes all print its plan and node count: logs naming two are no one run (a stale
     board, nodes flashed from two builds), yet they were tabulated as one, exit 0."""
     write_run(tmp_path / "logs", 4, compute_us=1000, comm_us=500, delivered=2)
-    f = tmp_path / "logs" / "merged.jsonl"
-    recs = [json.loads(ln) for ln in f.read_text().splitlines()]
-    for r in recs:
-        edit(r)
-    f.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    edit_records(tmp_path / "logs", edit)
     r = CliRunner().invoke(main, ["report", str(tmp_path / "logs"), "-o", str(tmp_path / "rep"), "--no-plots"])
     assert r.exit_code == 2, r.output
     [line] = [ln for ln in r.stderr.splitlines() if ln.strip()]

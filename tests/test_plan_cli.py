@@ -284,6 +284,12 @@ def test_profile_from_the_op_lines_of_real_boards(tmp_path):
     assert prof["boards"]["nrf52840dk"]["rates"]["fc"]["per_unit"] == pytest.approx(3.0, rel=0.01)
     assert prof["boards"]["nrf52833dk"]["rates"]["fc"]["per_unit"] == pytest.approx(5.0, rel=0.01)
     assert prof["boards"]["nrf52840dk"]["rates"]["fc"]["per_op"] == pytest.approx(50.0, abs=2.0)
+    # a run `cisl logs` failed: its summary.json says so, and its rates are not a good run's
+    (logs / "summary.json").write_text(json.dumps({"ok": False, "nodes": {"1": {"failed": "it ended early"}}}))
+    p = cisl("profile", str(model), "--testbed", str(tb), "--logs", "logs", "--build", "b", "-o", "p1.json", "-q",
+             cwd=tmp_path)
+    assert p.returncode == 2 and "`cisl logs` failed this run (node 1: it ended early)" in p.stderr, p.stderr
+    (logs / "summary.json").unlink()
     (logs / "records.jsonl").write_text((logs / "records.jsonl").read_text().replace(plan.sha256[:16], "0" * 16))
     p = cisl("profile", str(model), "--testbed", str(tb), "--logs", "logs", "--build", "b", "-o", "p2.json", "-q",
              cwd=tmp_path)

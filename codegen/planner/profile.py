@@ -320,6 +320,10 @@ def measure_logs(cfg: ModelConfig, build_dir: Path, logs_dir: Path) -> dict[str,
     if plan.cfg != cfg:
         raise UserError(f"{build_dir}: a build of another model; profile with a build of this model")
     run = load_run(logs_dir)
+    if run.failed is not None:  # rates from a run `cisl logs` failed (a stale board, a node that stopped) mislead
+        first = next(iter(sorted(run.failed.items())), ("?", "see its summary.json"))
+        raise UserError(f"{logs_dir}: `cisl logs` failed this run (node {first[0]}: {first[1]}); profile from a run "
+                        f"it recorded as good")
     boots = run.of("boot")
     stale = [r for r in boots if str(r.get("plan")) != plan.sha256[:16]]
     if not boots or stale:

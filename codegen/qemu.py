@@ -198,7 +198,7 @@ def run_qemu(build_dir: Path, nodes: list[int] | None = None, inputs: np.ndarray
     build_dir = Path(build_dir)
     if keep is not None:
         check_keep(keep)  # before any emulation
-        with atomic_output_dir(Path(keep), KEEP_KIND, _keep_entry, _legacy_keep) as tmp:
+        with atomic_output_dir(Path(keep), KEEP_KIND, _keep_entry, _legacy_keep, option="--keep") as tmp:
             return _run_nodes(build_dir, nodes, inputs, lost, timeout, jobs, tmp)
     return _run_nodes(build_dir, nodes, inputs, lost, timeout, jobs, None)
 

@@ -59,7 +59,8 @@ def profile_cmd(model: Path, testbed_file: Path | None, board: str | None, logs_
               help="The testbed file: its nodes, boards and energy budgets (energy_uj).")
 @click.option("--profile", "profile_file", type=click.Path(path_type=Path), default=Path("profile.json"),
               show_default=True, help="The testbed's profile (`cisl profile MODEL --testbed T`).")
-@click.option("--deadline", "deadline_ms", type=FiniteRange(min=0, min_open=True), default=None, help="Latency per inference, ms.")
+@click.option("--deadline", "deadline_ms", type=FiniteRange(min=0, min_open=True), default=None,
+              help="Latency per inference, ms.")
 @click.option("--objective", type=click.Choice(["energy", "latency"]), default=None,
               help="Minimise the network's energy per inference (within --deadline) or the latency.  "
                    "[default: energy with --deadline, latency without]")

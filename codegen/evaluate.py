@@ -138,7 +138,10 @@ def evaluate_sweep(model: CislModel, data: EvalSet, int8: bool, rates: list[Loss
 def load_eval_set(model: CislModel, model_path: Path, data: Path | None = None, which: str = "test",
                   max_windows: int | None = None) -> EvalSet:
     """The windows `cisl eval` scores: split ``which`` of ``data`` (loaded as in training), or the test
-    windows `cisl train` saved next to the model; at most ``max_windows`` of them, evenly spaced."""
+    windows `cisl train` saved next to the model; at most ``max_windows`` of them, evenly spaced by the
+    rule `cisl train` picks its test windows with (so ``--max-windows`` = the run's ``test_samples``
+    scores the saved windows' samples)."""
+    from .data.protocol import evenly_spaced
     from .errors import UserError
 
     if data is not None:
@@ -147,7 +150,7 @@ def load_eval_set(model: CislModel, model_path: Path, data: Path | None = None, 
         splits = load_dataset(data, model.config, model.training.get("config", {}).get("data", {}).get("columns")
                               or None)
         windows = splits.test if which == "test" else splits.val
-        x, y = windows.take(np.arange(len(windows)))
+        x, y = windows.take(windows.evenly_spaced(max_windows or len(windows)))
         es = EvalSet.from_raw(x, y, model.config.revin)
     else:
         from .compile import load_test_set
@@ -158,9 +161,9 @@ def load_eval_set(model: CislModel, model_path: Path, data: Path | None = None, 
                 raise UserError(f"{here / name}: not found; pass --data with the data set to score")
         x, y, scale = load_test_set(here, model.config.lookback, model.config.horizon)
         es = EvalSet(x, y, scale if scale is not None else np.ones(len(x), np.float32))
-    if max_windows is not None and max_windows < len(es.x):
-        pick = np.linspace(0, len(es.x) - 1, max_windows).round().astype(int)
-        es = EvalSet(es.x[pick], es.y[pick], es.scale[pick])
+        if max_windows is not None:  # the rule `cisl train` picked the saved windows by
+            pick = evenly_spaced(len(es.x), max_windows)
+            es = EvalSet(es.x[pick], es.y[pick], es.scale[pick])
     return es
 
 

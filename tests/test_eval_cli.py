@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from models import config_for_tokens, make_model_dir
@@ -70,3 +71,27 @@ def test_bad_sweeps_are_one_line_errors(model: Path, tmp_path: Path, args: list[
     assert p.returncode == 2 and "Traceback" not in p.stderr
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and needle in lines[0], p.stderr
+
+
+@pytest.mark.train
+def test_max_windows_over_the_data_scores_the_windows_train_saved(tmp_path: Path) -> None:
+    """`cisl eval --data D --max-windows K`, K = the run's test_samples, scores the very windows `cisl
+    train` saved: the same MSE as `cisl eval` over the saved ones (the two used to space them apart
+    differently)."""
+    pytest.importorskip("torch")
+    from codegen.train.api import run_train
+    from models import tiny_train_config
+
+    t = np.arange(900)
+    series = np.stack([np.sin(t / 7.0) + 0.01 * t, np.cos(t / 11.0) * (1 + t / 900)], axis=1)
+    csv = tmp_path / "series.csv"
+    csv.write_text("date,a,b\n" + "".join(f"2020-01-01 {i // 60:02d}:{i % 60:02d}:00,{a:.6f},{b:.6f}\n"
+                                          for i, (a, b) in enumerate(series)))
+    cfg = tmp_path / "tiny.toml"
+    cfg.write_text(tiny_train_config(train="epochs = 1\nbatch_size = 64\nmax_train_windows = 64\n"
+                                           "calibration_samples = 8\ntest_samples = 12\nthreads = 1"))
+    run_train(cfg, csv, tmp_path / "m", progress=False)
+    saved = run_json(tmp_path / "m" / "model.onnx", tmp_path, "saved")[1]
+    picked = run_json(tmp_path / "m" / "model.onnx", tmp_path, "picked", "--data", str(csv), "--max-windows", "12")[1]
+    assert saved["windows"] == picked["windows"] == 12
+    assert picked["mse"] == pytest.approx(saved["mse"], rel=1e-5)

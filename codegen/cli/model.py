@@ -194,7 +194,7 @@ def _print_resources(summary: dict) -> None:
 @click.option("--seeds", type=click.IntRange(min=1), default=3, show_default=True,
               help="Number of loss samplings (seeds 0..N-1); the MSE is reported per seed and as mean/std.")
 @click.option("--max-windows", type=click.IntRange(min=1), default=None,
-              help="Score at most this many windows (evenly spaced).")
+              help="Score at most this many windows, evenly spaced as `cisl train` picks its saved test windows.")
 @click.option("--json", "json_out", type=click.Path(path_type=Path), default=None, help="Also write the result here.")
 def eval_cmd(model: Path, data: Path | None, which: str, int8: bool, devices: int | None, calibration: Path | None,
              loss_q: float | None, loss_link: float, loss_receiver: float, loss_sender: float, sweep: str | None,

@@ -49,6 +49,14 @@ def ratio_borders(rows: int, lookback: int) -> list[tuple[int, int]]:
     return [(0, train_end), (max(0, train_end - lookback), val_end), (max(0, val_end - lookback), rows)]
 
 
+def evenly_spaced(n: int, count: int) -> np.ndarray:
+    """``count`` strictly increasing indices spread evenly over range(n) (all of them if fewer): the
+    one rule for `cisl train`'s saved test and calibration windows and `cisl eval --max-windows`."""
+    if count >= n:
+        return np.arange(n)
+    return np.arange(count, dtype=np.int64) * n // count
+
+
 @dataclass(frozen=True)
 class StandardScaler:
     """Per-channel (x - mean) / std with the population std, like sklearn's StandardScaler."""
@@ -107,10 +115,7 @@ class Windows:
 
     def evenly_spaced(self, count: int) -> np.ndarray:
         """``count`` strictly increasing sample indices spread evenly over the split (all if fewer)."""
-        n = len(self)
-        if count >= n:
-            return np.arange(n)
-        return np.arange(count, dtype=np.int64) * n // count
+        return evenly_spaced(len(self), count)
 
 
 class SegmentWindows:
@@ -156,10 +161,7 @@ class SegmentWindows:
 
     def evenly_spaced(self, count: int) -> np.ndarray:
         """``count`` strictly increasing sample indices spread evenly over the split (all if fewer)."""
-        n = len(self)
-        if count >= n:
-            return np.arange(n)
-        return np.arange(count, dtype=np.int64) * n // count
+        return evenly_spaced(len(self), count)
 
 
 @dataclass(frozen=True)

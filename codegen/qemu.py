@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -30,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from .boards import load_board
-from .errors import CheckFailed, UserError
+from .errors import UserError
 from .fsutil import atomic_output_dir, check_output_dir, reads_build
 from .inputs import load_build_inputs
 from .executor import RunResult
@@ -130,10 +131,12 @@ def run_node(build_dir: Path, plan: Plan, device: int, xq: np.ndarray, ref: RunR
         t0 = time.monotonic()
         cmd = qemu_command(elf.resolve(), "transcript.bin", "sent.bin", board.facts)
         log_command(cmd, cwd=tmp)
+        hung = None
         try:
             p = subprocess.run(cmd, cwd=tmp, capture_output=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise CheckFailed(f"node {device} on QEMU did not finish within {timeout:.0f} s") from None
+        except subprocess.TimeoutExpired as e:  # killed; a failed node, whose output so far is kept (--keep)
+            hung = f"node {device} on QEMU did not finish within {timeout:.0f} s"
+            p = subprocess.CompletedProcess(cmd, -signal.SIGKILL, e.stdout or b"", e.stderr or b"")
         wall = time.monotonic() - t0
         sent_path = Path(tmp) / "sent.bin"
         sent = parse_sent(sent_path.read_bytes()) if sent_path.is_file() else []
@@ -147,7 +150,9 @@ def run_node(build_dir: Path, plan: Plan, device: int, xq: np.ndarray, ref: RunR
     records = parse_text(text)
     first, checked = compare(plan, device, len(xq), ref, sent, records)
     stack = next((int(r.fields["used"]) for r in records if r.event == "stack" and "used" in r.fields), None)
-    if p.returncode != 0 and first is None:
+    if hung is not None:
+        first = hung
+    elif p.returncode != 0 and first is None:
         err = next((f"{r.fields}" for r in records if r.event == "error"), p.stderr.decode(errors="replace").strip())
         first = f"node {device}: QEMU exited with code {p.returncode} ({err})"
     return NodeRun(device, p.returncode, first is None and p.returncode == 0, first, checked, records, stack, wall,
@@ -194,7 +199,8 @@ def run_qemu(build_dir: Path, nodes: list[int] | None = None, inputs: np.ndarray
              keep: Path | None = None) -> list[NodeRun]:
     """Run ``nodes`` (default: all) of ``build_dir`` on QEMU, each against the reference transcript.
     ``keep``: a folder for every node's files, written as a whole (a temporary sibling renamed into
-    place once every node ran) so it never mixes two runs; an error or Ctrl-C leaves it as it was."""
+    place once every node ran) so it never mixes two runs; an error or Ctrl-C leaves it as it was. A
+    node that runs past ``timeout`` is killed and fails; its files so far are kept like any node's."""
     build_dir = Path(build_dir)
     if keep is not None:
         check_keep(keep)  # before any emulation

@@ -24,7 +24,8 @@ pytestmark = pytest.mark.unit
 FAKE_QEMU = """#!/bin/sh
 # a stand-in for QEMU: says which image it ran; node 1 hangs while $FAKE_HANG is set
 echo "$*" >> "$FAKE_CALLS"
-case "$*" in *node_01*) if [ -n "$FAKE_HANG" ]; then touch "$FAKE_HANG"; exec sleep 60; fi;; esac
+case "$*" in *node_01*) if [ -n "$FAKE_HANG" ]; then echo "CISL 1 boot (fake qemu, hanging)"; touch "$FAKE_HANG"
+  exec sleep 60; fi;; esac
 echo "CISL 1 boot (fake qemu)"
 """
 
@@ -89,8 +90,7 @@ def test_keep_refuses_what_cisl_did_not_make_before_any_emulation(qemu_build: Pa
     assert not (tmp_path / "calls").exists()  # refused before QEMU ran
 
 
-def test_keep_holds_one_run_and_a_failed_or_interrupted_run_leaves_it_as_it_was(qemu_build: Path,
-                                                                                tmp_path: Path) -> None:
+def test_keep_holds_one_run_and_an_interrupted_run_leaves_it_as_it_was(qemu_build: Path, tmp_path: Path) -> None:
     keep = tmp_path / "k"
     qemu(qemu_build, tmp_path, "--keep", "k")  # the fake nodes send nothing: FAILED (exit 1), a complete run
     assert sorted(snapshot(keep)) == [".cisl-output", "node_00.log", "node_00.transcript.bin", "node_01.log",
@@ -102,10 +102,17 @@ def test_keep_holds_one_run_and_a_failed_or_interrupted_run_leaves_it_as_it_was(
     assert sorted(snapshot(keep)) == [".cisl-output", "node_01.log", "node_01.transcript.bin"]
     before = snapshot(keep)
 
-    # node 1 hangs past --timeout: an error, so the folder keeps the previous run (node 0's files are not mixed in)
+    # node 1 hangs past --timeout: it fails, node 0 runs on, and the run's files are kept, the hanging
+    # node's log so far included (they are what one debugs a hang with; they used to be thrown away)
     p = qemu(qemu_build, tmp_path, "--keep", "k", "--timeout", "1", FAKE_HANG=str(tmp_path / "hanging"))
-    assert p.returncode == 1 and "node 1 on QEMU did not finish within 1 s" in p.stderr, p.stderr
-    assert snapshot(keep) == before and not list(tmp_path.glob(".k.*"))
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+    rows = p.stdout.splitlines()[1:3]
+    assert [r.split()[0] for r in rows] == ["0", "1"], p.stdout
+    assert rows[1].endswith("FAILED: node 1 on QEMU did not finish within 1 s"), p.stdout
+    assert sorted(snapshot(keep)) == [".cisl-output", "node_00.log", "node_00.transcript.bin", "node_01.log",
+                                      "node_01.transcript.bin"] and not list(tmp_path.glob(".k.*"))
+    assert "fake qemu, hanging" in (keep / "node_01.log").read_text()
+    before = snapshot(keep)
 
     # Ctrl-C (to the terminal's process group) while node 1 runs
     hanging = tmp_path / "hanging2"

@@ -62,10 +62,11 @@ def build_cmd(build_dir: Path, board: str | None, jobs: int | None, nodes: tuple
 @loss_options
 @click.option("--loss-seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the loss pattern.")
 @click.option("--timeout", type=FiniteRange(min=1), default=300.0, show_default=True,
-              help="Seconds before one node's emulation is aborted.")
+              help="Seconds before one node's emulation is stopped; that node fails, the others run on.")
 @click.option("--keep", "keep_dir", type=click.Path(path_type=Path), default=None,
               help="Keep every node's transcript, sent messages and serial log in this folder: new, empty or an "
-                   "earlier --keep's, replaced whole at the end of the run (an error or Ctrl-C leaves it as it was).")
+                   "earlier --keep's, replaced whole at the end of the run (an error or Ctrl-C leaves it as it was; a node "
+                   "stopped by --timeout fails, and its log so far is kept).")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, help="Nodes emulated at once (default: CPUs).")
 def qemu_cmd(build_dir: Path, nodes: tuple[int, ...], inputs: Path | None, count: int | None, loss_q: float | None,
              loss_link: float, loss_receiver: float, loss_sender: float, loss_seed: int, timeout: float,
@@ -87,7 +88,7 @@ def qemu_cmd(build_dir: Path, nodes: tuple[int, ...], inputs: Path | None, count
     for r in results:
         insns = sum(int(b.get("cycles", 0)) for b in r.blocks()) // max(run.inferences, 1)
         click.echo(f"{r.node:>4} {r.exit_code:>4} {r.messages_checked:>8} {insns:>16} {r.stack_used or 0:>9}  "
-                   f"{'bit-exact' if r.ok else 'FAILED'}")
+                   f"{'bit-exact' if r.ok else 'FAILED: ' + (r.first_difference or 'see its log')}")
     bad = [r for r in results if not r.ok]
     click.echo(f"QEMU mps2-an386: {len(results) - len(bad)} of {len(results)} nodes bit-exact with the int8 reference "
                f"over {run.inferences} inferences")

@@ -156,15 +156,18 @@ def check_output_dir(target: Path, kind: str, entries: Callable[[str], bool],
 def _lock_path(key: str) -> Path:
     import hashlib
 
-    # in the machine's temporary folder, not next to the user's files
-    return Path(tempfile.gettempdir()) / "cisl-locks" / f"{hashlib.sha1(key.encode()).hexdigest()[:20]}.lock"
+    # in the machine's temporary folder, not next to the user's files; CISL_LOCK_DIR moves it (users whose
+    # temporary folders differ but who share a lab's boards point it at one folder)
+    where = Path(os.environ.get("CISL_LOCK_DIR") or Path(tempfile.gettempdir()) / "cisl-locks")
+    return where / f"{hashlib.sha1(key.encode()).hexdigest()[:20]}.lock"
 
 
 @contextlib.contextmanager
-def use_lock(target: Path, busy: str) -> Iterator[None]:
+def use_lock(target: Path | str, busy: str) -> Iterator[None]:
     """Hold the lock of ``target`` for a run that uses it (not an output: nothing is stamped or
-    cleaned), or refuse in one line with ``busy`` while another run holds it."""
-    key = "use:" + str(Path(target).resolve())
+    cleaned), or refuse in one line with ``busy`` while another run holds it. ``target``: a path (one
+    lock however it is spelt), or a string naming a thing that is not a file, e.g. "probe:683123456"."""
+    key = "use:" + (str(Path(target).resolve()) if isinstance(target, Path) else target)
     if key in _HELD:
         yield
         return

@@ -122,6 +122,7 @@ def test_lock_files_do_not_pile_up_and_a_lock_removed_under_a_run_is_taken_afres
     from codegen import fsutil
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    monkeypatch.delenv("CISL_LOCK_DIR", raising=False)  # the tests' own (conftest.py)
     with fsutil.output_lock(tmp_path / "out"):
         assert len(list((tmp_path / "tmp" / "cisl-locks").iterdir())) == 1
     assert list((tmp_path / "tmp" / "cisl-locks").iterdir()) == []

@@ -162,6 +162,32 @@ def test_a_testbed_in_use_is_refused_to_a_second_flash_or_logs(tmp_path):
     assert p.returncode == 2 and "another" not in p.stderr and "build" in p.stderr, p.stderr
 
 
+def _lab_file(path: Path, state: str, nodes: list[tuple[int, str, str]]) -> Path:
+    path.write_text(f'[testbed]\nstate = "{state}"\n[defaults]\nboard = "nrf52840dk"\nrunner = "pyocd"\n'
+                    + "".join(f'[[node]]\nid = {i}\nprobe = "{probe}"\nport = "{port}"\n' for i, probe, port in nodes))
+    return path
+
+
+@pytest.mark.parametrize("other,needle", [
+    ([(0, "000683000002", "/dev/serial/by-id/usb-J7")], "node 0: another `cisl flash` or `cisl logs` is using its probe 000683000002"),
+    ([(5, "683000009", "/dev/serial/by-id/usb-J1")], "node 5: another `cisl flash` or `cisl logs` is using its port /dev/serial/by-id/usb-J1"),
+], ids=["the same probe", "the same port"])
+def test_two_testbed_files_cannot_drive_the_same_board_at_once(tmp_path, other, needle):
+    """The lock was per state folder, so a lab's full testbed file and a small one naming some of the same
+    boards could flash and reset them at once (one run's images, the other's logs)."""
+    from codegen.testbed.config import testbed_in_use
+
+    lab = _lab_file(tmp_path / "lab.toml", ".cisl-lab", [(0, "683000001", "/dev/serial/by-id/usb-J0"),
+                                                          (1, "683000002", "/dev/serial/by-id/usb-J1")])
+    _lab_file(tmp_path / "quick.toml", ".cisl-quick", other)
+    with testbed_in_use(load_testbed(lab)):
+        for args in (["logs", "--testbed", "quick.toml", "-o", "logs"], ["flash", "build", "--testbed", "quick.toml"]):
+            one_line_error(cisl(*args, cwd=tmp_path), "quick.toml: " + needle)
+        assert not (tmp_path / "logs").exists()
+    p = cisl("flash", "build", "--testbed", "quick.toml", cwd=tmp_path)  # free again: on to the next check
+    assert p.returncode == 2 and "another" not in p.stderr, p.stderr
+
+
 class FakePort:
     def __init__(self, device, serial_number, vid=0x1366, pid=0x1015, location=None, description="J-Link"):
         self.device, self.serial_number, self.vid, self.pid = device, serial_number, vid, pid

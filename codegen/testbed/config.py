@@ -40,7 +40,9 @@ training config do.
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -453,13 +455,29 @@ def free_state(out: Path) -> str:
     return own_state(me)
 
 
-def testbed_in_use(testbed: "Testbed"):
-    """The lock `cisl flash` and `cisl logs` hold over a testbed: a second run would reset its nodes in
-    the middle of the first one's and read the same ports."""
+@contextlib.contextmanager
+def testbed_in_use(testbed: "Testbed") -> Iterator[None]:
+    """The locks `cisl flash` and `cisl logs` hold over a testbed: a second run would reset its nodes in
+    the middle of the first one's and read the same ports. One for the testbed (its state folder), and
+    one per board's probe and serial port, so that two testbed files naming the same boards (a lab's
+    16-node file and a 4-node file for a quick check) cannot drive them at once either."""
+    import os
+
     from ..fsutil import use_lock
 
-    return use_lock(testbed.state_dir, f"{testbed.path}: another `cisl flash` or `cisl logs` is using this testbed "
-                                       f"(state {testbed.state_dir}); wait for it to end")
+    with contextlib.ExitStack() as held:
+        held.enter_context(use_lock(testbed.state_dir, f"{testbed.path}: another `cisl flash` or `cisl logs` is "
+                                                       f"using this testbed (state {testbed.state_dir}); wait for it "
+                                                       "to end"))
+        for n in testbed.nodes:
+            if n.runner == "sim":  # its pty lives in the state folder, locked above
+                continue
+            busy = (f"{testbed.path}: node {n.id}: another `cisl flash` or `cisl logs` is using its %s (perhaps "
+                    "through another testbed file that names the same board); wait for it to end")
+            if n.probe is not None:
+                held.enter_context(use_lock(f"probe:{normalize_serial(n.probe)}", busy % f"probe {n.probe}"))
+            held.enter_context(use_lock(f"port:{os.path.realpath(n.port_path)}", busy % f"port {n.port}"))
+        yield
 
 
 def check_state_claim(testbed: "Testbed") -> None:

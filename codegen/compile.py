@@ -27,6 +27,7 @@ from .partition import Split, full_masks, masks_are_full, realised_keep
 from .planner.split import read_split
 from .plan.io import PLAN_FORMAT, PLAN_VERSION, NodeData, load_plan, write_plan
 from .plan.memory import buffers_of, check_plan, format_plan, plan_arena
+from .plan.mixer_layout import image_section
 from .plan.mixer_schedule import MAX_GENERATION, RoundPolicy, schedule_exchange, schedule_plan
 from .plan.quantize import calibrate, quantize
 from .elastic import KINDS
@@ -267,6 +268,10 @@ def _compile(model_path: Path, out_dir: Path, opts: CompileOptions, say: Callabl
         mode_consts = [quantize(structs[0], model.weights, q)]
     st = structs[0]
     control = len(structs) * len(st.sgs) if every_mode else None  # the control round's exchange number
+    mixer_sections = [mixer_section(sm, opts, control) for sm in structs]
+    if every_mode:  # one image runs every mode's rounds: its Mixer is built for the largest of them all
+        image = image_section(split.devices, mixer_sections)
+        mixer_sections = [{**sec, "image": image} for sec in mixer_sections]
 
     def elastic_meta(m: int) -> dict:
         if every_mode:  # this plan is mode m of an image holding every mode; profile: what training measured
@@ -290,7 +295,7 @@ def _compile(model_path: Path, out_dir: Path, opts: CompileOptions, say: Callabl
         "partition": {"heads_per_device": list(split.heads_per_device),
                       "model_cols": [list(split.model_cols(k)) for k in range(split.devices)],
                       "hidden_cols": [list(split.hidden_cols(k)) for k in range(split.devices)]},
-        "mixer": mixer_section(st, opts, control),
+        "mixer": mixer_sections[0],
         "input_windows": int(len(sim_inputs)),  # rows of inputs.npy (boards compile them into the image)
     }
     with atomic_output_dir(Path(out_dir), OUTPUT_KIND, build_entry, legacy_build) as tmp:
@@ -298,7 +303,7 @@ def _compile(model_path: Path, out_dir: Path, opts: CompileOptions, say: Callabl
         for m, (sm, cm) in enumerate(zip(structs, mode_consts)):
             where = tmp if m == 0 else tmp / MODES_DIR / f"mode_{m}"
             where.mkdir(parents=True, exist_ok=True)
-            write_plan(where, meta if m == 0 else {**meta, **elastic_meta(m), "mixer": mixer_section(sm, opts, control)},
+            write_plan(where, meta if m == 0 else {**meta, **elastic_meta(m), "mixer": mixer_sections[m]},
                        sm.sgs, _arena_nodes(sm, cm, plans[0].nodes if m else None), q)
             plans.append(load_plan(where))  # emit from what is on disk: plan.json is the source of truth
             if split.devices == model.devices:

@@ -110,8 +110,10 @@ class NodeFacts:
 
 def node_facts(plan: Plan, node: NodeData) -> NodeFacts:
     ex = plan.meta["mixer"]["exchanges"]
+    image = plan.meta["mixer"].get("image")  # every elastic mode in one image: the largest message of any mode
     return NodeFacts(sum(align(c.nbytes) for c in node.constants.values()), count_ops(node.ops),
-                     table_bytes(ex, node.ops), node.arena_bytes, max_message(ex), plan.cfg.lookback,
+                     table_bytes(ex, node.ops), node.arena_bytes,
+                     int(image["max_message"]) if image else max_message(ex), plan.cfg.lookback,
                      int(plan.meta.get("input_windows", INPUT_WINDOWS)))
 
 

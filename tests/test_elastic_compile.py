@@ -497,3 +497,31 @@ def test_sim_nodes_count_the_board_time_of_the_mode_they_run(every_mode_build: P
         seen_modes.add(m)
         checked += 1
     assert seen_modes == {0, 1, 2} and checked > 0
+
+
+def test_every_mode_of_a_3_node_image_runs_though_a_smaller_mode_has_larger_rounds(tmp_path: Path) -> None:
+    """Mixer's buffers were sized from mode 0's rounds alone. A round's payload is chosen per exchange,
+    so a smaller mode can have larger rounds: in this 3-node model mode 1's payload is 40 B where mode
+    0's largest is 32, and every node stopped with `error where=l0.hg code=-2` once mode 1 ran (mode 1
+    compiled alone ran fine). The image's maxima now cover every mode's rounds and the control round."""
+    from codegen.build import build
+    from codegen.compile import CompileOptions, compile_model
+    from codegen.plan.elastic import elastic_plans
+    from codegen.plan.io import load_plan
+    from codegen.plan.mixer_layout import mixer_maxima, section_rounds
+    from codegen.train.api import run_train
+    from codegen.vtestbed.run import run_sim
+
+    (tmp_path / "train.toml").write_text(ELASTIC_TOML.replace("devices = 2", "devices = 3"))
+    run_train(tmp_path / "train.toml", None, tmp_path / "m", progress=False)
+    compile_model(tmp_path / "m" / "model.onnx", tmp_path / "b", CompileOptions())
+    plan = load_plan(tmp_path / "b")
+    maxima = mixer_maxima(plan)
+    rounds = [r for p in elastic_plans(tmp_path / "b", plan) for r in section_rounds(p.meta["mixer"])]
+    assert max(r["payload"] for r in rounds) == maxima["MX_MAX_P"]
+    assert max(r["generation"] for r in rounds) == maxima["MX_MAX_G"]
+    build(tmp_path / "b")
+    x = np.load(tmp_path / "m" / "test_windows.npy").astype(np.float32)[:4]
+    sim = run_sim(tmp_path / "b", x, radio="full_mesh", mode_requests=[(0, 0, 1), (2, 0, 2)])
+    assert sim.bit_exact and not sim.problems, (sim.problems, sim.first_difference)
+    assert _switch_lines(sim.records)[0] == [(0, 1), (2, 2)]

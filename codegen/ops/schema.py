@@ -19,6 +19,8 @@ from typing import Any
 
 from . import REGISTRY, kind_of, UnknownOp
 from ..plan.format import PLAN_FORMAT, PLAN_VERSION
+
+MIXER_MAXIMA = ("MX_MAX_NODES", "MX_MAX_G", "MX_MAX_P", "MX_POOL_WORDS")  # firmware/mixer/mixer.h
 from .base import PlanShapeError, Ranges, Runs, json_name
 
 SCHEMA_ID = "https://cisl.invalid/plan.schema.json"
@@ -123,7 +125,12 @@ def plan_schema() -> dict:
         "policy": {"type": "object", "properties": {"kind": {"enum": ["done", "fixed"]}, "linger": _NAT,
                                                     "phy": {"enum": ["1M", "2M"]}},
                    "required": ["kind", "linger", "phy"]},
-        "exchanges": {"type": "array", "items": {"type": "array", "items": mround}}},
+        "exchanges": {"type": "array", "items": {"type": "array", "items": mround}},
+        # an image holding every elastic mode: Mixer's maxima and largest message over all modes' rounds
+        "image": {"type": "object", "properties": {
+            "maxima": {"type": "object", "properties": {k: _NAT for k in MIXER_MAXIMA},
+                       "required": list(MIXER_MAXIMA), "additionalProperties": False},
+            "max_message": _NAT}, "required": ["maxima", "max_message"]}},
         "required": ["initiator", "policy", "exchanges"]}
     model = {"type": "object", "properties": {k: _NAT for k in ("lookback", "patch_len", "stride", "d_model", "heads",
                                                                "layers", "mlp_hidden", "horizon", "tokens")},

@@ -15,8 +15,27 @@ if TYPE_CHECKING:
 
 def mixer_maxima(plan: Plan) -> dict[str, int]:
     """Mixer's compile-time maxima for this plan: its node count, largest generation and payload,
-    and a row pool that holds the largest round (G times the row stride of that round)."""
-    return maxima_of_rounds(plan.devices, [r for ex in plan.meta["mixer"]["exchanges"] for r in ex])
+    and a row pool that holds the largest round (G times the row stride of that round). An image
+    holding every elastic mode runs every mode's rounds: `cisl compile` records the maxima over all of
+    them (``mixer.image``), and a smaller mode's round may be the largest (its payload is chosen per
+    exchange)."""
+    image = plan.meta["mixer"].get("image")
+    if image is not None:
+        return {k: int(v) for k, v in image["maxima"].items()}
+    return maxima_of_rounds(plan.devices, section_rounds(plan.meta["mixer"]))
+
+
+def section_rounds(mixer: dict) -> list[dict]:
+    """Every round of a plan's ``mixer`` section: its exchanges' and the elastic control round."""
+    return [r for ex in mixer["exchanges"] for r in ex] + ([mixer["control"]] if "control" in mixer else [])
+
+
+def image_section(devices: int, sections: list[dict]) -> dict:
+    """What one image holding the plans of ``sections`` (every elastic mode) needs of Mixer: the maxima
+    over all their rounds and the largest message any of them reassembles."""
+    rounds = [r for s in sections for r in section_rounds(s)]
+    return {"maxima": maxima_of_rounds(devices, rounds),
+            "max_message": max([f["nbytes"] for r in rounds for f in r["senders"]] + [1])}
 
 
 def maxima_of_rounds(devices: int, rounds: list[dict]) -> dict[str, int]:

@@ -151,3 +151,18 @@ def test_a_build_for_other_boards_is_not_flashed_onto_a_mixed_testbed(small, tmp
     p = cisl("flash", str(out), "--testbed", str(tb), cwd=tmp_path)
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1
     assert "virtual node 2 stands in for nrf52833dk" in p.stderr and f"--testbed {tb}" in p.stderr
+
+
+@pytest.mark.faults
+@pytest.mark.arm
+@pytest.mark.skipif(not HAVE_ARM, reason="arm-none-eabi-gcc not installed")
+def test_a_virtual_node_too_large_for_the_board_it_stands_in_for_fails_the_build_in_one_line(tmp_path):
+    """Its qemu-m4 image was size-checked against QEMU's memory only, then the board-time step ended in
+    the cycle model's ValueError traceback (a segment outside the nRF52833's flash)."""
+    big = make_model_dir(tmp_path / "big", config_for_tokens(16, 320), 2, 1.0, seed=5)
+    tb = _testbed(tmp_path / "tb.toml", ["nrf52840dk", "nrf52833dk"])
+    ok(cisl("compile", str(big), "-o", "b", "--testbed", str(tb), "-q", cwd=tmp_path))
+    p = cisl("build", "b", "-q", cwd=tmp_path, timeout=600)
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 1 and "Traceback" not in p.stderr and len(lines) == 1, p.stderr
+    assert lines[0].startswith("FAILED: node 1 does not fit nrf52833dk, the board it stands in for: FLASH overflows"), p.stderr

@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import interrupts
 from ..boards import Board, load_board
-from ..errors import UserError
+from ..errors import CheckFailed, UserError
 from ..ops import REGISTRY, kind_of
 from ..plan.io import Plan, load_plan
 from ..transcript import reference
@@ -96,6 +96,21 @@ def board_for_estimate(plan: Plan, device: int = 0) -> tuple[Board, Board]:
                         f"ARM images of Cortex-M4 boards with [timing] facts, such as nrf52840dk, nrf52833dk, and of "
                         f"qemu-m4 and sim plans); compile with `cisl compile --board nrf52840dk` and `cisl build`")
     return board, model
+
+
+def _check_fits(elf: Path, device: int, model: Board) -> None:
+    """A node image larger than the board it is timed for (a virtual node standing in for a smaller
+    part: its qemu-m4 image was size-checked against QEMU's memory only) fails like a build that does
+    not fit, not with the cycle model's own error about a segment outside the part's memory."""
+    from ..elfsize import read_elf_size
+
+    size = read_elf_size(elf)
+    over = {"FLASH": size.flash - model.flash_bytes, "RAM": size.ram - model.ram_bytes}
+    region, n = max(over.items(), key=lambda kv: kv[1])
+    if n > 0:
+        raise CheckFailed(f"node {device} does not fit {model.name}, the board it stands in for: {region} overflows "
+                          f"by {n} bytes (flash {size.flash} of {model.flash_bytes} B, RAM {size.ram} of "
+                          f"{model.ram_bytes} B); give it a smaller share of the model (`cisl plan`) or a larger board")
 
 
 def image_of(build_dir: Path, device: int, plan: Plan) -> Path:
@@ -255,6 +270,8 @@ def compute_build(build_dir: Path, inferences: int = 1, jobs: int | None = None,
     # rebuilt node): sim plans are timed on their qemu-m4 images
     check_images(build_dir, plan, {d: image_of(build_dir, d, plan) for d in todo},
                  "build-qemu-m4.json" if plan.meta["board"] == "sim" else "build.json")
+    for d in todo:
+        _check_fits(image_of(build_dir, d, plan), d, board_for_estimate(plan, d)[1])
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(todo)))
     args = [(build_dir, d, inferences, flash_wait, flash_bytes, mode) for d in todo]
     if jobs == 1:

@@ -91,6 +91,19 @@ def every_mode_build(elastic_model: Path, tmp_path_factory: pytest.TempPathFacto
     return out
 
 
+@pytest.fixture(scope="module")
+def profiled_build(every_mode_build: Path) -> Path:
+    """every_mode_build after `cisl modes`: its images hold the profile table, so nodes take limits (the
+    tests that give limits used to rely on a test before them in the same worker having run it)."""
+    from click.testing import CliRunner
+
+    from codegen.cli import main
+
+    res = CliRunner().invoke(main, ["modes", str(every_mode_build), "--topology", "full_mesh", "--quiet"])
+    assert res.exit_code == 0, res.output
+    return every_mode_build
+
+
 def test_one_image_switches_mode_network_wide_bit_exact_per_mode(every_mode_build: Path, elastic_model: Path) -> None:
     """Without --mode an elastic model compiles into one image per node holding every mode. Requests
     from two different nodes' hosts switch every node at the same inference (one inference after a
@@ -127,6 +140,11 @@ def test_a_mode_request_after_the_last_inference_is_refused_not_ignored(every_mo
         run_sim(every_mode_build, x, radio="full_mesh", mode_requests=[(3, 1, 2)])
     with pytest.raises(UserError, match="mode limits for inference 9"):
         run_sim(every_mode_build, x, radio="full_mesh", mode_limits=[(9, 0, 10, 10, 10)])
+    # each in time on its own, but node 0's own request goes first and pushes node 1's past the run (it
+    # used to run without it, "bit-exact: yes")
+    with pytest.raises(UserError, match=r"inference 2 on node 1 \(mode 2\) would switch the nodes only at inference 4, "
+                                        r"after the run's last inference 3: .* node 0's request for inference 3 goes first"):
+        run_sim(every_mode_build, x, radio="full_mesh", mode_requests=[(2, 1, 2), (3, 0, 1)])
 
 
 def test_a_node_that_misses_a_switch_is_reported_not_silently_mixed(every_mode_build: Path, elastic_model: Path) -> None:
@@ -313,7 +331,7 @@ def test_cisl_modes_profiles_every_mode_and_picks_under_limits(every_mode_build:
     assert res.exit_code == 2 and "give one of them" in res.output, res.output
 
 
-def test_the_sinks_selector_picks_what_cisl_modes_picks(every_mode_build: Path, elastic_model: Path) -> None:
+def test_the_sinks_selector_picks_what_cisl_modes_picks(profiled_build: Path, elastic_model: Path) -> None:
     """After `cisl modes` the images hold the profile table; the sink, given a constraint set per
     inference, switches every node to the mode the host's rule gives for it (no fitting mode: it
     stays), at that inference, bit-exact throughout."""
@@ -325,8 +343,7 @@ def test_the_sinks_selector_picks_what_cisl_modes_picks(every_mode_build: Path, 
     from codegen.modes import NO_LIMIT, select_mode
     from codegen.vtestbed.run import run_sim
 
-    res = CliRunner().invoke(main, ["modes", str(every_mode_build), "--topology", "full_mesh", "--quiet"])
-    assert res.exit_code == 0, res.output
+    every_mode_build = profiled_build
     assert "CISL_MODE_TABLE_LEN 3u" in (every_mode_build / "node_00" / "cisl_mode_table.h").read_text()
     rows = json.loads((every_mode_build / "modes.json").read_text())["modes"]
     table = [(r["latency_us"], r["energy_nj"], int(r["val_mse"] * 1e6 + 0.5)) for r in rows]
@@ -359,7 +376,7 @@ def test_the_sinks_selector_picks_what_cisl_modes_picks(every_mode_build: Path, 
             assert res.exit_code == 1 and "no mode meets the limits" in res.output, res.output
 
 
-def test_a_virtual_node_waits_for_a_slow_hosts_command(every_mode_build: Path, tmp_path: Path, monkeypatch) -> None:
+def test_a_virtual_node_waits_for_a_slow_hosts_command(profiled_build: Path, tmp_path: Path, monkeypatch) -> None:
     """A virtual node runs an inference in milliseconds; a host that reacts to the cue line 0.4 s late
     (a loaded machine: CI ran the test above with "got no answer (... it ended first ...)") still has
     its command taken before the very inference it was meant for, because `cisl logs` tells the
@@ -375,7 +392,7 @@ def test_a_virtual_node_waits_for_a_slow_hosts_command(every_mode_build: Path, t
 
     ok(cisl("testbed", "sim", "--nodes", "2", "--inferences", "6", "-o", "tb.toml", cwd=tmp_path))
     try:
-        ok(cisl("flash", str(every_mode_build), "--testbed", "tb.toml", "--no-reset", cwd=tmp_path))
+        ok(cisl("flash", str(profiled_build), "--testbed", "tb.toml", "--no-reset", cwd=tmp_path))
         send = capture.PortReader.send
         monkeypatch.setattr(capture.PortReader, "send", lambda self, data: (time.sleep(0.4), send(self, data))[1])
         cmds = [HostCommand(1, 2, "mode 1"), HostCommand(0, 4, "limits - - -")]
@@ -386,7 +403,7 @@ def test_a_virtual_node_waits_for_a_slow_hosts_command(every_mode_build: Path, t
         cisl("testbed", "stop", "--testbed", "tb.toml", cwd=tmp_path)
 
 
-def test_the_host_switches_modes_over_a_nodes_serial_line(every_mode_build: Path, tmp_path: Path) -> None:
+def test_the_host_switches_modes_over_a_nodes_serial_line(profiled_build: Path, tmp_path: Path) -> None:
     """`cisl logs --mode-request/--mode-limits` on the virtual testbed: the commands go out on the
     nodes' serial ports (pseudo-terminals, opened like a board's USB port), each node answers its
     command with a `host` line, and every node switches to the requested mode at the same
@@ -398,7 +415,7 @@ def test_the_host_switches_modes_over_a_nodes_serial_line(every_mode_build: Path
 
     ok(cisl("testbed", "sim", "--nodes", "2", "--inferences", "16", "-o", "tb.toml", cwd=tmp_path))
     try:
-        ok(cisl("flash", str(every_mode_build), "--testbed", "tb.toml", "--no-reset", cwd=tmp_path))
+        ok(cisl("flash", str(profiled_build), "--testbed", "tb.toml", "--no-reset", cwd=tmp_path))
         p = ok(cisl("logs", "--testbed", "tb.toml", "-o", "logs", "--mode-request", "1:1:2", "--mode-limits",
                     "2:0:-:-:-", cwd=tmp_path))
         assert "host command to node 1 ('mode 2', cue: inference 1): ok" in p.stdout, p.stdout
@@ -423,7 +440,7 @@ def test_the_host_switches_modes_over_a_nodes_serial_line(every_mode_build: Path
         assert not (tmp_path / "logs-bad").exists()
         # ... and by the node itself where the host no longer knows the flashed build (moved, compiled again)
         flashed = tmp_path / ".cisl-testbed" / "flashed.json"
-        flashed.write_text(flashed.read_text().replace(str(every_mode_build.resolve()), str(tmp_path / "moved")))
+        flashed.write_text(flashed.read_text().replace(str(profiled_build.resolve()), str(tmp_path / "moved")))
         p = cisl("logs", "--testbed", "tb.toml", "-o", "logs-bad", "--mode-request", "1:1:7", cwd=tmp_path)
         assert p.returncode == 1 and "host command 'mode 7' was not carried out: the node answered state=refused" \
             in p.stdout + p.stderr, (p.stdout, p.stderr)
@@ -510,7 +527,7 @@ def test_every_mode_of_a_3_node_image_runs_though_a_smaller_mode_has_larger_roun
     from codegen.plan.io import load_plan
     from codegen.plan.mixer_layout import mixer_maxima, section_rounds
     from codegen.train.api import run_train
-    from codegen.vtestbed.run import run_sim
+    from codegen.vtestbed.run import _queued_switches, run_sim
 
     (tmp_path / "train.toml").write_text(ELASTIC_TOML.replace("devices = 2", "devices = 3"))
     run_train(tmp_path / "train.toml", None, tmp_path / "m", progress=False)
@@ -521,7 +538,11 @@ def test_every_mode_of_a_3_node_image_runs_though_a_smaller_mode_has_larger_roun
     assert max(r["payload"] for r in rounds) == maxima["MX_MAX_P"]
     assert max(r["generation"] for r in rounds) == maxima["MX_MAX_G"]
     build(tmp_path / "b")
-    x = np.load(tmp_path / "m" / "test_windows.npy").astype(np.float32)[:4]
-    sim = run_sim(tmp_path / "b", x, radio="full_mesh", mode_requests=[(0, 0, 1), (2, 0, 2)])
+    x = np.load(tmp_path / "m" / "test_windows.npy").astype(np.float32)[:6]
+    # two peers ask at once: one request is served per inference, and the served one's row is heard once
+    # more (the queue `cisl sim` checks requests against before the run: _queued_switches)
+    requests = [(0, 0, 1), (2, 1, 2), (2, 2, 0)]
+    sim = run_sim(tmp_path / "b", x, radio="full_mesh", mode_requests=requests)
     assert sim.bit_exact and not sim.problems, (sim.problems, sim.first_difference)
-    assert _switch_lines(sim.records)[0] == [(0, 1), (2, 2)]
+    assert _switch_lines(sim.records)[0] == [(0, 1), (3, 2), (5, 0)]
+    assert _queued_switches(requests, len(x)) == {(0, 0, 1): 0, (2, 1, 2): 3, (2, 2, 0): 5}

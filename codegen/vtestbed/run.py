@@ -172,6 +172,50 @@ def _check_mode_timing(requests: list, limits: list, inferences: int, radio_dead
                 later = "" if node == starter else f", and node {node}'s ask switches the nodes one inference later"
                 raise UserError(f"{what} for inference {inf} on node {node}: the run has inferences 0 to "
                                 f"{inferences - 1}{later}; ask earlier or give more input windows (--inputs)")
+    if starter is not None:  # requests queue: one is served per inference
+        switches = _queued_switches(requests, inferences)
+        for (inf, node, mode), switch in switches.items():
+            if switch is None or switch >= inferences:
+                earliest = inf if node == starter else inf + 1
+                ahead = sorted((at, r) for r, at in switches.items() if at is not None and earliest <= at
+                               and (switch is None or at < switch))
+                first = f"node {ahead[0][1][1]}'s request for inference {ahead[0][1][0]}" if ahead else "another request"
+                raise UserError(f"mode request for inference {inf} on node {node} (mode {mode}) would switch the nodes "
+                                + (f"only at inference {switch}" if switch is not None else "never")
+                                + f", after the run's last inference {inferences - 1}: one request is served per "
+                                f"inference and {first} goes first; ask earlier or give more input windows (--inputs)")
+
+
+def _queued_switches(requests: list, inferences: int) -> dict[tuple[int, int, int], int | None]:
+    """The inference each host request switches the nodes at (None: never), as
+    firmware/somegather/cisl_modes.c agrees on modes with node 0 starting every control round and no
+    message lost: a node's row carries its pending request; the starter announces its own pending
+    request, else the request in the lowest-numbered peer's row of the previous round, else the
+    current mode; a request is done once the agreed mode is it; a node's later request replaces its
+    pending one (left out, unless its row switched the nodes before). Simulated past the run, to say
+    when a late one would come."""
+    pending: dict[int, tuple[int, int, int]] = {}  # node -> its pending request
+    rows: dict[int, tuple[int, int, int]] = {}  # the previous round's rows that carried a request
+    out: dict[tuple[int, int, int], int | None] = {tuple(r): None for r in requests}
+    mode, replaced = 0, set()
+    for i in range(inferences + len(requests) + 1):
+        for r in requests:
+            if r[0] == i:
+                if r[1] in pending:
+                    replaced.add(pending[r[1]])
+                pending[r[1]] = tuple(r)
+        peers = [n for n in rows if n != 0]
+        pick = pending.get(0) or (rows[min(peers)] if peers else None)
+        if pick is not None:
+            mode = pick[2]
+            if out[pick] is None:  # (its node may have replaced it since: the row still switched the nodes)
+                out[pick] = i
+        rows = dict(pending)  # sent before this round's agreement clears them
+        for n, r in list(pending.items()):
+            if r[2] == mode:
+                out[r] = i if out[r] is None else out[r]
+                del pending[n]
+    return {r: at for r, at in out.items() if at is not None or r not in replaced}
 
 
 def _run(plan: Plan, images: list[Path], xq: np.ndarray, logs_dir: Path, timeout: float, loss: LossRates,

@@ -301,6 +301,10 @@ def test_cisl_modes_profiles_every_mode_and_picks_under_limits(every_mode_build:
             assert res.exit_code == 1 and "no mode meets the limits" in res.output, res.output
         else:
             assert res.exit_code == 0 and res.output.strip().splitlines()[-1] == f"mode {want}", res.output
+    # an MSE no mode reaches: the hint names the best MSE, not the fastest and cheapest modes (it did)
+    res = CliRunner().invoke(main, ["modes", str(every_mode_build), "--max-mse", "1e-6"])
+    best = min(rows, key=lambda r: r["val_mse"])["mode"]
+    assert res.exit_code == 1 and f"no mode meets the limits (lowest MSE: mode {best})" in res.output, res.output
     # the table is reused for its own topology (or none named), profiled again for another one
     from codegen.modes import read_table
 

@@ -306,8 +306,9 @@ def modes_cmd(build_dir: Path, deadline_ms: float | None, energy_uj: float | Non
         click.echo("switching from mode 0 (node 0, cycle model): " + ", ".join(
             f"mode {m} +{c - sw[0]:,.0f} cycles" for m, c in enumerate(sw) if m) + "; no weights are copied")
     if any(limits):
-        if chosen < 0:
-            raise CheckFailed("no mode meets the limits (fastest: mode "
-                              f"{min(table, key=lambda p: p.latency_us).mode}, lowest energy: mode "
-                              f"{min(table, key=lambda p: p.energy_nj).mode})")
+        if chosen < 0:  # the best each given limit can have, so the user sees which one to relax
+            best = [f"fastest: mode {min(table, key=lambda p: p.latency_us).mode}" if deadline_ms is not None else "",
+                    f"lowest energy: mode {min(table, key=lambda p: p.energy_nj).mode}" if energy_uj is not None else "",
+                    f"lowest MSE: mode {min(table, key=lambda p: p.mse_u).mode}" if max_mse is not None else ""]
+            raise CheckFailed(f"no mode meets the limits ({', '.join(b for b in best if b)})")
         click.echo(f"mode {chosen}")

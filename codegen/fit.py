@@ -323,6 +323,8 @@ def fit(board_name: str, devices: int, heads: int = 16, keep: float = 1.0, seed:
     base = Path(tmp_ctx.name) if tmp_ctx else Path(work)
     try:
         for c in order[:8]:
+            if res.best is not None and c.params <= res.best.params:
+                break  # a narrower fallback of an earlier candidate linked and this one is not larger
             # the exact estimate of the full structure, nudged up while it still fits
             cfg_w = c.width
             while True:
@@ -337,6 +339,8 @@ def fit(board_name: str, devices: int, heads: int = 16, keep: float = 1.0, seed:
                 if w < heads:
                     break
                 cand = Candidate(c.tokens, w, c.layers, dense_params(model_config(c.tokens, w, c.layers, heads)))
+                if res.best is not None and cand.params <= res.best.params:
+                    break
                 cand._fb, cand._rb = board.flash_bytes, board.ram_bytes
                 progress(f"fit: confirming N={cand.tokens} F={cand.width} T={cand.layers} "
                          f"({cand.params / 1e6:.2f} M parameters) with a real build of {devices} node(s)")
@@ -346,8 +350,11 @@ def fit(board_name: str, devices: int, heads: int = 16, keep: float = 1.0, seed:
                     cand.flash, cand.ram, cand.confirmed = fl, ram, True
                     cand.stored = stored_total(model_config(cand.tokens, cand.width, cand.layers, heads), devices,
                                                keep, seed)
+                    # not yet the answer when it is a fallback: the next candidate may be larger
+                    # (N=16 F=96 T=12 missed one node by 344 B; its F=80 fallback, 0.50 M, was taken
+                    # over N=256 F=64, 0.71 M)
                     res.best = cand
-                    return res
+                    break
     finally:
         if tmp_ctx:
             tmp_ctx.cleanup()

@@ -195,3 +195,27 @@ def test_cisl_fit_prints_a_model_whose_messages_are_split(tmp_path):
 
     message = 256 * 496 // 2
     assert message > 255 * 187 and len(schedule_exchange(0, [message, message])) >= 2
+
+
+@pytest.mark.unit
+def test_a_narrower_fallback_is_not_taken_over_a_larger_next_candidate(tmp_path, monkeypatch):
+    """The study's one-node 12-layer case: N=16 F=96 missed flash by 344 B when linked, and fit took its
+    F=80 fallback (0.50 M) although the next candidate, N=256 F=64, was larger (0.71 M) and linked."""
+    import codegen.fit as F
+
+    first = F.Candidate(16, 96, 12, dense_params(model_config(16, 96, 12, 16)))
+    second = F.Candidate(256, 64, 12, dense_params(model_config(256, 64, 12, 16)))
+    assert first.params > second.params > dense_params(model_config(16, 80, 12, 16))
+    monkeypatch.setattr(F, "search", lambda *a, **k: [first, second])
+    monkeypatch.setattr(F, "exact_worst", lambda *a, **k: (1 << 30, 0))  # no nudging wider
+    linked = []
+
+    def confirm(board, c, *a, **k):
+        linked.append((c.tokens, c.width))
+        ok = (c.tokens, c.width) != (16, 96)  # the first misses by a few bytes; everything else links
+        return ok, f"N{c.tokens}-F{c.width}", (1000, 1000)
+
+    monkeypatch.setattr(F, "confirm", confirm)
+    r = fit("nrf52840dk", 1, n_grid=(16, 256), t_grid=(12,), work=tmp_path)
+    assert (r.best.tokens, r.best.width) == (256, 64) and r.best.confirmed
+    assert linked == [(16, 96), (16, 80), (256, 64)]

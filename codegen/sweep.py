@@ -34,6 +34,7 @@ import os
 import platform
 import re
 import sys
+from stat import S_ISREG
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -163,10 +164,23 @@ def data_hash(path: str | Path) -> str:
         st = p.stat()
         return _hash_file(str(p.resolve()), st.st_size, st.st_mtime_ns)
     if p.is_dir():
+        # a sweep computes every unit's id several times: one walk and one stat per file, each file's
+        # content read once per process (_hash_file's cache), not a Path.resolve() per file and call
+        root = str(p.resolve())
+        files = []
+        for folder, _, names in os.walk(root):
+            for name in names:
+                full = os.path.join(folder, name)
+                try:
+                    st = os.stat(full)
+                except OSError:  # a dangling link, as Path.is_file() skipped it
+                    continue
+                if S_ISREG(st.st_mode):
+                    files.append((tuple(os.path.relpath(full, root).split(os.sep)), full, st))
         h = hashlib.sha256()
-        for f in sorted(x for x in p.rglob("*") if x.is_file()):
-            h.update(str(f.relative_to(p)).encode())
-            h.update(data_hash(f).encode())
+        for rel, full, st in sorted(files, key=lambda f: f[0]):  # the order of the relative paths' parts
+            h.update("/".join(rel).encode())
+            h.update(_hash_file(full, st.st_size, st.st_mtime_ns).encode())
         return h.hexdigest()
     raise UserError(f"{p}: data file not found; a sweep unit names it as its input")
 

@@ -314,3 +314,50 @@ def test_a_record_without_a_training_summary_is_one_line(tmp_path: Path, one_uni
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
     assert len(p.stderr.strip().splitlines()) == 1 and "damaged sweep record" in p.stderr and path.name in p.stderr
     assert p.stdout == ""
+
+
+def _csv(path: Path, seed: int) -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    t = np.arange(400)
+    a, b = np.sin(t / 7) + 0.1 * rng.standard_normal(400), np.cos(t / 11) + 0.1 * rng.standard_normal(400)
+    path.write_text("date,a,b\n" + "".join(f"{i},{x:.5f},{y:.5f}\n" for i, x, y in zip(t, a, b)))
+
+
+@pytest.mark.train
+def test_a_changed_data_file_named_by_the_config_runs_the_unit_again(tmp_path: Path) -> None:
+    """The id covered --data only: a sweep of a config whose [data] path named a changed file reused
+    the old records and printed the old MSEs (exit 0)."""
+    pytest.importorskip("torch")
+    _csv(tmp_path / "x.csv", 0)
+    (tmp_path / "c.toml").write_text(tiny_train_config(2, data='source = "csv"\npath = "x.csv"'))
+    first = cisl(tmp_path, "sweep", "c.toml", "--seeds", "0", "-o", "s", "-q")
+    assert first.returncode == 0, first.stderr
+    (rec,) = [json.loads(p.read_text()) for p in (tmp_path / "s" / "records").glob("*.json")]
+    assert "x.csv" in rec["unit"]["data"]
+    dry = cisl(tmp_path, "sweep", "c.toml", "--seeds", "0", "-o", "s", "--dry-run")
+    assert dry.returncode == 0 and " done " in dry.stdout, dry.stdout
+    _csv(tmp_path / "x.csv", 1)  # other values, same name, same size class
+    dry = cisl(tmp_path, "sweep", "c.toml", "--seeds", "0", "-o", "s", "--dry-run")
+    assert dry.returncode == 0 and " todo " in dry.stdout and rec["id"] not in dry.stdout, dry.stdout
+
+
+@pytest.mark.unit
+def test_unit_ids_cover_the_data_folder_manifest_and_split_file_a_config_names(tmp_path: Path) -> None:
+    from codegen.train.sweep import grid_units
+
+    icd = tmp_path / "icd"
+    icd.mkdir()
+    (icd / "01-01T000000_001_mode1.csv").write_text("timestamp,s\n0,1\n")
+    (tmp_path / "m.csv").write_text("filename,size_bytes,sha256\n")
+    (tmp_path / "c.toml").write_text('[data]\nsource = "icd"\npath = "icd"\nmanifest = "m.csv"\n')
+    ids = [unit_id(grid_units(tmp_path / "c.toml", None, {})[0])]
+    (icd / "01-01T000000_001_mode1.csv").write_text("timestamp,s\n0,2\n")
+    ids.append(unit_id(grid_units(tmp_path / "c.toml", None, {})[0]))
+    (tmp_path / "m.csv").write_text("filename,size_bytes,sha256\n# another\n")
+    ids.append(unit_id(grid_units(tmp_path / "c.toml", None, {})[0]))
+    assert len(set(ids)) == 3
+    (tmp_path / "c.toml").write_text('[data]\nsource = "csv"\npath = "gone.csv"\n')
+    with pytest.raises(UserError, match=r"gone.csv: not found \(the \[data\] path of .*c.toml\)"):
+        grid_units(tmp_path / "c.toml", None, {})

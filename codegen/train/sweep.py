@@ -36,15 +36,36 @@ def train_unit(params: dict, ctx: Context) -> dict:
     return {"model_dir": f"{ctx.unit_id}/model", "summary": summary}  # relative to the sweep's work folder
 
 
-def grid_units(config: Path | None, data: Path | None, axes: dict[str, list[Any]],
-               fixed: dict[str, Any] | None = None) -> list[Unit]:
-    """One training unit per point of the grid ``axes`` ({dotted config key: values}), with ``fixed``
-    overrides in every unit. The config and data files enter each unit's id by content."""
+def input_files(config: Path | None, data: Path | None) -> tuple[str, ...]:
+    """Every file or folder a training with these arguments reads: the config, the data (--data, else
+    the config's [data] path), an ICD [data] manifest and a [split] file, each once. Their content is
+    part of a unit's id, so a changed data set runs the unit again instead of reusing its record."""
+    from codegen.train.preflight import resolve_config
+
     for path, what in ((config, "config"), (data, "data")):
         if path is not None and not Path(path).exists():
             raise UserError(f"{path}: {what} not found")
+    cfg = resolve_config(config, data, None)
+    files = [str(p) for p in (config, data) if p is not None]
+    named = [(cfg.data.path if data is None and cfg.data.source != "synthetic" else "", "[data] path"),
+             (cfg.data.manifest, "[data] manifest"), (cfg.split.file, "[split] file")]
+    for path, key in named:
+        if not path:
+            continue
+        if not Path(path).exists():
+            raise UserError(f"{path}: not found (the {key} of {config}); fix the path in the config"
+                            + (" or pass --data" if key == "[data] path" else ""))
+        files.append(path)
+    return tuple(dict.fromkeys(files))
+
+
+def grid_units(config: Path | None, data: Path | None, axes: dict[str, list[Any]],
+               fixed: dict[str, Any] | None = None) -> list[Unit]:
+    """One training unit per point of the grid ``axes`` ({dotted config key: values}), with ``fixed``
+    overrides in every unit. The config and every file the training reads (`input_files`) enter each
+    unit's id by content."""
     keys = list(axes)
-    files = tuple(str(p) for p in (config, data) if p is not None)
+    files = input_files(config, data)
     units = []
     for values in itertools.product(*(axes[k] for k in keys)):
         overrides = {**(fixed or {}), **dict(zip(keys, values))}

@@ -210,6 +210,8 @@ def test_a_stopped_sweep_unit_resumes_to_the_model_of_an_uninterrupted_one(tmp_p
     (["--keep", "1,0.5"], "--keep below 1 needs --prune somegather"),
     (["--seeds", "0,x"], "--seeds '0,x': expected comma-separated numbers"),
     (["--q", "0,1.5"], "--q '0,1.5': every value must be in [0, 1)"),
+    (["--prune", "normal"], "--prune normal applies to no unit: every unit keeps all columns (there is no --keep"),
+    (["--prune", "normal", "--keep", "1"], "--prune normal applies to no unit: every unit keeps all columns (every"),
 ])
 def test_sweep_mistakes_are_one_line_errors(tmp_path: Path, args: list[str], needle: str) -> None:
     p = cisl(tmp_path, "sweep", *args, "-o", "s")
@@ -361,3 +363,28 @@ def test_unit_ids_cover_the_data_folder_manifest_and_split_file_a_config_names(t
     (tmp_path / "c.toml").write_text('[data]\nsource = "csv"\npath = "gone.csv"\n')
     with pytest.raises(UserError, match=r"gone.csv: not found \(the \[data\] path of .*c.toml\)"):
         grid_units(tmp_path / "c.toml", None, {})
+
+
+@pytest.mark.unit
+def test_prune_applies_to_units_whose_keep_comes_from_the_config(tmp_path: Path) -> None:
+    """--prune read only --keep's ratio (a missing one counted as 1): with the keep in the config's
+    [prune] section, --prune normal was ignored and the somegather units (same ids, same records)
+    were printed as the normal baseline."""
+    from codegen.sweep import Unit as U
+
+    (tmp_path / "k.toml").write_text(tiny_train_config(2, prune='method = "somegather"\nkeep = 0.5'))
+    ids = {}
+    for method in ([], ["--prune", "normal"]):
+        p = cisl(tmp_path, "sweep", "k.toml", "--seeds", "0", *method, "-o", "s", "--dry-run")
+        assert p.returncode == 0, p.stderr
+        ids[" ".join(method)] = p.stdout.split()[0]
+    assert ids[""] != ids["--prune normal"]
+    from codegen.train.sweep import grid_units  # the normal unit trains with method normal at the config's keep
+
+    (u,) = grid_units(tmp_path / "k.toml", None, {"train.seed": [0]})
+    normal = U(u.fn, {**u.params, "overrides": {**u.params["overrides"], "prune.method": "normal"}}, u.data,
+               label=u.label)
+    assert unit_id(normal) == ids["--prune normal"]
+    # a --keep below 1 needs no --prune when the config names the method
+    p = cisl(tmp_path, "sweep", "k.toml", "--keep", "0.3", "-o", "s", "--dry-run")
+    assert p.returncode == 0 and "keep=0.3" in p.stdout, p.stderr

@@ -35,7 +35,7 @@ def _values(option: str, text: str | None, kind, low: float, high: float, high_o
 @click.option("--keep", default=None, metavar="K1,K2,...",
               help="Network-wide keep ratios ([prune] keep) with --prune, e.g. 1,0.5,0.1.")
 @click.option("--prune", type=click.Choice(["somegather", "normal"]), default=None,
-              help="Pruning method of every unit whose keep is below 1.")
+              help="Pruning method of every unit whose keep (--keep, else [prune] keep) is below 1.")
 @click.option("--q", "rates", default=None, metavar="Q1,Q2,...", help="Message dropout rates ([dropout] q), e.g. 0,0.1.")
 @click.option("--devices", type=click.IntRange(min=1), default=None, help="Override [split] devices.")
 @click.option("--epochs", type=click.IntRange(min=1), default=None, help="Override [train] epochs.")
@@ -57,13 +57,13 @@ def sweep(config: Path | None, out_dir: Path, data: Path | None, seeds: str | No
     """Train CONFIG (as `cisl train` would) at every point of a grid of seeds, keep ratios and loss rates.
 
     Every point is a unit with a content-addressed id (the content of the config and of the data it
-    reads, overrides, code
-    version); its record OUT/records/<id>.json is written atomically when it finishes, and a
+    reads, overrides, code version); its record OUT/records/<id>.json is written atomically when it finishes, and a
     finished id is skipped, so an interrupted sweep continues where it stopped and the same records
     come out on every backend; a stopped unit resumes from its last epoch or pruning stage
     (checkpoints in OUT/work/<id>/train). Prints one line per unit: its grid point, MSEs and realised keep.
     """
     from ..sweep import check_sweep_folder, claim_sweep_folder, record_path, run_sweep, unit_id, unit_state
+    from ..train.config import load_config
     from ..train.sweep import check_units, grid_units
 
     axes: dict[str, list] = {}
@@ -73,14 +73,20 @@ def sweep(config: Path | None, out_dir: Path, data: Path | None, seeds: str | No
         values = _values(option, text, kind, lo, hi, open_)
         if values is not None:
             axes[key] = values
-    if "prune.keep" in axes and prune is None and any(k < 1 for k in axes["prune.keep"]):
-        raise UserError("--keep below 1 needs --prune somegather (the paper's pruning) or --prune normal")
     fixed = {k: v for k, v in (("split.devices", devices), ("train.epochs", epochs)) if v is not None}
-    units = grid_units(config, data, axes, fixed)
+    units = grid_units(config, data, axes, fixed)  # reads the config: a mistake in it is one line here
+    base = load_config(config).prune  # a unit's keep is --keep's, else the config's [prune] keep
+    if "prune.keep" in axes and prune is None and base.method == "none" and any(k < 1 for k in axes["prune.keep"]):
+        raise UserError("--keep below 1 needs --prune somegather (the paper's pruning) or --prune normal")
     if prune is not None:  # keep 1 means no pruning: no method, so it is the same unit as the unpruned run
-        units = [u if u.params["overrides"].get("prune.keep", 1.0) >= 1 else
-                 type(u)(u.fn, {**u.params, "overrides": {**u.params["overrides"], "prune.method": prune}}, u.data,
-                         u.needs, u.label) for u in units]
+        pruned = [u.params["overrides"].get("prune.keep", base.keep) < 1 for u in units]
+        if not any(pruned):
+            why = ("every --keep is 1" if "prune.keep" in axes else
+                   f"there is no --keep and {config or 'the default config'} has [prune] keep = 1")
+            raise UserError(f"--prune {prune} applies to no unit: every unit keeps all columns ({why}); add --keep "
+                            "values below 1 (e.g. --keep 1,0.5) or drop --prune")
+        units = [type(u)(u.fn, {**u.params, "overrides": {**u.params["overrides"], "prune.method": prune}}, u.data,
+                         u.needs, u.label) if p else u for u, p in zip(units, pruned)]
     check_units(units)
     records, work = out_dir / "records", out_dir / "work"
     check_sweep_folder(out_dir)  # before any unit runs, not once each unit has failed on it

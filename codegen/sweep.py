@@ -218,6 +218,14 @@ def read_record(path: Path) -> dict:
     if not isinstance(doc, dict) or "result" not in doc:
         raise UserError(f"{path}: a damaged sweep record (not a unit's result); delete it and run the sweep again to "
                         f"redo that unit")
+    # a record is named by the id of the unit it keeps: one under another name is not that unit's result
+    try:
+        named = doc.get("id") == Path(path).stem == key_id(doc["unit"])
+    except (KeyError, TypeError, ValueError):
+        named = False
+    if not named:
+        raise UserError(f"{path}: a damaged sweep record (its id and unit are not those of its file name); delete it "
+                        f"and run the sweep again to redo that unit")
     return doc
 
 

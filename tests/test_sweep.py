@@ -103,14 +103,17 @@ def test_finished_units_are_skipped_and_needs_run_first(tmp_path: Path) -> None:
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("damage", ['{"format": 1, "res', "{}"])
+@pytest.mark.parametrize("damage", ['{"format": 1, "res', "{}", '{"result": {"x": 3, "square": 9}}', "another unit's"],
+                         ids=["cut short", "empty", "hand-written result", "another unit's record"])
 def test_a_damaged_record_is_named_before_any_unit_runs(tmp_path: Path, damage: str) -> None:
     from codegen.errors import UserError
     from codegen.sweep import is_done, unit_state
 
     u, other = unit(tmp_path, 3), unit(tmp_path, 4)
     run_sweep([u], tmp_path / "r", tmp_path / "w", say=lambda s: None)
-    record_path(tmp_path / "r", u).write_text(damage)  # cut short, or not a record
+    if damage == "another unit's":  # a record whose id and unit are not those of its name was printed as u's result
+        damage = json.dumps(run_sweep([unit(tmp_path, 5)], tmp_path / "r5", tmp_path / "w", say=lambda s: None)[0])
+    record_path(tmp_path / "r", u).write_text(damage)  # cut short, not a record, or not this unit's
     assert not is_done(tmp_path / "r", u) and unit_state(tmp_path / "r", tmp_path / "w", u) == "damaged"
     with pytest.raises(UserError, match="damaged sweep record.*delete it"):
         run_sweep([other, u], tmp_path / "r", tmp_path / "w", say=lambda s: None)

@@ -26,6 +26,7 @@ when the sweep runs again, and end with the record an uninterrupted run writes.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -34,12 +35,12 @@ import os
 import platform
 import re
 import sys
-from stat import S_ISREG
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any
 
 from codegen import __version__
@@ -487,6 +488,27 @@ class _Requeueable:
     __submitit_checkpoint__ = checkpoint  # the name newer submitit releases call
 
 
+@contextlib.contextmanager
+def _stderr_into(path: Path, active: bool = True):
+    """While submitit starts its local controllers (one process per job, in our process group, so a
+    Ctrl-C reaches them too), their stderr is ``path``, not the terminal: a Ctrl-C printed each one's
+    KeyboardInterrupt traceback after "interrupted". The jobs' own output goes to submitit's logs."""
+    if not active:
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(path, "ab") as f:
+            os.dup2(f.fileno(), 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def _run_level(todo: list[Unit], records: Path, work: Path, backend: str, jobs: int,
                slurm: dict | None) -> list[str | None]:
     if backend == "joblib":
@@ -508,7 +530,9 @@ def _run_level(todo: list[Unit], records: Path, work: Path, backend: str, jobs: 
     for lo in range(0, len(todo), chunk):
         part = todo[lo:lo + chunk]
         n = len(part)
-        for job in ex.map_array(_Requeueable(), part, [str(records)] * n, [str(work)] * n, [backend] * n):
+        with _stderr_into(work / "submitit" / "controllers.err", backend == "local"):
+            jobs_ = ex.map_array(_Requeueable(), part, [str(records)] * n, [str(work)] * n, [backend] * n)
+        for job in jobs_:
             try:
                 out.append(job.result())
             except Exception as e:  # noqa: BLE001 -- a job that died (killed, out of time)

@@ -391,3 +391,37 @@ def test_prune_applies_to_units_whose_keep_comes_from_the_config(tmp_path: Path)
     # a --keep below 1 needs no --prune when the config names the method
     p = cisl(tmp_path, "sweep", "k.toml", "--keep", "0.3", "-o", "s", "--dry-run")
     assert p.returncode == 0 and "keep=0.3" in p.stdout, p.stderr
+
+
+@pytest.mark.faults
+def test_ctrl_c_of_a_local_backend_sweep_prints_no_submitit_traceback(tmp_path: Path) -> None:
+    """A terminal's Ctrl-C reaches the whole process group, submitit's local controllers included:
+    each printed a KeyboardInterrupt traceback after the sweep's "interrupted"."""
+    import signal
+    import time
+
+    pytest.importorskip("submitit")
+    script = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\n"
+              "from codegen.sweep import Unit, run_sweep\n"
+              f"u = [Unit({FNS!r} + ':slow_count', {{'to': 60, 'k': k}}) for k in range(2)]\n"
+              "try:\n"
+              f"    run_sweep(u, {str(tmp_path / 'r')!r}, {str(tmp_path / 'w')!r}, backend='local', jobs=2,"
+              " say=lambda s: None)\n"
+              "except KeyboardInterrupt:\n"
+              "    print('interrupted', file=sys.stderr)\n")
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        deadline = time.time() + 60
+        while len(list((tmp_path / "w").glob("*/starts"))) < 2 and time.time() < deadline:
+            time.sleep(0.2)
+        assert len(list((tmp_path / "w").glob("*/starts"))) == 2, "the units never started"
+        time.sleep(0.5)
+        os.killpg(p.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+        _, err = p.communicate(timeout=30)  # until every process holding its stderr (the controllers) ended
+    finally:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert err.strip() == "interrupted", err

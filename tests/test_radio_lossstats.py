@@ -52,3 +52,42 @@ def test_measure_tight_deadlines_lose_messages_consistently():
     assert 0 < tight.effective_link_loss < 1
     assert tight.model_link_loss == pytest.approx(tight.effective_link_loss, abs=0.08)
     assert "[dropout]" in tight.toml() and "q_link" in tight.toml()
+
+
+def _cisl(cwd, *args):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "codegen.cli", *args], cwd=cwd, capture_output=True, text=True)
+
+
+@pytest.mark.hostc
+def test_radio_loss_refuses_settings_that_lose_every_message_instead_of_writing_them(tmp_path):
+    """A deadline too tight for any node to decode wrote q_recv = q_send = 1 (exit 0), a [dropout] file
+    that `cisl train --dropout` then refused."""
+    p = _cisl(tmp_path, "radio", "loss", "--topology", "full_mesh", "--nodes", "3", "--deadline", "5",
+              "--exchanges", "5", "-o", "dead.toml")
+    assert p.returncode == 2 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "every message of every exchange was lost" in p.stderr and "--deadline 5" in p.stderr, p.stderr
+    assert "raise it" in p.stderr and not (tmp_path / "dead.toml").exists()
+    ok = _cisl(tmp_path, "radio", "loss", "--topology", "full_mesh", "--nodes", "3", "--deadline", "40",
+               "--exchanges", "5", "-o", "ok.toml")
+    assert ok.returncode == 0 and "q_recv = 0\n" in (tmp_path / "ok.toml").read_text(), ok.stderr
+
+
+@pytest.mark.hostc
+@pytest.mark.parametrize("deadline,needle", [("1", "--deadline 1: a round of 3 nodes needs at least 5 slots"),
+                                             ("4", "use --deadline 5 or more"),
+                                             ("65535", "use --deadline 65534 or less")])
+def test_a_deadline_mixer_cannot_run_names_the_option_and_the_bound(tmp_path, deadline, needle):
+    # was "error: invalid Mixer configuration n=3 G=13 P=84"
+    p = _cisl(tmp_path, "radio", "loss", "--topology", "full_mesh", "--nodes", "3", "--deadline", deadline,
+              "--exchanges", "2")
+    assert p.returncode == 2 and needle in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+@pytest.mark.unit
+def test_a_rate_just_below_one_is_not_written_as_one():
+    from codegen.radio.lossstats import _rate
+
+    assert _rate(0.12) == "0.12" and _rate(1 - 1e-9) == repr(1 - 1e-9) and float(_rate(1 - 1e-9)) < 1

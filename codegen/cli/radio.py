@@ -26,7 +26,8 @@ def radio() -> None:
 @click.option("--policy", type=click.Choice(["done", "fixed"]), default="done", show_default=True,
               help="Round length: end when all have full rank, or the fixed 3G+200 deadline.")
 @click.option("--deadline", type=click.IntRange(min=1), default=None,
-              help="Override the rounds' hard deadline in slots (tight deadlines trade loss for latency).")
+              help="Override the rounds' hard deadline in slots (tight deadlines trade loss for latency; more than "
+                   "max(4, nodes), the slots a node lingers).")
 @click.option("--exponent", type=FiniteRange(min=1.0), default=None, help="Path-loss exponent (default 4.0).")
 @click.option("--shadowing", type=FiniteRange(min=0.0), default=None, help="Shadowing sigma in dB (default 4).")
 @click.option("--burst", nargs=3, type=FiniteRange(0.0, 1.0), default=None, metavar="P_GB P_BG LOSS_BAD",

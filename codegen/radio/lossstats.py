@@ -57,7 +57,19 @@ class LossStats:
         return ("# message loss measured by `cisl radio loss` on "
                 f"{self.topology} ({self.nodes} nodes, {self.exchanges} exchanges of {self.message_bytes} B per node)\n"
                 f"# effective per-link loss {100 * self.effective_link_loss:.3f} %\n"
-                f"[dropout]\nq_link = {self.q_link:.6g}\nq_recv = {self.q_recv:.6g}\nq_send = {self.q_send:.6g}\n")
+                f"[dropout]\nq_link = {_rate(self.q_link)}\nq_recv = {_rate(self.q_recv)}\nq_send = {_rate(self.q_send)}\n")
+
+
+def _rate(q: float) -> str:
+    """A rate for [dropout], short, but never rounded up to 1 (which `cisl train` refuses) when below it."""
+    text = f"{q:.6g}"
+    return repr(q) if float(text) >= 1.0 > q else text
+
+
+def linger_slots(nodes: int) -> int:
+    """The slots a node keeps sending after it decoded the round (Mixer's linger), as `measure` runs it; a
+    round's deadline must be longer."""
+    return max(4, nodes)
 
 
 def split_modes(got: np.ndarray) -> tuple[float, float, float, float]:
@@ -85,10 +97,10 @@ def measure(topology_name: str, nodes: int | None, message_bytes: int, exchanges
     """
     topo = topology(topology_name, nodes, seed)
     n = topo.n
-    rounds = schedule_exchange(0, [message_bytes] * n, RoundPolicy(kind=policy, linger=max(4, n)))
+    rounds = schedule_exchange(0, [message_bytes] * n, RoundPolicy(kind=policy, linger=linger_slots(n)))
     channel = Channel(topo, params, seed=seed)
     nets = [MixerNetwork(channel, r.generation, r.payload, deadline or r.deadline_slots,
-                         TERM_DONE if policy == "done" else TERM_DEADLINE) for r in rounds]
+                         TERM_DONE if policy == "done" else TERM_DEADLINE, linger=linger_slots(n)) for r in rounds]
     got = np.zeros((exchanges, n, n), dtype=bool)
     slots, complete = [], 0
     it = range(exchanges)
@@ -145,10 +157,40 @@ def measure_loss(topology_name: str, nodes: int | None, message_bytes: int, exch
     if burst is not None:
         params = params.replace(burst=GilbertElliott(burst[0], burst[1], 0.0, burst[2]))
     try:
-        return measure(topology_name, nodes, message_bytes, exchanges, seed, policy, params, deadline, fail_prob,
-                       progress=progress)
+        n = topology(topology_name, nodes, seed).n
+        if deadline is not None and deadline > MAX_DEADLINE:
+            raise UserError(f"--deadline {deadline}: Mixer's rounds last at most {MAX_DEADLINE} slots; use "
+                            f"--deadline {MAX_DEADLINE} or less")
+        if deadline is not None and deadline <= linger_slots(n):
+            raise UserError(f"--deadline {deadline}: a round of {n} nodes needs at least {linger_slots(n) + 1} slots "
+                            f"(a node lingers {linger_slots(n)} slots after decoding); use --deadline "
+                            f"{linger_slots(n) + 1} or more, and enough for the nodes to decode (without --deadline "
+                            f"the rounds get {_default_deadline(n, message_bytes, policy)} slots)")
+        stats = measure(topology_name, nodes, message_bytes, exchanges, seed, policy, params, deadline, fail_prob,
+                        progress=progress)
     except ValueError as e:
         raise UserError(str(e)) from None
+    if max(stats.q_link, stats.q_recv, stats.q_send) >= 1.0:  # a [dropout] section cisl train refuses
+        default = _default_deadline(n, message_bytes, policy)
+        if deadline is not None and deadline < default:
+            fix = (f"--deadline {deadline} ends every round before any node decodes it: raise it (without "
+                   f"--deadline the rounds get {default} slots)")
+        else:
+            given = [f"--{k}" for k, v in (("fail-prob", fail_prob), ("burst", burst), ("exponent", exponent),
+                                           ("shadowing", shadowing)) if v]
+            fix = (f"the links deliver nothing with these settings: relax {', '.join(given)}" if given else
+                   "the links deliver nothing on this topology: choose another topology or fewer nodes")
+        raise UserError(f"{topology_name} ({n} nodes): every message of every exchange was lost (q_recv = q_send = 1), "
+                        f"and cisl train cannot train for a network that delivers nothing; {fix}")
+    return stats
+
+
+MAX_DEADLINE = 0xFFFE  # Mixer's round length is below MX_NO_SLOT (0xFFFF)
+
+
+def _default_deadline(n: int, message_bytes: int, policy: str) -> int:
+    rounds = schedule_exchange(0, [message_bytes] * n, RoundPolicy(kind=policy, linger=linger_slots(n)))
+    return rounds[0].deadline_slots
 
 
 def save_dropout(stats: LossStats, out: Path) -> None:

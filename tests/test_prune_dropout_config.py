@@ -106,3 +106,35 @@ def test_rescale_is_off_unless_asked_for(tmp_path: Path) -> None:
     assert load_config(write(tmp_path, '[dropout]\nq = 0.1\nrescale = "auto"\n')).dropout.rescaled() is True
     msg = error(tmp_path, '[dropout]\nrescale = "sometimes"\n')
     assert "[dropout] rescale" in msg and '"auto"' in msg
+
+
+@pytest.mark.train
+@pytest.mark.parametrize("own,file,note,rates", [
+    ("q = 0.1", "q_link = 0\nq_recv = 0.12\nq_send = 0.025", "([dropout] q = 0.1 dropped)", (0.0, 0.12, 0.025)),
+    ("q_max = 0.3\nclean = 0.25", "q_link = 0.05\nq_recv = 0.1\nq_send = 0", "([dropout] q_max = 0.3 dropped)",
+     (0.05, 0.1, 0.0)),
+    ("q = 0.1", "clean = 0.25", None, (0.1, 0.1, 0.1)),  # no rate in the file: the config's loss stays
+], ids=["q", "q_max", "clean only"])
+def test_a_dropout_file_replaces_the_loss_the_config_sets(tmp_path: Path, own: str, file: str, note: str | None,
+                                                           rates: tuple[float, float, float]) -> None:
+    """usage.md: --dropout FILE overrides the [dropout] keys FILE sets. A config with q or q_max and the
+    file `cisl radio loss -o` writes (q_link, q_recv, q_send) was refused as setting both."""
+    import json
+    import subprocess
+    import sys
+
+    from models import tiny_train_config
+
+    (tmp_path / "c.toml").write_text(tiny_train_config(2, dropout=own))
+    (tmp_path / "d.toml").write_text(f"# message loss measured by `cisl radio loss`\n[dropout]\n{file}\n")
+    p = subprocess.run([sys.executable, "-m", "codegen.cli", "train", "c.toml", "--dropout", "d.toml", "-o", "m"],
+                       cwd=tmp_path, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    notes = [line for line in p.stderr.splitlines() if line.startswith("note: --dropout")]
+    if note is None:
+        assert not notes, p.stderr
+    else:
+        assert len(notes) == 1 and note in notes[0] and "c.toml" in notes[0], p.stderr
+    drop = json.loads((tmp_path / "m" / "train.json").read_text())["summary"]["dropout"]
+    assert (drop["q_link"], drop["q_recv"], drop["q_send"]) == pytest.approx(rates) and "q_max" not in drop
+    assert drop["clean"] == (0.25 if "clean" in own + file else 0.5)  # the config's clean stays unless FILE sets it

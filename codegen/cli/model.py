@@ -40,7 +40,8 @@ from .options import FiniteRange, loss_options, loss_rates, say, sweep_values
               help="Removed: it drew random masks; see --prune/--keep and --random-keep.")
 @click.option("--seed", type=click.IntRange(min=0), default=None, help="Override [train] seed.")
 @click.option("--dropout", "dropout_file", type=click.Path(path_type=Path), default=None,
-              help="Take [dropout] from this TOML file, e.g. the one `cisl radio loss -o` writes.")
+              help="Take [dropout] from this TOML file, e.g. the one `cisl radio loss -o` writes; its loss rates "
+                   "replace the config's (q, q_link, q_recv, q_send, q_max).")
 @click.option("--split", "split_file", type=click.Path(path_type=Path), default=None,
               help="Override [split] file: train for the split `cisl plan -o` wrote (heads and MLP hidden units per "
                    "node; the devices follow it). Needed for a pruned model on a planned split.")

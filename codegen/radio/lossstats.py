@@ -57,7 +57,8 @@ class LossStats:
         return ("# message loss measured by `cisl radio loss` on "
                 f"{self.topology} ({self.nodes} nodes, {self.exchanges} exchanges of {self.message_bytes} B per node)\n"
                 f"# effective per-link loss {100 * self.effective_link_loss:.3f} %\n"
-                f"[dropout]\nq_link = {_rate(self.q_link)}\nq_recv = {_rate(self.q_recv)}\nq_send = {_rate(self.q_send)}\n")
+                f"[dropout]\nq_link = {_rate(self.q_link)}\nq_recv = {_rate(self.q_recv)}\n"
+                f"q_send = {_rate(self.q_send)}\n")
 
 
 def _rate(q: float) -> str:

@@ -33,7 +33,31 @@ def dropout_overrides(dropout_file: Path) -> dict:
     if not isinstance(section, dict):
         raise UserError(f"{dropout_file}: no [dropout] section; write it with `cisl radio loss -o FILE`")
     check_dropout_table(str(dropout_file), section)
-    return {f"dropout.{key}": value for key, value in section.items()}
+    overrides = {f"dropout.{key}": value for key, value in section.items()}
+    if any(key in section for key in LOSS_KEYS):  # the file's rates replace the config's loss setting
+        overrides.update({f"dropout.{key}": 0.0 for key in LOSS_KEYS if key not in section})
+    return overrides
+
+
+LOSS_KEYS = ("q", "q_link", "q_recv", "q_send", "q_max")
+"""The [dropout] keys that set the loss: q, or q_link/q_recv/q_send, or q_max (clean and rescale say how)."""
+
+
+def replaced_loss_keys(config: Path | None, dropout_file: Path) -> str | None:
+    """The note for a config whose loss keys the --dropout file's rates replace (None: nothing replaced)."""
+    import tomllib
+
+    with open(dropout_file, "rb") as f:
+        section = tomllib.load(f)["dropout"]
+    if config is None or not any(key in section for key in LOSS_KEYS):
+        return None
+    with open(config, "rb") as f:
+        own = tomllib.load(f).get("dropout", {})
+    dropped = [f"{key} = {own[key]}" for key in LOSS_KEYS if key not in section and own.get(key)]
+    if not dropped:
+        return None
+    return (f"note: --dropout {dropout_file} sets {', '.join(k for k in LOSS_KEYS if k in section)}; it replaces the "
+            f"loss {config} sets ([dropout] {', '.join(dropped)} dropped)")
 
 
 def train_overrides(epochs: int | None = None, devices: int | None = None, prune: str | None = None,
@@ -77,6 +101,10 @@ def train_from_options(config: Path | None, data: Path | None, out_dir: Path, *,
                             "the split file decides the devices: drop --devices")
     overrides = train_overrides(epochs, devices, prune, keep, random_keep, seed, dropout_file, split_file)
     check_config(config, data, overrides or None)  # a mistake in the config is one line before torch is imported
+    if dropout_file is not None:
+        replaced = replaced_loss_keys(config, dropout_file)
+        if replaced:
+            note(replaced)
     from .api import CHECKPOINT_NAME, check_work_dir, default_work_dir, run_train  # torch is imported only here
 
     checkpoint = (work_dir or default_work_dir(out_dir)) / CHECKPOINT_NAME

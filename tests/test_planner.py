@@ -182,3 +182,40 @@ def test_a_relay_carries_messages_between_nodes_out_of_range():
     assert relayed.unreachable is None and not relayed.violations
     assert relayed.relays == [2] and relayed.relay_energy_uj[0] > 0
     assert relayed.energy_total_uj == pytest.approx(sum(relayed.energy_uj) + relayed.relay_energy_uj[0])
+
+
+@pytest.mark.parametrize("sim_topology", [None, "line"])
+def test_the_planner_the_estimate_and_the_virtual_testbed_place_nodes_alike(tmp_path, sim_topology):
+    """One layout rule (codegen/testbed/layout.py): the rounds `cisl plan` priced are the ones `cisl
+    estimate/sim --testbed` and the virtual testbed run. A split on testbed nodes 0..n-1 of a larger
+    testbed ran on a fresh topology for n nodes (a 3-node full mesh, an 8-node hallway: 148 ms
+    against a planned 118.6), and with `[sim] topology = "line"` the planner priced the file's
+    hallway positions while the medium ran the line."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from codegen.planner.costs import topology_for
+    from codegen.radio.topology import topology
+    from codegen.testbed.config import load_testbed
+    from codegen.timing.estimate import testbed_topology
+    from codegen.vtestbed.bed import radio_layout, run_topology, sim_testbed_text
+
+    tb_file = tmp_path / "tb.toml"
+    text = sim_testbed_text(6)  # hallway positions
+    if sim_topology:
+        text = text.replace("[sim]\n", f'[sim]\ntopology = "{sim_topology}"\n', 1)
+    tb_file.write_text(text)
+    tb = load_testbed(tb_file)
+    prof = Profile(CFG, {}, [node_profile(n.id, "nrf52840dk", position=n.position) for n in tb.nodes],
+                   tb.sim.topology, tb.sim.seed)
+    whole = topology(sim_topology or "hallway", 6, 0).positions  # where the file puts its six nodes
+    for where in ([0, 1, 2], [0, 1, 2, 3, 4, 5], [1, 3], [5, 0, 2]):
+        plan = SimpleNamespace(testbed_nodes=where, devices=len(where), meta={"testbed_nodes": where})
+        priced = topology_for(prof, where).positions
+        assert np.allclose(priced, whole[where], atol=0.01), (where, priced)
+        ran = run_topology(radio_layout(tb, plan))
+        ran = ran.positions if not isinstance(ran, str) else topology(ran, len(where), 0).positions
+        estimated = testbed_topology(tb_file, plan)[0]
+        estimated = estimated.positions if not isinstance(estimated, str) else topology(estimated, len(where)).positions
+        assert np.allclose(ran, priced, atol=0.01) and np.allclose(estimated, priced, atol=0.01), where

@@ -193,6 +193,30 @@ def test_a_planned_split_runs_on_the_testbed_nodes_it_was_planned_for(lab):
     assert [got[i] for i in sorted(got)] == [w.tobytes() for w in ref]  # bit-exact, with the losses of that radio
 
 
+def test_a_split_planned_for_the_first_testbed_nodes_runs_where_they_are(lab):
+    """A planned split on testbed nodes 0 and 1 of the 4-node testbed runs at those nodes' positions, the
+    layout `cisl plan` priced: it ran on a fresh full mesh for 2 nodes (the ids looked like an unplanned
+    build's), and `cisl estimate`/`cisl sim` without --testbed gave no note about it."""
+    from types import SimpleNamespace
+
+    from codegen.planner.split import SplitFile, write_split
+    from codegen.timing.estimate import testbed_hint
+
+    cfg = load_plan(lab / "build4").cfg
+    write_split(lab / "split01.json", SplitFile(cfg, 1.0, [0, 1], ["nrf52840dk"] * 2, [cfg.heads - 1, 1],
+                                                [cfg.mlp_hidden - 2, 2]))
+    compile_model(lab / "m" / "model.onnx", lab / "build01", CompileOptions(split=lab / "split01.json"))
+    build(lab / "build01")
+    ok(cisl("flash", "build01", "--testbed", "tb.toml", "--no-reset", cwd=lab))
+    run = json.loads((lab / ".cisl-testbed" / "run.json").read_text())
+    testbed = {n["id"]: n["position"] for n in __import__("tomllib").loads((lab / "tb.toml").read_text())["node"]}
+    assert run["topology"] == "positions" and run["positions"] == [testbed[0], testbed[1]], run
+    assert "planned for testbed nodes 0, 1;" in testbed_hint(load_plan(lab / "build01"), lab / "build01")
+    assert testbed_hint(load_plan(lab / "build4"), lab / "build4") is None  # not planned: nothing to say
+    one = SimpleNamespace(testbed_nodes=[3], devices=1, meta={"testbed_nodes": [3]})
+    assert testbed_hint(one, lab / "b") is None  # one node has no rounds to place
+
+
 @pytest.mark.qemu
 @pytest.mark.skipif(not (shutil.which("arm-none-eabi-gcc") and shutil.which("qemu-system-arm")),
                     reason="arm toolchain or QEMU missing")

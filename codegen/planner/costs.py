@@ -6,8 +6,8 @@ For the nodes taking part (in plan order) and their heads and hidden units, with
   schedule `cisl compile` would give it (its boards' slot limits);
 * every node's flash and RAM from the footprint model (codegen/footprint.py, as `cisl fit`);
 * every node's cycles per block: the profile's rate of each op times its units of work;
-* the Mixer rounds simulated on the testbed's topology (codegen/timing/comm.py: the firmware's
-  protocol slot by slot), restricted to the nodes that take part;
+* the Mixer rounds simulated where the testbed file puts the nodes that take part (codegen/testbed/
+  layout.py; codegen/timing/comm.py: the firmware's protocol slot by slot);
 * latency, bulk-synchronous as `cisl estimate`: per block the slowest node's compute plus the
   block's rounds (air time and start guards), summed; energy per node as `cisl estimate`
   (codegen/timing/energy.py) at an inference period equal to the latency.
@@ -19,8 +19,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
-
-import numpy as np
 
 from ..footprint import NodeFacts, count_ops, estimate, max_message, table_bytes
 from ..modelspec import ModelConfig
@@ -120,17 +118,11 @@ def skeleton_plan(s: Structure, cfg: ModelConfig, boards: tuple[str, ...]):
 
 
 def topology_for(profile: Profile, node_ids: list[int]):
-    """The radio topology of the nodes taking part: their testbed positions, else the profile's
-    named topology (or `cisl sim`'s default) for that many nodes."""
-    from ..radio.topology import Topology, default_topology, topology
+    """The radio topology of the nodes taking part, by the testbed layout rule every command shares
+    (codegen/testbed/layout.py: the run and `cisl estimate --testbed` see the same layout)."""
+    from ..testbed.layout import Layout, as_topology, place
 
-    pos = [profile.node(k).position for k in node_ids]
-    if all(p is not None for p in pos):
-        return Topology("testbed", np.asarray([list(p)[:2] for p in pos], dtype=float))
-    name = profile.topology or default_topology(len(node_ids))
-    if name == "hallway16" and len(node_ids) != 16:
-        name = "hallway"
-    return topology(name, None if name == "hallway16" else len(node_ids), profile.seed)
+    return as_topology(place(Layout.of_profile(profile), list(node_ids)), len(node_ids))
 
 
 @dataclass

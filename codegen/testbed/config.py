@@ -10,8 +10,9 @@ Schema (every table and key other than those marked required is optional)::
     board = "nrf52840dk"
 
     [sim]                           # runner "sim" only: the virtual testbed's medium
-    topology = "hallway"            # default: the radio's default for the number of nodes flashed;
-                                    # "positions": the [[node]] positions below (your lab's layout)
+    topology = "hallway"            # where the nodes are (default: their positions), laid out for every
+                                    # node of the file; "positions": the [[node]] positions below (every
+                                    # node needs one). The rule: codegen/testbed/layout.py
     seed = 0
     timeout = 120                   # seconds the medium waits for progress
     inferences = 100                # inference i takes the build's input window i mod count (default:

@@ -238,8 +238,8 @@ def format_table(est: Estimate) -> str:
 
 def testbed_topology(testbed_file: Path, plan) -> tuple[str | Topology, int]:
     """The radio layout of a plan's nodes on a testbed and its seed, as `cisl estimate --testbed` prices
-    them: the virtual testbed's own (codegen/vtestbed/bed.py `radio_layout`); on boards, the nodes'
-    positions. A planned split's nodes keep the places the planner priced (its testbed nodes)."""
+    them: the layout rule `cisl plan` and the virtual testbed share (codegen/testbed/layout.py), so a
+    planned split's nodes keep the places the planner priced (its testbed nodes)."""
     from ..vtestbed.bed import POSITIONS, plan_layout
 
     lay = plan_layout(testbed_file, plan)
@@ -277,7 +277,7 @@ def testbed_hint(plan, build_dir: Path, doing: str = "are priced", do: str = "pr
     """Advice for a planned split estimated (or, ``doing="run"``, simulated) without its testbed: the
     rounds then use a topology made for that many nodes, not the places the planner priced."""
     where = plan.testbed_nodes
-    if where == list(range(plan.devices)):
+    if plan.meta.get("testbed_nodes") is None or plan.devices < 2:  # not planned, or no rounds to place
         return None
     return (f"note: {build_dir} is a split planned for testbed nodes {', '.join(map(str, where))}; its Mixer rounds "
             f"{doing} on {C.resolve_topology(plan, None)} for {plan.devices} nodes: pass --testbed FILE to {do} "

@@ -33,6 +33,7 @@ from ..errors import UserError
 from ..inputs import load_build_inputs
 from ..toolrun import log_command
 from ..testbed.config import NodeEntry, Testbed, check_state_claim, claim_state_dir, load_testbed
+from ..testbed.layout import POSITIONS  # run.json's name for a layout by positions
 from .supervisor import read_line
 
 MODULE = "codegen.vtestbed.supervisor"
@@ -197,9 +198,6 @@ def prepare(testbed: Testbed, nodes: list[NodeEntry], build) -> None:
                                                 "supervisor": info["pid"]}) + "\n")
 
 
-POSITIONS = "positions"  # [sim] topology: the testbed file's [[node]] positions
-
-
 def run_topology(run: dict):
     """The radio topology of a run.json: a named one, or a Topology of the testbed's positions."""
     if run.get("topology") == POSITIONS:
@@ -215,38 +213,12 @@ def _radio_run(testbed: Testbed, build) -> dict:
 
 
 def radio_layout(testbed: Testbed, plan) -> dict:
-    """Where the radio puts a plan's nodes on this testbed: ``{"topology": name, "seed": s}`` or, placed
-    by the testbed file, ``{"topology": "positions", "positions": [[x, y], ...], "seed": s}`` (plan node
-    k on testbed node ``plan.testbed_nodes[k]``). `run_topology` turns it into what the radio takes.
+    """Where the radio puts a plan's nodes on this testbed (plan node k on testbed node
+    ``plan.testbed_nodes[k]``): codegen/testbed/layout.py `place`, the rule `cisl plan` priced the
+    split by. `run_topology` turns it into what the radio takes."""
+    from ..testbed.layout import Layout, place
 
-    The positions decide with ``[sim] topology = "positions"``, for a planned split (it leaves nodes out
-    of the layout the planner priced: codegen/planner/costs.py `topology_for`), and on boards (only
-    `cisl estimate` asks there: no medium runs); otherwise the named topology, which `cisl testbed sim`
-    wrote the positions from."""
-    from ..radio.topology import default_topology, topology
-
-    n = plan.devices
-    where = plan.testbed_nodes
-    name = testbed.sim.topology or default_topology(n)
-    virtual = all(t in testbed.ids and testbed.node(t).runner == "sim" for t in where)
-    if name == POSITIONS or where != list(range(n)) or not virtual:
-        pos = [testbed.node(t).position if t in testbed.ids else None for t in where]
-        missing = [t for t, p in zip(where, pos) if p is None]
-        if missing and name == POSITIONS:
-            raise UserError(f"{testbed.path}: [sim] topology = \"{POSITIONS}\" places the nodes by their position, "
-                            f"but node {missing[0]} has none; give every [[node]] position = [x, y]")
-        if not missing:
-            return {"topology": POSITIONS, "positions": [list(p)[:2] for p in pos], "seed": testbed.sim.seed}
-        if name == "hallway16" and n != 16:  # the planner's rule without positions: the hallway for n nodes
-            name = "hallway"
-    try:
-        topo = topology(name, None if name == "hallway16" else n, testbed.sim.seed)
-    except ValueError as e:
-        raise UserError(f"{testbed.path}: [sim] topology {name}: {e}") from None
-    if topo.n != n:
-        raise UserError(f"{testbed.path}: [sim] topology {name} has {topo.n} nodes but the build has {n}; choose a "
-                        "topology for that many nodes or remove [sim] topology")
-    return {"topology": name, "seed": testbed.sim.seed}
+    return place(Layout.of_testbed(testbed), plan.testbed_nodes)
 
 
 BOTH_LAYOUTS = "--testbed and --topology both say where the nodes are: give one of them"
@@ -347,8 +319,12 @@ def sim_testbed_text(nodes: int, topology_name: str | None = None, seed: int = 0
     header = [f"virtual testbed of {nodes} nodes, written by `cisl testbed sim`",
               f"flash a board-'{board}' build with `cisl flash BUILD --testbed THIS_FILE`; each port is a symlink to the",
               "node's pseudo-terminal while the testbed runs (`cisl testbed stop` ends it).",
-              f"positions (metres) are those of the radio topology {name}, seed {seed}; the medium places the",
-              "nodes by [sim] topology and seed, so editing them changes nothing."]
+              f"positions (metres) are those of the radio topology {name}, seed {seed}."]
+    # where the nodes are for `cisl plan`, the medium and `--testbed` estimates (codegen/testbed/layout.py)
+    header += (["[sim] topology places the nodes, so editing the positions changes nothing; remove it to",
+                "place them by their positions (your lab's layout)."] if topology_name else
+               ["They place the nodes for `cisl plan`, the virtual testbed and `cisl estimate/sim --testbed`:",
+                "edit them to model your lab's layout."])
     sim = {"seed": seed, "timeout": 120, **({"inferences": inferences} if inferences else {})}
     if topology_name:
         sim = {"topology": topology_name, **sim}

@@ -191,6 +191,27 @@ def test_bad_input_is_one_line(tmp_path):
 
 
 @pytest.mark.faults
+def test_the_plan_places_the_nodes_where_the_testbed_file_says_not_the_profile(tmp_path):
+    """A node moved 150 m away after profiling: `cisl plan` used the profile's old position, said "no
+    constraint broken" and wrote a split whose rounds then took 3.9x as long (`cisl sim --testbed`:
+    the far node declared dead). The testbed file's layout counts, as its energy budgets do."""
+    tb = tmp_path / "tb.toml"
+    ok(cisl("testbed", "sim", "--nodes", "3", "-o", str(tb), cwd=tmp_path))
+    small = _toml(tmp_path / "small.toml", SMALL)
+    _nominal_profile(tmp_path / "profile.json", SMALL, ["nrf52840dk"] * 3)  # nodes 3 m apart
+    args = ["plan", str(small), "--testbed", str(tb), "--all-nodes", "-o", "split.json", "-q"]
+    ok(cisl(*args, cwd=tmp_path, timeout=300))
+    text = tb.read_text()
+    at = text.index("id = 2\n")
+    tb.write_text(text[:at] + re.sub(r"position = \[[^]]*\]", "position = [150.0, 0.0]", text[at:], count=1))
+    (tmp_path / "split.json").unlink()
+    p = cisl(*args, cwd=tmp_path, timeout=300)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, (p.stdout, p.stderr)
+    assert "out of each other's radio range" in p.stderr and "node 2" in p.stderr, p.stderr
+    assert not (tmp_path / "split.json").exists()
+
+
+@pytest.mark.faults
 def test_a_pruned_model_replanned_says_it_needs_retraining(tmp_path):
     model = make_model_dir(tmp_path / "model", SMALL, 4, 0.5, seed=2, rescale=True)
     tb = tmp_path / "tb.toml"

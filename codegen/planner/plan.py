@@ -124,8 +124,13 @@ def make_plan(model_path: Path, testbed_path: Path, profile_path: Path, deadline
         if profile.node(n.id).board != n.hardware:
             raise UserError(f"{profile_path}: node {n.id} is profiled as a {profile.node(n.id).board}, the testbed "
                             f"says {n.hardware}; profile the testbed again")
-        # the testbed file's energy budgets are the ones that count (a profile may be older)
-        profile.node(n.id).energy_uj, profile.node(n.id).energy_source = n.energy_uj, n.energy_source
+        # the testbed file's budgets and radio layout are the ones that count (a profile may be older:
+        # a node moved since profiling would otherwise be planned, and re-checked, where it was)
+        pn = profile.node(n.id)
+        pn.energy_uj, pn.energy_source, pn.position = n.energy_uj, n.energy_source, n.position
+    profile.nodes = [profile.node(n.id) for n in tb.nodes]  # a named [sim] topology is laid out for these
+    profile.topology, profile.seed = tb.sim.topology, tb.sim.seed
+    profile.meta = {**profile.meta, "testbed": str(testbed_path)}
     without = without or []
     unknown = [k for k in without if k not in ids]
     if unknown:
@@ -152,15 +157,15 @@ def make_plan(model_path: Path, testbed_path: Path, profile_path: Path, deadline
 
 
 def _farther(p: Problem, pair: tuple[int, int]) -> int:
-    """Of two nodes that cannot hear each other, the one farther from the other candidates (by the
-    testbed's positions; the sender where there are none)."""
-    pos = {nid: p.profile.node(nid).position for nid in p.nodes}
-    if any(v is None for v in pos.values()):
-        return pair[1]
+    """Of two nodes that cannot hear each other, the one farther from the other candidates (where the
+    testbed file puts them: the layout the rounds were simulated on)."""
+    from .costs import topology_for
+
+    xy = topology_for(p.profile, p.nodes).positions
+    pos = {nid: xy[i] for i, nid in enumerate(p.nodes)}
 
     def spread(nid: int) -> float:
-        x, y = list(pos[nid])[:2]
-        return sum(((x - list(q)[0]) ** 2 + (y - list(q)[1]) ** 2) ** 0.5 for m, q in pos.items() if m != nid)
+        return sum(float(((pos[nid] - q) ** 2).sum() ** 0.5) for m, q in pos.items() if m != nid)
 
     return max(pair, key=spread)
 

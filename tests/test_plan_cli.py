@@ -152,6 +152,9 @@ def test_bad_input_is_one_line(tmp_path):
                           mlp_hidden=320, horizon=8)
     big = _toml(tmp_path / "big.toml", big_cfg)
     _nominal_profile(tmp_path / "big.json", big_cfg, ["nrf52833dk"] * 2)
+    tbpos = tmp_path / "tbpos.toml"  # placed by positions, node 1 without one: `cisl plan` gave a traceback
+    tbpos.write_text(re.sub(r"(id = 1\n(?:.*\n)*?)position = \[[^]]*\]\n", r"\1",
+                            tb.read_text().replace("[sim]\n", '[sim]\ntopology = "positions"\n', 1), count=1))
     unrated = json.loads((tmp_path / "small.json").read_text())
     unrated["boards"] = {}  # edited by hand, or cut short: the nodes' board has no rates
     (tmp_path / "unrated.json").write_text(json.dumps(unrated))
@@ -173,12 +176,18 @@ def test_bad_input_is_one_line(tmp_path):
                                      "--objective", "energy"], "needs --deadline"),
         "infinite deadline": (["plan", str(small), "--testbed", str(tb), "--profile", "small.json",
                                "--deadline", "inf"], "is not a finite number"),  # it wrote Infinity, not JSON
+        "plan: placed by positions, a node has none": (["plan", str(small), "--testbed", str(tbpos), "--profile",
+                                                        "small.json"], "node 1 has none"),
+        "profile: placed by positions, a node has none": (["profile", str(small), "--testbed", str(tbpos)],
+                                                          "node 1 has none"),
     }
     for name, (args, msg) in cases.items():
         p = cisl(*args, "-o", "out.json", "-q", cwd=tmp_path, timeout=300)
         assert p.returncode == 2, (name, p.stdout, p.stderr)
         assert len(p.stderr.strip().splitlines()) == 1 and msg in p.stderr, (name, p.stderr)
         assert not (tmp_path / "out.json").exists(), name
+    p = cisl("testbed", "check", str(tbpos), cwd=tmp_path)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "node 1 has none" in p.stderr, p.stderr
     # a profile and a split file both carry boards and nodes: neither command writes over the other's file
     (tmp_path / "split.json").write_text(json.dumps({"format": "cisl-split", "heads_per_device": [2, 2]}))
     for args, other in ((["profile", str(small), "--testbed", str(tb), "-o", "split.json"], "cisl-split"),

@@ -85,6 +85,13 @@ BAD = {
     # pyserial raised OverflowError in the reader thread: a traceback, then "(None)"
     "impossible baud": (GOOD.replace("baud = 1000000", "baud = 99999999999"),
                         ("tb.toml", "node 1", "baud must be", "1000000")),
+    # accepted here and by `cisl profile`; `cisl plan` then stopped with a ValueError traceback
+    "placed by positions, a node without one": (
+        GOOD.replace("[[node]]", '[sim]\ntopology = "positions"\n\n[[node]]', 1),
+        ("tb.toml", 'topology = "positions"', "node 1 has none", "position = [x, y]")),
+    "a named topology for another node count": (
+        GOOD.replace("[[node]]", '[sim]\ntopology = "hallway16"\n\n[[node]]', 1),
+        ("tb.toml", "hallway16 has 16 nodes", "the testbed has 2")),
 }
 
 

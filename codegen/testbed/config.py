@@ -201,7 +201,11 @@ def parse_testbed(doc: dict[str, Any], path: Path) -> Testbed:
                          "prefer its /dev/serial/by-id/ path (see `cisl testbed scan`)")
         nodes.append(entry)
     nodes.sort(key=lambda n: n.id)
-    return Testbed(path, nodes, name, state_dir, sim, notes)
+    out = Testbed(path, nodes, name, state_dir, sim, notes)
+    from .layout import Layout, check_layout
+
+    check_layout(Layout.of_testbed(out))  # [sim] topology against the nodes: here, before any command's work
+    return out
 
 
 def _parse_sim(f: str, sim: Any) -> SimSettings:

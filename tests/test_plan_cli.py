@@ -186,6 +186,11 @@ def test_bad_input_is_one_line(tmp_path):
         assert p.returncode == 2, (name, p.stdout, p.stderr)
         assert len(p.stderr.strip().splitlines()) == 1 and msg in p.stderr, (name, p.stderr)
         assert not (tmp_path / "out.json").exists(), name
+    # the split was written, then --json refused as "choose another output file with -o"; exit 2
+    p = cisl("plan", str(small), "--testbed", str(tb), "--profile", "small.json", "-o", "same.json", "--json",
+             "./same.json", "-q", cwd=tmp_path, timeout=300)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "-o and --json both name" in p.stderr, p.stderr
+    assert not (tmp_path / "same.json").exists()
     p = cisl("testbed", "check", str(tbpos), cwd=tmp_path)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "node 1 has none" in p.stderr, p.stderr
     # a profile and a split file both carry boards and nodes: neither command writes over the other's file

@@ -88,6 +88,11 @@ def plan_cmd(model: Path, testbed_file: Path, profile_file: Path, deadline_ms: f
     from ..planner import split
     from ..planner.plan import baselines, format_plan, make_plan, parse_without, write_plan_file
 
+    from ..errors import UserError
+
+    if json_out is not None and json_out.resolve() == out_file.resolve():  # one would overwrite the other
+        raise UserError(f"-o and --json both name {json_out}: the split and the plan report are different files; "
+                        "give --json another file")
     check_output_file(out_file, json_format(split.FORMAT))
     check_output_file(json_out, json_with("plan"), "--json")  # both before the work
     if objective is None:  # the least energy needs a deadline to stay within (else one node does everything)

@@ -191,6 +191,13 @@ def test_bad_input_is_one_line(tmp_path):
              "./same.json", "-q", cwd=tmp_path, timeout=300)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "-o and --json both name" in p.stderr, p.stderr
     assert not (tmp_path / "same.json").exists()
+    # budgets nothing meets and no deadline: the message blamed "the deadline" all the same
+    tbe = tmp_path / "tbe.toml"
+    tbe.write_text(tb.read_text().replace("[sim]\n", '[defaults]\nenergy_source = "harvest"\nenergy_uj = 1.0\n\n[sim]\n'))
+    p = cisl("plan", str(small), "--testbed", str(tbe), "--profile", "small.json", "-o", "out.json", "-q",
+             cwd=tmp_path, timeout=300)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "energy_uj binds" in p.stderr, p.stderr
+    assert "deadline" not in p.stderr and not (tmp_path / "out.json").exists(), p.stderr
     p = cisl("testbed", "check", str(tbpos), cwd=tmp_path)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "node 1 has none" in p.stderr, p.stderr
     # a profile and a split file both carry boards and nodes: neither command writes over the other's file

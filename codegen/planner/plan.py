@@ -91,12 +91,34 @@ def explain_infeasible(p: Problem, deadline_ms: float | None) -> str:
         return (f"no plan meets the deadline of {deadline_ms:g} ms: the fastest achievable is {ev.latency_ms:.1f} ms "
                 f"({ev.latency_ms - comm:.1f} ms compute on the slowest nodes, {comm:.1f} ms radio) with "
                 f"{len(ev.node_ids)} node{'s' if len(ev.node_ids) != 1 else ''}; relax --deadline to at least "
-                f"{ev.latency_ms:.1f}")
-    over = [p.nodes[k] for k in range(len(p.nodes)) if p.budget[k] is not None and fast.node_energy_uj[k] > p.budget[k]]
-    named = f"node {over[0]}'s" if over else "the nodes'"
-    return (f"no plan meets the deadline{'' if deadline_ms is None else f' of {deadline_ms:g} ms'} within every node's "
-            f"energy budget: {named} energy_uj binds (the fastest plan, {ev.latency_ms:.1f} ms, needs more); raise "
-            f"the budgets, relax --deadline, or add nodes")
+                f"{math.ceil(ev.latency_ms * 10) / 10:.1f}")  # rounded up: the advice must work
+    # only the limits that are set (the search may have tightened p.budget: the testbed's are the profile's)
+    budget = {nid: p.profile.node(nid).energy_uj for nid in p.nodes}
+    limits = _limits(p, deadline_ms)
+    over = [(nid, e) for nid, e in zip(ev.node_ids, ev.energy_uj) if budget[nid] is not None and e > budget[nid]]
+    if over:
+        nid, e = over[0]
+        return (f"no plan meets {limits}: node {nid}'s energy_uj binds (the fastest plan, {ev.latency_ms:.1f} ms, "
+                f"needs {e:.1f} of its {budget[nid]:g} uJ); {_relax(p, deadline_ms)}, or add nodes")
+    if ev.violations:
+        return f"no plan found that meets {limits}: the fastest plan breaks one ({ev.violations[0]})"
+    return (f"no plan found that meets {limits}: the fastest plan meets them when evaluated exactly "
+            f"({ev.latency_ms:.1f} ms), but the planner's model, above the exact one at {fast.latency_ms:.1f} ms, "
+            f"ruled out every plan; {_relax(p, deadline_ms)} a little")
+
+
+def _limits(p: Problem, deadline_ms: float | None) -> str:
+    """The constraints a request sets, in words (memory always; the deadline and budgets when given)."""
+    budgets = any(p.profile.node(nid).energy_uj is not None for nid in p.nodes)
+    parts = ([f"the deadline of {deadline_ms:g} ms"] if deadline_ms is not None else []) + (
+        ["every node's energy budget"] if budgets else [])
+    return " within ".join(parts) or "every node's memory"
+
+
+def _relax(p: Problem, deadline_ms: float | None) -> str:
+    budgets = any(p.profile.node(nid).energy_uj is not None for nid in p.nodes)
+    return " or ".join((["relax --deadline"] if deadline_ms is not None else [])
+                       + (["raise the energy budgets"] if budgets else [])) or "add nodes"
 
 
 def make_plan(model_path: Path, testbed_path: Path, profile_path: Path, deadline_ms: float | None,
@@ -190,9 +212,8 @@ def _solve_checked(p, deadline_ms, objective, all_nodes, kernels, say):
         solution = solve_milp(p, target, objective, all_nodes=all_nodes)
         if solution.assignment is None:
             if all_nodes and solve_milp(p, target, objective).assignment is not None:
-                raise UserError(f"no plan that uses all {len(p.nodes)} nodes meets the constraints (a node's memory, "
-                                f"energy budget or the deadline binds); drop --all-nodes to let the planner leave "
-                                f"nodes out")
+                raise UserError(f"no plan that uses all {len(p.nodes)} nodes meets {_limits(p, deadline_ms)} "
+                                f"(with each node's memory); drop --all-nodes to let the planner leave nodes out")
             raise UserError("; ".join([explain_infeasible(p, deadline_ms)] + dropped))
         ev = exact(p, solution.assignment, deadline_ms, kernels)
         memory = [v for v in ev.violations if "flash" in v or "RAM" in v]
@@ -213,7 +234,7 @@ def _solve_checked(p, deadline_ms, objective, all_nodes, kernels, say):
             continue
         if attempt == REPLANS:
             raise UserError(f"no plan found that the exact re-check accepts after {REPLANS} tightenings "
-                            f"({ev.violations[0]}); relax --deadline or the energy budgets")
+                            f"({ev.violations[0]}); {_relax(p, deadline_ms)}")
         if late:
             mc = model_cost(p, solution.assignment)
             target = (target or ev.latency_ms) - (ev.latency_ms - mc.latency_ms) - 1e-3 * deadline_ms

@@ -86,7 +86,7 @@ def plan_cmd(model: Path, testbed_file: Path, profile_file: Path, deadline_ms: f
     """
     from ..fsutil import check_output_file, json_format, json_with, write_output_file
     from ..planner import split
-    from ..planner.plan import baselines, format_plan, make_plan, parse_without, write_plan_file
+    from ..planner.plan import format_plan, make_plan, parse_without, write_plan_file
 
     from ..errors import UserError
 
@@ -104,18 +104,21 @@ def plan_cmd(model: Path, testbed_file: Path, profile_file: Path, deadline_ms: f
     for n in r.notes:
         click.echo(f"note: {n}", err=True)
     doc = {"plan": r.split.to_json()}
-    if compare:
+    if compare:  # every candidate was evaluated exactly to choose the plan: the table shows them all
+        def row(name: str, ev) -> str:
+            written = "  (written)" if ev is r.evaluation else ""
+            return (f"{name:<13} {len(ev.node_ids):>5} {ev.latency_ms:>11.2f} {ev.energy_total_uj:>11.1f}  "
+                    + ("yes" if not ev.violations else f"no: {ev.violations[0]}") + written)
+
         click.echo(f"{'split':<13} {'nodes':>5} {'latency ms':>11} {'energy uJ':>11}  meets the constraints")
-        click.echo(f"{'milp':<13} {len(r.evaluation.node_ids):>5} {r.evaluation.latency_ms:>11.2f} "
-                   f"{r.evaluation.energy_total_uj:>11.1f}  yes")
+        click.echo(row("milp", r.milp) if r.milp is not None else f"{'milp':<13} {'-':>5} {'-':>11} {'-':>11}  no plan")
         doc["baselines"] = {}
-        for name, (sol, mc, ev) in baselines(r.problem, deadline_ms, objective).items():
+        for name, (sol, mc, ev) in r.baselines.items():
             if ev is None:
                 click.echo(f"{name:<13} {'-':>5} {'-':>11} {'-':>11}  no solution ({sol.message or sol.status})")
                 doc["baselines"][name] = None
                 continue
-            click.echo(f"{name:<13} {len(ev.node_ids):>5} {ev.latency_ms:>11.2f} {ev.energy_total_uj:>11.1f}  "
-                       + ("yes" if not ev.violations else f"no: {ev.violations[0]}"))
+            click.echo(row(name, ev))
             doc["baselines"][name] = ev.to_json()
     if json_out:
         write_output_file(json_out, json.dumps(doc, indent=1) + "\n", json_with("plan"))

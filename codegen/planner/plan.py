@@ -63,6 +63,8 @@ class PlanResult:
     solution: Solution
     problem: Problem
     notes: list[str] = field(default_factory=list)
+    baselines: dict[str, tuple] = field(default_factory=dict)  # name: (solution, model cost, exact evaluation)
+    milp: Evaluation | None = None  # the MILP's re-checked plan (None: it found none), written or not
 
 
 def parse_without(text: str | None) -> list[int]:
@@ -164,7 +166,18 @@ def make_plan(model_path: Path, testbed_path: Path, profile_path: Path, deadline
                      f"was trained for, so the plan for the surviving nodes needs retraining: `cisl train --split "
                      f"SPLIT.json` (then compile); an unpruned model compiles for it directly")
     p = build_problem(profile, shape.cfg, candidates, shape.keep, shape.rescale, kernels, say)
-    solution, ev = solve_checked(p, deadline_ms, objective, all_nodes, kernels, say)
+    try:
+        solution, ev = solve_checked(p, deadline_ms, objective, all_nodes, kernels, say)
+        refused = None
+    except UserError as e:  # the MILP's model is above the exact one: a candidate below may still meet it
+        solution, ev, refused = None, None, e
+    others = baselines(p, deadline_ms, objective, with_fastest=refused is not None)
+    milp = ev
+    solution, ev, why = best_checked(p, solution, ev, others, objective, all_nodes)
+    if solution is None:
+        raise refused
+    if why:
+        notes.append(why)
     a = solution.assignment
     part = a.taking_part
     boards = [p.profile.node(p.nodes[k]).board for k in part]
@@ -175,7 +188,7 @@ def make_plan(model_path: Path, testbed_path: Path, profile_path: Path, deadline
                     "status": solution.status, "solve_seconds": round(solution.seconds, 3),
                     "predicted": ev.to_json(), "needs_retraining": bool(shape.pruned and (
                         without or shape.trained_devices != len(part)))})
-    return PlanResult(sf, ev, solution, p, notes)
+    return PlanResult(sf, ev, solution, p, notes, others, milp)
 
 
 def _farther(p: Problem, pair: tuple[int, int]) -> int:
@@ -254,16 +267,47 @@ def _solve_checked(p, deadline_ms, objective, all_nodes, kernels, say):
     return solution, ev
 
 
-def baselines(p: Problem, deadline_ms: float | None, objective: str = "energy") -> dict[str, tuple]:
-    """The even, speed-proportional and CoEdge plans of the same problem: (solution, model cost,
-    exact evaluation or None)."""
+def baselines(p: Problem, deadline_ms: float | None, objective: str = "energy",
+              with_fastest: bool = False) -> dict[str, tuple]:
+    """The even, speed-proportional and CoEdge plans of the same problem (and, ``with_fastest``, the
+    MILP's fastest plan without energy limits): (solution, model cost, exact evaluation or None)."""
     out = {}
-    for sol in (even_plan(p), proportional_plan(p), coedge_plan(p, deadline_ms, objective)):
+    sols = [even_plan(p), proportional_plan(p), coedge_plan(p, deadline_ms, objective)]
+    if with_fastest:
+        fastest = solve_milp(p, None, "latency", energy_limits=False)
+        fastest.method = "fastest"
+        sols.append(fastest)
+    for sol in sols:
         if sol.assignment is None:
             out[sol.method] = (sol, None, None)
             continue
         out[sol.method] = (sol, model_cost(p, sol.assignment, deadline_ms), exact(p, sol.assignment, deadline_ms))
     return out
+
+
+def best_checked(p: Problem, solution: Solution | None, ev: Evaluation | None, others: dict[str, tuple],
+                 objective: str, all_nodes: bool) -> tuple[Solution | None, Evaluation | None, str]:
+    """The MILP's re-checked plan, unless a candidate evaluated exactly beside it (a baseline, the
+    fastest plan) also meets every constraint and is better on the objective: the MILP optimises a
+    linear model of the radio, which can rank uneven splits wrongly. Returns (solution, evaluation,
+    a note saying which was taken, or "")."""
+    def key(e: Evaluation) -> tuple[float, float]:
+        return (e.energy_total_uj, e.latency_ms) if objective == "energy" else (e.latency_ms, e.energy_total_uj)
+
+    ok = [(sol, e) for sol, _, e in others.values()
+          if e is not None and not e.violations and (not all_nodes or len(e.node_ids) == len(p.nodes))]
+    if not ok:
+        return solution, ev, ""
+    sol, e = min(ok, key=lambda x: key(x[1]))
+    what = "energy" if objective == "energy" else "latency"
+    if ev is None:
+        return sol, e, (f"the MILP found no plan (its radio model is above the exact one); the {sol.method} split "
+                        f"meets every constraint when evaluated exactly: written")
+    if key(e)[0] < key(ev)[0] * (1 - 1e-6):
+        return sol, e, (f"the {sol.method} split beats the MILP's plan on {what} when evaluated exactly "
+                        f"({e.latency_ms:.2f} ms, {e.energy_total_uj:,.1f} uJ against {ev.latency_ms:.2f} ms, "
+                        f"{ev.energy_total_uj:,.1f} uJ) and meets every constraint: written instead")
+    return solution, ev, ""
 
 
 def format_plan(r: PlanResult) -> str:

@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -172,8 +172,9 @@ def make_plan(model_path: Path, testbed_path: Path, profile_path: Path, deadline
     except UserError as e:  # the MILP's model is above the exact one: a candidate below may still meet it
         solution, ev, refused = None, None, e
     others = baselines(p, deadline_ms, objective, with_fastest=refused is not None)
+    more = loosened(p, deadline_ms, objective, all_nodes) if refused is not None else {}
     milp = ev
-    solution, ev, why = best_checked(p, solution, ev, others, objective, all_nodes)
+    solution, ev, why = best_checked(p, solution, ev, {**others, **more}, objective, all_nodes)
     if solution is None:
         raise refused
     if why:
@@ -285,6 +286,30 @@ def baselines(p: Problem, deadline_ms: float | None, objective: str = "energy",
     return out
 
 
+LOOSEN = (1.02, 1.04, 1.06, 1.08, 1.10)  # the model's energy was up to ~8 % above the exact one (stop 59)
+
+
+def loosened(p: Problem, deadline_ms: float | None, objective: str, all_nodes: bool) -> dict[str, tuple]:
+    """MILP plans with every energy budget loosened in the model by each factor of ``LOOSEN``, each
+    evaluated exactly against the real budgets: the model charges every node the busiest node's
+    radio share, so a request it refuses may be met (4 nRF52833s, budgets 11000 uJ: refused, while
+    the plan found at +8 % takes at most 10,776 uJ per node). Only when budgets are set."""
+    true = list(p.budget)
+    if all(b is None for b in true):
+        return {}
+    out = {}
+    try:
+        for f in LOOSEN:
+            p.budget = [None if b is None else b * f for b in true]
+            sol = solve_milp(p, deadline_ms, objective, all_nodes=all_nodes)
+            if sol.assignment is not None:
+                sol.method = f"milp (budgets +{round(100 * (f - 1))} % in its model)"
+                out[sol.method] = (sol, None, exact(p, sol.assignment, deadline_ms))
+    finally:
+        p.budget = true
+    return out
+
+
 def best_checked(p: Problem, solution: Solution | None, ev: Evaluation | None, others: dict[str, tuple],
                  objective: str, all_nodes: bool) -> tuple[Solution | None, Evaluation | None, str]:
     """The MILP's re-checked plan, unless a candidate evaluated exactly beside it (a baseline, the
@@ -299,6 +324,8 @@ def best_checked(p: Problem, solution: Solution | None, ev: Evaluation | None, o
     if not ok:
         return solution, ev, ""
     sol, e = min(ok, key=lambda x: key(x[1]))
+    if sol.status == "infeasible":  # the model's verdict on a heuristic the exact evaluation accepts
+        sol = replace(sol, status="heuristic")
     what = "energy" if objective == "energy" else "latency"
     if ev is None:
         return sol, e, (f"the MILP found no plan (its radio model is above the exact one); the {sol.method} split "

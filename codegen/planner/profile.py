@@ -156,7 +156,7 @@ class Profile:
     model: ModelConfig
     boards: dict[str, BoardProfile]
     nodes: list[NodeProfile]
-    topology: str | None = None   # the testbed's [sim] topology (virtual testbeds), else positions decide
+    topology: str | None = None   # the testbed's [sim] topology when profiled (`cisl plan` reads the file's own)
     seed: int = 0
     meta: dict[str, Any] = field(default_factory=dict)
 

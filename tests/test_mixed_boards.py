@@ -120,6 +120,9 @@ def test_build_links_every_node_for_its_own_board(small, tmp_path):
     # one node alone for the wrong board is refused with the fix
     p = cisl("build", str(out), "-b", "nrf52840dk", "--node", "1", cwd=tmp_path)
     assert p.returncode == 2 and "node 1 is a nrf52833dk in this plan" in p.stderr
+    # the estimate names both boards' images (it said "nrf52840dk images", the plan's board)
+    p = ok(cisl("estimate", str(out), cwd=tmp_path, timeout=600))
+    assert "(4 nodes, nrf52833dk+nrf52840dk images, modelled as nrf52833dk+nrf52840dk" in p.stdout, p.stdout
 
 
 @pytest.mark.sim

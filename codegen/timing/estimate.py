@@ -209,7 +209,9 @@ def _r(t: Triple, digits: int = 2) -> str:
 
 def format_table(est: Estimate) -> str:
     """The human-readable report of `cisl estimate`: per node and block, then per inference."""
-    lines = [f"cisl estimate: {est.build} ({est.devices} nodes, {est.board} images, modelled as {est.model_board} at "
+    # a mixed testbed's board images are each node's own board's (the plan names only one board)
+    images = est.model_board if est.board not in ("sim", "qemu-m4") else est.board
+    lines = [f"cisl estimate: {est.build} ({est.devices} nodes, {images} images, modelled as {est.model_board} at "
              f"{est.clock_hz / 1e6:.0f} MHz), radio: {est.topology}, round policy {est.policy}",
              "central [low..high]; compute = the cycle model of each node's image (bit-exact checked), "
              "communication = Mixer air time + start guard + receive work", ""]

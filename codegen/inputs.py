@@ -13,9 +13,13 @@ def load_npy(path: Path, fix: str) -> np.ndarray:
     """An existing .npy file as an array; one line with ``fix`` (what to do) if it is empty, cut short,
     pickled or not an array at all."""
     try:
-        return np.load(path, allow_pickle=False)
+        x = np.load(path, allow_pickle=False)
     except Exception:  # empty (EOFError), cut short or not an array (ValueError), unreadable (OSError)
         raise UserError(f"{path}: not a .npy array (empty or damaged); {fix}") from None
+    if not isinstance(x, np.ndarray):  # an .npz archive loads as a mapping of arrays
+        x.close()
+        raise UserError(f"{path}: an .npz archive of arrays, not one .npy array; save the windows with np.save; {fix}")
+    return x
 
 
 def _real(x: np.ndarray) -> bool:

@@ -148,6 +148,32 @@ def test_a_numeric_time_column_is_never_a_channel(tmp_path: Path) -> None:
         load_csv(path, ["timestamp"])
 
 
+def test_a_bom_does_not_hide_the_time_column(tmp_path: Path) -> None:
+    # Excel's "CSV UTF-8" starts with a BOM: the header read '\ufefftimestamp', so the time was trained
+    # on as a channel and rows out of order passed
+    path = tmp_path / "bom.csv"
+    path.write_bytes("\ufefftimestamp,a\n0.008,1\n0.016,3\n0.024,5\n".encode())
+    x, names = load_csv(path)
+    assert names == ["a"] and x[:, 0].tolist() == [1, 3, 5]
+    path.write_bytes("\ufefftimestamp,a\n0.016,1\n0.008,3\n".encode())
+    with pytest.raises(UserError, match="'timestamp' column goes back in time"):
+        load_csv(path)
+
+
+def test_numbers_with_commas_are_refused_not_dropped(tmp_path: Path) -> None:
+    # "1,296.5" (a thousands separator) or "5,83" (a decimal comma) made the column text: skipped, exit 0
+    for cell, shown in (('"1,296.5"', "'1,296.5'"), ('"5,83"', "'5,83'")):
+        text = "date,a,b\n" + "".join(f"2020-01-0{i + 1},{i},{cell}\n" for i in range(3))
+        with pytest.raises(UserError, match=f"column 'b' holds numbers written with ',' \\(data row 1: {shown}\\)"):
+            load_csv(write_csv(tmp_path, text))
+
+
+def test_a_pandas_index_column_is_not_a_channel(tmp_path: Path) -> None:
+    # pandas reads an unnamed index back as "Unnamed: 0" and writes it so
+    x, names = load_csv(write_csv(tmp_path, "Unnamed: 0,date,a\n0,2020-01-01,1.5\n1,2020-01-02,2.5\n"))
+    assert names == ["a"] and x[:, 0].tolist() == [1.5, 2.5]
+
+
 def test_integer_column_names_are_names(tmp_path: Path) -> None:
     """pandas writes an unnamed index and integer column names (`,0,1`): a header, not data."""
     x, names = load_csv(write_csv(tmp_path, ",0,1\n0,1.5,2\n1,2.5,3\n2,3.5,4\n"))

@@ -668,6 +668,18 @@ def test_a_damaged_inputs_npy_is_one_line(simbuild, tmp_path, damage):
     one_line_error(p, "inputs.npy", "cisl compile")
 
 
+def test_an_npz_archive_given_as_inputs_or_calibration_is_one_line(model, simbuild, tmp_path):
+    # np.load gives an NpzFile for an .npz: cisl sim --inputs and compile --calibration ended in an
+    # AttributeError traceback
+    import numpy as np
+
+    np.savez(tmp_path / "w.npz", x=np.zeros((2, np.load(simbuild / "inputs.npy").shape[1]), np.float32))
+    one_line_error(cisl("sim", str(simbuild), "--inputs", "w.npz", cwd=tmp_path), "w.npz", "an .npz archive")
+    p = cisl("compile", str(model), "--calibration", "w.npz", "-o", "b2", cwd=tmp_path)
+    one_line_error(p, "w.npz", "an .npz archive")
+    assert not (tmp_path / "b2").exists()
+
+
 def test_logs_refuse_to_record_after_a_flash_that_failed_on_a_node(simbuild, tmp_path):
     import json
 

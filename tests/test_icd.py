@@ -56,7 +56,7 @@ def test_split_by_recording_in_time_order_and_windows_stay_inside(tmp_path: Path
     assert desc["columns"] == ["a", "b"] and desc["recordings"] == 10 and desc["ignored_files"] == ["notes.csv"]
     by = desc["recordings_by_split"]
     assert by["train"] == TIME_ORDER[:7] and by["val"] == TIME_ORDER[7:8] and by["test"] == TIME_ORDER[8:]
-    assert "by recording" in desc["split"]
+    assert "by recording" in desc["split"] and sp.protocol == "70/10/20 by recording"  # said "by time, per series"
 
     per_recording = (120 - lookback - horizon + 1) * 2  # two channels
     assert (len(sp.train), len(sp.val), len(sp.test)) == (7 * per_recording, per_recording, 2 * per_recording)
@@ -186,3 +186,14 @@ def test_one_segment_is_the_plain_windows() -> None:
     assert list(b.channel_of(np.array([0, 38, 39, len(b) - 1]))) == [0, 0, 1, 2]
     empty = SegmentWindows([series[:5], series], 8, 4)  # a too-short segment gives no window
     assert len(empty) == len(a)
+
+
+@pytest.mark.unit
+def test_a_bom_and_values_beyond_float32_in_a_recording(tmp_path: Path) -> None:
+    rec = tmp_path / "11-03T101010_000_mode1.csv"
+    rec.write_bytes(("\ufefftimestamp,a\n" + "".join(f"{0.004 * (i + 1):.3f},{i}\n" for i in range(40))).encode())
+    x, names = read_recording(rec)
+    assert names == ["a"] and x.shape == (40, 1)  # the BOM made '\ufefftimestamp' a channel
+    rec.write_text("timestamp,a\n0.004,1\n0.008,1e39\n")
+    with pytest.raises(UserError, match=r"data row 2: '1e39' is not a finite number within float32's range"):
+        read_recording(rec)  # trained with MSE 0.0000

@@ -129,6 +129,7 @@ MALFORMED = [
     ("@relation r\n@attribute name string\n@data\n# ok\nT1:1,2\nT2:1,abc,3\n", 6, "value 2 of the series 'abc'"),
     ("@relation r\n@attribute name string\n@data\nT1:1,,3\n", 4, "value 2 of the series is empty"),
     ("@relation r\n@attribute name string\n@data\nT1:1,inf\n", 4, "'inf' is not a finite number"),
+    ("@relation r\n@attribute name string\n@data\nT1:1,1e39\n", 4, "'1e39' is not a finite number within float32"),
     ("@relation r\n@attribute name string\n@data\nT1:\n", 4, "no values"),
     ("@relation r\n@attribute n numeric\n@data\nabc:1,2\n", 4, "attribute 'n' = 'abc' is not a number"),
     ("@relation r\n@attribute t date\n@data\n2020-01-01 00:00:00:1,2\n", 4, "attribute field(s)"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import difflib
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -74,7 +75,7 @@ def load_csv(path: str | Path, columns: Sequence[str] | None = None) -> tuple[np
     if path.is_dir():
         raise UserError(f"{path} is a directory; pass a CSV file")
     try:
-        with path.open(newline="", encoding="utf-8") as f:
+        with path.open(newline="", encoding="utf-8-sig") as f:  # -sig: Excel's "CSV UTF-8" starts with a BOM
             reader = csv.reader(f)
             header = next(reader, None)
             rows = [r for r in reader if r]
@@ -106,7 +107,8 @@ def load_csv(path: str | Path, columns: Sequence[str] | None = None) -> tuple[np
         if name.lower() in TIME_COLUMNS:
             _check_time_order(path, name, values)
             continue
-        if not name:  # an unnamed column is an index (pandas' row numbers)
+        # an index: pandas' row numbers, unnamed as it writes them, "Unnamed: 0" once read back and written again
+        if not name or re.fullmatch(r"Unnamed: \d+", name):
             continue
         col = _to_float(list(values))
         if col is not None:
@@ -115,6 +117,11 @@ def load_csv(path: str | Path, columns: Sequence[str] | None = None) -> tuple[np
         # a text column (names, ids) is skipped; a number column with a stray word is a broken file,
         # not a column to drop without a word
         parsed = [_is_number(v) for v in values if v.strip()]
+        commas = [_is_number(v.replace(",", "")) or _is_number(v.replace(",", ".")) for v in values if v.strip()]
+        if commas and not any(parsed) and sum(commas) >= len(commas) / 2:  # dropping it would lose a channel
+            i = next(k for k, v in enumerate(values) if "," in v)
+            raise UserError(f"{path}: column {name!r} holds numbers written with ',' (data row {i + 1}: {values[i]!r}): "
+                            "thousands separators or decimal commas; write plain numbers (1296.5)")
         if parsed and sum(parsed) >= len(parsed) / 2:
             i = next(k for k, v in enumerate(values) if v.strip() and not _is_number(v))
             raise UserError(f"{path}: column {name!r} holds numbers but data row {i + 1} has {values[i]!r}; fix that "

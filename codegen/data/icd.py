@@ -67,7 +67,7 @@ def recording_files(path: str | Path) -> tuple[list[Path], list[str]]:
 def read_recording(path: Path, columns: Sequence[str] | None = None) -> tuple[np.ndarray, list[str]]:
     """One recording as float64 [rows, channels] and the channel names (default: all but timestamp)."""
     try:
-        with path.open(newline="", encoding="utf-8") as f:
+        with path.open(newline="", encoding="utf-8-sig") as f:  # a BOM (Excel) is not a name
             reader = csv.reader(f)
             header = [h.strip() for h in next(reader, [])]
             rows = [r for r in reader if r]
@@ -98,14 +98,17 @@ def read_recording(path: Path, columns: Sequence[str] | None = None) -> tuple[np
     bad_at = None
     if data is None:
         bad_at = next((i, j) for i, r in enumerate(cells) for j, v in enumerate(r) if not _is_number(v))
-    elif not np.isfinite(data).all():
-        i, j = np.argwhere(~np.isfinite(data))[0]
-        bad_at = int(i), int(j)
+    else:
+        with np.errstate(over="ignore"):  # the model is float32: 1e39 is finite here and inf there
+            far = ~np.isfinite(data.astype(np.float32))
+        if far.any():
+            i, j = np.argwhere(far)[0]
+            bad_at = int(i), int(j)
     if bad_at is not None:
         i, j = bad_at
         hint = "" if columns else "; choose numeric columns with [data] columns"
-        raise UserError(f"{path}: column {names[j]!r}, data row {i + 1}: {cells[i][j]!r} is not a finite number"
-                        f"{hint}")
+        raise UserError(f"{path}: column {names[j]!r}, data row {i + 1}: {cells[i][j]!r} is not a finite number "
+                        f"within float32's range{hint}")
     return data, names
 
 
@@ -123,7 +126,7 @@ def read_manifest(path: str | Path) -> dict[str, tuple[int, str]]:
     if not path.is_file():
         raise UserError(f"{path}: manifest not found; set [data] manifest to a filename,size_bytes,sha256 CSV "
                         "or leave it empty")
-    with path.open(newline="", encoding="utf-8") as f:
+    with path.open(newline="", encoding="utf-8-sig") as f:  # a BOM (Excel) is not a name
         rows = list(csv.reader(f))
     if not rows or [h.strip() for h in rows[0]] != ["filename", "size_bytes", "sha256"]:
         raise UserError(f"{path}: not a manifest (its header must be filename,size_bytes,sha256)")
@@ -198,7 +201,8 @@ def icd_splits(path: str | Path, columns: Sequence[str] | None, lookback: int, h
         by = {"train": [p.name for p in used], "val": [p.name for p in used], "test": [p.name for p in used]}
         split = (f"fewer than 3 recordings ({len(recs)}): each recording split by time 70/10/20, "
                  "val/test inputs reach lookback rows back")
-    splits = make_segment_splits(list(parts[0]), list(parts[1]), list(parts[2]), lookback, horizon, source)
+    splits = make_segment_splits(list(parts[0]), list(parts[1]), list(parts[2]), lookback, horizon, source,
+                                 "70/10/20 by recording" if len(recs) >= 3 else "70/10/20 by time, per recording")
     content = hashlib.sha256("".join(f"{p.name} {digests[p]}\n" for p in files).encode()).hexdigest()
     desc = {
         "source": "icd", "path": path.name, "recordings": len(files), "recordings_used": len(used),

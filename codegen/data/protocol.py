@@ -208,10 +208,10 @@ def time_split_segments(series: list[np.ndarray], lookback: int) -> tuple[list[n
 
 
 def make_segment_splits(train: list[np.ndarray], val: list[np.ndarray], test: list[np.ndarray], lookback: int,
-                        horizon: int, source: str) -> Splits:
+                        horizon: int, source: str, protocol: str = "70/10/20 by time, per series") -> Splits:
     """Scale every segment [rows, channels] with the statistics of the pooled train rows; window each split.
 
-    ``source`` names the data in error messages.
+    ``source`` names the data in error messages; ``protocol`` says how the segments were cut.
     """
     if not train:
         raise UserError(f"{source} has no training data; use more data")
@@ -221,4 +221,4 @@ def make_segment_splits(train: list[np.ndarray], val: list[np.ndarray], test: li
         if len(part) == 0:
             raise UserError(f"{source}: the {name} split has no window of lookback {lookback} + horizon {horizon} "
                             "rows; use more or longer series, or a shorter lookback/horizon")
-    return Splits(parts[0], parts[1], parts[2], scaler, [], "70/10/20 by time, per series")
+    return Splits(parts[0], parts[1], parts[2], scaler, [], protocol)

@@ -124,13 +124,14 @@ def _series_values(tsf: TsfFile, line_no: int, text: str) -> np.ndarray:
     except ValueError:
         values = None
     if values is not None:
-        bad = np.flatnonzero(~np.isfinite(values) & ~missing)
+        with np.errstate(over="ignore"):  # the model is float32: 1e39 is finite here and inf there
+            bad = np.flatnonzero(~np.isfinite(values.astype(np.float32)) & ~missing)
         if not bad.size:
             return values
         first = int(bad[0])
     else:
         first = next(i for i, f in enumerate(fields) if f != "?" and not _is_float(f))
-    what = "is empty" if not fields[first] else f"'{fields[first]}' is not a finite number"
+    what = "is empty" if not fields[first] else f"'{fields[first]}' is not a finite number within float32's range"
     raise _fail(tsf.path, line_no, f"value {first + 1} of the series {what}",
                 "write numbers, and ? for a missing value")
 

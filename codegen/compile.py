@@ -501,8 +501,9 @@ def mixer_section(st, opts: CompileOptions, control: int | None = None) -> dict:
     ctl = schedule_exchange(control, [CONTROL_ROW_BYTES] * st.split.devices, policy, opts.max_generation) \
         if control is not None else []
     if len(ctl) > 1:
-        raise UserError(f"the elastic control round of {st.split.devices} nodes needs {len(ctl)} Mixer rounds; "
-                        f"allow a larger --max-generation")
+        raise UserError(f"--max-generation {opts.max_generation}: the elastic control round of {st.split.devices} nodes "
+                        f"({st.split.devices + 1} rows) must fit one Mixer round; give at least "
+                        f"{st.split.devices + 1}, or compile one mode with --mode")
     return {"initiator": SINK, "policy": {"kind": policy.kind, "linger": policy.linger, "phy": policy.phy,
                                           "margin_us": policy.margin_us,
                                           **({"per_packet_us": list(policy.per_packet_us)}

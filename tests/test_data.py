@@ -223,6 +223,8 @@ def test_a_large_offset_does_not_flatten_the_signal_before_scaling(tmp_path: Pat
     ("2016-07-01 00:00:00,5.827,2.009\n2016-07-01 01:00:00,5.693,2.076\n2016-07-01 02:00:00,5.157,1.741\n", None,
      "is data, not column names"),
     ("5.827,2.009\n5.693,2.076\n5.157,1.741\n", None, "is data, not column names"),
+    ("date;a;b\n2020-01-01;1;2\n2020-01-02;3;4\n", None, "its fields are separated by ';'"),
+    ("date,a,b\n1,2,3\n2,3,4\n3,4,5\n", ["a", "a"], "names 'a' twice"),
 ])
 def test_load_csv_errors(tmp_path: Path, text: str, columns: list[str] | None, expected: str) -> None:
     path = write_csv(tmp_path, text)

@@ -64,7 +64,9 @@ def test_compile_refuses_a_mode_the_model_lacks_and_another_split(elastic_model:
     from codegen.cli import main
 
     for args, message in ((["--mode", "3"], "--mode 3: "), (["--devices", "1"], "modes hold for the split it was trained on"),
-                          (["--mode", "0", "--devices", "1"], "modes hold for the split it was trained on")):
+                          (["--mode", "0", "--devices", "1"], "modes hold for the split it was trained on"),
+                          (["--max-generation", "2"], "control round of 2 nodes (3 rows) must fit one Mixer round; "
+                                                      "give at least 3")):
         res = CliRunner().invoke(main, ["compile", str(elastic_model / "model.onnx"), "-o", str(tmp_path / "b"),
                                         "--quiet", *args])
         assert res.exit_code == 2 and message in res.output and len(res.output.strip().splitlines()) == 1, res.output

@@ -197,3 +197,12 @@ def test_a_bom_and_values_beyond_float32_in_a_recording(tmp_path: Path) -> None:
     rec.write_text("timestamp,a\n0.004,1\n0.008,1e39\n")
     with pytest.raises(UserError, match=r"data row 2: '1e39' is not a finite number within float32's range"):
         read_recording(rec)  # trained with MSE 0.0000
+
+
+@pytest.mark.unit
+def test_a_recording_out_of_time_order_is_refused(tmp_path: Path) -> None:
+    # trained without a word (the CSV loader refused the same rows)
+    rec = tmp_path / "11-03T101010_000_mode1.csv"
+    rec.write_text("timestamp,a\n" + "".join(f"{0.004 * (40 - i):.3f},{i}\n" for i in range(40)))
+    with pytest.raises(UserError, match="'timestamp' column goes back in time at data row 2"):
+        read_recording(rec)

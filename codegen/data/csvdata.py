@@ -37,7 +37,7 @@ def _is_number(v: str) -> bool:
         return False
 
 
-def _check_time_order(path: Path, name: str, values: Sequence[str]) -> None:
+def check_time_order(path: Path, name: str, values: Sequence[str]) -> None:
     """Rows out of time order (a file sorted by another column, shuffled, two files joined the wrong way)
     train without a word into a model of nothing: the windows assume consecutive rows. Times it cannot
     read as ISO dates or numbers are not checked; equal times (a clock change) are allowed."""
@@ -84,6 +84,9 @@ def load_csv(path: str | Path, columns: Sequence[str] | None = None) -> tuple[np
     if not header:
         raise UserError(f"{path} is empty; pass an ETT-format CSV with a header line")
     header = [h.strip() for h in header]
+    if len(header) == 1 and ";" in header[0]:  # a European-locale export: else "no numeric columns"
+        raise UserError(f"{path}: its fields are separated by ';' (header {header[0][:40]!r}); cisl reads "
+                        "comma-separated files: export it with ',' between fields and '.' as the decimal point")
     # a file without a header line: its first data row would become the column names, and the
     # model would train on channels named "5.827" minus that row (pandas' integer names, `,0,1,2`,
     # are names: no field of a data row is empty, and a data row has a non-integer somewhere)
@@ -105,7 +108,7 @@ def load_csv(path: str | Path, columns: Sequence[str] | None = None) -> tuple[np
     numeric: dict[str, np.ndarray] = {}
     for name, values in zip(header, cells):
         if name.lower() in TIME_COLUMNS:
-            _check_time_order(path, name, values)
+            check_time_order(path, name, values)
             continue
         # an index: pandas' row numbers, unnamed as it writes them, "Unnamed: 0" once read back and written again
         if not name or re.fullmatch(r"Unnamed: \d+", name):
@@ -131,6 +134,9 @@ def load_csv(path: str | Path, columns: Sequence[str] | None = None) -> tuple[np
                         "pass a CSV with a date column and numeric channel columns")
 
     wanted = list(columns) if columns else list(numeric)
+    twice = next((c for i, c in enumerate(wanted) if c in wanted[:i]), None)
+    if twice is not None:  # it would be trained on as two channels
+        raise UserError(f"{path}: [data] columns names {twice!r} twice; name each column once")
     for name in wanted:
         if name in numeric:
             continue

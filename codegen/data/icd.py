@@ -80,6 +80,11 @@ def read_recording(path: Path, columns: Sequence[str] | None = None) -> tuple[np
         if len(r) != len(header):
             raise UserError(f"{path}: data row {i + 1} has {len(r)} fields but the header has {len(header)}; "
                             "fix the file")
+    if TIME_COLUMN in header:  # windows assume consecutive rows, as in a CSV (codegen/data/csvdata.py)
+        from codegen.data.csvdata import check_time_order
+
+        at = header.index(TIME_COLUMN)
+        check_time_order(path, TIME_COLUMN, [r[at] for r in rows])
     if columns:
         for name in columns:
             if name not in header:

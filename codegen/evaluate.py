@@ -161,7 +161,7 @@ def load_eval_set(model: CislModel, model_path: Path, data: Path | None = None, 
                 raise UserError(f"{here / name}: not found; pass --data with the data set to score")
         x, y, scale = load_test_set(here, model.config.lookback, model.config.horizon)
         es = EvalSet(x, y, scale if scale is not None else np.ones(len(x), np.float32))
-        if max_windows is not None:  # the rule `cisl train` picked the saved windows by
+        if max_windows is not None:  # a subset of the saved windows, spaced by the same rule
             pick = evenly_spaced(len(es.x), max_windows)
             es = EvalSet(es.x[pick], es.y[pick], es.scale[pick])
     return es

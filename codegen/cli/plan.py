@@ -84,11 +84,10 @@ def plan_cmd(model: Path, testbed_file: Path, profile_file: Path, deadline_ms: f
     node's flash and RAM (the footprint model) and energy budget. The plan is re-checked exactly
     (structure, footprint, cycles, simulated Mixer rounds) before it is written.
     """
+    from ..errors import UserError
     from ..fsutil import check_output_file, json_format, json_with, write_output_file
     from ..planner import split
     from ..planner.plan import format_plan, make_plan, parse_without, write_plan_file
-
-    from ..errors import UserError
 
     if json_out is not None and json_out.resolve() == out_file.resolve():  # one would overwrite the other
         raise UserError(f"-o and --json both name {json_out}: the split and the plan report are different files; "

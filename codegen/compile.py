@@ -298,6 +298,9 @@ def _compile(model_path: Path, out_dir: Path, opts: CompileOptions, say: Callabl
         "mixer": mixer_sections[0],
         "input_windows": int(len(sim_inputs)),  # rows of inputs.npy (boards compile them into the image)
     }
+    # `cisl sim`'s default logs live in the build folder and go with the build it ran; say so when a
+    # recompile replaces them (they are cisl's own output, but a user may not expect them gone)
+    old_logs = (Path(out_dir) / "logs").is_dir()
     with atomic_output_dir(Path(out_dir), OUTPUT_KIND, build_entry, legacy_build) as tmp:
         plans = []
         for m, (sm, cm) in enumerate(zip(structs, mode_consts)):
@@ -328,6 +331,9 @@ def _compile(model_path: Path, out_dir: Path, opts: CompileOptions, say: Callabl
         _budget_check(plan, board, summary, say)
         _calibration_check(cal, summary)
         (tmp / "compile.json").write_text(json.dumps(summary, indent=1) + "\n")
+    if old_logs:
+        summary["notes"] = [f"{Path(out_dir) / 'logs'} (the previous build's `cisl sim` logs) went with that build; "
+                            f"run `cisl sim --logs DIR` to keep a run's logs outside the build folder"]
     return summary
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from codegen.compile import CompileOptions, compile_model
 from codegen.executor import PlanExecutor
+from codegen.fsutil import stamp_output
 from codegen.onnx_model import load_model
 from codegen.plan.io import load_plan
 from codegen.plan.memory import buffers_of, check_plan
@@ -40,6 +41,14 @@ def test_recompiling_into_the_same_folder_replaces_it(tmp_path):
     compile_model(model, tmp_path / "b", CompileOptions())
     compile_model(model, tmp_path / "b", CompileOptions(devices=2))
     assert sorted(p.name for p in (tmp_path / "b").glob("node_*")) == ["node_00", "node_01"]
+    assert "notes" not in compile_model(model, tmp_path / "b", CompileOptions(devices=2))
+    # `cisl sim`'s default logs go with the build they ran: a recompile says so rather than drop them silently
+    (tmp_path / "b" / "logs").mkdir()
+    (tmp_path / "b" / "logs" / "node_00.log").write_text("boot node=0\n")
+    stamp_output(tmp_path / "b")  # as `cisl sim` leaves them: cisl's own output
+    s = compile_model(model, tmp_path / "b", CompileOptions(devices=2))
+    assert not (tmp_path / "b" / "logs").exists()
+    assert any("logs" in n and "cisl sim --logs" in n for n in s["notes"]), s
 
 
 @pytest.mark.unit

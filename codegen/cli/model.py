@@ -158,6 +158,8 @@ def compile_cmd(model: Path, out_dir: Path, devices: int | None, board: str | No
     _print_resources(s)
     for w in s.get("warnings", []):
         click.echo(f"warning: {w}", err=True)
+    for n in s.get("notes", []):
+        click.echo(f"note: {n}", err=True)
     mixed = sorted({n["board"] for n in s["nodes"] if "board" in n})
     click.echo(f"compiled {s['devices']} nodes for board {s['board']}"
                + (f" (nodes of {', '.join(mixed)})" if mixed else "") + f" -> {out_dir / 'plan.json'}")

@@ -106,19 +106,21 @@ def plan_cmd(model: Path, testbed_file: Path, profile_file: Path, deadline_ms: f
     if compare:  # every candidate was evaluated exactly to choose the plan: the table shows them all
         def row(name: str, ev) -> str:
             written = "  (written)" if ev is r.evaluation else ""
-            return (f"{name:<13} {len(ev.node_ids):>5} {ev.latency_ms:>11.2f} {ev.energy_total_uj:>11.1f}  "
+            return (f"{name:<16} {len(ev.node_ids):>5} {ev.latency_ms:>11.2f} {ev.energy_total_uj:>11.1f}  "
                     + ("yes" if not ev.violations else f"no: {ev.violations[0]}") + written)
 
-        click.echo(f"{'split':<13} {'nodes':>5} {'latency ms':>11} {'energy uJ':>11}  meets the constraints")
-        click.echo(row("milp", r.milp) if r.milp is not None else f"{'milp':<13} {'-':>5} {'-':>11} {'-':>11}  no plan")
+        click.echo(f"{'split':<16} {'nodes':>5} {'latency ms':>11} {'energy uJ':>11}  meets the constraints")
+        click.echo(row("milp", r.milp) if r.milp is not None else f"{'milp':<16} {'-':>5} {'-':>11} {'-':>11}  no plan")
         doc["baselines"] = {}
         for name, (sol, mc, ev) in r.baselines.items():
             if ev is None:
-                click.echo(f"{name:<13} {'-':>5} {'-':>11} {'-':>11}  no solution ({sol.message or sol.status})")
+                click.echo(f"{name:<16} {'-':>5} {'-':>11} {'-':>11}  no solution ({sol.message or sol.status})")
                 doc["baselines"][name] = None
                 continue
             click.echo(row(name, ev))
             doc["baselines"][name] = ev.to_json()
+        if " + " in r.solution.method:  # polished by swaps: the written plan is none of the rows above
+            click.echo(row(r.solution.method, r.evaluation))
     if json_out:
         write_output_file(json_out, json.dumps(doc, indent=1) + "\n", json_with("plan"))
     click.echo(f"split of {len(r.split.nodes)} nodes -> {out_file}")

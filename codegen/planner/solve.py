@@ -8,13 +8,18 @@ bound tight), and the per-block slowest compute ``t[b]``. Participation is all-o
 construction (a node out has no heads and no hidden units; a node in has at least one of each),
 so no recursive elimination is needed for optimality.
 
-    min  Σ_k E_k                      (or the latency, energy breaking ties)
+    min  Σ_k E_k + λ·L                (or the latency, energy breaking ties)
     s.t. Σ_h x[k,h] = 1;  Σ_k Σ_h h·x[k,h] = H;  Σ_k u[k] = F_h;  Σ_n z[n] = 1;  Σ_n n·z[n] = Σ_k p_k
          Σ_{h≥1} x[k,h] ≤ u[k] ≤ Σ_h U[k][h]·x[k,h]                 (memory: exact staircase)
          t[b] ≥ (Σ_h A[k][b][h]·x[k,h] + B[k][b]·u[k]) / f_k          (every node, every block)
          T = Σ_n z[n]·Tn[n] + Σ_k ε_k·(p_k − w[k,1])                  (rounds; none for one node)
          L = Σ_b t[b] + T ≤ deadline
          E_k = e_cyc·cycles_k + Σ_n w[k,n]·e_comm[n]·Tn[n] + ē_comm·(ε_k·(p_k − w[k,1]) + Σ_{j≠k} ε_j·y[k,j]) ≤ budget_k
+
+λ = ``TIE_UJ_PER_MS`` (0.001 µJ per ms) only breaks ties: the model prices the energy of n nodes
+taking part the same however the work is divided among them (cycles add up, the rounds are those of
+an even split), while an uneven division makes the exact rounds longer (larger messages) and so dearer;
+among plans of equal modelled energy the faster one is nearly always the cheaper one exactly.
 
 **Brute force** enumerates every set of nodes and every composition of heads and hidden units
 over it and evaluates :func:`.problem.model_cost` directly (tests: D ≤ 6).
@@ -37,6 +42,7 @@ from ..partition import even_split
 from .problem import Assignment, Problem, model_cost, rounds_us
 
 TIME_LIMIT_S = 120.0
+TIE_UJ_PER_MS = 1e-3  # the energy objective's latency tie-break (module docstring)
 
 
 @dataclass
@@ -217,8 +223,8 @@ def solve_milp(p: Problem, deadline_ms: float | None, objective: str = "energy",
     integrality = np.zeros(L.n)
     integrality[:L.w0] = 1
     if objective == "energy":
-        c = erows.sum(axis=0)
-        const = float(econst.sum())
+        c = erows.sum(axis=0) + TIE_UJ_PER_MS * lrow
+        const = float(econst.sum()) + TIE_UJ_PER_MS * lconst
     else:  # latency, energy breaking ties
         c = lrow + 1e-9 * erows.sum(axis=0)
         const = lconst + 1e-9 * float(econst.sum())
@@ -262,7 +268,8 @@ def brute_force(p: Problem, deadline_ms: float | None, objective: str = "energy"
                     mc = model_cost(p, a, deadline_ms)
                     if not mc.feasible:
                         continue
-                    val = mc.energy_uj if objective == "energy" else mc.latency_ms + 1e-9 * mc.energy_uj
+                    val = (mc.energy_uj + TIE_UJ_PER_MS * mc.latency_ms if objective == "energy"
+                           else mc.latency_ms + 1e-9 * mc.energy_uj)
                     if best_val is None or val < best_val - 1e-9 * abs(val):
                         best, best_val = a, val
     return Solution("brute_force", best, "optimal" if best else "infeasible", time.perf_counter() - t0, best_val)

@@ -28,8 +28,9 @@ def radio() -> None:
 @click.option("--deadline", type=click.IntRange(min=1), default=None,
               help="Override the rounds' hard deadline in slots (tight deadlines trade loss for latency; more than "
                    "max(4, nodes), the slots a node lingers).")
-@click.option("--exponent", type=FiniteRange(min=1.0), default=None, help="Path-loss exponent (default 4.0).")
-@click.option("--shadowing", type=FiniteRange(min=0.0), default=None, help="Shadowing sigma in dB (default 4).")
+@click.option("--exponent", type=FiniteRange(min=1.0, max=10.0), default=None,
+              help="Path-loss exponent, 1 to 10 (default 4.0; 2 is free space, indoor links 2-6).")
+@click.option("--shadowing", type=FiniteRange(min=0.0, max=30.0), default=None, help="Shadowing sigma in dB, 0 to 30 (default 4).")
 @click.option("--burst", nargs=3, type=FiniteRange(0.0, 1.0), default=None, metavar="P_GB P_BG LOSS_BAD",
               help="Gilbert-Elliott bursty links: good->bad and bad->good transition probabilities per slot "
                    "and the loss probability in the bad state.")

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ..lossmodel import LossRates
-from ..plan.mixer_schedule import RoundPolicy, schedule_exchange
+from ..plan.mixer_schedule import RoundPolicy, schedule_exchange, takeover_slots
 from .channel import Channel
 from .mixer_network import TERM_DEADLINE, TERM_DONE, MixerNetwork
 from .physics import ChannelParams, GilbertElliott
@@ -115,11 +115,15 @@ def measure(topology_name: str, nodes: int | None, message_bytes: int, exchanges
             owners = [0] * r.generation
             for f in r.senders:
                 owners[f.first_row:f.first_row + f.rows] = [f.node] * f.rows
-            res = net.run_round(owners, seed=(seed << 20) ^ (e << 4) ^ part)
+            # a down initiator's round is started by its backup, as the firmware's transport arms it
+            res = net.run_round(owners, seed=(seed << 20) ^ (e << 4) ^ part,
+                                takeover=takeover_slots(n, deadline) if deadline else r.takeover_slots)
             slots.append(res.slots)
-            header = res.decoded[:, 0]
+            # rows with data only: a weak zero stands for a sender known dead or silent, whose message
+            # is lost (zero-filled) although the row counts as decoded for the round's rank
+            header = res.data[:, 0]
             for f in r.senders:
-                whole = res.decoded[:, f.first_row:f.first_row + f.rows].all(axis=1) & header
+                whole = res.data[:, f.first_row:f.first_row + f.rows].all(axis=1) & header
                 # a message split over rounds arrives only if every piece does
                 got[e, :, f.node] = whole if f.offset == 0 else got[e, :, f.node] & whole
             ok_all &= res.complete

@@ -181,6 +181,25 @@ def test_integer_column_names_are_names(tmp_path: Path) -> None:
 
 
 @pytest.mark.unit
+def test_a_channel_constant_in_training_but_not_later_is_warned_about(tmp_path: Path) -> None:
+    """Only centred (std 1), such a channel's errors are on its raw scale: the ICD sample's
+    pSpintor::VAX_speed (1380 in training, down to 1200 later) gave val MSE 222 without a word."""
+    from codegen.data.dataset import load_data
+
+    rows = 200
+    t = np.arange(rows)
+    speed = np.where(t < 150, 1380.0, 1200.0)  # constant over the first 70 % (140 rows)
+    lines = ["date,wave,speed,flat"] + [f"2020-01-01 {i // 60:02d}:{i % 60:02d}:00,{np.sin(i / 5):.4f},{speed[i]:g},7"
+                                        for i in range(rows)]
+    path = tmp_path / "d.csv"
+    path.write_text("\n".join(lines) + "\n")
+    _, desc = load_data("csv", path, None, 16, 4)
+    assert len(desc["warnings"]) == 1, desc  # "flat" is constant everywhere: nothing to warn about
+    assert "'speed' is constant (1380) over the training rows but ranges 1200..1380" in desc["warnings"][0]
+    _, fine = load_data("csv", path, ["wave", "flat"], 16, 4)
+    assert "warnings" not in fine
+
+
 def test_load_csv_picks_columns(tmp_path: Path) -> None:
     path = write_csv(tmp_path, "date,a,b,label\n2020-01-01,1,2.5,x\n2020-01-02,3,4e0,y\n2020-01-03,5,6,z\n")
     x, names = load_csv(path)

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from codegen.data.dataset import load_data
 from codegen.data.tsf import fill_missing, read_tsf, tsf_splits
 from codegen.errors import UserError
 
@@ -89,6 +90,23 @@ def test_unequal_length_and_missing_values(tmp_path: Path) -> None:
     # the last test target of series B is its last value
     _, y = sp.test.take(np.array([len(sp.test) - 1]))
     assert sp.scaler.inverse(y)[0, -1] == pytest.approx(1119, abs=1e-2)
+
+
+def test_a_split_mostly_filled_in_is_warned_about(tmp_path: Path) -> None:
+    """A long '?' gap near a series' end made the whole validation split a forward-filled flat line
+    (val MSE 0.0000, best epoch chosen on it) and nothing was printed; now the description (train.json,
+    and `cisl train` prints it) says so. A few gaps say nothing."""
+    a = coded(0, 100)
+    a[60:90] = ["?"] * 30  # validation rows 70..90 all missing, and some of train and test
+    path = write(tmp_path, HEADER.format(missing="true", equal="true") + series_line("A", a) + series_line("B", coded(1, 100)))
+    sp, desc = load_data("tsf", path, None, 10, 5)
+    assert any("of the validation split's values were missing" in w and "best epoch" in w for w in desc["warnings"])
+    assert not any("training split" in w for w in desc["warnings"]), desc["warnings"]  # 10 of 140 rows
+    b = coded(0, 100)
+    b[75] = "?"
+    _, quiet = load_data("tsf", write(tmp_path, HEADER.format(missing="true", equal="true") + series_line("A", b),
+                                      "few.tsf"), None, 10, 5)
+    assert "warnings" not in quiet
 
 
 def test_pooled_scaler_uses_train_parts_only(tmp_path: Path) -> None:

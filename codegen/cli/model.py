@@ -84,6 +84,8 @@ def train(config: Path | None, out_dir: Path, data: Path | None, resume: bool, w
         on = data.get("file") or data.get("path") or data.get("source", "?")
     click.echo(f"trained {s['params']} parameters on {on} in {s['seconds']:.1f} s: "
                f"val MSE {s['val_mse']:.4f}, test MSE {s['test_mse']:.4f} -> {target}")
+    for w in data.get("warnings", []):  # what makes those scores doubtful (also in train.json's data)
+        click.echo(f"warning: {on}: {w}", err=True)
     comm, drop, pr = s["communication"], s["dropout"], s["prune"]
     if pr["masks"] != "full" and comm["allgather_columns"]:
         what = f"{pr['method']} pruning" if pr["method"] != "none" else "random masks"

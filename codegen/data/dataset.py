@@ -51,15 +51,23 @@ def load_data(source: str, path: str | Path, columns: Sequence[str] | None, look
         series, names = load_csv(path, columns)
         desc = {"source": "csv", "file": path.name, "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
                 "columns": names}
-        return make_splits(series, lookback, horizon, str(path)), desc
+        return _with_warnings(make_splits(series, lookback, horizon, str(path), names), desc)
     if source == "tsf":
         if columns:
             raise UserError(f"{path}: columns do not apply to a .tsf file (every series is one channel); "
                             "leave [data] columns empty")
-        return tsf_splits(path, lookback, horizon)
+        return _with_warnings(*tsf_splits(path, lookback, horizon))
     if source == "icd":
-        return icd_splits(path, columns, lookback, horizon, manifest or None)
+        return _with_warnings(*icd_splits(path, columns, lookback, horizon, manifest or None))
     raise UserError(f"unknown data source {source!r}; use one of {', '.join(FILE_SOURCES)}")
+
+
+def _with_warnings(splits: Splits, desc: dict[str, Any]) -> tuple[Splits, dict[str, Any]]:
+    """The description carries the splits' warnings (and the loader's own), for train.json and `cisl train`."""
+    warnings = list(desc.get("warnings", [])) + list(splits.warnings)
+    if warnings:
+        desc["warnings"] = warnings
+    return splits, desc
 
 
 def load_dataset(path: str | Path, config: ModelConfig, columns: Sequence[str] | None = None,

@@ -207,7 +207,8 @@ def icd_splits(path: str | Path, columns: Sequence[str] | None, lookback: int, h
         split = (f"fewer than 3 recordings ({len(recs)}): each recording split by time 70/10/20, "
                  "val/test inputs reach lookback rows back")
     splits = make_segment_splits(list(parts[0]), list(parts[1]), list(parts[2]), lookback, horizon, source,
-                                 "70/10/20 by recording" if len(recs) >= 3 else "70/10/20 by time, per recording")
+                                 "70/10/20 by recording" if len(recs) >= 3 else "70/10/20 by time, per recording",
+                                 names)
     content = hashlib.sha256("".join(f"{p.name} {digests[p]}\n" for p in files).encode()).hexdigest()
     desc = {
         "source": "icd", "path": path.name, "recordings": len(files), "recordings_used": len(used),

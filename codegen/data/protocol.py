@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -172,12 +173,37 @@ class Splits:
     scaler: StandardScaler
     borders: list[tuple[int, int]]  # row borders of a single series (make_splits); empty for segments
     protocol: str = ""  # how the splits were cut (split_protocol): said in train.json and by cisl train
+    warnings: tuple[str, ...] = ()  # what makes the scores doubtful (cisl train prints them; train.json keeps them)
 
 
-def make_splits(series: np.ndarray, lookback: int, horizon: int, source: str) -> Splits:
+def constant_channel_warnings(train: np.ndarray, later: np.ndarray, names: Sequence[str] | None = None) -> tuple[str, ...]:
+    """A channel constant over the training rows is only centred (StandardScaler); if it varies in the
+    validation or test rows the model never saw it move, and its errors there are on an unscaled
+    axis (the ICD sample's pSpintor::VAX_speed: val MSE 222). Say so, one line per channel."""
+    train, later = np.asarray(train, dtype=np.float64), np.asarray(later, dtype=np.float64)
+    out = []
+    if not len(train) or not len(later):
+        return ()
+    for c in range(train.shape[1]):
+        t = train[:, c]
+        if t.max() != t.min():
+            continue
+        lo, hi = float(np.nanmin(later[:, c])), float(np.nanmax(later[:, c]))
+        if lo == hi == float(t[0]):
+            continue
+        name = f"'{names[c]}'" if names is not None and c < len(names) else f"channel {c}"
+        out.append(f"{name} is constant ({float(t[0]):g}) over the training rows but ranges {lo:g}..{hi:g} in the "
+                   f"validation/test rows: the model never saw it change and it is only centred, not scaled, so its "
+                   f"errors can dominate the MSE; drop it from [data] columns or use data where it varies in training")
+    return tuple(out)
+
+
+def make_splits(series: np.ndarray, lookback: int, horizon: int, source: str,
+                names: Sequence[str] | None = None) -> Splits:
     """Scale ``series`` [rows, channels] with the train statistics and cut the three splits.
 
-    ``source`` names the data in error messages (a file path or "synthetic data").
+    ``source`` names the data in error messages (a file path or "synthetic data"); ``names`` the
+    channels in warnings.
     """
     series = np.asarray(series)
     if series.ndim != 2 or series.shape[1] < 1:
@@ -191,7 +217,8 @@ def make_splits(series: np.ndarray, lookback: int, horizon: int, source: str) ->
         if len(part) == 0:
             raise UserError(f"{source} has too few rows ({rows}) for lookback {lookback} + horizon {horizon}: "
                             f"the {name} split has no window; use more data or a shorter lookback/horizon")
-    return Splits(parts[0], parts[1], parts[2], scaler, borders, split_protocol(rows))
+    warnings = constant_channel_warnings(series[borders[0][0]:borders[0][1]], series[borders[0][1]:], names)
+    return Splits(parts[0], parts[1], parts[2], scaler, borders, split_protocol(rows), warnings)
 
 
 def time_split_segments(series: list[np.ndarray], lookback: int) -> tuple[list[np.ndarray], ...]:
@@ -208,7 +235,8 @@ def time_split_segments(series: list[np.ndarray], lookback: int) -> tuple[list[n
 
 
 def make_segment_splits(train: list[np.ndarray], val: list[np.ndarray], test: list[np.ndarray], lookback: int,
-                        horizon: int, source: str, protocol: str = "70/10/20 by time, per series") -> Splits:
+                        horizon: int, source: str, protocol: str = "70/10/20 by time, per series",
+                        names: Sequence[str] | None = None) -> Splits:
     """Scale every segment [rows, channels] with the statistics of the pooled train rows; window each split.
 
     ``source`` names the data in error messages; ``protocol`` says how the segments were cut.
@@ -221,4 +249,7 @@ def make_segment_splits(train: list[np.ndarray], val: list[np.ndarray], test: li
         if len(part) == 0:
             raise UserError(f"{source}: the {name} split has no window of lookback {lookback} + horizon {horizon} "
                             "rows; use more or longer series, or a shorter lookback/horizon")
-    return Splits(parts[0], parts[1], parts[2], scaler, [], protocol)
+    pooled = np.concatenate([np.asarray(s, dtype=np.float64) for s in train], axis=0)
+    later = [np.asarray(s, dtype=np.float64) for s in (*val, *test) if len(s)]
+    warnings = constant_channel_warnings(pooled, np.concatenate(later, axis=0), names) if later else ()
+    return Splits(parts[0], parts[1], parts[2], scaler, [], protocol, warnings)

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from codegen.data.protocol import Splits, make_segment_splits, time_split_segments
+from codegen.data.protocol import Splits, make_segment_splits, ratio_borders, time_split_segments
 from codegen.errors import UserError
 
 ATTRIBUTE_TYPES = ("string", "numeric", "date")
@@ -221,6 +221,8 @@ def tsf_splits(path: str | Path, lookback: int, horizon: int) -> tuple[Splits, d
                         "use a shorter lookback/horizon")
     splits = make_segment_splits(*time_split_segments(usable, lookback), lookback, horizon, str(path))
     lengths = [len(s) for s in usable]
+    warnings = imputed_split_warnings([np.isnan(s) for s in tsf.series if len(s) >= need and not np.isnan(s).all()],
+                                      lookback)
     desc = {
         "source": "tsf", "file": path.name, "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
         "relation": tsf.relation, "frequency": tsf.frequency, "tsf_horizon": tsf.horizon,
@@ -231,5 +233,29 @@ def tsf_splits(path: str | Path, lookback: int, horizon: int) -> tuple[Splits, d
         "missing_policy": "forward fill within each series, then backward fill leading gaps",
         "split": "per series by time 70/10/20; val/test inputs reach lookback rows back",
         "scaler": "one StandardScaler on the pooled train parts of all series",
+        **({"warnings": list(warnings)} if warnings else {}),
     }
     return splits, desc
+
+
+IMPUTED_WARN = 0.25  # a split whose values are this much filled-in is scored mostly on made-up values
+
+
+def imputed_split_warnings(missing: list[np.ndarray], lookback: int) -> tuple[str, ...]:
+    """One line per split (validation, test) whose target rows are at least ``IMPUTED_WARN`` filled in
+    (a long ``?`` gap near a series' end can make the whole validation split forward-filled: the
+    best epoch is then chosen on a flat line)."""
+    out = []
+    for name, i in (("training", 0), ("validation", 1), ("test", 2)):
+        filled = total = 0
+        for m in missing:
+            a, b = ratio_borders(len(m), lookback)[i]
+            a = a if i == 0 else min(b, a + lookback)  # val/test segments reach lookback rows back: not theirs
+            filled += int(m[a:b].sum())
+            total += b - a
+        if total and filled / total >= IMPUTED_WARN:
+            what = ("the model largely learns flat filled-in runs" if i == 0 else
+                    "its MSE is largely scored on filled-in values" + (" (and picks the best epoch)" if i == 1 else ""))
+            out.append(f"{100 * filled / total:.0f} % of the {name} split's values were missing ('?') and are "
+                       f"forward-filled, so {what}; fill the gaps or cut the series")
+    return tuple(out)

@@ -99,7 +99,7 @@ def test_a_split_mostly_filled_in_is_warned_about(tmp_path: Path) -> None:
     a = coded(0, 100)
     a[60:90] = ["?"] * 30  # validation rows 70..90 all missing, and some of train and test
     path = write(tmp_path, HEADER.format(missing="true", equal="true") + series_line("A", a) + series_line("B", coded(1, 100)))
-    sp, desc = load_data("tsf", path, None, 10, 5)
+    _, desc = load_data("tsf", path, None, 10, 5)
     assert any("of the validation split's values were missing" in w and "best epoch" in w for w in desc["warnings"])
     assert not any("training split" in w for w in desc["warnings"]), desc["warnings"]  # 10 of 140 rows
     b = coded(0, 100)

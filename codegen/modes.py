@@ -162,6 +162,31 @@ def read_table(build_dir: Path, topology: str | None = None) -> list[ModeProfile
         raise UserError(f"{path}: not a table `cisl modes` wrote; delete it or run `cisl modes --profile`") from None
 
 
+def limits_conflict(build_dir: Path, limits: list[tuple[int, int, int, int, int]]) -> str | None:
+    """A note when two nodes' `--mode-limits` pick different modes at once (None: they agree, or only
+    one node has limits): each node asks for its own pick before every inference it lacks it, one
+    request is served per inference, so the network switches back and forth between them."""
+    table = read_table(build_dir)
+    if not table or len({node for _, node, *_ in limits}) < 2:
+        return None
+    rows = [(p.latency_us, p.energy_nj, p.mse_u) for p in table]
+    for at in sorted({inf for inf, *_ in limits}):
+        active: dict[int, tuple] = {}
+        for inf, node, *lim in sorted(limits):
+            if inf <= at:
+                active[node] = tuple(lim)
+        picks = {node: select_mode(rows, *lim) for node, lim in active.items()}
+        picks = {node: m for node, m in picks.items() if m >= 0}  # no mode within the limits: the node stays
+        if len(set(picks.values())) > 1:
+            items = sorted(picks.items())
+            a, ma = items[0]
+            b, mb = next((n, m) for n, m in items[1:] if m != ma)
+            return (f"from inference {at}, node {a}'s limits pick mode {ma} and node {b}'s mode {mb}: each node asks "
+                    f"for its own pick whenever the network runs the other, so the modes alternate (one switch per "
+                    f"inference); give limits to one node (the sink's take effect at once)")
+    return None
+
+
 def format_table(profiles: list[ModeProfile], chosen: int | None = None) -> str:
     lines = [f"{'mode':>4} {'MACs':>12} {'val MSE':>9} {'test MSE':>9} {'latency ms':>24} {'energy uJ':>26}"]
     for p in profiles:

@@ -382,6 +382,23 @@ def test_the_sinks_selector_picks_what_cisl_modes_picks(profiled_build: Path, el
             assert res.exit_code == 1 and "no mode meets the limits" in res.output, res.output
 
 
+def test_limits_on_two_nodes_that_pick_different_modes_get_a_note(profiled_build: Path) -> None:
+    """Two nodes whose limits pick different modes each ask for theirs whenever the network runs the
+    other's: the modes alternate (2, 0, 2, 0 in an audit run), bit-exact and without a word before."""
+    import json
+
+    from codegen.modes import NO_LIMIT, limits_conflict
+
+    rows = json.loads((profiled_build / "modes.json").read_text())["modes"]
+    N = NO_LIMIT
+    best_mse = (0, 0, N, N, int(rows[0]["val_mse"] * 1e6 + 0.5))  # node 0: mode 0 only
+    fastest = (0, 1, min(r["latency_us"] for r in rows), N, N)  # node 1: the fastest mode only
+    note = limits_conflict(profiled_build, [best_mse, fastest])
+    assert note and "node 0's limits pick mode 0 and node 1's mode" in note and "alternate" in note, note
+    assert limits_conflict(profiled_build, [best_mse, (0, 1, *best_mse[2:])]) is None  # the same pick
+    assert limits_conflict(profiled_build, [best_mse, (3, 0, *fastest[2:])]) is None  # one node
+
+
 def test_a_virtual_node_waits_for_a_slow_hosts_command(profiled_build: Path, tmp_path: Path, monkeypatch) -> None:
     """A virtual node runs an inference in milliseconds; a host that reacts to the cue line 0.4 s late
     (a loaded machine: CI ran the test above with "got no answer (... it ended first ...)") still has

@@ -196,6 +196,11 @@ def sim(build_dir: Path, inputs: Path | None, count: int | None, logs: Path | No
     r = simulate(build_dir, inputs, count, logs, timeout, loss_rates(loss_q, loss_link, loss_receiver, loss_sender),
                  loss_seed, medium, radio_topology, radio_seed, list(radio_dead), asks, limits, testbed_file)
     _print_sim(r, build_dir, logs)
+    if limits:
+        from ..modes import limits_conflict
+
+        if conflict := limits_conflict(build_dir, limits):
+            click.echo(f"note: {conflict}", err=True)
     if medium == "radio" and radio_topology is None and testbed_file is None:
         from ..plan.io import load_plan
         from ..timing.estimate import testbed_hint

@@ -92,6 +92,26 @@ BAD = {
     "a named topology for another node count": (
         GOOD.replace("[[node]]", '[sim]\ntopology = "hallway16"\n\n[[node]]', 1),
         ("tb.toml", "hallway16 has 16 nodes", "the testbed has 2")),
+    # audit K (stop 60): each passed `cisl testbed check`, then ended in a traceback, a misleading failure
+    # or every message lost without a word
+    "a negative seed": (GOOD.replace("[[node]]", "[sim]\nseed = -1\n\n[[node]]", 1),
+                        ("tb.toml", "[sim] seed must be a whole number from 0 to 4294967295", "not -1")),
+    "a timeout that is not a number": (GOOD.replace("[[node]]", "[sim]\ntimeout = nan\n\n[[node]]", 1),
+                                       ("tb.toml", "[sim] timeout must be a positive number of seconds",)),
+    "an infinite timeout": (GOOD.replace("[[node]]", "[sim]\ntimeout = inf\n\n[[node]]", 1),
+                            ("tb.toml", "[sim] timeout must be a positive number",)),
+    "more inferences than the virtual testbed holds": (
+        GOOD.replace("[[node]]", "[sim]\ninferences = 100000000000000000\n\n[[node]]", 1),
+        ("tb.toml", "[sim] inferences must be a whole number of inferences from 1 to 100000", "several `cisl logs`")),
+    "a position that is not a number": (GOOD.replace("position = [0.0, 1.5]", "position = [nan, 1.5]"),
+                                        ("tb.toml", "node 0", "position must be", "finite")),
+    "an infinite energy budget in [defaults]": (
+        GOOD.replace('runner = "nrfutil"\n', 'runner = "nrfutil"\nenergy_uj = inf\n', 1),
+        ("tb.toml: [defaults]: energy_uj must be a positive, finite number",)),
+    "an empty node array": ("node = []\n", ("tb.toml", "no nodes", "[[node]]")),
+    "one port written two ways": (GOOD.replace('port = "/dev/ttyACM1"', 'port = "/dev//serial/by-id/x/../'
+                                               'usb-SEGGER_J-Link_000683123456-if00"'),
+                                  ("tb.toml", "node 1", "also node 0's", "own serial port")),
 }
 
 

@@ -12,6 +12,7 @@ from .app import main
 from .options import FiniteRange, build_dir_argument, say
 from .options import mode_limits as parse_mode_limits
 from .options import mode_requests as parse_mode_requests
+from ..testbed.config import MAX_SEED, MAX_SIM_INFERENCES
 
 
 @main.group(name="testbed")
@@ -72,7 +73,8 @@ def testbed_scan(out: Path | None, board: str, runner: str | None, baud: int, fo
               help="The testbed file to write.")
 @click.option("--topology", default=None, metavar="TOPOLOGY",
               help="Radio topology of the medium (default: as `cisl sim`, the hallway for the node count flashed).")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the topology and channel.")
+@click.option("--seed", type=click.IntRange(min=0, max=MAX_SEED), default=0, show_default=True,
+              help="Seed of the topology and channel.")
 @click.option("--state", default=None,
               help="State folder (relative to the file): ports, images, the supervisor's files.  [default: "
                    ".cisl-testbed, or .cisl-testbed-NAME when another testbed file next to OUT uses that]")
@@ -82,7 +84,7 @@ def testbed_scan(out: Path | None, board: str, runner: str | None, baud: int, fo
 @click.option("--models", default=None, metavar="BOARDS",
               help="The boards the virtual nodes stand in for, e.g. nrf52840dk*8,nrf52833dk*8 (a mixed testbed: "
                    "each node gets that board's flash, RAM, cycles and power). Default: nrf52840dk for all.")
-@click.option("--inferences", type=click.IntRange(min=1), default=None,
+@click.option("--inferences", type=click.IntRange(min=1, max=MAX_SIM_INFERENCES), default=None,
               help="Run this many inferences, inference i on the build's input window i mod count ([sim] inferences; "
                    "default: each window once).")
 @click.option("--force", is_flag=True, help="Overwrite OUT if it exists.")
@@ -97,6 +99,9 @@ def testbed_sim(nodes: int, out: Path, topology: str | None, seed: int, state: s
     from ..testbed.config import free_state, parse_board_list
     from ..vtestbed.bed import write_sim_testbed
 
+    if state is not None and not state.strip():
+        raise click.BadParameter("give a folder path (relative to the testbed file), e.g. --state .cisl-testbed",
+                                 param_hint="--state")
     state = state if state is not None else free_state(out)
     write_sim_testbed(out, nodes, topology, seed, state, board, force,
                       parse_board_list(models) if models else None, inferences)

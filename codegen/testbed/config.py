@@ -42,6 +42,8 @@ training config do.
 from __future__ import annotations
 
 import contextlib
+import math
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -53,6 +55,8 @@ from ..config_schema import INT, STR, check_choice, check_keys, check_value, rea
 
 RUNNER_NAMES = ("pyocd", "nrfutil", "nrfjprog", "sim")
 DEFAULT_BAUD = 115200
+MAX_SEED = 2**32 - 1  # [sim] seed: the radio channel's numpy generator takes 0 and up; 32 bits is plenty
+MAX_SIM_INFERENCES = 100_000  # [sim] inferences: STATE/inputs.npy holds one window per inference (lookback bytes)
 MAX_BAUD = 1_000_000  # UARTE BAUDRATE tops out at Baud1M on the nRF52840 and nRF52833 (product specifications)
 DEFAULT_TARGET = "nrf52840"
 DEFAULT_STATE = ".cisl-testbed"
@@ -171,7 +175,7 @@ def parse_testbed(doc: dict[str, Any], path: Path) -> Testbed:
     sim = _parse_sim(f, doc.get("sim", {}))
 
     nodes_raw = doc.get("node")
-    if nodes_raw is None:
+    if nodes_raw is None or nodes_raw == []:
         raise UserError(f"{f}: no nodes; add one [[node]] table per board (id, board, runner, probe, port)")
     if not isinstance(nodes_raw, list) or not all(isinstance(n, dict) for n in nodes_raw):
         raise UserError(f"{f}: 'node' must be an array of tables: write each node as [[node]]")
@@ -186,10 +190,11 @@ def parse_testbed(doc: dict[str, Any], path: Path) -> Testbed:
             raise UserError(f"{f}: node id {entry.id} appears twice ([[node]] #{seen_id[entry.id]} and #{k}); "
                             "give every node its own id")
         seen_id[entry.id] = k
-        if entry.port_path in seen_port:
-            raise UserError(f"{f}: node {entry.id}: port {entry.port} is also node {seen_port[entry.port_path]}'s; "
+        port_key = _port_key(entry)
+        if port_key in seen_port:
+            raise UserError(f"{f}: node {entry.id}: port {entry.port} is also node {seen_port[port_key]}'s; "
                             "every node needs its own serial port")
-        seen_port[entry.port_path] = entry.id
+        seen_port[port_key] = entry.id
         if entry.probe is not None:
             key = normalize_serial(entry.probe)
             if key in seen_probe:
@@ -208,6 +213,15 @@ def parse_testbed(doc: dict[str, Any], path: Path) -> Testbed:
     return out
 
 
+def _port_key(entry: "NodeEntry") -> str:
+    """A port as the system resolves it: `al/../x.tty` is `x.tty`, `/dev//ttyACM0` is `/dev/ttyACM0`, and a
+    board's /dev/serial/by-id/ link is the tty it names (a virtual node's port is the testbed's own link)."""
+    path = os.path.normpath(entry.port_path)
+    if entry.runner != "sim" and os.path.exists(path):
+        path = os.path.realpath(path)
+    return path
+
+
 def _parse_sim(f: str, sim: Any) -> SimSettings:
     if not isinstance(sim, dict):
         raise UserError(f"{f}: 'sim' must be a table: [sim]")
@@ -220,16 +234,20 @@ def _parse_sim(f: str, sim: Any) -> SimSettings:
         out.topology = sim["topology"]
     if "seed" in sim:
         check_value(f"{f}: [sim]", "seed", sim["seed"], INT)
+        if not 0 <= sim["seed"] <= MAX_SEED:  # the channel's numpy generator takes no negative seed
+            raise UserError(f"{f}: [sim] seed must be a whole number from 0 to {MAX_SEED}, not {sim['seed']}")
         out.seed = sim["seed"]
     if "timeout" in sim:
         t = sim["timeout"]
-        if not isinstance(t, (int, float)) or isinstance(t, bool) or t <= 0:
-            raise UserError(f"{f}: [sim] timeout must be a positive number of seconds")
+        if not isinstance(t, (int, float)) or isinstance(t, bool) or not math.isfinite(t) or t <= 0:
+            raise UserError(f"{f}: [sim] timeout must be a positive number of seconds, e.g. timeout = 120")
         out.timeout = float(t)
     if "inferences" in sim:
         n = sim["inferences"]
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise UserError(f"{f}: [sim] inferences must be a whole number of inferences, at least 1")
+        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_SIM_INFERENCES:
+            raise UserError(f"{f}: [sim] inferences must be a whole number of inferences from 1 to "
+                            f"{MAX_SIM_INFERENCES} (the virtual testbed holds every inference's input window); "
+                            f"record a longer soak as several `cisl logs` runs")
         out.inferences = n
     return out
 
@@ -292,8 +310,10 @@ def _parse_node(f: str, k: int, raw: dict[str, Any], base: Path, explicit: dict[
     position = raw.get("position")
     if position is not None:
         if (not isinstance(position, list) or len(position) not in (2, 3)
-                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in position)):
-            raise UserError(f"{where}: position must be [x, y] or [x, y, z] in metres, e.g. position = [0.0, 2.5]")
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                           for v in position)):
+            raise UserError(f"{where}: position must be [x, y] or [x, y, z] in metres (finite numbers), e.g. "
+                            f"position = [0.0, 2.5]")
         position = tuple(float(v) for v in position)
     models = raw.get("models")
     if models is not None:
@@ -310,8 +330,10 @@ def _parse_node(f: str, k: int, raw: dict[str, Any], base: Path, explicit: dict[
     check_choice(f"{where}:", "energy_source", source, ENERGY_SOURCES)
     energy = raw.get("energy_uj")
     if energy is not None:
-        if not isinstance(energy, (int, float)) or isinstance(energy, bool) or not energy > 0:
-            raise UserError(f"{where}: energy_uj must be a positive number (µJ per inference), e.g. energy_uj = 150.0")
+        if not isinstance(energy, (int, float)) or isinstance(energy, bool) or not 0 < energy < math.inf:
+            at = where if "energy_uj" in explicit else f"{f}: [defaults]"  # where the user wrote it
+            raise UserError(f"{at}: energy_uj must be a positive, finite number (µJ per inference), e.g. "
+                            f"energy_uj = 150.0")
         energy = float(energy)
     return NodeEntry(nid, board, runner, port, port_path, probe, baud, target, position, models, source, energy)
 

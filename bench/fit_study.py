@@ -85,8 +85,8 @@ def main() -> None:
                 breakdown = node_breakdown(Path(work), dataclasses.asdict(r.best))
         print(format_result(r, board), flush=True)
         results.append({"devices": devices, "keep": keep, "layers": list(layers), "seconds": dt,
-                        "frontier": [dataclasses.asdict(c) for c in r.frontier],
-                        "best": dataclasses.asdict(r.best) if r.best else None, "confirm": r.tried,
+                        "frontier": [c.to_json() for c in r.frontier],
+                        "best": r.best.to_json() if r.best else None, "confirm": r.tried,
                         "table": format_result(r, board)})
     doc = {"board": board.name, "kernels": kernel_library().kind, "heads": 16, "cases": results,
            "largest_node_16_unpruned": breakdown}

@@ -23,6 +23,7 @@ import math
 import os
 import tempfile
 from concurrent.futures import ProcessPoolExecutor
+import dataclasses
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -130,6 +131,10 @@ class Candidate:
     ram: int = 0
     confirmed: bool = False
     stored: int = 0  # weights the nodes store, summed over nodes (pruned cross-node weights are not stored)
+    links: bool | None = None  # a real build of every node: linked (True), overflowed (False), not built (None)
+
+    def to_json(self) -> dict:
+        return {k: v for k, v in dataclasses.asdict(self).items() if not k.startswith("_")}
 
     @property
     def limit(self) -> str:
@@ -145,7 +150,7 @@ class FitResult:
     devices: int
     heads: int
     keep: float
-    frontier: list[Candidate]  # per N: the largest model the estimate admits
+    frontier: list[Candidate]  # per N: the largest model the estimate admits, or the build confirmed
     best: Candidate | None
     tried: list[str] = field(default_factory=list)  # confirmation log
     refused: list[str] = field(default_factory=list)  # sizes `cisl compile` would refuse, and why
@@ -321,6 +326,7 @@ def fit(board_name: str, devices: int, heads: int = 16, keep: float = 1.0, seed:
         return res
     tmp_ctx = tempfile.TemporaryDirectory(prefix="cisl-fit-") if work is None else None
     base = Path(tmp_ctx.name) if tmp_ctx else Path(work)
+    built: dict[tuple[int, int, int], Candidate] = {}
     try:
         for c in order[:8]:
             if res.best is not None and c.params <= res.best.params:
@@ -346,6 +352,8 @@ def fit(board_name: str, devices: int, heads: int = 16, keep: float = 1.0, seed:
                          f"({cand.params / 1e6:.2f} M parameters) with a real build of {devices} node(s)")
                 ok, msg, (fl, ram) = confirm(board, cand, devices, heads, keep, seed, base, jobs)
                 res.tried.append(msg)
+                built[(cand.tokens, cand.width, cand.layers)] = cand
+                cand.links = ok
                 if ok:
                     cand.flash, cand.ram, cand.confirmed = fl, ram, True
                     cand.stored = stored_total(model_config(cand.tokens, cand.width, cand.layers, heads), devices,
@@ -358,7 +366,21 @@ def fit(board_name: str, devices: int, heads: int = 16, keep: float = 1.0, seed:
     finally:
         if tmp_ctx:
             tmp_ctx.cleanup()
+    res.frontier = [_as_built(row, built) for row in res.frontier]
     return res
+
+
+def _as_built(row: Candidate, built: dict[tuple[int, int, int], Candidate]) -> Candidate:
+    """A frontier row after the confirming builds: the largest model of its N and T that linked, when the
+    estimate's did not (N=32 F=1552 overflowed by 684 B, F=1536 linked); else the row, marked as built."""
+    same = [c for (n, _, t), c in built.items() if n == row.tokens and t == row.layers]
+    if (row.tokens, row.width, row.layers) in built:
+        row = built[(row.tokens, row.width, row.layers)]
+    if row.links is False:
+        linked = [c for c in same if c.links]
+        if linked:
+            return max(linked, key=lambda c: c.params)
+    return row
 
 
 def format_result(r: FitResult, board: Board) -> str:
@@ -366,7 +388,9 @@ def format_result(r: FitResult, board: Board) -> str:
              f"token count (estimate; flash budget {board.flash_bytes} B, RAM {board.ram_bytes} B)",
              f"{'N':>4} {'T':>3} {'F':>5} {'params':>12} {'node flash':>11} {'node RAM':>9}  limit"]
     for c in r.frontier:
-        lines.append(f"{c.tokens:>4} {c.layers:>3} {c.width:>5} {c.params:>12,} {c.flash:>11} {c.ram:>9}  {c.limit}")
+        built = {True: " (linked)", False: " (does not link: see confirm)", None: ""}[c.links]
+        lines.append(f"{c.tokens:>4} {c.layers:>3} {c.width:>5} {c.params:>12,} {c.flash:>11} {c.ram:>9}  "
+                     f"{c.limit}{built}")
     for t in r.refused[:5]:
         lines.append(f"not a candidate: {t}")
     if len(r.refused) > 5:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +22,8 @@ class FitRun:
         """Write the frontier, the best model and the confirming build as JSON."""
         r = self.result
         doc = {"board": r.board, "devices": r.devices, "heads": r.heads, "keep": r.keep,
-               "frontier": [dataclasses.asdict(c) for c in r.frontier],
-               "best": dataclasses.asdict(r.best) if r.best else None, "confirm": r.tried,
+               "frontier": [c.to_json() for c in r.frontier],
+               "best": r.best.to_json() if r.best else None, "confirm": r.tried,
                "refused": r.refused}
         write_output_file(path, json.dumps(doc, indent=1) + "\n", _OURS)
 

@@ -219,3 +219,9 @@ def test_a_narrower_fallback_is_not_taken_over_a_larger_next_candidate(tmp_path,
     r = fit("nrf52840dk", 1, n_grid=(16, 256), t_grid=(12,), work=tmp_path)
     assert (r.best.tokens, r.best.width) == (256, 64) and r.best.confirmed
     assert linked == [(16, 96), (16, 80), (256, 64)]
+    # the per-N table shows what the builds found (audit K: N=32 F=1552 stayed listed after it overflowed),
+    # and the JSON carries no private fields
+    assert [(c.tokens, c.width, c.links) for c in r.frontier] == [(16, 80, True), (256, 64, True)]
+    text = F.format_result(r, F.load_board("nrf52840dk"))
+    assert "   80 " in text and "(linked)" in text and "   96 " not in text.split("confirm:")[0], text
+    assert all(not k.startswith("_") for k in r.best.to_json()) and r.best.to_json()["links"] is True

@@ -239,9 +239,12 @@ def _compile(model_path: Path, out_dir: Path, opts: CompileOptions, say: Callabl
                **({"mode": opts.mode} if units is not None else {}),
                **({"split": {"nodes": planned.nodes, "heads": planned.heads, "hidden": planned.hidden}}
                   if planned is not None else {})}
+    # the input windows are compiled into the board images and fed to the virtual testbed: they count
+    # (two builds whose test_windows.npy differ printed the same input and plan hashes)
+    inputs_sha = hashlib.sha256(np.ascontiguousarray(sim_inputs, dtype=np.float32).tobytes()).hexdigest()
     input_hash = hashlib.sha256(json.dumps(
-        {"model": model.sha256, "calibration": sha256_file(cal_path), "options": options, "tool": __version__},
-        sort_keys=True).encode()).hexdigest()
+        {"model": model.sha256, "calibration": sha256_file(cal_path), "inputs": inputs_sha, "options": options,
+         "tool": __version__}, sort_keys=True).encode()).hexdigest()
 
     realised = realised_keep(split, masks)
     say(f"partition: {split.devices} devices, heads {list(split.heads_per_device)}, keep {model.keep_ratio:g} "

@@ -36,6 +36,20 @@ def test_compiling_twice_gives_byte_identical_trees(tmp_path):
 
 
 @pytest.mark.unit
+def test_the_input_hash_covers_the_input_windows_compiled_into_the_images(tmp_path):
+    """inputs.npy goes into the board images and the virtual testbed; two builds whose test windows
+    differed printed the same input and plan hashes, so their logs could not be told apart (audit K)."""
+    model = make_model_dir(tmp_path / "m", config_for_tokens(8, 64), devices=2, keep_ratio=1.0)
+    compile_model(model, tmp_path / "a", CompileOptions())
+    x = np.load(tmp_path / "m" / "test_windows.npy")
+    np.save(tmp_path / "m" / "test_windows.npy", x[::-1].copy())
+    compile_model(model, tmp_path / "b", CompileOptions())
+    a, b = load_plan(tmp_path / "a"), load_plan(tmp_path / "b")
+    assert not np.array_equal(np.load(tmp_path / "a" / "inputs.npy"), np.load(tmp_path / "b" / "inputs.npy"))
+    assert a.meta["input_hash"] != b.meta["input_hash"] and a.sha256 != b.sha256
+
+
+@pytest.mark.unit
 def test_recompiling_into_the_same_folder_replaces_it(tmp_path):
     model = make_model_dir(tmp_path / "m", config_for_tokens(8, 64), devices=4, keep_ratio=1.0)
     compile_model(model, tmp_path / "b", CompileOptions())

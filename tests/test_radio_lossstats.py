@@ -106,3 +106,12 @@ def test_a_rate_just_below_one_is_not_written_as_one():
     from codegen.radio.lossstats import _rate
 
     assert _rate(0.12) == "0.12" and _rate(1 - 1e-9) == repr(1 - 1e-9) and float(_rate(1 - 1e-9)) < 1
+
+
+@pytest.mark.hostc
+def test_messages_too_large_for_an_exchange_name_the_option(tmp_path):
+    # was "exchange 0: 160000000 B of messages ...": an exchange the user never named
+    p = _cisl(tmp_path, "radio", "loss", "--topology", "full_mesh", "--nodes", "16", "--message-bytes", "10000000",
+              "--exchanges", "2")
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "--message-bytes 10000000" in p.stderr and "exchange 0" not in p.stderr and "fewer bytes" in p.stderr

@@ -294,6 +294,9 @@ def test_scan_refuses_a_board_name_it_would_draft_for_every_node(tmp_path):
     one_line_error(cisl("testbed", "scan", "-b", "nrf5284dk", "-o", "tb.toml", cwd=tmp_path),
                    "board 'nrf5284dk' is unknown", "did you mean 'nrf52840dk'")
     assert not (tmp_path / "tb.toml").exists()
+    # a virtual board is known; it has nothing to scan ("--board board 'sim' is unknown" before)
+    one_line_error(cisl("testbed", "scan", "-b", "sim", cwd=tmp_path), "--board sim: a virtual board has no debug probe",
+                   "cisl testbed sim --nodes N")
 
 
 def test_a_node_without_target_gets_its_boards_pyocd_target(tmp_path):

@@ -50,7 +50,10 @@ def testbed_scan(out: Path | None, board: str, runner: str | None, baud: int, fo
     from ..testbed.scan import scan
 
     # a typo drafts a file every later command refuses; virtual boards have no probes to scan
-    check_choice("--board", "board", board, [b for b in available_boards() if b not in VIRTUAL_BOARDS])
+    if board in VIRTUAL_BOARDS:
+        raise UserError(f"--board {board}: a virtual board has no debug probe to scan; write its testbed file with "
+                        f"`cisl testbed sim --nodes N`, or scan for a real board (e.g. --board nrf52840dk)")
+    check_choice("--board:", "board", board, [b for b in available_boards() if b not in VIRTUAL_BOARDS])
     s = scan(board, runner, baud, free_state(out) if out is not None else DEFAULT_STATE)
     if s.matched + s.unmatched_probes + s.unmatched_ports == 0:  # a draft of nothing is only the template
         notes = "".join(f"; {n}" for n in s.notes)

@@ -171,6 +171,12 @@ def measure_loss(topology_name: str, nodes: int | None, message_bytes: int, exch
                             f"(a node lingers {linger_slots(n)} slots after decoding); use --deadline "
                             f"{linger_slots(n) + 1} or more, and enough for the nodes to decode (without --deadline "
                             f"the rounds get {_default_deadline(n, message_bytes, policy)} slots)")
+        try:
+            schedule_exchange(0, [message_bytes] * n, RoundPolicy(kind=policy, linger=linger_slots(n)))
+        except ValueError as e:  # the schedule's own words name an "exchange 0" the user never gave
+            why = str(e).split(": ", 1)[-1]
+            raise UserError(f"--message-bytes {message_bytes}: {n} nodes' messages ({why}); give fewer bytes per "
+                            f"node") from None
         stats = measure(topology_name, nodes, message_bytes, exchanges, seed, policy, params, deadline, fail_prob,
                         progress=progress)
     except ValueError as e:

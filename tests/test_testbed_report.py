@@ -321,3 +321,91 @@ def test_the_report_of_a_run_cisl_logs_failed_names_the_failed_nodes(tmp_path):
     (tmp_path / "logs" / "summary.json").write_text(json.dumps({"ok": True, "nodes": {"0": {"failed": None}}}))
     r = CliRunner().invoke(main, ["report", str(tmp_path / "logs"), "-o", str(tmp_path / "rep"), "--no-plots"])
     assert r.exit_code == 0 and "FAILED" not in r.stderr, r.output
+
+
+def set_clock(folder: Path, clock: str) -> None:
+    """The nodes' boot lines say their times count ``clock`` (model, dwt, host, icount)."""
+    edit_records(folder, lambda r: r.update(clock=clock) if r["event"] == "boot" else None)
+
+
+@pytest.mark.parametrize("clock, said", [
+    ("icount", "QEMU instruction counts (clock=icount)"),
+    ("host", "host time (clock=host)"),
+    ("model", "the cycle model's nRF52840 time (the virtual testbed's board time) (clock=model)"),
+    (None, "no boot line says what they count"),
+], ids=["icount", "host", "model", "no-boot-lines"])
+def test_calibration_refuses_logs_that_count_no_board_cycles(tmp_path, clock, said):
+    """QEMU's instruction counts were fitted as DWT cycles (wait states 0.0, "in range", 48 % off, "put it
+    in board.toml"); the virtual testbed's board time fitted the model's own cycles back to its own
+    setting. Only boards' cycle counters calibrate the model: the rest is one line, exit code 2."""
+    doc = estimate_doc(2, "ab")
+    write_run(tmp_path / "logs", 2, compute_us=1000, comm_us=500, delivered=1)
+    with_cycles(tmp_path / "logs", doc, 0.0)
+    if clock is None:  # `cisl logs --no-reset`: no boot lines, so no clock
+        f = tmp_path / "logs" / "merged.jsonl"
+        f.write_text("".join(x + "\n" for x in f.read_text().splitlines() if '"boot"' not in x))
+    else:
+        set_clock(tmp_path / "logs", clock)
+    r = report(tmp_path, doc, "--calibrate")
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    [line] = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert "--calibrate: logs's nodes counted" in line, line
+    assert said in line and "not a board's cycle counter" in line and "clock=dwt" in line, line
+    assert "board.toml" not in r.output and not (tmp_path / "rep").exists()
+
+
+def test_calibration_skips_runs_of_other_clocks_next_to_a_boards_run(tmp_path):
+    doc = estimate_doc(2, "ab")
+    for name, clock in (("board", "dwt"), ("virtual", "model")):
+        write_run(tmp_path / name, 2, compute_us=1000, comm_us=500, delivered=1)
+        with_cycles(tmp_path / name, doc, 2.0)
+        set_clock(tmp_path / name, clock)
+    (tmp_path / "est.json").write_text(json.dumps(doc))
+    r = CliRunner().invoke(main, ["report", str(tmp_path / "board"), str(tmp_path / "virtual"), "-o",
+                                  str(tmp_path / "rep"), "--estimate", str(tmp_path / "est.json"), "--calibrate",
+                                  "--no-plots"])
+    assert r.exit_code == 0, r.output
+    assert [c["run"] for c in read_csv(tmp_path / "rep" / "calibration.csv")] == ["board"]
+    assert "note: virtual: not calibrated: virtual's nodes counted the cycle model's nRF52840 time" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("clock, said", [("icount", "QEMU instruction counts"), ("host", "host time")])
+def test_no_prediction_is_set_against_host_time_or_instruction_counts(tmp_path, clock, said):
+    """block_latency.csv compared QEMU instruction-count "µs" with nRF52840 milliseconds: -95 %."""
+    write_run(tmp_path / "logs", 2, compute_us=1000, comm_us=500, delivered=1)
+    set_clock(tmp_path / "logs", clock)
+    r = report(tmp_path, estimate_doc(2, "ab"))
+    assert r.exit_code == 0, r.output
+    assert "predicted" not in r.stdout, r.stdout
+    rows = read_csv(tmp_path / "rep" / "block_latency.csv")
+    assert rows and all(x["clock"] == clock and x["predicted_latency_us"] == x["latency_error_pct"] == "" for x in rows)
+    assert f"note: logs: the nodes counted {said} (clock={clock}), not nRF52840 time: no energy and no predicted " \
+           f"column" in r.stderr, r.stderr
+    set_clock(tmp_path / "logs", "dwt")  # a board's time: compared
+    r = report(tmp_path, estimate_doc(2, "ab"))
+    assert r.exit_code == 0 and "predicted 2.000 ms" in r.stdout, r.output
+
+
+def test_speedup_only_over_a_one_node_run_of_the_same_clock(tmp_path):
+    """A 1-node run in host time over a 2-node run in nRF52840 time printed "speedup 0.047x"."""
+    write_run(tmp_path / "one-host", 1, compute_us=700, comm_us=0, delivered=0)
+    set_clock(tmp_path / "one-host", "host")
+    write_run(tmp_path / "two", 2, compute_us=16000, comm_us=500, delivered=1)
+    set_clock(tmp_path / "two", "model")
+    r = CliRunner().invoke(main, ["report", str(tmp_path / "one-host"), str(tmp_path / "two"), "-o",
+                                  str(tmp_path / "rep")])
+    assert r.exit_code == 0, r.output
+    speed = {s["run"]: s for s in read_csv(tmp_path / "rep" / "speedup.csv")}
+    assert speed["two"]["speedup"] == "" and speed["two"]["clock"] == "model", speed
+    assert speed["one-host"]["speedup"] == "1.0" and speed["one-host"]["clock"] == "host"
+    assert "speedup" not in next(x for x in r.stdout.splitlines() if x.startswith("two: 2 nodes")), r.stdout
+    assert ("note: two: its nodes counted the cycle model's nRF52840 time (the virtual testbed's board time) (clock=model), "
+            "but no 1-node run did (one-host counted host time): speedup not computed across clocks") in r.stderr
+    # with a 1-node run of the same clock too, that one is the base
+    write_run(tmp_path / "one", 1, compute_us=64000, comm_us=0, delivered=0)
+    set_clock(tmp_path / "one", "model")
+    r = CliRunner().invoke(main, ["report", str(tmp_path / "one-host"), str(tmp_path / "one"), str(tmp_path / "two"),
+                                  "-o", str(tmp_path / "rep"), "--no-plots"])
+    assert r.exit_code == 0 and "across clocks" not in r.stderr, r.output
+    speed = {s["run"]: s for s in read_csv(tmp_path / "rep" / "speedup.csv")}
+    assert float(speed["two"]["speedup"]) == round((4 * 64000 + 10) / (4 * 16000 + 3 * 500 + 10), 3), speed

@@ -35,6 +35,43 @@ def clock_of(run) -> str:
     return kinds.pop() if len(kinds) == 1 else "mixed(" + ",".join(sorted(kinds)) + ")"
 
 
+# what the times of each clock are, and how to get board time instead
+_CLOCKS = {
+    "host": ("host time", "build the sim plan with the ARM toolchain installed (without --no-board-time) for "
+                          "nRF52840 time"),
+    "icount": ("QEMU instruction counts", "build the qemu-m4 plan without --no-board-time for nRF52840 time"),
+    "model": ("the cycle model's nRF52840 time (the virtual testbed's board time)", ""),
+    "unknown": ("times of no named clock (no boot line says what they count: logs recorded without the nodes' "
+                "reset, or firmware older than the boot line's clock)", "record the run again with the nodes' reset"),
+}
+
+
+def clock_words(clock: str) -> tuple[str, str]:
+    """(what a run's times count, in words; what to do for board time)."""
+    if clock in _CLOCKS:
+        return _CLOCKS[clock]
+    return (f"different clocks on different nodes ({clock})", "flash one build on every node and record again")
+
+
+def board_time(clock: str) -> bool:
+    """Times the cycle model's prediction can be compared with: a board's DWT, the virtual testbed's
+    board time, or logs that do not say (no boot line: a board recorded without reset)."""
+    return clock in ("model", "dwt", "unknown")
+
+
+def calibration_problem(run) -> str | None:
+    """Why a run's block cycles cannot calibrate the cycle model (None: boards' DWT cycles, they can).
+    Only a board's cycle counter measures what the model predicts; QEMU's instruction counts, host
+    time and the virtual testbed's board time (the model's own cycles) do not."""
+    clock = clock_of(run)
+    if clock == "dwt":
+        return None
+    what = clock_words(clock)[0]
+    return (f"{run.label}'s nodes counted {what} (clock={clock}), not a board's cycle counter; the fit needs the "
+            f"block cycles of boards' DWT (clock=dwt): record the run on nRF52840 boards with `cisl logs`, or "
+            f"drop --calibrate")
+
+
 def _label(r: dict) -> str:
     layer = int(r["layer"])
     return str(r["block"]) if layer < 0 else f"{r['block']}{layer}"
@@ -119,8 +156,9 @@ def _estimate_problem(doc: dict) -> str | None:
 def block_latency(run, estimate: dict | None) -> list[dict]:
     nb = node_blocks(run)
     order = nb.pop("__order__")  # type: ignore[arg-type]
-    pred = {b["block"]: b for b in estimate["blocks"]} if estimate else {}
     clock = clock_of(run)
+    # host time or instruction counts are no board time: next to the estimate they would read as errors
+    pred = {b["block"]: b for b in estimate["blocks"]} if estimate and board_time(clock) else {}
     rows = []
     for label in order:
         per = [v for (n, lab), v in nb.items() if lab == label]

@@ -370,7 +370,7 @@ BLOCK_COLS = ["run", "nodes", "node", "block", "inferences", "compute_us", "comm
 SG_COLS = ["run", "nodes", "node", "inference", "layer", "point", "us", "tx", "rx", "delivered", "expected"]
 DELIVERY_COLS = ["run", "nodes", "inference", "round", "layer", "point", "reporting_nodes", "delivered", "expected",
                  "ratio"]
-SPEEDUP_COLS = ["run", "nodes", "sink", "infer_us", "compute_us", "comm_us", "speedup"]
+SPEEDUP_COLS = ["run", "nodes", "sink", "infer_us", "compute_us", "comm_us", "speedup", "clock"]
 MEMORY_COLS = ["build", "board", "nodes", "node", "param_bytes", "arena_bytes", "bytes_sent_per_inference",
                "image_bytes"]
 FORECAST_COLS = ["run", "nodes", "inference", "sink", "n", "crc", "crc_ok", "infer_crc", "q"]
@@ -392,6 +392,10 @@ def make_report(log_dirs: list[Path], out_dir: Path, builds: list[Path] | None =
     if calibrate and not ests:
         raise UserError("--calibrate needs the cycle model's prediction: add --estimate EST.json "
                         "(written by `cisl estimate BUILD -o EST.json`)")
+    if calibrate:  # only boards' cycle counters calibrate the model; other runs are skipped, with a note
+        matched = [r for r in runs if BT.match_estimate(r, ests) is not None]
+        if matched and all(BT.calibration_problem(r) for r in matched):
+            raise UserError(f"--calibrate: {BT.calibration_problem(matched[0])}")
     with atomic_output_dir(Path(out_dir), "report", _report_entry, _legacy_report) as tmp:
         res = _write_report(runs, ests, tmp, builds, plots, calibrate)
     res.out_dir = Path(out_dir)
@@ -441,17 +445,28 @@ def _write_report(runs: list[Run], ests: list[dict], out_dir: Path, builds: list
         fc += forecasts(r)
     speed = []
     central = [r for r in runs if r.nodes == 1]
+    clocks = {r.label: BT.clock_of(r) for r in runs}
     for r in runs:
         sink = next((row for row in lat if row["run"] == r.label and row["node"] == r.sink), None)
         if sink is None:
             continue
-        speed.append({"run": r.label, "nodes": r.nodes, "sink": r.sink, "infer_us": sink["infer_us"],
-                      "compute_us": sink["compute_us"], "comm_us": sink["comm_us"], "speedup": ""})
+        speed.append({"run": r.label, "nodes": r.nodes, "sink": r.sink, "clock": clocks[r.label],
+                      "infer_us": sink["infer_us"], "compute_us": sink["compute_us"], "comm_us": sink["comm_us"],
+                      "speedup": ""})
     if central:
-        base = next((s for s in speed if s["run"] == central[0].label), None)
-        if base:
-            for s in speed:
+        # over the 1-node run of the same clock only: host time over nRF52840 time is no speedup
+        bases = {}
+        for c in central:
+            bases.setdefault(clocks[c.label], next((s for s in speed if s["run"] == c.label), None))
+        for s in speed:
+            base = bases.get(s["clock"])
+            if base is not None:
                 s["speedup"] = round(base["infer_us"] / s["infer_us"], 3) if s["infer_us"] else ""
+            else:
+                have = ", ".join(f"{c.label} counted {BT.clock_words(clocks[c.label])[0]}" for c in central)
+                res.notes.append(f"{s['run']}: its nodes counted {BT.clock_words(s['clock'])[0]} (clock={s['clock']}), "
+                                 f"but no 1-node run did ({have}): speedup not computed across clocks (add the logs "
+                                 f"of a 1-node run on the same clock)")
     else:
         res.notes.append("no 1-node run among the logs: speedup over central execution not computed (add the logs "
                          "of a run compiled with --devices 1)")
@@ -474,11 +489,16 @@ def _write_report(runs: list[Run], ests: list[dict], out_dir: Path, builds: list
         res.block_latency += BT.block_latency(r, est)
         res.energy += BT.energy(r, est)
         clock = BT.clock_of(r)
-        if clock == "host":
-            res.notes.append(f"{r.label}: the nodes counted host time (no board time table): build the sim plan "
-                             f"with the ARM toolchain installed for nRF52840 time")
+        if not BT.board_time(clock):
+            what, todo = BT.clock_words(clock)
+            res.notes.append(f"{r.label}: the nodes counted {what} (clock={clock}), not nRF52840 time: no energy"
+                             f"{' and no predicted column' if est is not None else ''}; {todo}")
         if calibrate and est is not None:
-            res.calibration.append({"run": r.label, **BT.calibrate(r, est)})
+            problem = BT.calibration_problem(r)
+            if problem:
+                res.notes.append(f"{r.label}: not calibrated: {problem}")
+            else:
+                res.calibration.append({"run": r.label, **BT.calibrate(r, est)})
     res.files += [_write_csv(out_dir / "latency.csv", lat, LATENCY_COLS),
                   _write_csv(out_dir / "blocks.csv", blk, BLOCK_COLS),
                   _write_csv(out_dir / "rounds.csv", sgs, SG_COLS),
@@ -498,7 +518,7 @@ def _write_report(runs: list[Run], ests: list[dict], out_dir: Path, builds: list
         res.notes.append("no memory table: give --build BUILD (the logs do not name a build that still holds the "
                          "plan they ran)")
     if plots:
-        res.files += _plots(out_dir, runs, blk, lat, speed if central else [], dlv, mem)
+        res.files += _plots(out_dir, runs, blk, lat, [s for s in speed if s["speedup"] != ""], dlv, mem)
     if res.notes:  # they travel with the tables (a failed run, a missing node), not only on the terminal
         (out_dir / "notes.txt").write_text("".join(f"{n}\n" for n in res.notes))
         res.files.append(out_dir / "notes.txt")
@@ -516,8 +536,13 @@ def _plots(out: Path, runs: list[Run], blk: list[dict], lat: list[dict], speed: 
     # Fig. 6 style: per-block compute and communication, stacked; one bar per node count (the sink's
     # per-inference time), or one bar per node when there is a single run
     if len(runs) > 1:
-        bars = [(f"{r.nodes}", r.label, r.sink) for r in runs]
-        xlabel = "nodes"
+        from .boardtime_report import clock_of
+
+        # runs of different clocks (host time, nRF52840 time) side by side: each bar says its clock
+        clocks = {r.label: clock_of(r) for r in runs}
+        mixed = len(set(clocks.values())) > 1
+        bars = [(f"{r.nodes}" + (f"\n{clocks[r.label]} time" if mixed else ""), r.label, r.sink) for r in runs]
+        xlabel = "nodes" + (" (runs on different clocks: not comparable)" if mixed else "")
     else:
         bars = [(f"{k}", runs[0].label, k) for k in runs[0].node_ids]
         xlabel = f"node ({runs[0].label}, {runs[0].nodes} nodes)"

@@ -409,3 +409,51 @@ def test_speedup_only_over_a_one_node_run_of_the_same_clock(tmp_path):
     assert r.exit_code == 0 and "across clocks" not in r.stderr, r.output
     speed = {s["run"]: s for s in read_csv(tmp_path / "rep" / "speedup.csv")}
     assert float(speed["two"]["speedup"]) == round((4 * 64000 + 10) / (4 * 16000 + 3 * 500 + 10), 3), speed
+
+
+def test_energy_without_an_estimate_prices_each_node_as_the_build_the_logs_ran(tmp_path):
+    """Without --estimate, a mixed testbed's nRF52833 stand-in was priced with the nRF52840's currents
+    and a BLE 1M build's radio at the 2M RX current, although the report had found the build the logs
+    ran (its plan names both): now every node is priced as `cisl estimate` prices it."""
+    from codegen.compile import CompileOptions, compile_model
+    from codegen.plan.io import load_plan
+    from codegen.randmodel import config_for_tokens, make_model_dir
+    from codegen.timing.energy import load_power, node_energy
+
+    model = make_model_dir(tmp_path / "m", config_for_tokens(8, 64, heads=8, layers=1), 2, 1.0)
+    build = tmp_path / "b"
+    compile_model(model, build, CompileOptions(devices=2, node_boards=["nrf52840dk", "nrf52833dk"], phy="1M"))
+    plan = load_plan(build).sha256[:16]
+    logs = tmp_path / "logs"
+    write_run(logs, 2, compute_us=1000, comm_us=500, delivered=1)
+
+    def as_ran(r):  # the virtual testbed's records: board time, radio-on times in the sg lines
+        if r["event"] == "boot":
+            r.update(plan=plan, clock="model")
+        if r["event"] == "sg":
+            r.update(tx_on_us=120, rx_on_us=300)
+    edit_records(logs, as_ran)
+    (logs / "summary.json").write_text(json.dumps({"build": str(build)}))
+    r = CliRunner().invoke(main, ["report", str(logs), "-o", str(tmp_path / "rep"), "--no-plots"])
+    assert r.exit_code == 0, r.output
+    rows = {int(e["node"]): e for e in read_csv(tmp_path / "rep" / "energy.csv")}
+    for k, board in ((0, "nrf52840dk"), (1, "nrf52833dk")):
+        e = rows[k]
+        want = node_energy(load_power(board), float(e["compute_us"]), 1e6, float(e["tx_on_us"]), float(e["rx_on_us"]),
+                           float(e["period_us"]), comm_us=float(e["comm_us"]), phy="1M")
+        assert float(e["cpu_uj"]) == round(want.cpu_uj.central + want.comm_cpu_uj.central, 2), (board, e)
+        assert float(e["radio_uj"]) == round(want.radio_uj.central, 2), (board, e)
+        assert float(e["total_uj"]) == pytest.approx(want.total_uj.central, abs=0.02), (board, e)
+    assert float(rows[0]["cpu_uj"]) != float(rows[1]["cpu_uj"])  # the two parts' CPU currents differ
+    assert "energy priced with" not in r.stderr, r.stderr
+    # the build cannot be found: priced as the default stand-in at BLE 2M, and the report says so
+    (logs / "summary.json").unlink()
+    r = CliRunner().invoke(main, ["report", str(logs), "-o", str(tmp_path / "rep"), "--no-plots"])
+    assert r.exit_code == 0, r.output
+    assert ("note: logs: energy priced with the virtual nodes as nrf52840dk (their default) and BLE 2M radio "
+            "currents: the build these logs ran was not found") in r.stderr and "--build BUILD" in r.stderr, r.stderr
+    # --build names it again
+    r = CliRunner().invoke(main, ["report", str(logs), "-o", str(tmp_path / "rep2"), "--no-plots", "--build",
+                                  str(build)])
+    assert r.exit_code == 0 and "energy priced with" not in r.stderr, r.output
+    assert read_csv(tmp_path / "rep2" / "energy.csv") == list(rows.values())

@@ -245,30 +245,45 @@ ENERGY_COLS = ["run", "nodes", "clock", "node", "inferences", "period_us", "comp
                "rx_on_us", "cpu_uj", "radio_uj", "idle_uj", "total_uj", "radio_source", "predicted_total_uj"]
 
 
-def energy(run, estimate: dict | None) -> list[dict]:
+def energy(run, estimate: dict | None, plan=None) -> tuple[list[dict], str | None]:
     """Energy per inference per node from the logged board time (central currents, board.toml
     [power] of the part the nodes are or stand for): the CPU runs through compute and through the
     rounds (the board code polls), sleeps for the rest of the inference period. The radio's on-time
     comes from the `sg` lines' ``tx_on_us``/``rx_on_us`` where the board counts it (radio_source
     "log": the virtual testbed's radio medium); otherwise, with --estimate, from the cycle model's
-    prediction for the same rounds ("estimate"); otherwise the radio is left out ("none")."""
+    prediction for the same rounds ("estimate"); otherwise the radio is left out ("none").
+
+    Each node is priced as `cisl estimate` prices it (:func:`codegen.timing.energy.plan_pricing`):
+    the board it is or stands in for and the BLE PHY of ``plan``, the plan the logs ran (from their
+    build); else the estimate's boards and PHY; else the board its boot line names (a virtual board's
+    default stand-in) at BLE 2M, and the second value is a note saying so (None otherwise)."""
     from ..boards import available_boards, load_board
-    from ..timing.energy import load_power, node_energy
+    from ..timing.energy import load_power, node_energy, plan_pricing
 
     clock = clock_of(run)
     if clock not in ("model", "dwt"):
-        return []  # host time or instruction counts are no board time to price
-    # each node priced as the board its boot line names (a mixed testbed's differ); a virtual
-    # board's as the board it stands in for (the estimate's, when it names one per node)
+        return [], None  # host time or instruction counts are no board time to price
     booted = {int(r["node"]): str(r.get("board")) for r in run.of("boot") if "node" in r}
-    stands_in = {int(n["node"]): n["model_board"] for n in (estimate or {}).get("nodes", []) if "model_board" in n}
+    note = None
+    if plan is not None:
+        pricing = plan_pricing(plan)
+        stands_in, phy = pricing.boards, pricing.phy
+    elif estimate is not None:
+        stands_in = {int(n["node"]): n["model_board"] for n in estimate["nodes"] if "model_board" in n}
+        phy = str(estimate.get("phy", "2M"))
+    else:
+        stands_in, phy = {}, "2M"
+    guessed = set()
 
     def power_of(k: int):
+        if k in stands_in:
+            return load_power(stands_in[k])
         name = booted.get(k, "nrf52840dk")
         board = load_board(name) if name in available_boards() else load_board("nrf52840dk")
-        return load_power(stands_in.get(k) or board.models or board.name)
+        if board.models or name != board.name:
+            guessed.add(board.models or board.name)
+        return load_power(board.models or board.name)
 
-    phy = str((estimate or {}).get("phy", "2M"))
     pred = {int(n["node"]): n.get("energy") for n in estimate["nodes"]} if estimate else {}
     rows = []
     for k in run.node_ids:
@@ -300,4 +315,10 @@ def energy(run, estimate: dict | None) -> list[dict]:
                      "cpu_uj": round(cpu, 2), "radio_uj": round(radio, 2), "idle_uj": round(idle, 3),
                      "total_uj": round(cpu + radio + idle, 2), "radio_source": source,
                      "predicted_total_uj": round(p["total_uj"]["central"], 2) if p else ""})
-    return rows
+    if rows and plan is None and estimate is None:
+        unknown = ("the boards the virtual nodes stand in for and the plan's PHY are" if guessed
+                   else "the plan's PHY is")
+        boards = f"the virtual nodes as {', '.join(sorted(guessed))} (their default) and " if guessed else ""
+        note = (f"energy priced with {boards}BLE 2M radio currents: the build these logs ran was not found, so "
+                f"{unknown} unknown; give --build BUILD or --estimate EST.json")
+    return rows, note

@@ -320,6 +320,22 @@ def _plan_of(build_dir: Path) -> str | None:
         return None
 
 
+def _plan_ran(run: Run, builds: list[Path]):
+    """The plan of the build the run's logs came from (a --build of the plan its boot lines name, or
+    the one `build_of` finds), None if none is known or it cannot be read."""
+    from ..plan.io import load_plan
+
+    ran = {str(b["plan"]) for b in run.of("boot") if b.get("plan")}
+    build = next((b for b in builds if _plan_of(b) in ran), None) or build_of(run)
+    if build is None:
+        return None
+    try:
+        plan = load_plan(build)
+    except (UserError, OSError, ValueError):
+        return None
+    return plan if plan.sha256[:16] in ran else None
+
+
 def build_of(run: Run) -> Path | None:
     """The build a run's logs came from, when it can be told for sure: the build their summary.json
     names (`cisl logs`: the flashed build; `cisl sim`: the build it ran), the folder holding the logs or
@@ -487,7 +503,10 @@ def _write_report(runs: list[Run], ests: list[dict], out_dir: Path, builds: list
             res.notes.append(f"{r.label}: no boot line names the plan the nodes ran: --estimate matched by node "
                              f"count only (record the run with the nodes' reset for a checked comparison)")
         res.block_latency += BT.block_latency(r, est)
-        res.energy += BT.energy(r, est)
+        rows, note = BT.energy(r, est, _plan_ran(r, builds))
+        res.energy += rows
+        if note:
+            res.notes.append(f"{r.label}: {note}")
         clock = BT.clock_of(r)
         if not BT.board_time(clock):
             what, todo = BT.clock_words(clock)

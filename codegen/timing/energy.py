@@ -146,6 +146,23 @@ def load_power(board: str | Board, regulator: str | None = None) -> PowerFacts:
 
 
 @dataclass(frozen=True)
+class Pricing:
+    """What a build's nodes are priced with: per node, the [power] facts of its board (a virtual node:
+    the board it stands in for; a mixed testbed's differ), and the BLE PHY of the plan's rounds."""
+
+    boards: dict[int, str]
+    power: dict[int, PowerFacts]
+    phy: str
+
+
+def plan_pricing(plan) -> Pricing:
+    """How `cisl estimate` and `cisl report` price the nodes of ``plan`` (one rule for both)."""
+    boards = {d: plan.node_board(d) for d in range(plan.devices)}
+    facts = {name: load_power(name) for name in sorted(set(boards.values()))}
+    return Pricing(boards, {d: facts[name] for d, name in boards.items()}, plan.phy)
+
+
+@dataclass(frozen=True)
 class Energy:
     """A node's energy per inference (µJ) by consumer, and the times it was computed from (µs)."""
 
@@ -237,4 +254,5 @@ def radio_use(rounds: Sequence, node: int) -> RadioUse:
     return RadioUse(node, Bounds.of(tx), Bounds(rx_low, rx, rx), Bounds(*air))
 
 
-__all__ = ["Bounds", "CPU_DURING_RADIO", "Energy", "PowerFacts", "RadioUse", "load_power", "node_energy", "radio_use"]
+__all__ = ["Bounds", "CPU_DURING_RADIO", "Energy", "PowerFacts", "Pricing", "RadioUse", "load_power", "node_energy",
+           "plan_pricing", "radio_use"]

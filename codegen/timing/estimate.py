@@ -25,7 +25,7 @@ from ..radio.topology import Topology
 from . import comm as C
 from .memsystem import MemoryModel
 from .compute import NodeCompute, board_for_estimate, compute_build, images_digest, mode_plan
-from .energy import Energy, load_power, node_energy, radio_use
+from .energy import Energy, node_energy, plan_pricing, radio_use
 
 Triple = tuple[float, float, float]
 
@@ -190,10 +190,11 @@ def estimate(build_dir: Path, topology: str | Topology | None = None, policy: st
         raise UserError(f"--period-ms {period_ms:g}: shorter than one inference ({est.latency_ms[1]:.2f} ms on this "
                         f"build); give a period of at least that, or drop --period-ms for back to back")
     period_us = (period_ms if period_ms is not None else est.latency_ms[1]) * 1e3
+    pricing = plan_pricing(plan)  # each node's board (or the one it stands in for) and the plan's PHY, as `cisl report`
     for n in nodes:
         use = radio_use(rounds, n.device)  # per-inference means
-        est.energy[n.device] = node_energy(load_power(models[n.device]), _sum_cycles(n), clock, use.tx_on_us, use.rx_on_us, period_us,
-                                           comm_us=use.comm_us, phy=est.phy)
+        est.energy[n.device] = node_energy(pricing.power[n.device], _sum_cycles(n), clock, use.tx_on_us,
+                                           use.rx_on_us, period_us, comm_us=use.comm_us, phy=pricing.phy)
     return est
 
 

@@ -169,3 +169,20 @@ def test_a_virtual_node_too_large_for_the_board_it_stands_in_for_fails_the_build
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert p.returncode == 1 and "Traceback" not in p.stderr and len(lines) == 1, p.stderr
     assert lines[0].startswith("FAILED: node 1 does not fit nrf52833dk, the board it stands in for: FLASH overflows"), p.stderr
+    # the failed build leaves no summary that `cisl sim` or `cisl flash` would take as a good build (they ran
+    # the node that cannot exist, in host time, and said nothing)
+    assert not (tmp_path / "b" / "build.json").exists()
+    p = cisl("sim", "b", "-n", "1", cwd=tmp_path, timeout=600)
+    assert p.returncode == 2 and "build.json: missing (the last `cisl build` failed" in p.stderr, p.stderr
+    # --no-board-time does not skip the check: measured on the plan's ARM images where they are current...
+    p = cisl("build", "b", "-q", "--no-board-time", cwd=tmp_path, timeout=600)
+    assert p.returncode == 1 and "FAILED: node 1 does not fit nrf52833dk, the board it stands in for: FLASH " \
+        "overflows" in p.stderr and not (tmp_path / "b" / "build.json").exists(), p.stderr
+    # ... else (none built: a fresh compile) by the planner's estimate, which `cisl compile` warned with
+    ok(cisl("compile", str(big), "-o", "c", "--testbed", str(tb), "-q", cwd=tmp_path))
+    p = cisl("build", "c", "-q", "--no-board-time", cwd=tmp_path, timeout=600)
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 1 and len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
+    assert lines[0].startswith("FAILED: node 1 does not fit nrf52833dk, the board it stands in for: flash estimated "
+                               "at "), lines
+    assert not (tmp_path / "c" / "build.json").exists()

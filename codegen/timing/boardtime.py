@@ -293,12 +293,55 @@ def build_with_board_time(build_dir: Path, board: str | None = None, jobs: int |
         s = build(build_dir, board, jobs, say, nodes, extra_cflags=["-DCISL_PROFILE_OPS"] if profile_ops else None)
         line = None
         if s["board"] == "sim" or s["board"] == s["plan_board"] == "qemu-m4":
-            if board_time:
-                line = refresh(build_dir, nodes, jobs, say)
-            else:  # asked for host time: a table an earlier build left would still give board time
+            try:
                 plan = load_plan(build_dir)
-                for d in [n.device for n in plan.nodes] if nodes is None else nodes:
-                    (Path(build_dir) / f"node_{d:02d}" / TABLE).unlink(missing_ok=True)
-                counts = "host time (clock=host)" if s["board"] == "sim" else "instruction counts (clock=icount)"
-                line = f"board time: off (--no-board-time), so the nodes will print {counts}"
+                selected = [n.device for n in plan.nodes] if nodes is None else list(nodes)
+                if board_time:
+                    line = refresh(build_dir, nodes, jobs, say)
+                else:  # asked for host time: a table an earlier build left would still give board time
+                    for d in selected:
+                        (Path(build_dir) / f"node_{d:02d}" / TABLE).unlink(missing_ok=True)
+                    counts = "host time (clock=host)" if s["board"] == "sim" else "instruction counts (clock=icount)"
+                    line = f"board time: off (--no-board-time), so the nodes will print {counts}"
+                # with or without board time: a node that cannot exist on the board it stands in for
+                check_stand_in_fit(build_dir, plan, selected, str(s.get("kernels", "nnref")))
+            except BaseException:
+                # the build failed: its summary must not pass `cisl sim`, `cisl flash` or `cisl estimate`
+                (Path(build_dir) / "build.json").unlink(missing_ok=True)
+                raise
     return s, line
+
+
+def check_stand_in_fit(build_dir: Path, plan: Plan, nodes: list[int], kernels: str) -> None:
+    """Every virtual node must fit the board it stands in for (a mixed testbed's nrf52833dk: half the
+    nRF52840's flash and RAM), as a board's build must fit the board: measured on the node's ARM image
+    of this plan where there is one (a qemu-m4 plan's own, a sim plan's board-time image), else
+    (--no-board-time, or no ARM toolchain) by the planner's estimate of it, which `cisl compile`
+    warned with."""
+    from ..boards import load_board
+    from ..build import check_images
+    from ..errors import CheckFailed
+    from ..footprint import estimate_plan
+    from .compute import check_fits, image_of
+
+    build_dir = Path(build_dir)
+    try:
+        arm = {d: image_of(build_dir, d, plan) for d in nodes}
+        check_images(build_dir, plan, arm, "build-qemu-m4.json" if plan.meta["board"] == "sim" else "build.json")
+    except UserError:
+        arm = {}  # no ARM image of this plan: the estimate
+    estimates: dict[str, dict] = {}
+    for d in nodes:
+        model = load_board(plan.node_board(d))
+        if d in arm:
+            check_fits(arm[d], d, model)
+            continue
+        if model.name not in estimates:
+            estimates[model.name] = estimate_plan(plan, model, kernels)
+        e = estimates[model.name][d]
+        over = {"flash": (e.flash, model.flash_bytes), "RAM": (e.ram, model.ram_bytes)}
+        region, (used, budget) = max(over.items(), key=lambda kv: kv[1][0] - kv[1][1])
+        if used > budget:
+            raise CheckFailed(f"node {d} does not fit {model.name}, the board it stands in for: {region} estimated at "
+                              f"{used} of {budget} B (the planner's estimate: no ARM image of this plan was built to "
+                              f"measure); give it a smaller share of the model (`cisl plan`) or a larger board")

@@ -98,7 +98,7 @@ def board_for_estimate(plan: Plan, device: int = 0) -> tuple[Board, Board]:
     return board, model
 
 
-def _check_fits(elf: Path, device: int, model: Board) -> None:
+def check_fits(elf: Path, device: int, model: Board) -> None:
     """A node image larger than the board it is timed for (a virtual node standing in for a smaller
     part: its qemu-m4 image was size-checked against QEMU's memory only) fails like a build that does
     not fit, not with the cycle model's own error about a segment outside the part's memory."""
@@ -271,7 +271,7 @@ def compute_build(build_dir: Path, inferences: int = 1, jobs: int | None = None,
     check_images(build_dir, plan, {d: image_of(build_dir, d, plan) for d in todo},
                  "build-qemu-m4.json" if plan.meta["board"] == "sim" else "build.json")
     for d in todo:
-        _check_fits(image_of(build_dir, d, plan), d, board_for_estimate(plan, d)[1])
+        check_fits(image_of(build_dir, d, plan), d, board_for_estimate(plan, d)[1])
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(todo)))
     args = [(build_dir, d, inferences, flash_wait, flash_bytes, mode) for d in todo]
     if jobs == 1:

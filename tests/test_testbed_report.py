@@ -457,3 +457,33 @@ def test_energy_without_an_estimate_prices_each_node_as_the_build_the_logs_ran(t
                                   str(build)])
     assert r.exit_code == 0 and "energy priced with" not in r.stderr, r.output
     assert read_csv(tmp_path / "rep2" / "energy.csv") == list(rows.values())
+
+
+def test_memory_table_image_bytes_are_the_images_flash_not_the_elf_files_size(tmp_path):
+    """image_bytes was build.json's `bytes`, the ELF file's size with its symbols and debug information
+    (327616 for an image of 56200 B of flash)."""
+    write_run(tmp_path / "logs", 2, compute_us=1000, comm_us=500, delivered=1)  # its nodes boot plan "ab"
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / "compile.json").write_text(json.dumps({"devices": 2, "board": "sim", "plan_sha256": "ab", "nodes": [
+        {"node": k, "param_bytes": 1, "arena_bytes": 1, "bytes_sent_per_inference": 1} for k in range(2)]}))
+
+    def summary(name: str, plan: str, sizes: bool) -> None:
+        (build / name).write_text(json.dumps({"plan": plan, "nodes": [
+            {"node": k, "bytes": 327616 + k, **({"flash": 56200 + k, "ram": 12152} if sizes else {})}
+            for k in range(2)]}))
+
+    def image_columns() -> list[tuple[str, str]]:
+        r = CliRunner().invoke(main, ["report", str(tmp_path / "logs"), "-o", str(tmp_path / "rep"), "--no-plots",
+                                      "--build", str(build)])
+        assert r.exit_code == 0, r.output
+        return [(m["image_bytes"], m["image_ram_bytes"]) for m in read_csv(tmp_path / "rep" / "memory.csv")]
+
+    summary("build.json", "ab", sizes=True)  # a board's build: the linked image's flash and RAM
+    assert image_columns() == [("56200", "12152"), ("56201", "12152")]
+    summary("build.json", "ab", sizes=False)  # a sim build: host programs, measured as their ARM images
+    assert image_columns() == [("", ""), ("", "")]
+    summary("build-qemu-m4.json", "ab", sizes=True)
+    assert image_columns() == [("56200", "12152"), ("56201", "12152")]
+    summary("build-qemu-m4.json", "cd", sizes=True)  # ARM images of another plan: not these nodes'
+    assert image_columns() == [("", ""), ("", "")]

@@ -299,17 +299,43 @@ def memory(build_dir: Path) -> list[dict]:
     except (OSError, ValueError):
         raise UserError(f"--build {build_dir}: no readable compile.json; give a folder written by "
                         "`cisl compile`") from None
-    try:
-        images = {int(n["node"]): int(n["bytes"]) for n in json.loads((build_dir / "build.json").read_text())["nodes"]}
-    except (OSError, ValueError, KeyError):
-        images = {}
+    sha = comp.get("plan_sha256") if isinstance(comp, dict) else None
+    images = _image_footprints(build_dir, str(sha)[:16] if sha else None)
     try:
         return [{"build": build_dir.name or str(build_dir), "board": comp.get("board", ""), "nodes": comp["devices"],
                  "node": n["node"], "param_bytes": n["param_bytes"], "arena_bytes": n["arena_bytes"],
-                 "bytes_sent_per_inference": n["bytes_sent_per_inference"], "image_bytes": images.get(n["node"], "")}
+                 "bytes_sent_per_inference": n["bytes_sent_per_inference"],
+                 "image_bytes": images.get(n["node"], ("", ""))[0], "image_ram_bytes": images.get(n["node"], ("", ""))[1]}
                 for n in comp["nodes"]]
     except (KeyError, TypeError, AttributeError):
         raise UserError(f"--build {build_dir}: compile.json is not cisl's (damaged?); run `cisl compile` again") from None
+
+
+def _image_footprints(build_dir: Path, plan: str | None) -> dict[int, tuple[int, int]]:
+    """node -> (flash, RAM) bytes of its image as linked (build.json `flash`/`ram`, not the ELF file's
+    size, which holds symbols and debug information); a sim build's from its ARM images of the same
+    plan (build-qemu-m4.json: what the node stands in for). Only of images built from ``plan`` (the
+    compiled plan's hash, when known); none where no ARM image was measured."""
+    out: dict[int, tuple[int, int]] = {}
+    for name in ("build.json", "build-qemu-m4.json"):
+        try:
+            doc = json.loads((build_dir / name).read_text())
+        except (OSError, ValueError):
+            if name == "build.json":
+                return out  # no good build: its other summaries vouch for nothing
+            continue
+        if not isinstance(doc, dict) or (plan is not None and doc.get("plan") != plan):
+            if name == "build.json":
+                return out
+            continue
+        plan = doc.get("plan")
+        try:
+            for n in doc["nodes"]:
+                if "flash" in n and "ram" in n and int(n["node"]) not in out:
+                    out[int(n["node"])] = (int(n["flash"]), int(n["ram"]))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            continue
+    return out
 
 
 def _plan_of(build_dir: Path) -> str | None:
@@ -388,7 +414,7 @@ DELIVERY_COLS = ["run", "nodes", "inference", "round", "layer", "point", "report
                  "ratio"]
 SPEEDUP_COLS = ["run", "nodes", "sink", "infer_us", "compute_us", "comm_us", "speedup", "clock"]
 MEMORY_COLS = ["build", "board", "nodes", "node", "param_bytes", "arena_bytes", "bytes_sent_per_inference",
-               "image_bytes"]
+               "image_bytes", "image_ram_bytes"]
 FORECAST_COLS = ["run", "nodes", "inference", "sink", "n", "crc", "crc_ok", "infer_crc", "q"]
 
 

@@ -55,12 +55,31 @@ def test_estimate_of_an_nrf52840_build(builds):
     blocks = {b["block"]: b for b in doc["blocks"]}
     assert blocks["attn0"]["comm_ms"]["central"] > 0 and blocks["embed"]["comm_ms"]["central"] == 0
     lat = doc["latency_ms"]["central"]
-    assert lat == pytest.approx(sum(b["latency_ms"]["central"] for b in doc["blocks"]))
+    # the blocks, bulk-synchronous, and the slowest node's work outside them (input loop, reports, output)
+    outside = doc["outside_blocks_ms"]["central"]
+    assert lat == pytest.approx(sum(b["latency_ms"]["central"] for b in doc["blocks"]) + outside)
+    assert outside == pytest.approx(max(n["runtime_cycles"]["central"] for n in doc["nodes"]) / doc["clock_hz"] * 1e3)
     assert 0 < doc["comm_share"] < 1 and 0 < doc["radio_energy_share"] < 1
     # the published fixed round length (3G + 200 slots) is slower than cisl's early-terminating rounds
     fixed = json.loads(ok(cisl("estimate", "hw", "-q", "--json", "--policy", "fixed", cwd=builds)).stdout)
     assert fixed["comm_ms"]["central"] > doc["comm_ms"]["central"]
     assert fixed["network_energy_uj"]["central"] > doc["network_energy_uj"]["central"]
+
+
+def test_a_period_shorter_than_one_inference_with_the_work_outside_the_blocks_is_refused(builds):
+    """The latency was the blocks' sum alone: `--period-ms` accepted a period ~0.2 ms shorter than one
+    inference (the nodes' input loop, block and infer lines, output), and every node's own busy time
+    (t_cpu + t_comm) came out longer than the back-to-back period it was priced at."""
+    doc = json.loads(ok(cisl("estimate", "hw", "-q", "--json", cwd=builds)).stdout)
+    blocks = sum(b["latency_ms"]["central"] for b in doc["blocks"])
+    assert doc["outside_blocks_ms"]["central"] > 0.05
+    p = cisl("estimate", "hw", "-q", "--period-ms", f"{blocks + 0.01:.3f}", cwd=builds)
+    assert p.returncode == 2 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "shorter than one inference" in p.stderr and "outside the blocks" in p.stderr, p.stderr
+    for n in doc["nodes"]:
+        e = n["energy"]
+        assert e["t_cpu_us"]["central"] + e["t_comm_us"]["central"] <= e["period_us"] + 1e-6, (n["node"], e)
+    ok(cisl("estimate", "hw", "-q", "--period-ms", f"{doc['latency_ms']['central'] + 0.01:.3f}", cwd=builds))
 
 
 def test_estimate_refuses_what_it_cannot_model(builds, tmp_path):

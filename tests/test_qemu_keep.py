@@ -108,6 +108,9 @@ def test_keep_holds_one_run_and_an_interrupted_run_leaves_it_as_it_was(qemu_buil
     assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
     rows = p.stdout.splitlines()[1:3]
     assert [r.split()[0] for r in rows] == ["0", "1"], p.stdout
+    # the column sums the block lines (no rounds, no runtime between blocks): it says so
+    assert p.stdout.splitlines()[0].split() == ["node", "exit", "messages", "block", "insns/inference", "stack",
+                                                "(B)", "result"], p.stdout
     assert rows[1].endswith("FAILED: node 1 on QEMU did not finish within 1 s"), p.stdout
     assert sorted(snapshot(keep)) == [".cisl-output", "node_00.log", "node_00.transcript.bin", "node_01.log",
                                       "node_01.transcript.bin"] and not list(tmp_path.glob(".k.*"))

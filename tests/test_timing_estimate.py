@@ -82,6 +82,24 @@ def test_a_period_shorter_than_one_inference_with_the_work_outside_the_blocks_is
     ok(cisl("estimate", "hw", "-q", "--period-ms", f"{doc['latency_ms']['central'] + 0.01:.3f}", cwd=builds))
 
 
+def test_the_tables_comm_column_is_each_nodes_own(builds):
+    """Each node row's "comm ms" printed the block's slowest receiver's, not the node's own."""
+    doc = json.loads(ok(cisl("estimate", "hw", "-q", "--json", cwd=builds)).stdout)
+    table = ok(cisl("estimate", "hw", "-q", cwd=builds)).stdout.splitlines()
+    start = next(i for i, ln in enumerate(table) if ln.split()[:2] == ["node", "block"]) + 1
+    seen = 0
+    for ln in table[start:]:
+        if not ln.strip():
+            break
+        f = ln.split()
+        block = next(b for b in doc["blocks"] if b["block"] == f[1])
+        # node, block, cycles (2 words), compute (2), comm (2)[, energy (2)]
+        comm = float(f[6])
+        assert comm == pytest.approx(block["node_comm_ms"][f[0]]["central"], abs=6e-4), (ln, block["node_comm_ms"])
+        seen += 1
+    assert seen == 4 * len(doc["blocks"])
+
+
 def test_estimate_refuses_what_it_cannot_model(builds, tmp_path):
     p = cisl("estimate", str(tmp_path), cwd=builds)
     assert p.returncode == 2 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1

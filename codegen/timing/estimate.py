@@ -236,8 +236,9 @@ def format_table(est: Estimate) -> str:
             energy = _r((est.energy[n.device].total_uj.low, est.energy[n.device].total_uj.central,
                          est.energy[n.device].total_uj.high), 1) if bi == 0 else ""
             cyc = f"{b.cycles[1]:,.0f} [{b.cycles[0]:,.0f}..{b.cycles[2]:,.0f}]"
+            own = be.node_comm_ms.get(n.device, be.comm_ms)  # this node's: air time and its own receive work
             lines.append(f"{n.device:>4} {b.key.label:<7} {cyc:>30} {_r(_ms(b.cycles, est.clock_hz), 3):>24} "
-                         f"{_r(be.comm_ms, 3):>24} {energy:>26}")
+                         f"{_r(own, 3):>24} {energy:>26}")
     lines.append("")
     lines.append(f"{'block':<7} {'slowest compute ms':>26} {'communication ms':>26} {'latency ms':>26} {'comm share':>10}")
     for b in est.blocks:

@@ -15,6 +15,7 @@ import struct
 import numpy as np
 import pytest
 
+from clirun import cisl
 from codegen.build import build
 from codegen.compile import CompileOptions, compile_model
 from codegen.elfsize import read_elf_size
@@ -104,6 +105,11 @@ def test_a_node_that_does_not_fit_fails_with_one_line(tmp_path):
     size = json.loads((tmp_path / "b" / "node_00" / "size.json").read_text())
     assert size["overflow"]["RAM"] == over
     assert abs(size["estimate"]["ram"] - 256 * 1024 - over) < 0.02 * size["estimate"]["ram"]
+    # the estimate names the failed build, not "not built; run cisl build" (which fails the same way)
+    p = cisl("estimate", str(tmp_path / "b"), cwd=tmp_path)
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 2 and len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
+    assert "the last `cisl build" in lines[0] and "failed" in lines[0] and "FAILED line" in lines[0], lines[0]
 
 
 @pytest.mark.arm

@@ -125,7 +125,11 @@ def image_of(build_dir: Path, device: int, plan: Plan) -> Path:
         return elf
     elf = nd / "firmware.elf"
     if not elf.is_file():
-        raise UserError(f"{elf}: not built; run `cisl build {build_dir}` first")
+        if (Path(build_dir) / "build.json").is_file() or not any(Path(build_dir).glob("node_*/size.json")):
+            raise UserError(f"{elf}: not built; run `cisl build {build_dir}` first")
+        # a build ran and failed (its size table is there, its summary is not): building again fails the same way
+        raise UserError(f"{elf}: not built: the last `cisl build {build_dir}` failed (e.g. a node that does not "
+                        f"fit its board); fix what its FAILED line says, then build again")
     return elf
 
 

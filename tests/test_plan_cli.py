@@ -326,6 +326,23 @@ def test_a_pruned_model_trained_for_its_planned_split_runs_bit_exact(tmp_path):
     assert "bit-exact with the int8 reference: yes" in p.stdout
 
 
+@pytest.mark.sim
+@pytest.mark.arm
+@arm
+def test_profile_of_a_model_too_large_for_the_board_at_the_reference_node_count(tmp_path):
+    """The profile's reference build only measures cycles: its nodes need not fit the part (the
+    heterogeneous benchmark's 7.9 M-parameter model on nRF52833s stopped with "node 0 does not fit
+    nrf52833dk, the board it stands in for" once virtual nodes were size-checked against their boards)."""
+    big = ModelConfig(lookback=64, patch_len=8, stride=8, padding="none", d_model=448, heads=4, layers=2,
+                      mlp_hidden=448, horizon=8)  # 2.5 M parameters: 4 reference nodes of ~660 KB each
+    tb = tmp_path / "tb.toml"
+    ok(cisl("testbed", "sim", "--nodes", "4", "--models", "nrf52833dk*4", "-o", str(tb), cwd=tmp_path))
+    ok(cisl("profile", str(_toml(tmp_path / "big.toml", big)), "--testbed", str(tb), "-o", "p.json", "-q",
+            cwd=tmp_path, timeout=300))
+    doc = json.loads((tmp_path / "p.json").read_text())
+    assert "nrf52833dk" in doc["boards"] and doc["boards"]["nrf52833dk"]["rates"], doc.keys()
+
+
 @pytest.mark.unit
 def test_profile_from_the_op_lines_of_real_boards(tmp_path):
     """`cisl profile --logs L --build B`: rates fitted to the DWT cycles the boards printed (`op` lines of

@@ -64,10 +64,8 @@ def run_demo(out_dir: Path, devices: int, epochs: int | None, echo: Callable[[st
             "sim": {"inferences": r.inferences, "bit_exact": r.bit_exact, "first_difference": r.first_difference,
                     "problems": r.problems, "wall_seconds": round(r.wall_seconds, 2), "topology": topo,
                     "delivered": r.delivered, "expected": r.expected,
-                    "air_ms_per_inference": round(sum(x["slots"] * x["slot_us"] for x in r.radio_rounds)
-                                                  / 1000 / max(r.inferences, 1), 1),
-                    "fixed_deadline_ms_per_inference": round(sum(x["deadline"] * x["slot_us"] for x in r.radio_rounds)
-                                                             / 1000 / max(r.inferences, 1), 1)},
+                    "air_ms_per_inference": round(r.air_us("slots") / 1000, 1),
+                    "fixed_deadline_ms_per_inference": round(r.air_us("deadline") / 1000, 1)},
             "total_seconds": round(time.monotonic() - t0, 1),
         }
         text = format_report(report, out_dir)

@@ -398,6 +398,40 @@ def replace_dir(tmp: Path, target: Path) -> None:
     _remove(old)
 
 
+class RunOutput:
+    """The record of a run that may fail (`cisl sim --logs`), as :func:`atomic_run_dir` yields it: write
+    into ``path``; set ``failed`` before the block ends when the run failed. A failed run then goes to
+    ``TARGET.failed`` when ``target`` holds an earlier output (that stays as it was), else to ``target``
+    (as `cisl logs` does); ``dest`` says where it went and ``kept`` names the earlier output it left."""
+
+    def __init__(self, path: Path, target: Path) -> None:
+        self.path, self.target = path, target
+        self.failed = False
+        self.dest: Path | None = None
+        self.kept: Path | None = None
+
+
+def failed_sibling(target: Path) -> Path:
+    """Where a failed run's record goes when ``target`` holds an earlier, good one: ``TARGET.failed``."""
+    target = Path(target)
+    return target.with_name(target.name + ".failed")
+
+
+@contextlib.contextmanager
+def atomic_run_dir(target: Path, kind: str, entries: Callable[[str], bool],
+                   legacy: Callable[[Path], bool] | None = None, option: str = "-o") -> Iterator[RunOutput]:
+    """:func:`atomic_output_dir` for the record of a run that may fail (see :class:`RunOutput`): a failed
+    run never replaces earlier logs. ``TARGET.failed`` is checked before the run (a folder of yours
+    there is refused before any work, not after it) and replaced under the same rules."""
+    target = Path(target)
+    check_output_dir(target, kind, entries, legacy, option)
+    failed = failed_sibling(target)
+    if os.path.lexists(failed):
+        check_output_dir(failed, kind, entries, legacy, f"{option} (a failed run goes to {failed})")
+    with output_lock(target):
+        yield from _atomic_output_dir(target, kind, entries, legacy, option, run=True)
+
+
 @contextlib.contextmanager
 def atomic_output_dir(target: Path, kind: str, entries: Callable[[str], bool],
                       legacy: Callable[[Path], bool] | None = None, option: str = "-o") -> Iterator[Path]:
@@ -422,7 +456,7 @@ def temp_sibling(target: Path) -> Path:
 
 
 def _atomic_output_dir(target: Path, kind: str, entries: Callable[[str], bool],
-                       legacy: Callable[[Path], bool] | None, option: str) -> Iterator[Path]:
+                       legacy: Callable[[Path], bool] | None, option: str, run: bool = False) -> Iterator:
     check_output_dir(target, kind, entries, legacy, option)  # again, under the lock
     tmp = temp_sibling(target)  # under the lock no such name exists (the lock removed killed runs' leftovers)
     made = _missing_parents(target)
@@ -433,9 +467,18 @@ def _atomic_output_dir(target: Path, kind: str, entries: Callable[[str], bool],
         except OSError as e:
             raise UserError(f"{target}: cannot create it ({e.strerror}); choose another output with {option}") from None
         (tmp / OWNER_FILE).write_text(f"cisl {kind}\n", encoding="ascii")
-        yield tmp
+        out = RunOutput(tmp, target) if run else None
+        yield out if run else tmp
+        dest = target
+        if out is not None and out.failed and target.is_dir() and any(target.iterdir()):
+            dest = failed_sibling(target)  # the earlier logs stay where they are
+            if os.path.lexists(dest):  # checked before the run; again, in case it changed meanwhile
+                check_output_dir(dest, kind, entries, legacy, f"{option} (a failed run goes to {dest})")
+            out.kept = target
         stamp_output(tmp)
-        replace_dir(tmp, target)
+        replace_dir(tmp, dest)
+        if out is not None:
+            out.dest = dest
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         for folder in made:  # innermost first; only if still empty (nothing else was put there meanwhile)

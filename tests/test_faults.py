@@ -946,3 +946,81 @@ def test_an_interrupted_sim_leaves_the_previous_logs_whole(simbuild, tmp_path):
     after = {p.name: p.read_bytes() for p in (b / "logs").iterdir()}
     assert after == before  # the first run's logs, whole: no file of the interrupted run mixed in
     assert not list(b.glob(".logs.*")), "the interrupted run left its temporary logs"
+
+
+def _stops_after(simbuild: Path, tmp_path: Path, node: int, infers: int) -> Path:
+    """A copy of the sim build whose ``node`` runs its real image but stops after ``infers`` inferences (its
+    serial output is cut there, so the image ends on a broken pipe): an aborted run with work done."""
+    import shutil
+
+    b = tmp_path / "build"
+    shutil.copytree(simbuild, b)
+    real = b / f"node_{node:02d}" / "real.elf"
+    shutil.copyfile(b / f"node_{node:02d}" / "firmware.elf", real)
+    real.chmod(0o755)
+    img = b / f"node_{node:02d}" / "firmware.elf"
+    img.write_text(f'#!/bin/sh\n"{real}" "$@" | awk \'{{print; fflush()}} / infer /{{n++; if (n == {infers}) exit}}\'\n'
+                   "sleep 30\n")
+    img.chmod(0o755)
+    vouch_for(b, node)
+    return b
+
+
+def _air_line(out: str) -> tuple[float, float]:
+    import re
+
+    m = re.search(r"air time ([\d.]+) ms per inference vs ([\d.]+) ms with fixed", out)
+    assert m, out
+    return float(m.group(1)), float(m.group(2))
+
+
+def test_a_failed_sim_never_replaces_good_logs_and_report_says_it_failed(simbuild, tmp_path):
+    """An aborted `cisl sim --logs L` replaced the good logs in L, its summary.json did not say it failed,
+    and `cisl report L` reported its 2 inferences as a good run's; its output counted the 6 asked for."""
+    import json
+
+    import numpy as np
+
+    good = cisl("sim", str(simbuild), "-n", "1", "--logs", str(tmp_path / "L"), cwd=tmp_path)
+    assert good.returncode == 0, good.stdout + good.stderr
+    before = {p.name: p.read_bytes() for p in (tmp_path / "L").iterdir()}
+    assert json.loads(before["summary.json"])["ok"] is True
+    b = _stops_after(simbuild, tmp_path, 1, 2)
+    x = np.load(simbuild / "inputs.npy")
+    np.save(tmp_path / "in6.npy", x[np.arange(6) % len(x)])
+    p = cisl("sim", str(b), "--inputs", "in6.npy", "--timeout", "20", "--logs", "L", cwd=tmp_path)
+    assert p.returncode == 1 and "Traceback" not in p.stderr, (p.stdout, p.stderr)
+    assert p.stdout.splitlines()[0].startswith("virtual testbed: 2 nodes, 2 of 6 inferences in "), p.stdout
+    assert "(logs in L.failed)" in p.stdout.splitlines()[0], p.stdout
+    assert "previous logs in L are kept" in p.stderr, p.stderr
+    assert {q.name: q.read_bytes() for q in (tmp_path / "L").iterdir()} == before  # the good logs, whole
+    summary = json.loads((tmp_path / "L.failed" / "summary.json").read_text())
+    assert summary["ok"] is False and summary["inferences"] == 6 and summary["completed"] == 2, summary
+    assert summary["problems"], summary
+    # the air time is per inference that ran: the fixed-deadline figure is the good run's, not 2/6 of it
+    assert _air_line(p.stdout)[1] == _air_line(good.stdout)[1], (good.stdout, p.stdout)
+
+    r = cisl("report", "L.failed", "-o", "rep", "--no-plots", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    notes = (tmp_path / "rep" / "notes.txt").read_text().splitlines()
+    assert notes[0].startswith("L.failed: `cisl sim` FAILED this run (summary.json ok: false; ") and \
+        "2 of 6 inferences ran" in notes[0], notes
+    r = cisl("report", "L", "-o", "rep", "--no-plots", cwd=tmp_path)
+    assert r.returncode == 0 and "FAILED" not in r.stdout + r.stderr, r.stdout + r.stderr
+
+    # with no earlier logs the failed run takes the folder itself, and says it failed there too
+    p = cisl("sim", str(b), "--inputs", "in6.npy", "--timeout", "20", "--logs", "M", cwd=tmp_path)
+    assert p.returncode == 1 and not (tmp_path / "M.failed").exists(), p.stdout
+    assert json.loads((tmp_path / "M" / "summary.json").read_text())["ok"] is False
+    r = cisl("report", "M", "-o", "rep", "--no-plots", cwd=tmp_path)
+    assert r.returncode == 0 and "`cisl sim` FAILED this run" in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+def test_sim_checks_the_failed_runs_folder_before_the_run(simbuild, tmp_path):
+    assert cisl("sim", str(simbuild), "-n", "1", "--logs", str(tmp_path / "L"), cwd=tmp_path).returncode == 0
+    (tmp_path / "L.failed").mkdir()
+    (tmp_path / "L.failed" / "mine.txt").write_text("x")
+    p = cisl("sim", str(simbuild), "-n", "1", "--logs", str(tmp_path / "L"), cwd=tmp_path)
+    one_line_error(p, "L.failed", "not written by cisl")
+    assert (tmp_path / "L.failed" / "mine.txt").read_text() == "x"
+

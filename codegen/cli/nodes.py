@@ -213,20 +213,23 @@ def sim(build_dir: Path, inputs: Path | None, count: int | None, logs: Path | No
         click.echo(f"note: -n {count}, but the inputs hold {r.inferences} window(s): ran {r.inferences} "
                    "(give more with --inputs)", err=True)
     if not r.ok:
+        if r.kept is not None:
+            click.echo(f"the run failed: the previous logs in {r.kept} are kept; this run's logs are in "
+                       f"{r.logs_dir}", err=True)
         raise CheckFailed(r.first_difference or r.problems[0])
 
 
 def _print_sim(r, build_dir: Path, logs: Path | None) -> None:
-    click.echo(f"virtual testbed: {len(r.bytes_sent)} nodes, {r.inferences} inferences in {r.wall_seconds:.1f} s "
-               f"(logs in {logs or Path(build_dir) / 'logs'})")
+    ran = f"{r.inferences}" if r.completed >= r.inferences else f"{r.completed} of {r.inferences}"
+    click.echo(f"virtual testbed: {len(r.bytes_sent)} nodes, {ran} inferences in {r.wall_seconds:.1f} s "
+               f"(logs in {r.logs_dir or logs or Path(build_dir) / 'logs'})")
     for p in r.problems:
         click.echo(f"  problem: {p}")
     if r.radio_rounds:
         import numpy as np
 
         slots = [rr["slots"] for rr in r.radio_rounds]
-        air = sum(rr["slots"] * rr["slot_us"] for rr in r.radio_rounds) / max(r.inferences, 1)
-        fixed = sum(rr["deadline"] * rr["slot_us"] for rr in r.radio_rounds) / max(r.inferences, 1)
+        air, fixed = r.air_us("slots"), r.air_us("deadline")  # per inference that ran, not per one asked for
         click.echo(f"radio: {len(slots)} Mixer rounds, {np.mean(slots):.0f} slots on average (max {max(slots)}); "
                    f"air time {air / 1000:.1f} ms per inference vs {fixed / 1000:.1f} ms with fixed 3G+200 deadlines")
     if r.delivered != r.expected:

@@ -321,8 +321,9 @@ def measure_logs(cfg: ModelConfig, build_dir: Path, logs_dir: Path) -> dict[str,
         raise UserError(f"{build_dir}: a build of another model; profile with a build of this model")
     run = load_run(logs_dir)
     if run.failed is not None:  # rates from a run `cisl logs` failed (a stale board, a node that stopped) mislead
-        first = next(iter(sorted(run.failed.items())), ("?", "see its summary.json"))
-        raise UserError(f"{logs_dir}: `cisl logs` failed this run (node {first[0]}: {first[1]}); profile from a run "
+        first = next(iter(sorted(run.failed.items())), None)
+        why = f"node {first[0]}: {first[1]}" if first else (run.failed_problems or ["see its summary.json"])[0]
+        raise UserError(f"{logs_dir}: `{run.failed_by}` failed this run ({why}); profile from a run "
                         f"it recorded as good")
     boots = run.of("boot")
     stale = [r for r in boots if str(r.get("plan")) != plan.sha256[:16]]

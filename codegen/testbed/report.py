@@ -30,6 +30,8 @@ class Run:
     nodes: int = 0
     sink: int = 0
     failed: dict[str, str] | None = None  # `cisl logs` failed the run (summary.json): node -> why; None: it did not
+    failed_by: str = "cisl logs"  # the command whose summary.json says the run failed
+    failed_problems: list[str] = field(default_factory=list)  # `cisl sim`: its problems, the cause first
 
     def of(self, event: str, node: int | None = None) -> list[dict]:
         return [r for r in self.records if r.get("event") == event and (node is None or r.get("node") == node)]
@@ -95,6 +97,8 @@ def load_run(path: Path) -> Run:
     _check_sequences(path, records)
     _check_one_build(path, records)
     run = Run(path.name or str(path), path, records, failed=_failed_nodes(path))
+    if run.failed is not None and files == [path / "records.jsonl"]:  # a `cisl sim` run
+        run.failed_by, run.failed_problems = "cisl sim", _sim_failure(path)
     boots = [int(r["nodes"]) for r in run.of("boot") if "nodes" in r]
     run.nodes = max(boots) if boots else len(run.node_ids)
     outs = {int(r["node"]) for r in run.of("output")}
@@ -168,7 +172,7 @@ def _check_one_build(path: Path, records: list[dict]) -> None:
 
 def _failed_nodes(path: Path) -> dict[str, str] | None:
     """The nodes `cisl logs` failed in this run and why, from its summary.json (None if it did not fail,
-    or the folder has no summary of `cisl logs`)."""
+    or the folder has no summary of `cisl logs`; {} for a failed `cisl sim` run, which names no node)."""
     try:
         summary = json.loads((path / "summary.json").read_text())
         nodes = summary.get("nodes") or {}
@@ -178,12 +182,29 @@ def _failed_nodes(path: Path) -> dict[str, str] | None:
         return None
 
 
+def _sim_failure(path: Path) -> list[str]:
+    """What `cisl sim`'s summary.json says went wrong (its problems, the cause first; the inferences that
+    ran of those asked for; the first difference from the reference)."""
+    try:
+        summary = json.loads((path / "summary.json").read_text())
+        why = [str(p) for p in summary.get("problems") or []][:1]  # the cause; the rest follows from it
+        asked, done = summary.get("inferences"), summary.get("completed")
+        if isinstance(asked, int) and isinstance(done, int) and done < asked:
+            why.append(f"{done} of {asked} inferences ran")
+        if summary.get("first_difference") and not why:
+            why.append(f"not bit-exact with the int8 reference: {summary['first_difference']}")
+        return why
+    except (OSError, ValueError, AttributeError, TypeError):
+        return []
+
+
 def failed_run_note(run: Run) -> str | None:
-    """A clear note for logs of a run `cisl logs` failed (they stay reportable, for inspection)."""
+    """A clear note for logs of a run `cisl logs` or `cisl sim` failed (they stay reportable, for inspection)."""
     if run.failed is None:
         return None
-    why = "; ".join(f"node {k}: {v}" for k, v in sorted(run.failed.items(), key=lambda kv: kv[0].zfill(3)))
-    return (f"{run.label}: `cisl logs` FAILED this run (summary.json ok: false"
+    why = "; ".join([f"node {k}: {v}" for k, v in sorted(run.failed.items(), key=lambda kv: kv[0].zfill(3))]
+                    + run.failed_problems)
+    return (f"{run.label}: `{run.failed_by}` FAILED this run (summary.json ok: false"
             + (f"; {why})" if why else ")")
             + ": its tables hold what the nodes printed up to their failure, not a good run's results; record the "
             "run again for those")

@@ -29,7 +29,7 @@ import numpy as np
 from ..errors import CheckFailed, UserError
 from ..build import check_images
 from ..inputs import load_build_inputs
-from ..fsutil import atomic_output_dir, check_output_dir, reads_build
+from ..fsutil import atomic_run_dir, reads_build
 from ..executor import PlanExecutor
 from ..lossmodel import LossRates
 from ..plan.elastic import elastic_plans
@@ -56,6 +56,16 @@ class SimResult:
     delivered: int = 0  # messages the nodes received, over all rounds and inferences
     expected: int = 0  # messages the plan says they should receive
     radio_rounds: list[dict] = field(default_factory=list)  # radio mode: one record per Mixer round
+    completed: int = 0  # inferences every node finished (an aborted run: fewer than ``inferences``)
+    logs_dir: Path | None = None  # where the logs went: LOGS, or LOGS.failed/ for a failed run after good logs
+    kept: Path | None = None  # a failed run: the earlier logs, left where they were
+
+    def air_us(self, key: str = "slots") -> float:
+        """Radio air time per completed inference (µs): the Mixer rounds' ``key`` (slots used, or the
+        fixed deadline) × slot length, over the inferences every node finished — an aborted run's
+        partial inference and the inferences that never ran do not count."""
+        rounds = [rr for rr in self.radio_rounds if rr.get("inference", 0) < self.completed]
+        return sum(rr[key] * rr["slot_us"] for rr in rounds) / max(self.completed, 1)
 
     @property
     def ok(self) -> bool:
@@ -149,14 +159,20 @@ def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | 
         if problem := no_table_problem(build_dir, plan):
             raise UserError(problem)
     final_logs = Path(logs_dir) if logs_dir else build_dir / "logs"
-    check_output_dir(final_logs, "sim-logs", _sim_logs_entry, _legacy_sim_logs, option="--logs")
     run_id = uuid.uuid4().hex[:12]
-    with atomic_output_dir(final_logs, "sim-logs", _sim_logs_entry, _legacy_sim_logs, option="--logs") as logs_dir:
-        result = _run(plan, images, xq, logs_dir, timeout, loss, loss_seed, radio, radio_seed, radio_dead, run_id,
+    # a failed run never replaces earlier logs: it goes to LOGS.failed/ then, as `cisl logs` does
+    with atomic_run_dir(final_logs, "sim-logs", _sim_logs_entry, _legacy_sim_logs, option="--logs") as out:
+        result = _run(plan, images, xq, out.path, timeout, loss, loss_seed, radio, radio_seed, radio_dead, run_id,
                       radio_fail, radio_positions, mode_plans, mode_requests or [], mode_limits or [])
-        # which build ran, for `cisl report` (its memory table), as `cisl logs` records the flashed build
-        (logs_dir / "summary.json").write_text(json.dumps(
-            {"run_id": run_id, "build": str(Path(build_named or build_dir).resolve()), "plan": plan.sha256[:16]}, indent=1) + "\n")
+        # which build ran, for `cisl report` (its memory table), as `cisl logs` records the flashed build; and
+        # whether the run was good (`cisl report` never reports a failed run as one)
+        (out.path / "summary.json").write_text(json.dumps(
+            {"run_id": run_id, "build": str(Path(build_named or build_dir).resolve()), "plan": plan.sha256[:16],
+             "ok": result.ok, "bit_exact": result.bit_exact, "inferences": result.inferences,
+             "completed": result.completed, "problems": result.problems,
+             "first_difference": result.first_difference}, indent=1) + "\n")
+        out.failed = not result.ok
+    result.logs_dir, result.kept = out.dest, out.kept
     return result
 
 
@@ -358,9 +374,10 @@ def _run(plan: Plan, images: list[Path], xq: np.ndarray, logs_dir: Path, timeout
     problems = _summarise(problems, len(xq))
     if first is not None and any(" exited with code " in p or "did not finish" in p for p in problems):
         first += " (a consequence of the failure above)"
+    done = min((sum(1 for r in records if r.node == n.device and r.event == "infer") for n in plan.nodes), default=0)
     return SimResult(len(xq), first is None and not wrong and not any("forecast" in p for p in problems), first,
                      problems,
-                     sent, forecast, reference, records, wall, delivered, expected, radio_rounds)
+                     sent, forecast, reference, records, wall, delivered, expected, radio_rounds, min(done, len(xq)))
 
 
 def _clean_stale_runs() -> None:
@@ -432,6 +449,7 @@ def _supervise(plan: Plan, procs: list[subprocess.Popen], medium: subprocess.Pop
     wait for it), and so does a failing medium or the timeout; every process is reaped."""
     problems: list[str] = []
     deadline = time.monotonic() + timeout
+    timed_out = False
     running = dict(zip([n.device for n in plan.nodes], procs))
     while running:
         for k, p in list(running.items()):
@@ -444,6 +462,7 @@ def _supervise(plan: Plan, procs: list[subprocess.Popen], medium: subprocess.Pop
                 problems.append(f"node {k} exited with code {rc}" + (f": {err.splitlines()[-1]}" if err else ""))
         if problems or medium.poll() not in (None, 0) or time.monotonic() > deadline:
             if time.monotonic() > deadline:
+                timed_out = True
                 problems.append(f"the run did not finish within {timeout:.0f} s (nodes still running: "
                                 f"{sorted(running)})")
             for p in running.values():
@@ -462,7 +481,9 @@ def _supervise(plan: Plan, procs: list[subprocess.Popen], medium: subprocess.Pop
     for p in procs:  # what the nodes started (their process groups) ends with the run
         _kill_group(p)
     merr = medium.stderr.read().strip()
-    if medium.returncode not in (0, None) and merr:
+    if timed_out and merr and not merr.splitlines()[-1].startswith("medium:"):
+        pass  # the nodes it served were ended by the timeout: its complaint (a broken pipe) is no cause
+    elif medium.returncode not in (0, None) and merr:
         problems.insert(0, merr.splitlines()[-1])  # the medium says why the nodes lost it: the cause first
     elif killed_medium:
         pass  # the run was over for the nodes; the medium was ended with them

@@ -1024,3 +1024,53 @@ def test_sim_checks_the_failed_runs_folder_before_the_run(simbuild, tmp_path):
     one_line_error(p, "L.failed", "not written by cisl")
     assert (tmp_path / "L.failed" / "mine.txt").read_text() == "x"
 
+
+def test_the_virtual_testbed_never_takes_over_a_port_link_it_did_not_make(simbuild, tmp_path):
+    """A second testbed file naming the same ports (a copy with another state folder) took over the first
+    testbed's port links, silently, and its `testbed stop` deleted them; a user's own link at a port path
+    was rewired and then deleted too."""
+    import json
+    import os
+    import signal
+    import time
+
+    assert cisl("testbed", "sim", "--nodes", "2", "-o", "tA.toml", cwd=tmp_path).returncode == 0
+    text = (tmp_path / "tA.toml").read_text()
+    assert 'state = ".cisl-testbed"' in text and 'port = ".cisl-testbed/node_00.tty"' in text, text
+    (tmp_path / "tB.toml").write_text(text.replace('state = ".cisl-testbed"', 'state = ".cisl-testbed-B"'))
+    (tmp_path / "mine.txt").write_text("my data\n")
+    os.symlink("mine.txt", tmp_path / "my_link")
+    (tmp_path / "tC.toml").write_text(text.replace('state = ".cisl-testbed"', 'state = ".cisl-testbed-C"')
+                                      .replace('port = ".cisl-testbed/node_00.tty"', 'port = "my_link"')
+                                      .replace('port = ".cisl-testbed/node_01.tty"', 'port = ".cisl-testbed-C/n1.tty"'))
+    links = [tmp_path / ".cisl-testbed" / f"node_{k:02d}.tty" for k in (0, 1)]
+    try:
+        assert cisl("flash", str(simbuild), "--testbed", "tA.toml", "--no-reset", cwd=tmp_path).returncode == 0
+        before = [os.readlink(p) for p in links]
+        p = cisl("flash", str(simbuild), "--testbed", "tB.toml", "--no-reset", cwd=tmp_path)
+        one_line_error(p, "node_00.tty", "did not make")
+        assert [os.readlink(q) for q in links] == before  # A's ports, untouched
+        cisl("testbed", "stop", "--testbed", "tB.toml", cwd=tmp_path)
+        assert [os.readlink(q) for q in links] == before
+        p = cisl("logs", "--testbed", "tA.toml", "-o", "LA", "-n", "1", "--timeout", "60", cwd=tmp_path)
+        assert p.returncode == 0, p.stdout + p.stderr
+
+        p = cisl("flash", str(simbuild), "--testbed", "tC.toml", "--no-reset", cwd=tmp_path)
+        one_line_error(p, "my_link", "did not make")
+        cisl("testbed", "stop", "--testbed", "tC.toml", cwd=tmp_path)
+        assert os.readlink(tmp_path / "my_link") == "mine.txt" and (tmp_path / "mine.txt").read_text() == "my data\n"
+
+        # the links a killed supervisor of this testbed left are its own: the next flash takes them back
+        pid = json.loads((tmp_path / ".cisl-testbed" / "supervisor.json").read_text())["pid"]
+        os.kill(pid, signal.SIGKILL)
+        end = time.monotonic() + 10
+        while os.path.exists(f"/proc/{pid}") and time.monotonic() < end:
+            time.sleep(0.05)
+        assert all(os.path.islink(q) for q in links)
+        p = cisl("flash", str(simbuild), "--testbed", "tA.toml", "--no-reset", cwd=tmp_path)
+        assert p.returncode == 0, p.stderr
+    finally:
+        for tb in ("tA.toml", "tB.toml", "tC.toml"):
+            cisl("testbed", "stop", "--testbed", tb, cwd=tmp_path)
+    assert not any(os.path.lexists(q) for q in links)  # its own, removed at stop
+    assert os.readlink(tmp_path / "my_link") == "mine.txt"

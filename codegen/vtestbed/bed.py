@@ -120,13 +120,10 @@ def ensure_supervisor(testbed: Testbed) -> dict:
             return info
         stop(testbed)  # the testbed file changed (nodes, ports): start over
     claim_state_dir(testbed)
-    for k, port in ports.items():
-        if os.path.exists(port) and not os.path.islink(port):
-            raise UserError(f"{testbed.path}: node {k}: port {port} exists and is not a symlink; the virtual "
-                            "testbed puts the node's pseudo-terminal there: choose another path")
+    replace = _own_port_links(testbed, ports)
     nonce = uuid.uuid4().hex
     cfg = {"ports": {str(k): v for k, v in ports.items()}, "socket": _socket_path(state), "nonce": nonce,
-           "config_hash": chash}
+           "config_hash": chash, "replace": replace}
     (state / "supervisor-config.json").write_text(json.dumps(cfg, indent=1) + "\n")
     (state / "supervisor.error").unlink(missing_ok=True)
     cmd = [sys.executable, "-m", MODULE, "--state", str(state), "--config", str(state / "supervisor-config.json"),
@@ -147,6 +144,33 @@ def ensure_supervisor(testbed: Testbed) -> dict:
             raise UserError(f"the virtual testbed's supervisor failed: {err.read_text().strip()}")
         time.sleep(0.02)
     raise UserError(f"the virtual testbed's supervisor did not come up within 15 s; see {state / 'supervisor.log'}")
+
+
+def _own_port_links(testbed: Testbed, ports: dict[int, str]) -> dict[str, str]:
+    """The symlinks at the port paths that this testbed's own supervisor made (one that was killed left
+    them: its supervisor.json names each link and the pseudo-terminal it points at), which the new
+    supervisor replaces: link -> its target. Any other file at a port path is refused in one line: a
+    symlink there is another testbed's port (a copied testbed file with the same ports) or yours,
+    and the virtual testbed would take it over and `cisl testbed stop` delete it."""
+    old = read_info(testbed.state_dir) or {}  # no supervisor of this testbed runs now: a dead one's record
+    made = {os.path.abspath(str(v)): (old.get("ptys") or {}).get(str(k)) for k, v in (old.get("ports") or {}).items()}
+    replace = {}
+    for k, port in ports.items():
+        if not os.path.lexists(port):
+            continue
+        if not os.path.islink(port):
+            raise UserError(f"{testbed.path}: node {k}: port {port} exists and is not a symlink; the virtual "
+                            "testbed puts the node's pseudo-terminal there: choose another path")
+        target = os.readlink(port)
+        mine = made.get(os.path.abspath(port), False)
+        if mine == target or (mine is None and "ptys" not in old and target.startswith("/dev/pts/")
+                              and not os.path.exists(target)):  # (an older cisl's record names no pseudo-terminal)
+            replace[port] = target
+            continue
+        raise UserError(f"{testbed.path}: node {k}: port {port} is a symlink (to {target}) that this virtual testbed "
+                        f"did not make: another testbed file's port or a link of yours, which it would take over; "
+                        f"give node {k} a port of its own (e.g. \"{testbed.state_dir / f'node_{k:02d}.tty'}\")")
+    return replace
 
 
 def stop(testbed: Testbed, timeout: float = 10.0) -> int | None:

@@ -46,7 +46,10 @@ from ..toolrun import enable_from_env, log_command
 class Pty:
     """One node's serial port: we write the node's output into the master, readers open the slave."""
 
-    def __init__(self, node: int, link: str):
+    def __init__(self, node: int, link: str, replace: str | None = None):
+        """``replace``: the target of a symlink at ``link`` that this testbed's previous (killed)
+        supervisor made, which is taken over; any other file there is refused (bed.ensure_supervisor
+        checked before it started us: this is in case it changed since)."""
         self.node = node
         self.link = link
         self.master, slave = os.openpty()
@@ -57,10 +60,11 @@ class Pty:
         self.pending = bytearray()
         self.dropped = 0
         Path(link).parent.mkdir(parents=True, exist_ok=True)
-        if os.path.islink(link) or os.path.exists(link):
-            if not os.path.islink(link):
-                raise RuntimeError(f"{link} exists and is not a symlink; the virtual testbed puts node {node}'s "
-                                   "pseudo-terminal there: remove it or choose another port")
+        if os.path.lexists(link):
+            if not os.path.islink(link) or replace is None or os.readlink(link) != replace:
+                os.close(self.master)
+                raise RuntimeError(f"{link} exists and is not a port this virtual testbed made; it puts node {node}'s "
+                                   "pseudo-terminal there: choose another port")
             os.unlink(link)
         os.symlink(self.slave_name, link)
 
@@ -165,7 +169,14 @@ class Supervisor:
     def __init__(self, state: Path, config: dict):
         self.state = state
         self.config = config
-        self.ptys = {int(k): Pty(int(k), v) for k, v in config["ports"].items()}
+        self.ptys: dict[int, Pty] = {}
+        try:
+            for k, v in config["ports"].items():
+                self.ptys[int(k)] = Pty(int(k), v, (config.get("replace") or {}).get(v))
+        except BaseException:  # a port it may not take: the links made so far go again
+            for pty in self.ptys.values():
+                pty.close()
+            raise
         self.run: Run | None = None
         self.runs = 0
         self.poller = select.poll()
@@ -488,7 +499,8 @@ def main(argv: list[str] | None = None) -> int:
         tmp = info.with_suffix(".tmp")
         tmp.write_text(json.dumps({"pid": os.getpid(), "socket": sock_path, "nonce": config["nonce"],
                                    "config_hash": config["config_hash"], "started": time.time(),
-                                   "ports": {k: v.link for k, v in sup.ptys.items()}}) + "\n")
+                                   "ports": {k: v.link for k, v in sup.ptys.items()},
+                                   "ptys": {k: v.slave_name for k, v in sup.ptys.items()}}) + "\n")
         tmp.replace(info)
         sup.log(f"supervisor {os.getpid()} ready: {len(sup.ptys)} ports, socket {sock_path}")
         sup.serve(server)

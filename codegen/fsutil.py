@@ -459,7 +459,7 @@ def _atomic_output_dir(target: Path, kind: str, entries: Callable[[str], bool],
                        legacy: Callable[[Path], bool] | None, option: str, run: bool = False) -> Iterator:
     check_output_dir(target, kind, entries, legacy, option)  # again, under the lock
     tmp = temp_sibling(target)  # under the lock no such name exists (the lock removed killed runs' leftovers)
-    made = _missing_parents(target)
+    made = missing_parents(target)
     try:
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -487,7 +487,7 @@ def _atomic_output_dir(target: Path, kind: str, entries: Callable[[str], bool],
         raise
 
 
-def _missing_parents(target: Path) -> list[Path]:
+def missing_parents(target: Path) -> list[Path]:
     """The folders above ``target`` that do not exist yet, innermost first."""
     missing = []
     above = target.parent

@@ -1074,3 +1074,26 @@ def test_the_virtual_testbed_never_takes_over_a_port_link_it_did_not_make(simbui
             cisl("testbed", "stop", "--testbed", tb, cwd=tmp_path)
     assert not any(os.path.lexists(q) for q in links)  # its own, removed at stop
     assert os.readlink(tmp_path / "my_link") == "mine.txt"
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_an_interrupted_logs_run_removes_the_folders_it_made_above_its_output(tmp_path, sig):
+    """Ctrl-C on `cisl logs -o new/sub/OUT` left the empty new/sub behind (cisl sim removes them)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    (tmp_path / "tb.toml").write_text(LAB.format(port=tmp_path / "no-such-port"))
+    p = subprocess.Popen([sys.executable, "-m", "codegen.cli", "logs", "--testbed", "tb.toml", "-o", "new/sub/OUT",
+                          "--no-reset", "--timeout", "60", "--open-timeout", "60"], cwd=tmp_path,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    end = time.monotonic() + 30
+    while time.monotonic() < end and not list((tmp_path / "new" / "sub").glob(".OUT.tmp-*")):
+        time.sleep(0.05)
+    assert list((tmp_path / "new" / "sub").glob(".OUT.tmp-*")), "the run never started"
+    time.sleep(0.2)
+    p.send_signal(getattr(signal, sig))
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == 130 and "Traceback" not in err, (p.returncode, err)
+    assert not (tmp_path / "new").exists(), sorted(str(x) for x in (tmp_path / "new").rglob("*"))

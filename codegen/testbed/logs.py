@@ -6,6 +6,7 @@ host timestamps), ``merged.jsonl`` (all records in host-time order) and ``summar
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import json
 import os
@@ -16,7 +17,8 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import UserError
-from ..fsutil import OWNER_FILE, check_output_dir, output_lock, replace_dir, stamp_output, temp_sibling
+from ..fsutil import (OWNER_FILE, check_output_dir, missing_parents, output_lock, replace_dir, stamp_output,
+                      temp_sibling)
 from .capture import CaptureResult, HostCommand, PortSpec, capture
 from .config import Testbed, check_state_claim, testbed_in_use
 from .flash import read_flashed, resolve_serials
@@ -95,12 +97,24 @@ def _run_logs(testbed: Testbed, out_dir: Path, *, inferences: int | None = None,
             raise UserError(f"node {bad[0]['node']}: the last `cisl flash` failed on it ({bad[0].get('error')}), so "
                             f"it may run another build's image; fix that and flash again before recording")
     final_dir = Path(out_dir)
+    made = missing_parents(final_dir)  # made here, and removed again if the run ends without logs (as sim's)
+
+    def discard(tmp: Path) -> None:
+        shutil.rmtree(tmp, ignore_errors=True)
+        for folder in made:  # innermost first; only if still empty
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+
+    out_dir = temp_sibling(final_dir)
     try:
         final_dir.parent.mkdir(parents=True, exist_ok=True)
-        out_dir = temp_sibling(final_dir)
         out_dir.mkdir()  # the umask's mode, as the folder it becomes
     except OSError as e:
+        discard(out_dir)
         raise UserError(f"{final_dir}: cannot write there ({e.strerror}); choose another output with -o") from None
+    except BaseException:
+        discard(out_dir)
+        raise
     run_id = uuid.uuid4().hex[:12]
     (out_dir / OWNER_FILE).write_text("cisl logs\n")
 
@@ -137,10 +151,10 @@ def _run_logs(testbed: Testbed, out_dir: Path, *, inferences: int | None = None,
                          run_status=status if run_status and reset else None,
                          expected_plan=(flashed or {}).get("plan"), progress=say, commands=commands)
     except OSError as e:
-        shutil.rmtree(out_dir, ignore_errors=True)
+        discard(out_dir)
         raise UserError(f"{e}; {_attached_ports_hint(runners)}") from None
     except BaseException:
-        shutil.rmtree(out_dir, ignore_errors=True)
+        discard(out_dir)
         raise
     _judge_commands(result)
     if problems:  # the virtual testbed knows why a node went silent: say it with the node's failure
@@ -153,7 +167,7 @@ def _run_logs(testbed: Testbed, out_dir: Path, *, inferences: int | None = None,
     try:
         _write(testbed, out_dir, result, flashed, inferences, duration, problems, run_id)
     except BaseException:
-        shutil.rmtree(out_dir, ignore_errors=True)
+        discard(out_dir)
         raise
     # a good run replaces the previous logs; a failed one goes next to them (they stay), or takes
     # OUT itself when there were no logs to keep

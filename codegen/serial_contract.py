@@ -44,7 +44,9 @@ class Record:
     host_time: float | None = None  # seconds, when the host read the line
 
     def to_json(self) -> dict:
-        d = {"node": self.node, "event": self.event, **self.fields}
+        # the line's own node and event: a key of the same name (boot's node=) never replaces them
+        d = {"node": self.node, "event": self.event,
+             **{k: v for k, v in self.fields.items() if k not in ("node", "event")}}
         if self.host_time is not None:
             d["host_time"] = self.host_time
         return d
@@ -145,7 +147,10 @@ class SequenceChecker:
     one `boot`; inferences numbered 0, 1, 2, ... in order, each `infer` once, except that a
     `resync inf=I skipped=K` line (a node left behind rejoining the network) moves on to inference I,
     K after the one in progress; `block`, `sg` and
-    `output` lines belong to the inference in progress; `end inferences=N` counts the `infer` lines;
+    `output` lines belong to the inference in progress, each offset once, all with the crc of the `infer`
+    line that ends the inference; `end inferences=N` counts the `infer` lines and is the node's last
+    contract line; a `peer` line names another node of the run (below the boot line's `nodes`), and the
+    boot line's `node` is the line's node;
     counts and times are non-negative 32-bit values, `delivered` ≤ `expected`. A capture that starts
     mid-run (no boot line) takes the first inference it sees as the start; its `end inferences=N`
     also counts the inferences computed before that one, so N lies between the `infer` lines seen
@@ -158,13 +163,25 @@ class SequenceChecker:
         self.next_inf: int | None = None
         self.first_inf: int | None = None  # the first inference of a capture that started mid-run
         self.infers = 0
+        self.nodes: int | None = None  # the boot line's node count
+        self.ended = False
+        self.out_offs: set[int] = set()  # `output` lines of the inference in progress: their offsets
+        self.out_crc: str | None = None  # ... and the crc they name
 
     def check(self, rec: Record) -> str | None:
         f = rec.fields
+        if self.ended and rec.event in EVENTS:
+            return f"{rec.event} line after its end line (the end line is a node's last)"
         for k in NON_NEGATIVE:
             v = f.get(k)
             if isinstance(v, int) and not 0 <= v <= U32_MAX:
                 return f"{rec.event} {k}={v} is out of range"
+        if rec.event in ("peer", "resync") and isinstance(f.get("peer"), int):
+            peer = int(f["peer"])
+            if rec.event == "peer" and peer == rec.node:
+                return f"peer line names the node itself (peer={peer})"
+            if self.nodes is not None and peer >= self.nodes:
+                return f"{rec.event} line's peer={peer} is no node of the run (nodes={self.nodes}: 0 to {self.nodes - 1})"
         if rec.event == "block" and not -1 <= int(f["layer"]) <= 1024:
             return f"block layer={f['layer']} is out of range"
         if rec.event == "sg" and int(f["delivered"]) > int(f["expected"]):
@@ -176,6 +193,10 @@ class SequenceChecker:
             if self.next_inf is not None:
                 return (f"it booted after lines of inference {self.next_inf - 1 if self.infers else self.next_inf} "
                         "(a reset mid-run, or lines of a run before it recorded as this one)")
+            if isinstance(f.get("node"), int) and f["node"] != rec.node:
+                return f"boot node={f['node']} on a line of node {rec.node}"
+            if isinstance(f.get("nodes"), int):
+                self.nodes = int(f["nodes"])  # (a node outside it: the nodes' boot lines disagree, said across nodes)
             self.next_inf, self.infers = 0, 0
             return None
         inf = f.get("inf")
@@ -199,10 +220,23 @@ class SequenceChecker:
             if inf != self.next_inf:
                 what = "repeated" if inf < self.next_inf else "skipped to"
                 return f"{rec.event} line of inference {inf} {what} (inference {self.next_inf} was in progress)"
+            if rec.event == "output":
+                off, crc = int(f["off"]), str(f["crc"]).lower()
+                if off in self.out_offs:
+                    return f"output line of inference {inf} repeats off={off}"
+                if self.out_crc is not None and crc != self.out_crc:
+                    return f"output lines of inference {inf} name two crcs ({self.out_crc}, {crc})"
+                self.out_offs.add(off)
+                self.out_crc = crc
             if rec.event == "infer":
+                if self.out_crc is not None and str(f["crc"]).lower() != self.out_crc:
+                    return (f"infer crc={f['crc']} of inference {inf} is not its output lines' crc={self.out_crc} "
+                            "(the sink's result is its forecast)")
+                self.out_offs, self.out_crc = set(), None
                 self.next_inf += 1
                 self.infers += 1
         if rec.event == "end":
+            self.ended = True
             n = int(f["inferences"])
             # without the boot line, the inferences before the first one seen were computed unseen: at
             # most as many as that inference's number

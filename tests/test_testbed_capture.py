@@ -259,6 +259,14 @@ def capture_one_port(tmp_path, lines: bytes):
      b"CISL 0 end inferences=-3\n", "inferences=-3"),
     (b"CISL 0 boot fw=0.1.0 plan=abc board=x node=0 nodes=1\nCISL 0 infer inf=0 us=99999999999 crc=00\n"
      b"CISL 0 end inferences=1\n", "out of range"),
+    (b"CISL 0 boot fw=0.1.0 plan=abc board=x node=2 nodes=4\nCISL 0 infer inf=0 us=5 crc=00\n"
+     b"CISL 0 end inferences=1\n", "boot node=2 on a line of node 0"),
+    (b"CISL 0 boot fw=0.1.0 plan=abc board=x node=0 nodes=2\nCISL 0 peer inf=0 peer=0 state=dead rounds=2 role=sink\n"
+     b"CISL 0 infer inf=0 us=5 crc=00\nCISL 0 end inferences=1\n", "names the node itself"),
+    (b"CISL 0 boot fw=0.1.0 plan=abc board=x node=0 nodes=2\nCISL 0 peer inf=0 peer=5 state=dead rounds=2 role=node\n"
+     b"CISL 0 infer inf=0 us=5 crc=00\nCISL 0 end inferences=1\n", "peer=5 is no node of the run"),
+    (b"CISL 0 boot fw=0.1.0 plan=abc board=x node=0 nodes=1\nCISL 0 output inf=0 crc=d202ef8d n=1 off=0 q=00\n"
+     b"CISL 0 infer inf=0 us=5 crc=deadbeef\nCISL 0 end inferences=1\n", "not its output lines' crc=d202ef8d"),
 ])
 def test_a_node_that_breaks_the_sequence_rules_is_failed_with_its_line(tmp_path, lines, why):
     """A reboot mid-run, a repeated `infer`, negative or absurd times, a negative count: never "ok"."""
@@ -272,7 +280,7 @@ def test_a_node_that_rejoins_the_network_later_keeps_the_contract(tmp_path):
     inferences having no `infer` line; a resync that does not follow the inference in progress fails."""
     boot = b"CISL 0 boot fw=0.1.0 plan=abc board=x node=0 nodes=2\n"
     good = (boot + b"CISL 0 infer inf=0 us=5 crc=00\nCISL 0 resync inf=3 skipped=2 peer=0\n"
-            b"CISL 0 peer inf=3 peer=0 state=alive rounds=0 role=sink\nCISL 0 infer inf=3 us=5 crc=00\n"
+            b"CISL 0 peer inf=3 peer=1 state=alive rounds=0 role=node\nCISL 0 infer inf=3 us=5 crc=00\n"
             b"CISL 0 end inferences=2\n")
     bad = boot + b"CISL 0 infer inf=0 us=5 crc=00\nCISL 0 resync inf=3 skipped=1 peer=0\nCISL 0 end inferences=1\n"
     for lines, ok in ((good, True), (bad, False)):

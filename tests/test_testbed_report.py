@@ -47,10 +47,11 @@ def write_run(folder: Path, nodes: int, compute_us: int, comm_us: int, delivered
                 recs.append({"node": k, "event": "block", "inf": i, "layer": layer, "block": block,
                              "us": compute_us, "comm_us": comm})
                 total += compute_us + comm
+            crc = "00"  # the CRC-32 of the node's result: the sink's is its forecast's, as its output lines say
             if k == 0:
                 crc = f"{zlib.crc32(q):08x}"
                 recs.append({"node": 0, "event": "output", "inf": i, "crc": crc, "n": 24, "off": 0, "q": q.hex()})
-            recs.append({"node": k, "event": "infer", "inf": i, "us": total + 10, "crc": "00"})
+            recs.append({"node": k, "event": "infer", "inf": i, "us": total + 10, "crc": crc})
     for r in recs:
         t += 0.001
         r["host_time"] = t
@@ -487,3 +488,73 @@ def test_memory_table_image_bytes_are_the_images_flash_not_the_elf_files_size(tm
     assert image_columns() == [("56200", "12152"), ("56201", "12152")]
     summary("build-qemu-m4.json", "cd", sizes=True)  # ARM images of another plan: not these nodes'
     assert image_columns() == [("", ""), ("", "")]
+
+
+def _insert_after(logs: Path, match, new: dict | None = None, edit=None) -> None:
+    """Insert ``new`` (the matched record's host time and run) after the first record ``match`` accepts,
+    or apply ``edit`` to it."""
+    f = logs / "merged.jsonl"
+    recs = [json.loads(line) for line in f.read_text().splitlines()]
+    i = next(j for j, r in enumerate(recs) if match(r))
+    if edit is not None:
+        edit(recs[i])
+    if new is not None:
+        recs.insert(i + 1, {**new, "host_time": recs[i]["host_time"] + 1e-6})
+    f.write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+
+def _is(event: str, node: int = 0, inf: int | None = 0):
+    return lambda r: r["event"] == event and r["node"] == node and (inf is None or r.get("inf") == inf)
+
+
+@pytest.mark.parametrize("case,said", [
+    ("infer_crc", "infer crc=deadbeef of inference 0 is not its output lines' crc="),
+    ("output_twice", "output line of inference 0 repeats off=0"),
+    ("second_end", "end line after its end line"),
+    ("infer_after_end", "infer line after its end line"),
+    ("peer_self", "peer line names the node itself (peer=1)"),
+    ("peer_outside", "peer line's peer=9 is no node of the run (nodes=2: 0 to 1)"),
+    ("node_outside", "a record of node 7 (`infer`), but the run's boot lines say nodes=2"),
+    ("no_host_time", "a record without `host_time` (`infer`)"),
+])
+def test_records_that_break_the_contract_are_refused_naming_file_and_line(tmp_path, case, said):
+    """`cisl report` reported these as a good run: an infer crc the sink's output lines do not have (with
+    crc_ok=yes), a second output line of one offset (the later one silently won), lines after `end`, a
+    peer line naming the node itself or a node outside the run, a record of node 7 in a 2-node run; a
+    record without host_time was sorted first and refused for the wrong reason."""
+    import zlib as z
+
+    logs = tmp_path / "logs"
+    write_run(logs, 2, compute_us=1000, comm_us=500, delivered=1)
+    other = bytes(24)
+    peer = {"node": 1, "event": "peer", "inf": 0, "state": "dead", "rounds": 2, "role": "node"}
+    cases = {  # (the record it follows, the record inserted after it, an edit of it)
+        "infer_crc": (_is("infer"), None, lambda r: r.update(crc="deadbeef")),
+        "output_twice": (_is("output"), {"node": 0, "event": "output", "inf": 0, "n": 24, "off": 0,
+                                         "crc": f"{z.crc32(other):08x}", "q": other.hex()}, None),
+        "second_end": (_is("end", 1, None), {"node": 1, "event": "end", "inferences": 2}, None),
+        "infer_after_end": (_is("end", 1, None), {"node": 1, "event": "infer", "inf": 2, "us": 5, "crc": "00"}, None),
+        "peer_self": (_is("block", 1, 0), {**peer, "peer": 1}, None),
+        "peer_outside": (_is("block", 1, 0), {**peer, "peer": 9}, None),
+        "node_outside": (_is("infer", 1, 0), {"node": 7, "event": "infer", "inf": 0, "us": 5, "crc": "00"}, None),
+        "no_host_time": (_is("infer", 1, 1), None, lambda r: r.pop("host_time")),
+    }
+    if case in ("second_end", "infer_after_end"):  # write_run prints no end line: give both nodes theirs
+        for k in (0, 1):
+            _insert_after(logs, _is("infer", k, 1), {"node": k, "event": "end", "inferences": 2})
+    match, after, edit = cases[case]
+    _insert_after(logs, match, after, edit)
+    r = CliRunner().invoke(main, ["report", str(logs), "-o", str(tmp_path / "rep"), "--no-plots"])
+    assert r.exit_code == 2, r.output
+    lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and said in lines[0] and "merged.jsonl:" in lines[0] and "Traceback" not in r.output, \
+        r.stderr
+    assert "record the run again" in lines[0]
+    assert not (tmp_path / "rep").exists()
+
+
+def test_a_boot_lines_node_key_never_replaces_the_lines_node():
+    """`CISL 1 boot ... node=2` was recorded in the JSONL as node 2's boot."""
+    from codegen.serial_contract import parse_line
+
+    assert parse_line("CISL 1 boot fw=0.1.0 plan=ab board=sim node=2 nodes=4").to_json()["node"] == 1

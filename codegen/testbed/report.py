@@ -71,6 +71,7 @@ def load_run(path: Path) -> Run:
         raise UserError(f"{path}: no merged.jsonl, node_NN.jsonl or records.jsonl; record a run with "
                         f"`cisl logs --testbed FILE -o {path}`")
     records = []
+    where: dict[int, str] = {}  # id(record) -> "file:line", for the refusals
     for f in files:
         with open(f, encoding="utf-8") as fh:
             for i, line in enumerate(_lines(fh, f), 1):
@@ -85,6 +86,7 @@ def load_run(path: Path) -> Run:
                         raise UserError(f"{f}:{i}: node {rec['node']!r} is not a node id; was the file edited?")
                     _check_record(rec, f"{f}:{i}")
                     records.append(rec)
+                    where[id(rec)] = f"{f}:{i}"
     if not records:
         raise UserError(f"{path}: the logs hold no records (did the nodes print anything?)")
     runs = {str(r.get("run", "")) for r in records}
@@ -93,9 +95,14 @@ def load_run(path: Path) -> Run:
         raise UserError(f"{path}: the records come from {len(runs)} different runs"
                         f"{' (' + ', '.join(named) + ')' if named else ''}; record one run per folder "
                         f"(`cisl logs -o NEW_FOLDER`)")
-    records.sort(key=lambda r: r.get("host_time", 0.0))
-    _check_sequences(path, records)
+    untimed = next((r for r in records if r.get("host_time") is None), None)
+    if untimed is not None and any(r.get("host_time") is not None for r in records):
+        raise UserError(f"{where[id(untimed)]}: a record without `host_time` (`{untimed['event']}`) among records with "
+                        f"it, so its place in the run is unknown; was the file edited? (record the run again)")
+    records.sort(key=lambda r: r.get("host_time") or 0.0)
+    _check_sequences(path, records, where)
     _check_one_build(path, records)
+    _check_nodes_of_the_run(records, where)
     run = Run(path.name or str(path), path, records, failed=_failed_nodes(path))
     if run.failed is not None and files == [path / "records.jsonl"]:  # a `cisl sim` run
         run.failed_by, run.failed_problems = "cisl sim", _sim_failure(path)
@@ -133,9 +140,10 @@ def _check_record(rec: dict, where: str) -> None:
                             f"was the file edited? (record the run again)")
 
 
-def _check_sequences(path: Path, records: list[dict]) -> None:
+def _check_sequences(path: Path, records: list[dict], where: dict[int, str] | None = None) -> None:
     """Refuse logs in which a node broke the serial contract's sequence rules (a reset mid-run, a
-    repeated inference, negative times...): their means would be wrong."""
+    repeated inference, negative times, a line after its end, an infer crc its output lines do not
+    have...): their means would be wrong. The refusal names the file and line of the record."""
     from ..serial_contract import EVENTS, Record, SequenceChecker
 
     rules: dict[int, SequenceChecker] = {}
@@ -149,8 +157,21 @@ def _check_sequences(path: Path, records: list[dict]) -> None:
         seen[node] = seen.get(node, 0) + 1
         broken = rules.setdefault(node, SequenceChecker()).check(Record(node, str(event), fields))
         if broken:
-            raise UserError(f"{path}: node {node}'s record {seen[node]} breaks the serial contract: {broken}; "
+            at = (where or {}).get(id(d)) or f"{path}: node {node}'s record {seen[node]}"
+            raise UserError(f"{at}: node {node}'s `{event}` record breaks the serial contract: {broken}; "
                             f"these logs cannot be reported (record the run again)")
+
+
+def _check_nodes_of_the_run(records: list[dict], where: dict[int, str]) -> None:
+    """Refuse a record of a node outside the run (the boot lines' `nodes`): no node of the build printed it."""
+    counts = [int(r["nodes"]) for r in records if r.get("event") == "boot" and isinstance(r.get("nodes"), int)]
+    if not counts:
+        return  # a capture without boot lines (`cisl logs --no-reset`) does not say how many nodes ran
+    for r in records:
+        if not 0 <= int(r["node"]) < max(counts):
+            raise UserError(f"{where[id(r)]}: a record of node {r['node']} (`{r.get('event')}`), but the run's boot lines "
+                            f"say nodes={max(counts)} (0 to {max(counts) - 1}); was the file edited? (record the run "
+                            f"again)")
 
 
 def _check_one_build(path: Path, records: list[dict]) -> None:

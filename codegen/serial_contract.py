@@ -8,6 +8,7 @@ See docs/serial-contract.md for the events and their keys.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 LINE_RE = re.compile(r"CISL (?P<node>\d{1,3}) (?P<event>[a-z_]+)(?P<kv>(?: [a-z_]+=[0-9A-Za-z_.\-]+)*)\s*$")
@@ -98,9 +99,14 @@ def outputs_by_inference(records: list[Record]) -> dict[int, bytes]:
     return out
 
 
-def peer_summary(records: list[Record]) -> list[str]:
+def peer_summary(records: list[Record], dead_radios: Iterable[int] = ()) -> list[str]:
     """One line per node that other nodes declared dead (or alive again): who, when, by how many.
-    A dead sink means the network's forecasts stop reaching the host (docs/design/dead-nodes.md)."""
+    A dead sink means the network's forecasts stop reaching the host (docs/design/dead-nodes.md).
+
+    ``dead_radios``: nodes whose radio is known to be dead (`cisl sim --radio-dead`). Their lines say
+    they heard no one: with two nodes the logs alone are symmetric (each declares the other dead) and
+    cannot tell which radio failed, so without this both would be reported dead."""
+    dead_radios = set(dead_radios)
     views: dict[tuple[int, str], dict[int, tuple[int, str]]] = {}
     for r in records:
         if r.event == "peer":
@@ -113,7 +119,7 @@ def peer_summary(records: list[Record]) -> list[str]:
     for (peer, state), by in views.items():
         for k in by if state == "dead" else ():
             declared.setdefault(k, set()).add(peer)
-    deaf = {k for k, peers in declared.items() if len(nodes) > 2 and peers >= nodes - {k}}
+    deaf = {k for k, peers in declared.items() if (len(nodes) > 2 or k in dead_radios) and peers >= nodes - {k}}
     out = []
     for (peer, state), by in sorted(views.items()):
         first = min(inf for inf, _ in by.values())
@@ -132,8 +138,9 @@ def peer_summary(records: list[Record]) -> list[str]:
     for k in sorted(deaf):
         first = min(inf for (peer, state), by in views.items() if state == "dead" for n, (inf, _) in by.items()
                     if n == k)
-        out.append(f"node {k} declared every other node dead (from inference {first}): it hears no one, so its "
-                   "own radio or place is the fault")
+        why = (f"its radio is the dead one (--radio-dead {k})" if k in dead_radios else
+               "it hears no one, so its own radio or place is the fault")
+        out.append(f"node {k} declared every other node dead (from inference {first}): {why}")
     return out
 
 

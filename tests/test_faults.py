@@ -1097,3 +1097,23 @@ def test_an_interrupted_logs_run_removes_the_folders_it_made_above_its_output(tm
     _, err = p.communicate(timeout=30)
     assert p.returncode == 130 and "Traceback" not in err, (p.returncode, err)
     assert not (tmp_path / "new").exists(), sorted(str(x) for x in (tmp_path / "new").rglob("*"))
+
+
+@pytest.mark.parametrize("dead", [0, 1])
+def test_with_two_nodes_the_dead_radio_is_the_one_named(simbuild, tmp_path, dead):
+    """With two nodes each declares the other dead, so `--radio-dead 0` and `--radio-dead 1` printed the same
+    lines, blaming the sink both times; `cisl sim` knows which radio it killed, and `cisl report` reads it."""
+    p = cisl("sim", str(simbuild), "-n", "2", "--radio-dead", str(dead), "--logs", "L", cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    peers = [ln for ln in p.stdout.splitlines() if ln.startswith("peers: ")]
+    live = 1 - dead
+    assert f"peers: node {dead} declared every other node dead (from inference 0): its radio is the dead one " \
+           f"(--radio-dead {dead})" in peers, peers
+    assert not any(f"node {live} declared dead" in ln for ln in peers), peers  # the live radio is not blamed
+    assert any(f"node {dead} declared dead by 1 of 1 other nodes" in ln for ln in peers), peers
+    assert ("no forecast reaches the host" in "".join(peers)) == (dead == 0), peers  # only a dead sink's radio
+    r = cisl("report", "L", "-o", "rep", "--no-plots", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    notes = (tmp_path / "rep" / "notes.txt").read_text()
+    assert f"node {live} declared dead" not in notes and f"its radio is the dead one (--radio-dead {dead})" in notes, \
+        notes

@@ -236,7 +236,7 @@ def _print_sim(r, build_dir: Path, logs: Path | None) -> None:
         click.echo(f"messages delivered: {r.delivered} of {r.expected} (reference run with the same losses)")
     from ..serial_contract import peer_summary
 
-    for line in peer_summary(r.records):
+    for line in peer_summary(r.records, r.radio_dead):  # the run knows which radio it killed
         click.echo(f"peers: {line}")
     switches = sorted({(int(x.fields["inf"]), int(x.fields["mode"])) for x in r.records
                        if x.event == "mode" and x.fields.get("state") == "switch"})

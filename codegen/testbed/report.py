@@ -203,6 +203,15 @@ def _failed_nodes(path: Path) -> dict[str, str] | None:
         return None
 
 
+def _dead_radios(path: Path) -> list[int]:
+    """The nodes whose radio `cisl sim --radio-dead` killed in this run (its summary.json); [] otherwise."""
+    try:
+        dead = json.loads((path / "summary.json").read_text()).get("radio_dead") or []
+        return [int(k) for k in dead if isinstance(k, int) and not isinstance(k, bool)]
+    except (OSError, ValueError, AttributeError, TypeError):
+        return []
+
+
 def _sim_failure(path: Path) -> list[str]:
     """What `cisl sim`'s summary.json says went wrong (its problems, the cause first; the inferences that
     ran of those asked for; the first difference from the reference)."""
@@ -560,7 +569,7 @@ def _write_report(runs: list[Run], ests: list[dict], out_dir: Path, builds: list
     for r in runs:  # dead (or revived) nodes the run's nodes reported
         recs = [Record(int(d["node"]), str(d["event"]), {k: v for k, v in d.items() if k not in ("node", "event")})
                 for d in r.records if d.get("event") in ("peer", "boot")]
-        res.notes += [f"{r.label}: {line}" for line in peer_summary(recs)]
+        res.notes += [f"{r.label}: {line}" for line in peer_summary(recs, _dead_radios(r.path))]
         res.notes += [f"{r.label}: {line}" for line in coverage_notes(r)]
     for r in runs:
         est = BT.match_estimate(r, ests)

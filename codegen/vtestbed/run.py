@@ -57,6 +57,7 @@ class SimResult:
     expected: int = 0  # messages the plan says they should receive
     radio_rounds: list[dict] = field(default_factory=list)  # radio mode: one record per Mixer round
     completed: int = 0  # inferences every node finished (an aborted run: fewer than ``inferences``)
+    radio_dead: list[int] = field(default_factory=list)  # the nodes whose radio the run killed (--radio-dead)
     logs_dir: Path | None = None  # where the logs went: LOGS, or LOGS.failed/ for a failed run after good logs
     kept: Path | None = None  # a failed run: the earlier logs, left where they were
 
@@ -169,10 +170,11 @@ def run_sim(build_dir: Path, inputs: np.ndarray | None = None, logs_dir: Path | 
         (out.path / "summary.json").write_text(json.dumps(
             {"run_id": run_id, "build": str(Path(build_named or build_dir).resolve()), "plan": plan.sha256[:16],
              "ok": result.ok, "bit_exact": result.bit_exact, "inferences": result.inferences,
-             "completed": result.completed, "problems": result.problems,
+             "completed": result.completed, "problems": result.problems, "radio_dead": sorted(set(radio_dead or [])),
              "first_difference": result.first_difference}, indent=1) + "\n")
         out.failed = not result.ok
     result.logs_dir, result.kept = out.dest, out.kept
+    result.radio_dead = sorted(set(radio_dead or []))
     return result
 
 

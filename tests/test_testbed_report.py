@@ -514,7 +514,7 @@ def _is(event: str, node: int = 0, inf: int | None = 0):
     ("infer_after_end", "infer line after its end line"),
     ("peer_self", "peer line names the node itself (peer=1)"),
     ("peer_outside", "peer line's peer=9 is no node of the run (nodes=2: 0 to 1)"),
-    ("node_outside", "a record of node 7 (`infer`), but the run's boot lines say nodes=2"),
+    ("node_outside", "a record of node 7 (`infer`), but the run has nodes 0..1 (its boot lines say nodes=2)"),
     ("no_host_time", "a record without `host_time` (`infer`)"),
 ])
 def test_records_that_break_the_contract_are_refused_naming_file_and_line(tmp_path, case, said):

@@ -104,7 +104,7 @@ def load_run(path: Path) -> Run:
     _check_one_build(path, records)
     _check_nodes_of_the_run(records, where)
     run = Run(path.name or str(path), path, records, failed=_failed_nodes(path))
-    if run.failed is not None and files == [path / "records.jsonl"]:  # a `cisl sim` run
+    if run.failed == {} and _summary_of_sim(path):  # `cisl sim` names no failed node: its problems say why
         run.failed_by, run.failed_problems = "cisl sim", _sim_failure(path)
     boots = [int(r["nodes"]) for r in run.of("boot") if "nodes" in r]
     run.nodes = max(boots) if boots else len(run.node_ids)
@@ -169,9 +169,9 @@ def _check_nodes_of_the_run(records: list[dict], where: dict[int, str]) -> None:
         return  # a capture without boot lines (`cisl logs --no-reset`) does not say how many nodes ran
     for r in records:
         if not 0 <= int(r["node"]) < max(counts):
-            raise UserError(f"{where[id(r)]}: a record of node {r['node']} (`{r.get('event')}`), but the run's boot lines "
-                            f"say nodes={max(counts)} (0 to {max(counts) - 1}); was the file edited? (record the run "
-                            f"again)")
+            raise UserError(f"{where[id(r)]}: a record of node {r['node']} (`{r.get('event')}`), but the run has nodes "
+                            f"0..{max(counts) - 1} (its boot lines say nodes={max(counts)}); was the file edited? "
+                            f"(record the run again)")
 
 
 def _check_one_build(path: Path, records: list[dict]) -> None:
@@ -201,6 +201,15 @@ def _failed_nodes(path: Path) -> dict[str, str] | None:
         return failed if failed or summary.get("ok") is False else None
     except (OSError, ValueError, AttributeError, TypeError):
         return None
+
+
+def _summary_of_sim(path: Path) -> bool:
+    """Whether summary.json is `cisl sim`'s (its verdict keys), not `cisl logs`'."""
+    try:
+        summary = json.loads((path / "summary.json").read_text())
+        return isinstance(summary, dict) and "completed" in summary and "stop_reason" not in summary
+    except (OSError, ValueError):
+        return False
 
 
 def _dead_radios(path: Path) -> list[int]:

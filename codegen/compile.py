@@ -130,7 +130,7 @@ def choose_split(model: CislModel, devices: int | None) -> tuple[Split, list]:
         return trained, model.masks
     if not masks_are_full(trained, model.masks):
         raise UserError(f"{model.path}: trained for {model.devices} devices with somegather masks (keep ratio "
-                        f"{model.keep_ratio}); its pruned split holds only for {model.devices} nodes: use {model.devices}, or "
+                        f"{model.keep_ratio}); its pruned split holds only for {model.devices} nodes: use --devices {model.devices}, or "
                         f"retrain for {D} (`cisl train ... --devices {D}`)")
     split = Split.even(D, cfg.heads, cfg.d_model, cfg.mlp_hidden)
     return split, full_masks(split, cfg.layers)

@@ -411,8 +411,9 @@ def write_board_testbed(tmp_path: Path, ports: list[str]) -> Path:
 
 @pytest.mark.faults
 def test_two_nodes_on_one_device_are_refused_before_any_port_opens(tmp_path):
-    """Two port paths of one device (a by-id link and its tty name): the testbed file passes; `cisl logs`
-    waited --open-timeout and then said only 'could not exclusively lock port'."""
+    """Two port paths of one device (a by-id link and its tty name): `cisl logs` waited --open-timeout and
+    then said only 'could not exclusively lock port'. The testbed file itself is now refused (ports are
+    compared as the paths they resolve to), by every command that reads it."""
     from click.testing import CliRunner
 
     from codegen.cli import main
@@ -426,7 +427,7 @@ def test_two_nodes_on_one_device_are_refused_before_any_port_opens(tmp_path):
     os.close(m0)
     assert r.exit_code == 2, r.output
     [line] = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    assert "node 1's port" in line and "node 0's port" in line and "are the same device" in line, line
+    assert "node 1: port" in line and "is also node 0's" in line and "own serial port" in line, line
     assert time.monotonic() - t0 < 10 and not (tmp_path / "logs").exists()  # not the 20 s open wait
 
 

@@ -84,7 +84,7 @@ def test_testbed_mistakes_are_one_line(small, tmp_path):
         "a gap in the ids": ("".join(f'[[node]]\nid = {k}\nboard = "sim"\nrunner = "sim"\nport = "p{k}"\n'
                                      for k in (0, 1, 2, 4)), "has no node 3"),
         "energy budget": ('[[node]]\nid = 0\nboard = "sim"\nrunner = "sim"\nport = "a"\nenergy_uj = -1\n',
-                          "energy_uj must be a positive number"),
+                          "energy_uj must be a positive, finite number"),
     }
     for name, (text, msg) in cases.items():
         f = tmp_path / f"{name.replace(' ', '_')}.toml"

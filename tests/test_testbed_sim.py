@@ -106,8 +106,8 @@ def test_flash_logs_report_on_the_virtual_testbed(lab):
         assert (rep / f).is_file() and (rep / f).stat().st_size > 0, f
     assert (rep / "latency_blocks.png").read_bytes()[:4] == b"\x89PNG"
     speed = (rep / "speedup.csv").read_text().splitlines()
-    assert speed[0] == "run,nodes,sink,infer_us,compute_us,comm_us,speedup"
-    assert speed[1].startswith("logs1,1,0,") and speed[1].endswith(",1.0") and speed[2].startswith("logs4,4,0,")
+    assert speed[0] == "run,nodes,sink,infer_us,compute_us,comm_us,speedup,clock"
+    assert speed[1].startswith("logs1,1,0,") and speed[1].endswith(",1.0,host") and speed[2].startswith("logs4,4,0,")
     fc = (rep / "forecasts.csv").read_text().splitlines()
     assert len(fc) == 1 + 2 * len(ref) and all(",yes," in row for row in fc[1:])
     rows4 = [r for r in fc[1:] if r.startswith("logs4,")]

@@ -242,7 +242,7 @@ IMPUTED_WARN = 0.25  # a split whose values are this much filled-in is scored mo
 
 
 def imputed_split_warnings(missing: list[np.ndarray], lookback: int) -> tuple[str, ...]:
-    """One line per split (validation, test) whose target rows are at least ``IMPUTED_WARN`` filled in
+    """One line per split (training, validation, test) whose own rows are at least ``IMPUTED_WARN`` filled in
     (a long ``?`` gap near a series' end can make the whole validation split forward-filled: the
     best epoch is then chosen on a flat line)."""
     out = []

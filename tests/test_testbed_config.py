@@ -104,7 +104,10 @@ BAD = {
         GOOD.replace("[[node]]", "[sim]\ninferences = 100000000000000000\n\n[[node]]", 1),
         ("tb.toml", "[sim] inferences must be a whole number of inferences from 1 to 100000", "several `cisl logs`")),
     "a position that is not a number": (GOOD.replace("position = [0.0, 1.5]", "position = [nan, 1.5]"),
-                                        ("tb.toml", "node 0", "position must be", "finite")),
+                                        ("tb.toml", "node 0", "position must be", "within ±1e+06")),
+    # finite, but the path loss overflowed (a flood of numpy warnings before a refusal further on)
+    "a position beyond any radio's reach": (GOOD.replace("position = [0.0, 1.5]", "position = [1e308, 1.5]"),
+                                            ("tb.toml", "node 0", "position must be", "within ±1e+06")),
     "an infinite energy budget in [defaults]": (
         GOOD.replace('runner = "nrfutil"\n', 'runner = "nrfutil"\nenergy_uj = inf\n', 1),
         ("tb.toml: [defaults]: energy_uj must be a positive, finite number",)),

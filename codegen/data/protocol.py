@@ -192,7 +192,8 @@ def constant_channel_warnings(train: np.ndarray, later: np.ndarray, names: Seque
         if lo == hi == float(t[0]):
             continue
         name = f"'{names[c]}'" if names is not None and c < len(names) else f"channel {c}"
-        out.append(f"{name} is constant ({float(t[0]):g}) over the training rows but ranges {lo:g}..{hi:g} in the "
+        later_is = f"is {lo:g}" if lo == hi else f"ranges {lo:g}..{hi:g}"
+        out.append(f"{name} is constant ({float(t[0]):g}) over the training rows but {later_is} in the "
                    f"validation/test rows: the model never saw it change and it is only centred, not scaled, so its "
                    f"errors can dominate the MSE; drop it from [data] columns or use data where it varies in training")
     return tuple(out)

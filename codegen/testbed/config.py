@@ -57,6 +57,7 @@ RUNNER_NAMES = ("pyocd", "nrfutil", "nrfjprog", "sim")
 DEFAULT_BAUD = 115200
 MAX_SEED = 2**32 - 1  # [sim] seed: the radio channel's numpy generator takes 0 and up; 32 bits is plenty
 MAX_SIM_INFERENCES = 100_000  # [sim] inferences: STATE/inputs.npy holds one window per inference (lookback bytes)
+MAX_POSITION_M = 1e6  # metres: BLE reaches ~100 m; a larger value is a mistake (and overflows the path loss)
 MAX_BAUD = 1_000_000  # UARTE BAUDRATE tops out at Baud1M on the nRF52840 and nRF52833 (product specifications)
 DEFAULT_TARGET = "nrf52840"
 DEFAULT_STATE = ".cisl-testbed"
@@ -310,10 +311,10 @@ def _parse_node(f: str, k: int, raw: dict[str, Any], base: Path, explicit: dict[
     position = raw.get("position")
     if position is not None:
         if (not isinstance(position, list) or len(position) not in (2, 3)
-                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) <= MAX_POSITION_M
                            for v in position)):
-            raise UserError(f"{where}: position must be [x, y] or [x, y, z] in metres (finite numbers), e.g. "
-                            f"position = [0.0, 2.5]")
+            raise UserError(f"{where}: position must be [x, y] or [x, y, z] in metres (numbers within "
+                            f"±{MAX_POSITION_M:g}), e.g. position = [0.0, 2.5]")
         position = tuple(float(v) for v in position)
     models = raw.get("models")
     if models is not None:

@@ -57,6 +57,9 @@ class Problem:
     e_comm: list[list[float]]              # [k][n] µJ per µs of rounds with n nodes taking part
     budget: list[float | None]             # µJ per inference
     notes: list[str] = field(default_factory=list)
+    # ms per inference outside the blocks (input loop, lines, output): the slowest candidate board's, a
+    # constant of the model (`cisl estimate` counts the slowest taking-part node's; the re-check too)
+    outside_ms: float = 0.0
 
     @property
     def H(self) -> int:
@@ -188,8 +191,9 @@ def build_problem(profile: Profile, cfg: ModelConfig, nodes: list[int], keep: fl
         # radio is on for the busiest node's share of it)
         e_comm.append([v * (i_cpu + p.tx_ma().central * tx + p.rx_ma("2M").central * rx) * 1e-3 for tx, rx in frac])
         budget.append(profile.node(nid).energy_uj)
+    outside = max(profile.boards[b].runtime_cycles / profile.boards[b].clock_hz * 1e3 for b in set(boards))
     return Problem(cfg, keep, rescale, profile, list(nodes), blocks, A, B, U, clock, Tn, eps, delta, e_cyc, e_comm,
-                   budget)
+                   budget, outside_ms=outside)
 
 
 def node_excess(delta: list[list[float]]) -> tuple[list[list[float]], list[int]]:
@@ -260,7 +264,7 @@ def model_cost(p: Problem, a: Assignment, deadline_ms: float | None = None) -> M
     T = rounds_us(p, part)
     comp = [max([(p.A[k][b][a.heads[k]] + p.B[k][b] * a.hidden[k]) / p.clock[k] * 1e3 for k in part] or [0.0])
             for b in range(len(p.blocks))]
-    latency = sum(comp) + sum(T) / 1e3
+    latency = sum(comp) + sum(T) / 1e3 + p.outside_ms
     energy = []
     for k in range(len(p.nodes)):
         if k not in part:

@@ -82,6 +82,9 @@ class BoardProfile:
     clock_hz: float
     rates: dict[str, Rate]
     kernels: str
+    # per inference, the work outside the blocks (input loop, block and infer lines, output ops) of the
+    # slowest reference node: `cisl estimate` counts it; 0 where it was not measured (op lines of boards)
+    runtime_cycles: float = 0.0
 
     def op_cycles(self, op, shapes) -> float:
         r = self.rates.get(op.kind)
@@ -94,13 +97,14 @@ class BoardProfile:
 
     def to_json(self) -> dict:
         return {"board": self.board, "clock_hz": self.clock_hz, "kernels": self.kernels,
+                "runtime_cycles": self.runtime_cycles,
                 "rates": {k: {"per_unit": r.per_unit, "per_op": r.per_op} for k, r in sorted(self.rates.items())}}
 
     @staticmethod
     def from_json(d: dict) -> "BoardProfile":
         return BoardProfile(str(d["board"]), float(d["clock_hz"]),
                             {k: Rate(float(v["per_unit"]), float(v["per_op"])) for k, v in d["rates"].items()},
-                            str(d.get("kernels", "nnref")))
+                            str(d.get("kernels", "nnref")), float(d.get("runtime_cycles", 0.0)))
 
 
 @dataclass
@@ -197,6 +201,8 @@ def _value_problem(d: dict) -> str | None:
     for name, b in d["boards"].items():
         if not isinstance(b, dict) or not number(b.get("clock_hz")) or not b["clock_hz"] > 0:
             return f"board {name}: clock_hz must be a number in (0, 1e12]"
+        if "runtime_cycles" in b and not number(b["runtime_cycles"]):
+            return f"board {name}: runtime_cycles must be a number of cycles in [0, 1e12]"
         for kind, r in (b.get("rates") or {}).items() if isinstance(b.get("rates"), dict) else ():
             if not isinstance(r, dict) or not (number(r.get("per_unit")) and number(r.get("per_op"))):
                 return f"board {name}: rate {kind} needs per_unit and per_op, cycles in [0, 1e12]"
@@ -306,7 +312,8 @@ def measure_board(cfg: ModelConfig, board: str, work: Path, jobs: int | None = N
             units.setdefault(op.kind, []).append(op_units(op, shapes))
             cycles.setdefault(op.kind, []).append(c)
     rates = {k: fit_rate(units[k], cycles[k]) for k in sorted(units)}
-    return BoardProfile(b.name, float(b.facts["board"]["clock_hz"]), rates, kernel_library().kind)
+    runtime = max((nc.runtime_cycles[1] for nc in computed), default=0.0)
+    return BoardProfile(b.name, float(b.facts["board"]["clock_hz"]), rates, kernel_library().kind, float(runtime))
 
 
 def measure_logs(cfg: ModelConfig, build_dir: Path, logs_dir: Path) -> dict[str, BoardProfile]:

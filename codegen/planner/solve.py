@@ -111,7 +111,7 @@ def _energy_rows(p: Problem, L: _Layout) -> tuple[np.ndarray, np.ndarray]:
 def _latency_row(p: Problem, L: _Layout) -> tuple[np.ndarray, float]:
     """L = row·z + const (ms)."""
     row = np.zeros(L.n)
-    const = 0.0
+    const = p.outside_ms  # the work outside the blocks: a constant of the model
     for b in range(L.nb):
         row[L.t(b)] = 1.0
     for n in range(1, L.D + 1):

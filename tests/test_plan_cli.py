@@ -162,6 +162,9 @@ def test_bad_input_is_one_line(tmp_path):
     tbpos = tmp_path / "tbpos.toml"  # placed by positions, node 1 without one: `cisl plan` gave a traceback
     tbpos.write_text(re.sub(r"(id = 1\n(?:.*\n)*?)position = \[[^]]*\]\n", r"\1",
                             tb.read_text().replace("[sim]\n", '[sim]\ntopology = "positions"\n', 1), count=1))
+    tb6 = tmp_path / "tb6.toml"  # more nodes than big_cfg's 4 heads: --all-nodes blamed memory or the deadline
+    ok(cisl("testbed", "sim", "--nodes", "6", "-o", str(tb6), cwd=tmp_path))
+    _nominal_profile(tmp_path / "big6.json", big_cfg, ["nrf52840dk"] * 6)
     unrated = json.loads((tmp_path / "small.json").read_text())
     unrated["boards"] = {}  # edited by hand, or cut short: the nodes' board has no rates
     (tmp_path / "unrated.json").write_text(json.dumps(unrated))
@@ -177,6 +180,9 @@ def test_bad_input_is_one_line(tmp_path):
         "profile is a folder": (["plan", str(small), "--testbed", str(tb), "--profile", str(tmp_path),
                                  "--objective", "latency"], "is a folder; give the profile file itself"),
         "unknown board": (["profile", str(small), "--board", "nrf52832dk"], "unknown board 'nrf52832dk'"),
+        "all nodes, more nodes than heads": (["plan", str(big), "--testbed", str(tb6), "--profile", "big6.json",
+                                              "--all-nodes", "--deadline", "400"],
+                                             "--all-nodes: 6 nodes, but the model has 4 heads"),
         "unknown node": (["plan", str(small), "--testbed", str(tb), "--profile", "small.json", "--objective",
                           "latency", "--without", "5"], "the testbed has no node 5"),
         "energy without deadline": (["plan", str(small), "--testbed", str(tb), "--profile", "small.json",
@@ -259,6 +265,11 @@ def test_the_written_plan_is_the_best_candidate_evaluated_exactly(tmp_path):
     assert solver == "milp" or f"the {solver} split beats the MILP's plan on latency" in p.stderr, p.stderr
     assert not swaps or "the same shares on other nodes are better on latency" in p.stderr, p.stderr
     assert "(written)" in p.stdout
+    # a baseline on fewer nodes cannot be the --all-nodes plan: its row said "yes"
+    rows = [ln for ln in p.stdout.splitlines() if re.match(r"^(milp|even|proportional|coedge)\b", ln)
+            and ln[16:22].strip() != "-"]
+    assert rows and all("  no: " in ln for ln in rows if int(ln[16:22]) < 3), rows
+    assert all(int(ln[16:22]) < 3 for ln in rows if "no: uses" in ln), rows
     # budgets the MILP's model refuses (it puts the one-node plan at ~179 uJ) but a plan meets exactly (~174)
     tbe = tmp_path / "tbe.toml"
     tbe.write_text(tb.read_text().replace("[sim]\n", '[defaults]\nenergy_source = "harvest"\nenergy_uj = 175.5\n\n[sim]\n'))

@@ -104,10 +104,15 @@ def plan_cmd(model: Path, testbed_file: Path, profile_file: Path, deadline_ms: f
         click.echo(f"note: {n}", err=True)
     doc = {"plan": r.split.to_json()}
     if compare:  # every candidate was evaluated exactly to choose the plan: the table shows them all
+        every = len(r.problem.nodes)
+
         def row(name: str, ev) -> str:
             written = "  (written)" if ev is r.evaluation else ""
+            meets = (f"no: {ev.violations[0]}" if ev.violations else
+                     f"no: uses {len(ev.node_ids)} of the {every} nodes (--all-nodes)"
+                     if all_nodes and len(ev.node_ids) < every else "yes")
             return (f"{name:<16} {len(ev.node_ids):>5} {ev.latency_ms:>11.2f} {ev.energy_total_uj:>11.1f}  "
-                    + ("yes" if not ev.violations else f"no: {ev.violations[0]}") + written)
+                    + meets + written)
 
         click.echo(f"{'split':<16} {'nodes':>5} {'latency ms':>11} {'energy uJ':>11}  meets the constraints")
         click.echo(row("milp", r.milp) if r.milp is not None else f"{'milp':<16} {'-':>5} {'-':>11} {'-':>11}  no plan")

@@ -160,6 +160,11 @@ def make_plan(model_path: Path, testbed_path: Path, profile_path: Path, deadline
     if unknown:
         raise UserError(f"--without {unknown[0]}: the testbed has no node {unknown[0]} (nodes {ids[0]}..{ids[-1]})")
     candidates = [k for k in ids if k not in without]
+    most = min(shape.cfg.heads, shape.cfg.mlp_hidden)
+    if all_nodes and len(candidates) > most:  # every taking-part node holds a head and a hidden unit
+        raise UserError(f"--all-nodes: {len(candidates)} nodes, but the model has {shape.cfg.heads} heads and "
+                        f"{shape.cfg.mlp_hidden} hidden units, and every node that takes part needs one of each: at "
+                        f"most {most} nodes; leave some out with --without, or drop --all-nodes")
     notes = []
     if shape.pruned and without:
         notes.append(f"{shape.source} is pruned (keep {shape.keep:g}): its somegather masks belong to the split it "

@@ -1048,7 +1048,7 @@ def test_the_virtual_testbed_never_takes_over_a_port_link_it_did_not_make(simbui
         assert cisl("flash", str(simbuild), "--testbed", "tA.toml", "--no-reset", cwd=tmp_path).returncode == 0
         before = [os.readlink(p) for p in links]
         p = cisl("flash", str(simbuild), "--testbed", "tB.toml", "--no-reset", cwd=tmp_path)
-        one_line_error(p, "node_00.tty", "did not make")
+        one_line_error(p, "node_00.tty", "did not make", ".cisl-testbed-B/node_00.tty")  # a port of B's own
         assert [os.readlink(q) for q in links] == before  # A's ports, untouched
         cisl("testbed", "stop", "--testbed", "tB.toml", cwd=tmp_path)
         assert [os.readlink(q) for q in links] == before
@@ -1073,6 +1073,12 @@ def test_the_virtual_testbed_never_takes_over_a_port_link_it_did_not_make(simbui
         for tb in ("tA.toml", "tB.toml", "tC.toml"):
             cisl("testbed", "stop", "--testbed", tb, cwd=tmp_path)
     assert not any(os.path.lexists(q) for q in links)  # its own, removed at stop
+    # a link of yours at this testbed's own port path: the advice was to use that very path
+    os.symlink("/dev/null", links[0])
+    p = cisl("flash", str(simbuild), "--testbed", "tA.toml", "--no-reset", cwd=tmp_path)
+    cisl("testbed", "stop", "--testbed", "tA.toml", cwd=tmp_path)
+    one_line_error(p, "node_00.tty", "did not make", "move that link away")
+    assert os.readlink(links[0]) == "/dev/null"
     assert os.readlink(tmp_path / "my_link") == "mine.txt"
 
 

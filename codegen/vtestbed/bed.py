@@ -167,9 +167,12 @@ def _own_port_links(testbed: Testbed, ports: dict[int, str]) -> dict[str, str]:
                               and not os.path.exists(target)):  # (an older cisl's record names no pseudo-terminal)
             replace[port] = target
             continue
+        own = testbed.state_dir / f"node_{k:02d}.tty"
+        fix = (f"give node {k} a port of its own (e.g. \"{own}\")" if os.path.abspath(own) != os.path.abspath(port)
+               else "move that link away (it is not this testbed's), or give the node another port")
         raise UserError(f"{testbed.path}: node {k}: port {port} is a symlink (to {target}) that this virtual testbed "
                         f"did not make: another testbed file's port or a link of yours, which it would take over; "
-                        f"give node {k} a port of its own (e.g. \"{testbed.state_dir / f'node_{k:02d}.tty'}\")")
+                        f"{fix}")
     return replace
 
 

@@ -480,11 +480,17 @@ def _atomic_output_dir(target: Path, kind: str, entries: Callable[[str], bool],
         if out is not None:
             out.dest = dest
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        for folder in made:  # innermost first; only if still empty (nothing else was put there meanwhile)
-            with contextlib.suppress(OSError):
-                folder.rmdir()
+        discard_output(tmp, made)
         raise
+
+
+def discard_output(tmp: Path, made: list[Path]) -> None:
+    """Remove an unfinished output ``tmp`` and the folders ``made`` above it for it (innermost first, each
+    only if still empty: nothing else was put there meanwhile)."""
+    shutil.rmtree(tmp, ignore_errors=True)
+    for folder in made:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
 
 
 def missing_parents(target: Path) -> list[Path]:

@@ -6,19 +6,17 @@ host timestamps), ``merged.jsonl`` (all records in host-time order) and ``summar
 
 from __future__ import annotations
 
-import contextlib
 import fnmatch
 import json
 import os
-import shutil
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from ..errors import UserError
-from ..fsutil import (OWNER_FILE, check_output_dir, missing_parents, output_lock, replace_dir, stamp_output,
-                      temp_sibling)
+from ..fsutil import (OWNER_FILE, check_output_dir, discard_output, missing_parents, output_lock, replace_dir,
+                      stamp_output, temp_sibling)
 from .capture import CaptureResult, HostCommand, PortSpec, capture
 from .config import Testbed, check_state_claim, testbed_in_use
 from .flash import read_flashed, resolve_serials
@@ -100,10 +98,7 @@ def _run_logs(testbed: Testbed, out_dir: Path, *, inferences: int | None = None,
     made = missing_parents(final_dir)  # made here, and removed again if the run ends without logs (as sim's)
 
     def discard(tmp: Path) -> None:
-        shutil.rmtree(tmp, ignore_errors=True)
-        for folder in made:  # innermost first; only if still empty
-            with contextlib.suppress(OSError):
-                folder.rmdir()
+        discard_output(tmp, made)
 
     out_dir = temp_sibling(final_dir)
     try:

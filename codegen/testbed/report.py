@@ -191,41 +191,47 @@ def _check_one_build(path: Path, records: list[dict]) -> None:
                             f"(`cisl flash BUILD --testbed FILE`) and record the run again")
 
 
+def _summary(path: Path) -> dict:
+    """The run's summary.json (`cisl logs`' or `cisl sim`'), {} when there is none or it is unreadable."""
+    try:
+        summary = json.loads((Path(path) / "summary.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return summary if isinstance(summary, dict) else {}
+
+
 def _failed_nodes(path: Path) -> dict[str, str] | None:
     """The nodes `cisl logs` failed in this run and why, from its summary.json (None if it did not fail,
     or the folder has no summary of `cisl logs`; {} for a failed `cisl sim` run, which names no node)."""
+    summary = _summary(path)
     try:
-        summary = json.loads((path / "summary.json").read_text())
         nodes = summary.get("nodes") or {}
         failed = {str(k): str(v["failed"]) for k, v in nodes.items() if isinstance(v, dict) and v.get("failed")}
         return failed if failed or summary.get("ok") is False else None
-    except (OSError, ValueError, AttributeError, TypeError):
+    except (AttributeError, TypeError):  # a hand-edited summary
         return None
 
 
 def _summary_of_sim(path: Path) -> bool:
     """Whether summary.json is `cisl sim`'s (its verdict keys), not `cisl logs`'."""
-    try:
-        summary = json.loads((path / "summary.json").read_text())
-        return isinstance(summary, dict) and "completed" in summary and "stop_reason" not in summary
-    except (OSError, ValueError):
-        return False
+    summary = _summary(path)
+    return "completed" in summary and "stop_reason" not in summary
 
 
 def _dead_radios(path: Path) -> list[int]:
     """The nodes whose radio `cisl sim --radio-dead` killed in this run (its summary.json); [] otherwise."""
+    dead = _summary(path).get("radio_dead") or []
     try:
-        dead = json.loads((path / "summary.json").read_text()).get("radio_dead") or []
         return [int(k) for k in dead if isinstance(k, int) and not isinstance(k, bool)]
-    except (OSError, ValueError, AttributeError, TypeError):
+    except TypeError:  # not a list: a hand-edited summary
         return []
 
 
 def _sim_failure(path: Path) -> list[str]:
     """What `cisl sim`'s summary.json says went wrong (its problems, the cause first; the inferences that
     ran of those asked for; the first difference from the reference)."""
+    summary = _summary(path)
     try:
-        summary = json.loads((path / "summary.json").read_text())
         why = [str(p) for p in summary.get("problems") or []][:1]  # the cause; the rest follows from it
         asked, done = summary.get("inferences"), summary.get("completed")
         if isinstance(asked, int) and isinstance(done, int) and done < asked:
@@ -233,7 +239,7 @@ def _sim_failure(path: Path) -> list[str]:
         if summary.get("first_difference") and not why:
             why.append(f"not bit-exact with the int8 reference: {summary['first_difference']}")
         return why
-    except (OSError, ValueError, AttributeError, TypeError):
+    except (AttributeError, TypeError):
         return []
 
 
@@ -261,10 +267,8 @@ def coverage_notes(run: Run) -> list[str]:
                      f"(the run had {run.nodes} nodes): the tables hold only the nodes that have records")
     done = {k: len(run.of("infer", k)) for k in run.node_ids}
     most = max(done.values(), default=0)
-    try:  # a run stopped by time (`cisl logs --duration`) catches some nodes mid-inference: one behind is normal
-        timed = json.loads((run.path / "summary.json").read_text()).get("duration") is not None
-    except (OSError, ValueError, AttributeError):
-        timed = False
+    # a run stopped by time (`cisl logs --duration`) catches some nodes mid-inference: one behind is normal
+    timed = _summary(run.path).get("duration") is not None
     short = [k for k, n in sorted(done.items()) if n < most - int(timed)]
     for k in short:
         notes.append(f"node {k}'s records end after {done[k]} of {most} inferences (its log was cut short, or the "
@@ -430,12 +434,12 @@ def build_of(run: Run) -> Path | None:
     the run is not it."""
     ran = {str(b["plan"]) for b in run.of("boot") if b.get("plan")}
     candidates = []
+    summary = _summary(run.path)
     try:
-        summary = json.loads((run.path / "summary.json").read_text())
         build = (summary.get("flashed") or {}).get("build") or summary.get("build")  # cisl logs / cisl sim
         if build:
             candidates.append(Path(build))
-    except (OSError, ValueError, AttributeError, TypeError):
+    except (AttributeError, TypeError):
         pass
     candidates += [run.path.parent, run.path.parent / "build"]
     for c in candidates:

@@ -1050,8 +1050,10 @@ def test_the_virtual_testbed_never_takes_over_a_port_link_it_did_not_make(simbui
         p = cisl("flash", str(simbuild), "--testbed", "tB.toml", "--no-reset", cwd=tmp_path)
         one_line_error(p, "node_00.tty", "did not make", ".cisl-testbed-B/node_00.tty")  # a port of B's own
         assert [os.readlink(q) for q in links] == before  # A's ports, untouched
+        assert not (tmp_path / ".cisl-testbed-B").exists()  # the refused run made B's state folder: gone again
         cisl("testbed", "stop", "--testbed", "tB.toml", cwd=tmp_path)
         assert [os.readlink(q) for q in links] == before
+        assert not (tmp_path / ".cisl-testbed-B").exists()
         p = cisl("logs", "--testbed", "tA.toml", "-o", "LA", "-n", "1", "--timeout", "60", cwd=tmp_path)
         assert p.returncode == 0, p.stdout + p.stderr
 

@@ -497,6 +497,7 @@ def testbed_in_use(testbed: "Testbed") -> Iterator[None]:
         held.enter_context(use_lock(testbed.state_dir, f"{testbed.path}: another `cisl flash` or `cisl logs` is "
                                                        f"using this testbed (state {testbed.state_dir}); wait for it "
                                                        "to end"))
+        held.enter_context(_unclaimed_on_failure(testbed))
         for n in testbed.nodes:
             if n.runner == "sim":  # its pty lives in the state folder, locked above
                 continue
@@ -506,6 +507,27 @@ def testbed_in_use(testbed: "Testbed") -> Iterator[None]:
                 held.enter_context(use_lock(f"probe:{normalize_serial(n.probe)}", busy % f"probe {n.probe}"))
             held.enter_context(use_lock(f"port:{os.path.realpath(n.port_path)}", busy % f"port {n.port}"))
         yield
+
+
+@contextlib.contextmanager
+def _unclaimed_on_failure(testbed: "Testbed") -> Iterator[None]:
+    """A run refused or stopped before it wrote anything into a state folder it made (a port clash, a
+    board mismatch) leaves no folder behind: only the claim, which would tie that folder to this
+    testbed file for nothing."""
+    from ..fsutil import OWNER_FILE, missing_parents
+
+    state = Path(testbed.state_dir)
+    made = [] if state.exists() else [state, *missing_parents(state)]
+    try:
+        yield
+    except BaseException:
+        if made and state.is_dir() and {p.name for p in state.iterdir()} <= {OWNER_FILE, CLAIM_FILE}:
+            for name in (OWNER_FILE, CLAIM_FILE):
+                (state / name).unlink(missing_ok=True)
+            for folder in made:  # innermost first, each only if still empty
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+        raise
 
 
 def check_state_claim(testbed: "Testbed") -> None:

@@ -319,6 +319,7 @@ def report_cmd(logs_dirs: tuple[Path, ...], out_dir: Path, builds: tuple[Path, .
     Each LOGS_DIR is a folder of `cisl logs` (or `cisl sim --logs`). Give several to compare node
     counts (e.g. logs-1/ logs-4/ logs-16/); with a 1-node run, speedup over central execution.
     """
+    from ..testbed import boardtime_report as BT
     from ..testbed.report import make_report
 
     r = make_report(list(logs_dirs), out_dir, list(builds), plots=not no_plots, estimates=list(estimates),
@@ -346,7 +347,12 @@ def report_cmd(logs_dirs: tuple[Path, ...], out_dir: Path, builds: tuple[Path, .
     for c in r.calibration:
         fit = (f"{c['run']}: fitted flash wait states {c['flash_wait']} (board.toml range {c['model_range']}), "
                f"{c['points']} node blocks, model error mean {c['mean_error_pct']} % / max {c['max_error_pct']} %; ")
-        if c["in_range"] == "yes":
+        if c["in_range"] == "yes" and c["mean_error_pct"] > BT.FIT_ERROR_PCT:
+            # a wait-state setting in range that still leaves the cycles unexplained is no setting either
+            click.echo(fit + f"in range, but the model still misses the measured cycles by more than "
+                       f"{BT.FIT_ERROR_PCT:g} % on average, so no setting for board.toml: the wait states are not "
+                       "what the model gets wrong (the cycles are of other images, or stalls the model lacks)")
+        elif c["in_range"] == "yes":
             click.echo(fit + "put it in board.toml [timing] flash_wait")
         elif c["in_range"] == "no":  # no wait-state setting of the part explains these cycles: never advise it
             lo, hi = min(c["model_range"]), max(c["model_range"])

@@ -211,6 +211,11 @@ def check_estimates_ran(runs, estimates: list[tuple[Path, dict]], build_of=lambd
                         f"`cisl estimate {build_of(run) or 'BUILD'} -o {path}`")
 
 
+# the mean error (%) of the fitted model above which a fit, even in range, is not advised for board.toml:
+# the flash wait states then do not explain the measured cycles
+FIT_ERROR_PCT = 10.0
+
+
 def calibrate(run, estimate: dict) -> dict:
     """Fit the flash wait states from the run's measured block cycles (least squares, w ≥ 0)."""
     nb = node_blocks(run)

@@ -440,11 +440,15 @@ def test_energy_without_an_estimate_prices_each_node_as_the_build_the_logs_ran(t
     rows = {int(e["node"]): e for e in read_csv(tmp_path / "rep" / "energy.csv")}
     for k, board in ((0, "nrf52840dk"), (1, "nrf52833dk")):
         e = rows[k]
-        want = node_energy(load_power(board), float(e["compute_us"]), 1e6, float(e["tx_on_us"]), float(e["rx_on_us"]),
+        # the CPU runs through the whole inference: compute, rounds and the 10 µs outside the blocks
+        cpu_us = float(e["period_us"]) - float(e["comm_us"])
+        assert cpu_us == float(e["compute_us"]) + 10, e
+        want = node_energy(load_power(board), cpu_us, 1e6, float(e["tx_on_us"]), float(e["rx_on_us"]),
                            float(e["period_us"]), comm_us=float(e["comm_us"]), phy="1M")
         assert float(e["cpu_uj"]) == round(want.cpu_uj.central + want.comm_cpu_uj.central, 2), (board, e)
         assert float(e["radio_uj"]) == round(want.radio_uj.central, 2), (board, e)
         assert float(e["total_uj"]) == pytest.approx(want.total_uj.central, abs=0.02), (board, e)
+        assert float(e["idle_uj"]) == 0, e  # back to back: no idle time within the inference
     assert float(rows[0]["cpu_uj"]) != float(rows[1]["cpu_uj"])  # the two parts' CPU currents differ
     assert "energy priced with" not in r.stderr, r.stderr
     # the build cannot be found: priced as the default stand-in at BLE 2M, and the report says so

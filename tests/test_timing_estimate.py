@@ -164,7 +164,7 @@ def run_and_compare_with_the_estimate(root: Path, build: str, board: str, tag: s
     for row in erows[1:]:
         e = dict(zip(eh, row.split(",")))
         assert e["radio_source"] == "log" and float(e["radio_uj"]) > 0
-        assert float(e["total_uj"]) == pytest.approx(float(e["predicted_total_uj"]), rel=0.02), e
+        assert float(e["total_uj"]) == pytest.approx(float(e["predicted_total_uj"]), rel=0.0005), e
 
 
 def test_the_virtual_testbed_speaks_board_time_equal_to_the_estimate(builds):

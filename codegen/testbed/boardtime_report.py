@@ -252,8 +252,8 @@ ENERGY_COLS = ["run", "nodes", "clock", "node", "inferences", "period_us", "comp
 
 def energy(run, estimate: dict | None, plan=None) -> tuple[list[dict], str | None]:
     """Energy per inference per node from the logged board time (central currents, board.toml
-    [power] of the part the nodes are or stand for): the CPU runs through compute and through the
-    rounds (the board code polls), sleeps for the rest of the inference period. The radio's on-time
+    [power] of the part the nodes are or stand for): the CPU runs through the whole inference, compute,
+    rounds (the board code polls) and the work outside the blocks. The radio's on-time
     comes from the `sg` lines' ``tx_on_us``/``rx_on_us`` where the board counts it (radio_source
     "log": the virtual testbed's radio medium); otherwise, with --estimate, from the cycle model's
     prediction for the same rounds ("estimate"); otherwise the radio is left out ("none").
@@ -308,8 +308,10 @@ def energy(run, estimate: dict | None, plan=None) -> tuple[list[dict], str | Non
         else:
             source = "estimate" if p else "none"
             tx_on = rx_on = 0.0
-        # compute µs as "cycles" of a 1 MHz clock: node_energy wants cycles, the log has board time
-        e = node_energy(power_of(k), compute, 1e6, tx_on, rx_on, period, comm_us=comm, phy=phy)
+        # the CPU also runs the work outside the blocks (the rest of the inference, `other_us` of the latency
+        # table), as `cisl estimate` prices it; its µs as "cycles" of a 1 MHz clock: node_energy wants cycles
+        cpu_us = max(compute, period - comm)
+        e = node_energy(power_of(k), cpu_us, 1e6, tx_on, rx_on, period, comm_us=comm, phy=phy)
         radio = e.radio_uj.central if source == "log" else (p["radio_uj"]["central"] if p else 0.0)
         cpu = e.cpu_uj.central + e.comm_cpu_uj.central
         idle = e.idle_uj.central

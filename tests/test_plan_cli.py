@@ -386,6 +386,10 @@ def test_profile_from_the_op_lines_of_real_boards(tmp_path):
             if not kind_of(op).block_marker:
                 rec.append({"event": "op", "node": k, "inf": 0, "i": i,
                             "cycles": int(per * op_units(op, shapes) + 50)})
+        # each inference's blocks and rounds, and 200 / 300 µs outside them (what plans add as outside_blocks_ms)
+        rec.append({"event": "block", "node": k, "inf": 0, "layer": -1, "block": "embed", "us": 1000, "comm_us": 0})
+        rec.append({"event": "block", "node": k, "inf": 0, "layer": 0, "block": "attn", "us": 2000, "comm_us": 700})
+        rec.append({"event": "infer", "node": k, "inf": 0, "us": 3700 + (200 if k == 0 else 300), "crc": "00"})
     (logs / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rec))
     p = ok(cisl("profile", str(model), "--testbed", str(tb), "--logs", "logs", "--build", "b", "-o", "p.json", "-q",
                 cwd=tmp_path))
@@ -394,6 +398,8 @@ def test_profile_from_the_op_lines_of_real_boards(tmp_path):
     assert prof["boards"]["nrf52840dk"]["rates"]["fc"]["per_unit"] == pytest.approx(3.0, rel=0.01)
     assert prof["boards"]["nrf52833dk"]["rates"]["fc"]["per_unit"] == pytest.approx(5.0, rel=0.01)
     assert prof["boards"]["nrf52840dk"]["rates"]["fc"]["per_op"] == pytest.approx(50.0, abs=2.0)
+    assert prof["boards"]["nrf52840dk"]["runtime_cycles"] == pytest.approx(200 * 64)  # 64 MHz: µs × 64
+    assert prof["boards"]["nrf52833dk"]["runtime_cycles"] == pytest.approx(300 * 64)
     # a run `cisl logs` failed: its summary.json says so, and its rates are not a good run's
     (logs / "summary.json").write_text(json.dumps({"ok": False, "nodes": {"1": {"failed": "it ended early"}}}))
     p = cisl("profile", str(model), "--testbed", str(tb), "--logs", "logs", "--build", "b", "-o", "p1.json", "-q",
@@ -454,7 +460,12 @@ def test_profile_from_the_op_lines_of_a_virtual_testbed_with_board_time(tmp_path
     p = ok(cisl("profile", str(model), "--testbed", str(tb), "--logs", "logs", "--build", "b", "-o", "p.json", "-q",
                 cwd=tmp_path))
     assert "from the logs" in p.stdout
-    assert json.loads((tmp_path / "p.json").read_text())["boards"]["nrf52840dk"]["rates"]["fc"]["per_unit"] > 1.0
+    prof = json.loads((tmp_path / "p.json").read_text())["boards"]["nrf52840dk"]
+    assert prof["rates"]["fc"]["per_unit"] > 1.0
+    # the work outside the blocks, as the nodes measured it (an inference beyond its blocks and rounds): the
+    # cycle model's, less the printing of the log lines, which the nodes take out of every time they print
+    model = max(nc.runtime_cycles[1] for nc in model_cycles.values())
+    assert 0.6 * model < prof["runtime_cycles"] < model, (prof["runtime_cycles"], model)
 
 
 def _set(*path_and_value):

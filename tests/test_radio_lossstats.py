@@ -63,10 +63,12 @@ def test_a_node_down_loses_its_messages_and_nothing_more():
     for everyone (q_recv 0.28)."""
     st = measure("full_mesh", 4, 64, exchanges=200, fail_prob=0.2)
     assert st.q_link == 0  # a full mesh loses nothing else
-    assert st.q_send == pytest.approx(st.q_recv, abs=0.01)
-    assert 0.15 < st.q_send < 0.25 and 0.15 < st.q_recv < 0.25, st
+    assert 0.1 < st.q_send <= st.q_recv < 0.25, st
     # every lost message is one with a down end: at least the 1 - (1 - p)^2 that independent failures cause
     assert st.effective_link_loss > 0.28, st
+    # and the modes train for what was measured: a down node's losses are counted once, not as both a
+    # receiver's and a sender's (which gave 35.6 % for 31.8 % measured)
+    assert st.model_link_loss == pytest.approx(st.effective_link_loss, abs=0.03), st
 
 
 def _cisl(cwd, *args):

@@ -79,7 +79,11 @@ def split_modes(got: np.ndarray) -> tuple[float, float, float, float]:
     off = ~np.eye(n, dtype=bool)[None]
     lost = ~got & off
     recv_all = (lost | ~off).all(axis=2)  # [E, receiver]: got nothing from anyone
-    send_all = (lost | ~off).all(axis=1)  # [E, sender]: nobody got it
+    # [E, sender]: no receiver that heard anyone got it. A receiver that got nothing at all is explained by
+    # recv_all already; counting a sender whom only such receivers missed (the one node up while the
+    # others are down) as a send loss too would train for more loss than was measured
+    heard = ~recv_all[:, :, None] & off  # [E, receiver, sender]: a receiver that heard someone, not s itself
+    send_all = heard.any(axis=1) & ~(got & heard).any(axis=1)
     q_recv = float(recv_all.mean())
     q_send = float(send_all.mean())
     explained = recv_all[:, :, None] | send_all[:, None, :]

@@ -105,26 +105,27 @@ def plan_cmd(model: Path, testbed_file: Path, profile_file: Path, deadline_ms: f
     doc = {"plan": r.split.to_json()}
     if compare:  # every candidate was evaluated exactly to choose the plan: the table shows them all
         every = len(r.problem.nodes)
+        w = max(16, len(r.solution.method) + 1)  # a polished plan's name: "milp + 1 swap and 2 moves"
 
         def row(name: str, ev) -> str:
             written = "  (written)" if ev is r.evaluation else ""
             meets = (f"no: {ev.violations[0]}" if ev.violations else
                      f"no: uses {len(ev.node_ids)} of the {every} nodes (--all-nodes)"
                      if all_nodes and len(ev.node_ids) < every else "yes")
-            return (f"{name:<16} {len(ev.node_ids):>5} {ev.latency_ms:>11.2f} {ev.energy_total_uj:>11.1f}  "
+            return (f"{name:<{w}} {len(ev.node_ids):>5} {ev.latency_ms:>11.2f} {ev.energy_total_uj:>11.1f}  "
                     + meets + written)
 
-        click.echo(f"{'split':<16} {'nodes':>5} {'latency ms':>11} {'energy uJ':>11}  meets the constraints")
-        click.echo(row("milp", r.milp) if r.milp is not None else f"{'milp':<16} {'-':>5} {'-':>11} {'-':>11}  no plan")
+        click.echo(f"{'split':<{w}} {'nodes':>5} {'latency ms':>11} {'energy uJ':>11}  meets the constraints")
+        click.echo(row("milp", r.milp) if r.milp is not None else f"{'milp':<{w}} {'-':>5} {'-':>11} {'-':>11}  no plan")
         doc["baselines"] = {}
         for name, (sol, mc, ev) in r.baselines.items():
             if ev is None:
-                click.echo(f"{name:<16} {'-':>5} {'-':>11} {'-':>11}  no solution ({sol.message or sol.status})")
+                click.echo(f"{name:<{w}} {'-':>5} {'-':>11} {'-':>11}  no solution ({sol.message or sol.status})")
                 doc["baselines"][name] = None
                 continue
             click.echo(row(name, ev))
             doc["baselines"][name] = ev.to_json()
-        if " + " in r.solution.method:  # polished by swaps: the written plan is none of the rows above
+        if " + " in r.solution.method:  # polished: the written plan is none of the rows above
             click.echo(row(r.solution.method, r.evaluation))
     if json_out:
         write_output_file(json_out, json.dumps(doc, indent=1) + "\n", json_with("plan"))

@@ -24,7 +24,7 @@ from ..modelspec import ModelConfig
 from .costs import Evaluation
 from .problem import Assignment, Problem, build_problem, exact, model_cost
 from .profile import Profile, read_profile
-from .solve import Solution, coedge_plan, even_plan, proportional_plan, solve_milp
+from .solve import Solution, _compositions, coedge_plan, even_plan, proportional_plan, solve_milp
 from .split import SplitFile, write_split
 
 REPLANS = 4
@@ -355,47 +355,111 @@ def _exact_key(e: Evaluation, objective: str) -> tuple[float, float]:
 def polish(p: Problem, solution: Solution, ev: Evaluation, deadline_ms: float | None, objective: str,
            kernels: str = "nnref", say: Callable[[str], None] = lambda s: None,
            budget: int = POLISH_EVALUATIONS) -> tuple[Solution, Evaluation, str]:
-    """The written plan improved by swapping shares between nodes, each swap evaluated exactly.
+    """The written plan improved by swapping and moving shares between nodes, each step evaluated exactly.
 
     The linear model prices n nodes' rounds alike whoever takes part and however the shares sit on
-    them, but where a share sits changes the exact rounds: on a hallway the node with the smallest
-    message in the middle or at an end is a few percent apart (4 nRF52833s: 30,943 against 31,891 uJ
-    for the same shares), so a plan the model ties with a better one could be written. First
-    improvement over every pair (two nodes taking part, or one taking part and one left out, which
-    moves its share), until no swap helps or ``budget`` evaluations are spent; only swaps that meet
-    every constraint exactly and improve the objective count. Returns (solution, evaluation, a note or "")."""
-    a0 = solution.assignment
-    heads, hidden = list(a0.heads), list(a0.hidden)
+    them, but the exact rounds differ:
+    - where a share sits: on a hallway the node with the smallest message in the middle or at an end
+      is a few percent apart (4 nRF52833s: 30,943 against 31,891 uJ for the same shares);
+    - how uneven the shares are: a node's radio energy grows with what it sends and with how long it
+      waits for slower nodes in the rounds (2 nodes: 5,844.7 to 6,341.4 uJ over splits the model prices
+      within 54 uJ), so a looser deadline could write a dearer plan than a tighter one.
+    First improvement, until no step helps or ``budget`` evaluations are spent:
+    - swaps over every pair (two nodes taking part, or one taking part and one left out, which moves
+      its share);
+    - then moves between two nodes taking part: one head, or a step of hidden units (an eighth of them,
+      halved down to one whenever no move of that step helps; back to swaps after every improvement).
+    Where every division of the heads and hidden units among the nodes taking part fits half the budget
+    (2 nodes of a small model), all of them are tried first: the exact energy is rugged in the shares.
+    Only steps that meet every constraint exactly and improve the objective count.
+    Returns (solution, evaluation, a note or "")."""
+    heads, hidden = list(solution.assignment.heads), list(solution.assignment.hidden)
     best = ev
-    spent, swaps = 0, 0
-    improved = True
-    say("plan: trying the shares on other nodes, each evaluated exactly")
-    while improved and spent < budget:
-        improved = False
-        for i in range(len(p.nodes)):
-            for j in range(i + 1, len(p.nodes)):
-                if (heads[i], hidden[i]) == (heads[j], hidden[j]) or spent >= budget:
-                    continue
-                if heads[i] == 0 == heads[j]:
+    spent, swaps, moves = 0, 0, 0
+    D = len(p.nodes)
+
+    def better(h2: list[int], u2: list[int]) -> bool:
+        nonlocal best, heads, hidden, spent
+        if any(h and not 1 <= u <= p.U[k][h] for k, (h, u) in enumerate(zip(h2, u2))):
+            return False  # a share a node cannot hold: the tables are exact for memory
+        spent += 1
+        e = exact(p, Assignment(h2, u2), deadline_ms, kernels)
+        if not e.violations and _exact_key(e, objective)[0] < _exact_key(best, objective)[0] * (1 - 1e-6):
+            heads, hidden, best = h2, u2, e
+            return True
+        return False
+
+    def swap_round() -> bool:
+        nonlocal swaps
+        for i in range(D):
+            for j in range(i + 1, D):
+                if spent >= budget:
+                    return False
+                if (heads[i], hidden[i]) == (heads[j], hidden[j]) or heads[i] == 0 == heads[j]:
                     continue
                 h2, u2 = list(heads), list(hidden)
                 h2[i], h2[j], u2[i], u2[j] = heads[j], heads[i], hidden[j], hidden[i]
-                if any(h and p.U[k][h] < u for k, (h, u) in enumerate(zip(h2, u2))):
-                    continue  # a share a node cannot hold: the tables are exact for memory
-                spent += 1
-                e = exact(p, Assignment(h2, u2), deadline_ms, kernels)
-                if not e.violations and _exact_key(e, objective)[0] < _exact_key(best, objective)[0] * (1 - 1e-6):
-                    heads, hidden, best, improved = h2, u2, e, True
+                if better(h2, u2):
                     swaps += 1
-    if swaps == 0:
+                    return True
+        return False
+
+    def move_round(step: int) -> bool:
+        nonlocal moves
+        part = [k for k in range(D) if heads[k] > 0]
+        for i in part:
+            for j in part:
+                if i == j:
+                    continue
+                tries = []
+                if step == 1 and heads[i] > 1:
+                    tries.append((1, 0))  # a head, with the smallest steps: the coarse ones move hidden units
+                if hidden[i] > step:
+                    tries.append((0, step))
+                for dh, du in tries:
+                    if spent >= budget:
+                        return False
+                    h2, u2 = list(heads), list(hidden)
+                    h2[i], h2[j], u2[i], u2[j] = h2[i] - dh, h2[j] + dh, u2[i] - du, u2[j] + du
+                    if better(h2, u2):
+                        moves += 1
+                        return True
+        return False
+
+    say("plan: trying the shares on other nodes and moved between them, each evaluated exactly")
+    part = [k for k in range(D) if heads[k] > 0]
+    if math.comb(p.H - 1, len(part) - 1) * math.comb(p.Fh - 1, len(part) - 1) <= budget // 2:
+        # few enough divisions among the nodes taking part to try them all: the energy is rugged in the
+        # shares (messages fill whole packets), so a local search can stop short of the best
+        start = (heads, hidden)
+        for hs in _compositions(p.H, len(part)):
+            for us in _compositions(p.Fh, len(part)):
+                h2, u2 = list(heads), list(hidden)
+                for k, h, u in zip(part, hs, us):
+                    h2[k], u2[k] = h, u
+                if (h2, u2) != (heads, hidden):
+                    better(h2, u2)
+        moves += (heads, hidden) != start  # the best division, one move
+    first = max(1, p.Fh // 8)
+    step = first
+    while spent < budget:
+        if swap_round():
+            step = first
+            continue
+        if move_round(step):
+            continue
+        if step == 1:
+            break
+        step = max(1, step // 2)
+    if swaps == moves == 0:
         return solution, ev, ""
     what = "energy" if objective == "energy" else "latency"
-    sol = replace(solution, assignment=Assignment(heads, hidden),
-                  method=f"{solution.method} + {swaps} swap{'s' if swaps != 1 else ''}")
-    return sol, best, (f"the same shares on other nodes are better on {what} when evaluated exactly "
+    steps = " and ".join(x for x in (f"{swaps} swap{'s' if swaps != 1 else ''}" if swaps else "",
+                                     f"{moves} move{'s' if moves != 1 else ''}" if moves else "") if x)
+    sol = replace(solution, assignment=Assignment(heads, hidden), method=f"{solution.method} + {steps}")
+    return sol, best, (f"the shares swapped or moved between nodes are better on {what} when evaluated exactly "
                        f"({best.latency_ms:.2f} ms, {best.energy_total_uj:,.1f} uJ against {ev.latency_ms:.2f} ms, "
-                       f"{ev.energy_total_uj:,.1f} uJ; {swaps} swap{'s' if swaps != 1 else ''} of "
-                       f"{spent} tried): written instead")
+                       f"{ev.energy_total_uj:,.1f} uJ; {steps} of {spent} tried): written instead")
 
 
 def format_plan(r: PlanResult) -> str:

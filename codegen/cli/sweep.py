@@ -49,7 +49,7 @@ def _values(option: str, text: str | None, kind, low: float, high: float, high_o
                    "from its checkpoints.")
 @click.option("--slurm-cpus", type=click.IntRange(min=1), default=2, show_default=True, help="slurm: CPUs per unit.")
 @click.option("--dry-run", is_flag=True,
-              help="List the units, their ids and states (done, started: stopped and resumes, todo); run nothing.")
+              help="List the units, their ids and states (done, started: stopped and resumes, todo, damaged: a unit's record that is not its result); run nothing.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
 def sweep(config: Path | None, out_dir: Path, data: Path | None, seeds: str | None, keep: str | None,
           prune: str | None, rates: str | None, devices: int | None, epochs: int | None, backend: str, jobs: int,

@@ -75,7 +75,7 @@ def testbed_scan(out: Path | None, board: str, runner: str | None, baud: int, fo
 @click.option("-o", "--out", type=click.Path(path_type=Path), default=Path("testbed.toml"), show_default=True,
               help="The testbed file to write.")
 @click.option("--topology", default=None, metavar="TOPOLOGY",
-              help="Radio topology of the medium (default: as `cisl sim`, the hallway for the node count flashed).")
+              help="Radio topology of the medium (default: `cisl sim`'s for N nodes: the hallway, a full mesh below 4 nodes; fixed when the file is written).")
 @click.option("--seed", type=click.IntRange(min=0, max=MAX_SEED), default=0, show_default=True,
               help="Seed of the topology and channel.")
 @click.option("--state", default=None,

@@ -279,3 +279,20 @@ def test_the_polish_moves_shares_to_the_best_division_exactly():
         assert last is None or ev.energy_total_uj <= last * (1 + 1e-9), deadline
         last = ev.energy_total_uj
     assert "move" in sol.method and "better on energy when evaluated exactly" in note
+
+
+def test_rates_price_what_an_op_writes_where_the_sizes_tell_it_apart():
+    """An fc's cycles grow with its MACs and with its outputs (each is requantised and stored), so the
+    embedding's 16-deep fc costs more per MAC than a 64-deep one: fitted on MACs alone it came out 26 %
+    low. Where units and outputs vary apart the fit prices both; where only outputs vary (the two
+    attention products: the same MACs), the outputs."""
+    from codegen.planner.profile import fit_rate
+
+    shapes = [(3072, 48), (3072, 192), (12288, 192), (49152, 768)]
+    r = fit_rate([u for u, _ in shapes], [9.0 * u + 85.0 * o + 1100.0 for u, o in shapes], [o for _, o in shapes])
+    assert (r.per_unit, r.per_out, r.per_op) == pytest.approx((9.0, 85.0, 1100.0), rel=1e-6)
+    assert r.cycles(12288, 768) == pytest.approx(9.0 * 12288 + 85.0 * 768 + 1100.0)
+    r = fit_rate([576, 576], [100.0 * 144 + 300, 100.0 * 48 + 300], [144, 48])
+    assert r.cycles(576, 144) == pytest.approx(14700.0) and r.cycles(576, 48) == pytest.approx(5100.0)
+    r = fit_rate([10, 20, 30], [25.0, 45.0, 65.0], [10, 20, 30])  # outputs in proportion: units and a call
+    assert (r.per_unit, r.per_op, r.per_out) == pytest.approx((2.0, 5.0, 0.0))

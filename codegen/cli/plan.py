@@ -49,7 +49,8 @@ def profile_cmd(model: Path, testbed_file: Path | None, board: str | None, logs_
     for name, bp in sorted(prof.boards.items()):
         fc = bp.rates.get("fc")
         click.echo(f"{name}: {len(bp.rates)} op classes from the {prof.meta['rates'][name]}"
-                   + (f", fc {fc.per_unit:.2f} cycles/MAC + {fc.per_op:.0f} per call" if fc else ""))
+                   + (f", fc {fc.per_unit:.2f} cycles/MAC + {fc.per_out:.1f} per output + {fc.per_op:.0f} per call"
+                      if fc else ""))
     click.echo(f"profiled {len(prof.nodes)} node(s) -> {out_file}")
 
 

@@ -2,8 +2,9 @@
 
 Per node of a testbed (or for one board):
 
-* **rates**: cycles per unit of work of every op class, ``cycles = per_unit · units + per_op``,
-  least-squares over the ops of a reference build of the model's shapes run on the cycle model
+* **rates**: cycles per unit of work of every op class, ``cycles = per_unit · units + per_out ·
+  outputs + per_op`` (``outputs``: the elements the op writes; ``per_out`` is fitted only where the
+  reference has sizes enough to tell it from the units, else 0), least-squares (non-negative) over the ops of a reference build of the model's shapes run on the cycle model
   (codegen/timing; every node checked bit-exact), or over the ``op`` lines (DWT cycles) that real
   boards printed for a `cisl build --profile-ops` build recorded by `cisl logs` (``--logs``). Units are the op kind's work unit (MACs of
   fc/bmm/fc_s32, elements of adds, LayerNorm, softmax, rescale) and, for the other kinds, the
@@ -50,19 +51,43 @@ def op_units(op, shapes: dict[str, tuple[int, ...]]) -> int:
     return 0
 
 
+def op_outputs(op, shapes: dict[str, tuple[int, ...]]) -> int:
+    """The elements the op writes (its first output), 0 for one that writes nothing."""
+    return int(np.prod(shapes[op.outs[0]])) if op.outs and op.outs[0] in shapes else 0
+
+
 @dataclass(frozen=True)
 class Rate:
     per_unit: float  # cycles per unit of work
     per_op: float    # cycles per call
+    # cycles per element written: an fc's requantisation and store per output, whatever its depth, which
+    # MACs alone price wrongly (the embedding's 16-deep fc ran 26 % above the 64-deep ones' rate)
+    per_out: float = 0.0
 
-    def cycles(self, units: int) -> float:
-        return self.per_unit * units + self.per_op
+    def cycles(self, units: int, outputs: int = 0) -> float:
+        return self.per_unit * units + self.per_out * outputs + self.per_op
 
 
-def fit_rate(units: list[int], cycles: list[float]) -> Rate:
-    """Least squares ``cycles = a·units + b`` with a, b >= 0 (one distinct size: through 0)."""
+def fit_rate(units: list[int], cycles: list[float], outputs: list[int] | None = None) -> Rate:
+    """Least squares ``cycles = a·units + c·outputs + b`` with a, b, c >= 0 where the sizes tell the
+    three apart (units and outputs not in proportion); ``c·outputs + b`` where only the outputs vary;
+    else ``cycles = a·units + b`` (one distinct size: through 0)."""
     x = np.asarray(units, dtype=float)
     y = np.asarray(cycles, dtype=float)
+    if outputs is not None:
+        from scipy.optimize import nnls
+
+        o = np.asarray(outputs, dtype=float)
+        design = np.column_stack([x, o, np.ones_like(x)])
+        if np.linalg.matrix_rank(design) == 3:
+            scale = np.maximum(np.abs(design).max(axis=0), 1.0)  # columns of like size for NNLS
+            coef = nnls(design / scale, y)[0] / scale
+            return Rate(float(coef[0]), float(coef[2]), float(coef[1]))
+        if len(set(units)) == 1 and len(set(outputs)) > 1:  # one size of work, several of output (a model's
+            # two attention products: the same MACs, 144 or 48 outputs per head): the outputs tell them apart
+            scale = np.array([max(o.max(), 1.0), 1.0])
+            coef = nnls(np.column_stack([o, np.ones_like(o)]) / scale, y)[0] / scale
+            return Rate(0.0, float(coef[1]), float(coef[0]))
     if len(set(units)) > 1:
         a, b = np.polyfit(x, y, 1)
         if a >= 0 and b >= 0:
@@ -93,17 +118,19 @@ class BoardProfile:
                 return 0.0
             raise UserError(f"the profile of board {self.board} has no rate for op kind '{op.kind}'; profile "
                             f"again with this cisl (`cisl profile`)")
-        return r.cycles(op_units(op, shapes))
+        return r.cycles(op_units(op, shapes), op_outputs(op, shapes))
 
     def to_json(self) -> dict:
         return {"board": self.board, "clock_hz": self.clock_hz, "kernels": self.kernels,
                 "runtime_cycles": self.runtime_cycles,
-                "rates": {k: {"per_unit": r.per_unit, "per_op": r.per_op} for k, r in sorted(self.rates.items())}}
+                "rates": {k: {"per_unit": r.per_unit, "per_op": r.per_op, "per_out": r.per_out}
+                          for k, r in sorted(self.rates.items())}}
 
     @staticmethod
     def from_json(d: dict) -> "BoardProfile":
         return BoardProfile(str(d["board"]), float(d["clock_hz"]),
-                            {k: Rate(float(v["per_unit"]), float(v["per_op"])) for k, v in d["rates"].items()},
+                            {k: Rate(float(v["per_unit"]), float(v["per_op"]), float(v.get("per_out", 0.0)))
+                             for k, v in d["rates"].items()},
                             str(d.get("kernels", "nnref")), float(d.get("runtime_cycles", 0.0)))
 
 
@@ -204,8 +231,9 @@ def _value_problem(d: dict) -> str | None:
         if "runtime_cycles" in b and not number(b["runtime_cycles"]):
             return f"board {name}: runtime_cycles must be a number of cycles in [0, 1e12]"
         for kind, r in (b.get("rates") or {}).items() if isinstance(b.get("rates"), dict) else ():
-            if not isinstance(r, dict) or not (number(r.get("per_unit")) and number(r.get("per_op"))):
-                return f"board {name}: rate {kind} needs per_unit and per_op, cycles in [0, 1e12]"
+            if not isinstance(r, dict) or not (number(r.get("per_unit")) and number(r.get("per_op"))
+                                               and number(r.get("per_out", 0.0))):
+                return f"board {name}: rate {kind} needs per_unit and per_op (and per_out, if any), cycles in [0, 1e12]"
     for i, n in enumerate(d["nodes"]):
         if not isinstance(n, dict):
             return f"nodes[{i}] must be an object"
@@ -301,6 +329,7 @@ def measure_board(cfg: ModelConfig, board: str, work: Path, jobs: int | None = N
     # wait states and cache are the board's own)
     computed = compute_build(out, jobs=jobs, nodes=sample, flash_bytes=load_board("qemu-m4").flash_bytes)
     units: dict[str, list[int]] = {}
+    outputs: dict[str, list[int]] = {}
     cycles: dict[str, list[float]] = {}
     for nc in computed:
         node = plan.nodes[nc.device]
@@ -310,8 +339,9 @@ def measure_board(cfg: ModelConfig, board: str, work: Path, jobs: int | None = N
                 continue
             c = nc.op_cycles.get(i, (0.0, 0.0, 0.0))[1] + nc.rx_op_cycles.get(i, (0.0, 0.0, 0.0))[1]
             units.setdefault(op.kind, []).append(op_units(op, shapes))
+            outputs.setdefault(op.kind, []).append(op_outputs(op, shapes))
             cycles.setdefault(op.kind, []).append(c)
-    rates = {k: fit_rate(units[k], cycles[k]) for k in sorted(units)}
+    rates = {k: fit_rate(units[k], cycles[k], outputs[k]) for k in sorted(units)}
     runtime = max((nc.runtime_cycles[1] for nc in computed), default=0.0)
     return BoardProfile(b.name, float(b.facts["board"]["clock_hz"]), rates, kernel_library().kind, float(runtime))
 
@@ -346,6 +376,7 @@ def measure_logs(cfg: ModelConfig, build_dir: Path, logs_dir: Path) -> dict[str,
         raise UserError(f"{logs_dir}: no `op` lines; build with `cisl build {build_dir} --profile-ops`, flash it and "
                         f"record a run with `cisl logs`")
     units: dict[str, dict[str, list[int]]] = {}
+    outputs: dict[str, dict[str, list[int]]] = {}
     cycles: dict[str, dict[str, list[float]]] = {}
     for r in ops:
         k, i = int(r["node"]), int(r["i"])
@@ -367,6 +398,7 @@ def measure_logs(cfg: ModelConfig, build_dir: Path, logs_dir: Path) -> dict[str,
         board = plan.node_board(k)
         shapes = {t: node.tensors[t].shape for t in node.tensors}
         units.setdefault(board, {}).setdefault(op.kind, []).append(op_units(op, shapes))
+        outputs.setdefault(board, {}).setdefault(op.kind, []).append(op_outputs(op, shapes))
         cycles.setdefault(board, {}).setdefault(op.kind, []).append(float(r["cycles"]))
     # the work outside the blocks (input loop, output, finish: what plans add as outside_blocks_ms) is what
     # an inference took beyond its blocks and rounds; the boards take the printing of log lines out of both,
@@ -379,7 +411,8 @@ def measure_logs(cfg: ModelConfig, build_dir: Path, logs_dir: Path) -> dict[str,
     out = {}
     for board in sorted(units):
         clock = float(load_board(board).facts["board"]["clock_hz"])
-        out[board] = BoardProfile(board, clock, {kind: fit_rate(units[board][kind], cycles[board][kind])
+        out[board] = BoardProfile(board, clock, {kind: fit_rate(units[board][kind], cycles[board][kind],
+                                                                outputs[board][kind])
                                                  for kind in sorted(units[board])}, kernel_library().kind,
                                   outside_us.get(board, 0.0) * clock / 1e6)
     return out

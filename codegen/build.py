@@ -518,6 +518,17 @@ def write_standalone(out_dir: Path, nd: Path, jobs: list[CompileJob], cc: str, c
     if lib.kind == "cmsis-nn":
         lines.append(f"CMSIS_NN_ROOT ?= {lib.root}")
     lines += [f"CC := {cc}"] + ([f"OBJCOPY := {objcopy}"] if objcopy else []) + ["OBJ := $(IMAGE_DIR)/obj", ""]
+    # make splits paths at spaces: in such a folder `make clean` removed a folder above the build (its
+    # path cut at the space), so refuse to run at all where any path of the build holds one
+    path_vars = ["CURDIR", "IMAGE_DIR", "NODE_DIR", "CISL_FIRMWARE", "CISL_BOARD"] + (
+        ["CISL_BOARD_SUPPORT"] if board.support != board.path else []) + (
+        ["CMSIS_NN_ROOT"] if lib.kind == "cmsis-nn" else [])
+    for var in path_vars:
+        lines += [f"ifneq ($(words $({var})),1)",
+                  f"$(error {var} ($({var})) holds a space, which make cannot take in a path: copy or link the "
+                  "folder to a path without one (or set the variable so), or rebuild with `cisl build`)",
+                  "endif"]
+    lines.append("")
     for fl, name in groups.items():
         lines.append(f"{name} := \\\n    " + " \\\n    ".join(_mk_quote(f) for f in fl))
     node_objs = [obj_of(j) for j in jobs if j.kind == "node"]

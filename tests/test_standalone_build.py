@@ -239,3 +239,19 @@ def test_the_node_is_a_library_other_firmware_calls(tmp_path):
         assert got[i].tobytes() == np.asarray(ref.output[i]).astype(np.int8).tobytes(), f"inference {i}"
     # the node reported its inference lines through the user's cisl_board_write
     assert r.stderr.decode().count(" output inf=") >= len(xq)
+
+
+def test_make_refuses_a_folder_whose_path_holds_a_space(tmp_path):
+    """make splits paths at spaces: in `My Project/build/node_00`, `make clean` ran `rm -rf .../My` and
+    removed the user's folder above the build (audit M). The Makefile now refuses before any rule."""
+    home = tmp_path / "home" / "me"
+    (home / "My Project").mkdir(parents=True)
+    (home / "thesis.txt").write_text("mine\n")
+    model = make_model_dir(tmp_path / "m", config_for_tokens(16, 32), 2, 0.5, seed=3)
+    ok(cisl("compile", str(model), "-o", str(home / "My Project" / "build"), cwd=tmp_path))
+    _build(home / "My Project" / "build", "--no-board-time")
+    node = home / "My Project" / "build" / "node_00"
+    for args in (["clean"], []):
+        p = subprocess.run(["make", "-C", str(node), *args], capture_output=True, text=True, timeout=60)
+        assert p.returncode != 0 and "holds a space" in p.stderr, (args, p.stdout, p.stderr)
+    assert (home / "thesis.txt").read_text() == "mine\n" and (node / "firmware.elf").is_file()

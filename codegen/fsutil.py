@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import re
 import secrets
@@ -19,7 +20,27 @@ OWNER_FILE = ".cisl-output"  # "cisl <kind>": this folder is a cisl output of th
 _HELD: set[str] = set()  # output locks this process holds
 _READING: dict[str, int] = {}  # key -> descriptor of the shared lock this process holds on a folder it reads
 _READ_BY_OTHERS = "another cisl run is reading it (sim, flash, qemu or estimate); wait for it to finish"
-_CISL_HIDDEN = re.compile(r"^\.[^/]+\.(tmp-[^/]+|old-[^/]+)$")  # what killed cisl runs left (removed under the lock)
+# the temporary and previous outputs cisl names next to an output (temp_sibling, replace_dir): exactly this
+# form, so a folder of the user's called `.out.tmp-mine` or `.res.old-v1` is never taken for one
+_TOKEN = secrets.token_hex(6)
+_CISL_HIDDEN = re.compile(r"^\.[^/]+\.(tmp|old)-[0-9a-f]{%d}$" % len(_TOKEN))
+
+
+def _leftover_name(target: Path, kind: str) -> str:
+    return f".{target.name}.{kind}-{secrets.token_hex(len(_TOKEN) // 2)}"
+
+
+def output_target(target: Path) -> Path:
+    """Where an output folder given as ``target`` is written: `-o .` (or `..`) as the folder's own path,
+    since a rename cannot replace "."; a symlink as the folder it points to (made if missing), which is
+    replaced while the link stays, as the lock already treats it (the link was replaced by a new folder,
+    and the folder it named kept the old, stale output)."""
+    target = Path(target)
+    if target.name in ("", ".", ".."):
+        target = Path(os.path.abspath(target))
+    if target.is_symlink():
+        target = Path(os.path.realpath(target))
+    return target
 
 
 def output_owner(target: Path) -> str | None:
@@ -126,7 +147,13 @@ def check_output_dir(target: Path, kind: str, entries: Callable[[str], bool],
     it, at any depth, was written or changed after cisl last wrote it (stamp_output): a file the user
     put next to cisl's, or edited, is never deleted. (A copy made without keeping modification times,
     `cp -r`, looks changed: it is refused too, which is safe.)"""
-    target = Path(target)
+    target = output_target(target)
+    with contextlib.suppress(OSError):  # (a shell whose folder was removed: nothing to protect)
+        here = Path.cwd().resolve()
+        if target.resolve() == here or target.resolve() in here.parents:
+            raise UserError(f"{target}: is the current folder or holds it; cisl replaces an output folder whole, "
+                            f"which would leave this shell in the removed one: run cisl from the folder above it, or "
+                            f"choose another output with {option}")
     if not target.exists():
         check_creatable(target, option)
         return
@@ -188,7 +215,7 @@ def output_lock(target: Path) -> Iterator[None]:
     """Hold the lock of output ``target`` (a file in the temporary folder's cisl-locks/) or refuse in
     one line: two cisl runs never write one folder at once. Under the lock, the leftovers of runs that were killed
     before they could clean up (``.<name>.tmp-*``, ``.<name>.old-*``) are removed."""
-    target = Path(target)
+    target = output_target(target)
     key = str(target.resolve())  # one lock per folder, however it is spelt (../x, a link to it)
     lock = _lock_path(key)
     if key in _HELD:  # this process holds it already (a command that locks early, then writes atomically)
@@ -338,14 +365,29 @@ def _acquire(lock: Path, target: Path, busy: str | None = None, shared: bool = F
     raise UserError(f"{lock}: the lock for {target} keeps being replaced; check what else writes {lock.parent}")
 
 
+def _leftovers(target: Path, kind: str) -> list[Path]:
+    """The ``.<name>.<kind>-<token>`` siblings of ``target`` a cisl run made: cisl's name form, and a file
+    (an atomic file write's) or a folder that is empty or carries OWNER_FILE (an output's)."""
+    pattern = re.compile(r"\.%s\.%s-[0-9a-f]{%d}" % (re.escape(target.name), kind, len(_TOKEN)))
+    found = []
+    for p in target.parent.glob(f".{glob.escape(target.name)}.{kind}-*"):
+        if not pattern.fullmatch(p.name):
+            continue
+        if p.is_dir() and not p.is_symlink() and not ((p / OWNER_FILE).is_file() or not any(p.iterdir())):
+            continue
+        found.append(p)
+    return found
+
+
 def _recover_leftovers(target: Path) -> None:
-    """Under the lock: what runs killed before they could clean up left next to ``target``. A run
-    killed between the two renames of a swap without an atomic exchange left no ``target`` but the
-    previous output as ``.<name>.old-*``: it comes back; every other leftover is removed."""
-    olds = sorted(target.parent.glob(f".{target.name}.old-*"), key=lambda p: p.lstat().st_mtime)
+    """Under the lock: what runs killed before they could clean up left next to ``target`` (only what
+    :func:`_leftovers` recognises as cisl's). A run killed between the two renames of a swap without an
+    atomic exchange left no ``target`` but the previous output as ``.<name>.old-<token>``: it comes
+    back; every other leftover is removed."""
+    olds = sorted(_leftovers(target, "old"), key=lambda p: p.lstat().st_mtime)
     if olds and not os.path.lexists(target):
         olds.pop().rename(target)
-    for left in list(target.parent.glob(f".{target.name}.tmp-*")) + olds:
+    for left in _leftovers(target, "tmp") + olds:
         _remove(left)
 
 
@@ -392,7 +434,7 @@ def replace_dir(tmp: Path, target: Path) -> None:
         if _exchange(tmp, target):
             old = tmp
         else:
-            old = target.parent / f".{target.name}.old-{secrets.token_hex(6)}"
+            old = target.parent / _leftover_name(target, "old")
             target.rename(old)
             tmp.rename(target)
     _remove(old)
@@ -423,7 +465,7 @@ def atomic_run_dir(target: Path, kind: str, entries: Callable[[str], bool],
     """:func:`atomic_output_dir` for the record of a run that may fail (see :class:`RunOutput`): a failed
     run never replaces earlier logs. ``TARGET.failed`` is checked before the run (a folder of yours
     there is refused before any work, not after it) and replaced under the same rules."""
-    target = Path(target)
+    target = output_target(target)
     check_output_dir(target, kind, entries, legacy, option)
     failed = failed_sibling(target)
     if os.path.lexists(failed):
@@ -442,7 +484,7 @@ def atomic_output_dir(target: Path, kind: str, entries: Callable[[str], bool],
     :func:`check_output_dir`, so a mistyped ``-o`` cannot wipe other data. The new folder carries
     OWNER_FILE. Missing folders above ``target`` are created (as ``mkdir -p`` would), and removed
     again if the run fails. ``option``: how the user named ``target``, for the error lines."""
-    target = Path(target)
+    target = output_target(target)
     check_output_dir(target, kind, entries, legacy, option)
     with output_lock(target):
         yield from _atomic_output_dir(target, kind, entries, legacy, option)
@@ -452,7 +494,7 @@ def temp_sibling(target: Path) -> Path:
     """The name of a temporary sibling of ``target``, chosen *before* it is created: a signal that
     strikes while it is being created (SIGTERM raises in cisl's main thread at any bytecode, even
     inside tempfile.mkdtemp) cannot leave a file or folder whose name the cleanup does not know."""
-    return target.parent / f".{target.name}.tmp-{secrets.token_hex(6)}"
+    return target.parent / _leftover_name(target, "tmp")
 
 
 def _atomic_output_dir(target: Path, kind: str, entries: Callable[[str], bool],

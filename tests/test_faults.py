@@ -336,11 +336,20 @@ def test_a_killed_compile_leaves_no_temporary_folder_and_the_next_run_cleans_up(
     assert not list(tmp_path.glob(".build.*")), f"{sig} left a temporary folder"
     assert not (tmp_path / "build").exists()
     # a SIGKILLed run cannot clean up: the next run on the same output does
-    (tmp_path / ".build.tmp-killed").mkdir()
-    (tmp_path / ".build.tmp-killed" / "plan.json").write_text("{}")
-    os.utime(tmp_path / ".build.tmp-killed", (0, 0))
+    killed = tmp_path / ".build.tmp-0123456789ab"  # a temporary output, named and marked as cisl makes them
+    killed.mkdir()
+    (killed / ".cisl-output").write_text("cisl build\n")
+    (killed / "plan.json").write_text("{}")
+    os.utime(killed, (0, 0))
+    # ... and the user's own folders that only look alike: never touched (audit M: `.build.tmp-mine` was removed,
+    # `.build.old-v1` renamed into the output's place)
+    for name in (".build.tmp-mine", ".build.old-v1", ".build.old-0123456789ab"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "data.txt").write_text("mine\n")
     assert cisl("compile", str(model), "--devices", "2", "-o", str(tmp_path / "build"), cwd=tmp_path).returncode == 0
-    assert not (tmp_path / ".build.tmp-killed").exists()
+    assert not killed.exists()
+    for name in (".build.tmp-mine", ".build.old-v1", ".build.old-0123456789ab"):
+        assert (tmp_path / name / "data.txt").read_text() == "mine\n", name
 
 
 def test_two_runs_on_one_output_folder_are_serialised(model, tmp_path):
@@ -383,9 +392,9 @@ def test_a_build_being_read_is_never_compiled_over_and_one_being_written_is_neve
             one_line_error(cisl(*command, cwd=tmp_path), str(out), "another cisl run is writing it")
     # what a sim in progress (or killed) keeps inside the folder is its own, not the user's: a compile of
     # the folder is not refused for it (it used to say "holds .logs.tmp-…/node_00.log … move it away")
-    (out / ".logs.tmp-0123abcd").mkdir()
-    (out / ".logs.tmp-0123abcd" / ".cisl-output").write_text("cisl sim-logs\n")
-    (out / ".logs.tmp-0123abcd" / "node_00.log").write_text("CISL 1 boot\n")
+    (out / ".logs.tmp-0123456789ab").mkdir()
+    (out / ".logs.tmp-0123456789ab" / ".cisl-output").write_text("cisl sim-logs\n")
+    (out / ".logs.tmp-0123456789ab" / "node_00.log").write_text("CISL 1 boot\n")
     assert cisl("compile", str(model), "--devices", "2", "-o", str(out), cwd=tmp_path).returncode == 0
 
 
@@ -1125,3 +1134,33 @@ def test_with_two_nodes_the_dead_radio_is_the_one_named(simbuild, tmp_path, dead
     notes = (tmp_path / "rep" / "notes.txt").read_text()
     assert f"node {live} declared dead" not in notes and f"its radio is the dead one (--radio-dead {dead})" in notes, \
         notes
+
+
+def test_outputs_through_links_dots_and_lookalike_names_keep_the_users_data(model, tmp_path):
+    """Audit M: `-o LINK` replaced the user's symlink with a new folder (the folder it named kept the old,
+    stale output); a file of the user's named like cisl's leftovers inside an output was deleted without
+    a word; `-o .` ran the whole job and then failed at the rename ("Device or resource busy")."""
+    import os
+
+    def compile_to(out, cwd=tmp_path):
+        return cisl("compile", str(model), "--devices", "2", "-q", "-o", str(out), cwd=cwd)
+
+    (tmp_path / "disk").mkdir()
+    assert compile_to("disk/build").returncode == 0
+    (tmp_path / "link").symlink_to("disk/build")
+    old = (tmp_path / "disk" / "build" / "plan.json").stat().st_mtime_ns
+    assert compile_to("link").returncode == 0
+    assert os.readlink(tmp_path / "link") == "disk/build"  # the link stays, what it names is the new output
+    assert (tmp_path / "disk" / "build" / "plan.json").stat().st_mtime_ns != old
+    (tmp_path / "dangling").symlink_to("disk/other")
+    assert compile_to("dangling").returncode == 0
+    assert (tmp_path / "dangling").is_symlink() and (tmp_path / "disk" / "other" / "plan.json").is_file()
+
+    (tmp_path / "disk" / "build" / ".analysis.old-v2").write_text("mine\n")
+    one_line_error(compile_to("disk/build"), ".analysis.old-v2", "cisl did not write there")
+    assert (tmp_path / "disk" / "build" / ".analysis.old-v2").read_text() == "mine\n"
+
+    (tmp_path / "here").mkdir()
+    for out in (".", "./", str(tmp_path / "here"), ".."):
+        one_line_error(compile_to(out, cwd=tmp_path / "here"), "is the current folder or holds it")
+    assert sorted(os.listdir(tmp_path / "here")) == []

@@ -51,7 +51,7 @@ def make_output(path: Path, text: str) -> None:
 @pytest.mark.parametrize("exchange", [True, False])
 def test_ctrl_c_during_the_swap_leaves_one_whole_output(tmp_path, exchange):
     make_output(tmp_path / "out", "old")
-    make_output(tmp_path / ".out.tmp-1", "new")
+    make_output(tmp_path / ".out.tmp-0123456789ab", "new")
     p = run_script("""
         import os, signal, sys
         from pathlib import Path
@@ -73,7 +73,7 @@ def test_ctrl_c_during_the_swap_leaves_one_whole_output(tmp_path, exchange):
             return out
         fsutil._exchange = exchange
         try:
-            fsutil.replace_dir(Path(sys.argv[1]) / ".out.tmp-1", Path(sys.argv[1]) / "out")
+            fsutil.replace_dir(Path(sys.argv[1]) / ".out.tmp-0123456789ab", Path(sys.argv[1]) / "out")
         except KeyboardInterrupt:
             sys.exit(130)
         """, str(tmp_path), str(exchange))
@@ -84,8 +84,8 @@ def test_ctrl_c_during_the_swap_leaves_one_whole_output(tmp_path, exchange):
 def test_a_run_killed_between_the_two_renames_gets_its_previous_output_back(tmp_path):
     from codegen.fsutil import output_lock
 
-    make_output(tmp_path / ".out.old-abc", "old")  # out renamed away, the new one not yet in place
-    make_output(tmp_path / ".out.tmp-def", "half")
+    make_output(tmp_path / ".out.old-abcdef012345", "old")  # out renamed away, the new one not yet in place
+    make_output(tmp_path / ".out.tmp-def012345678", "half")
     with output_lock(tmp_path / "out"):
         assert (tmp_path / "out" / "result.txt").read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import UserError
-from ..fsutil import (OWNER_FILE, check_output_dir, discard_output, missing_parents, output_lock, replace_dir,
-                      stamp_output, temp_sibling)
+from ..fsutil import (OWNER_FILE, check_output_dir, discard_output, missing_parents, output_lock, output_target,
+                      replace_dir, stamp_output, temp_sibling)
 from .capture import CaptureResult, HostCommand, PortSpec, capture
 from .config import Testbed, check_state_claim, testbed_in_use
 from .flash import read_flashed, resolve_serials
@@ -39,7 +39,8 @@ class LogsResult:
 
 def run_logs(testbed: Testbed, out_dir: Path, **kwargs) -> LogsResult:
     """Record a run into ``out_dir`` (see the module's docstring); one run at a time per folder."""
-    with output_lock(Path(out_dir)), testbed_in_use(testbed):
+    out_dir = output_target(Path(out_dir))  # `-o .`, a link to the folder: the folder itself
+    with output_lock(out_dir), testbed_in_use(testbed):
         return _run_logs(testbed, out_dir, **kwargs)
 
 

@@ -227,3 +227,26 @@ def test_a_csv_value_beyond_float32_is_one_line(tmp_path, good_model):
     (tmp_path / "d.csv").write_text("date,a,b\n" + "\n".join(rows) + "\n")
     p = cisl("eval", str(good_model), "--data", "d.csv", cwd=tmp_path)
     assert_one_line_error(p, "d.csv", "column 'b'", "out-of-float32-range", "data row 51")
+
+
+def test_a_full_disk_names_the_file_that_could_not_be_written(tmp_path, good_model):
+    """With the disk full (here the file size limit, `ulimit -f`), `cisl build` named the cache object it
+    was copying *from*, pointing the user at the wrong disk, and compile named "a file" (audit M)."""
+    import json
+    import resource
+    import shutil
+    import sys
+
+    b = tmp_path / "B"
+    assert cisl("compile", str(good_model), "-q", "-o", str(b), cwd=tmp_path).returncode == 0
+    assert cisl("build", str(b), "-q", "--no-board-time", cwd=tmp_path).returncode == 0  # the objects are cached
+    assert json.loads((b / "build.json").read_text())["nodes"]
+    shutil.rmtree(b / "_obj")  # the next build copies them from the cache
+
+    def small_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20 * 1024, 20 * 1024))
+
+    p = subprocess.run([sys.executable, "-m", "codegen.cli", "build", str(b), "-q", "--no-board-time"], cwd=tmp_path,
+                       capture_output=True, text=True, preexec_fn=small_files, timeout=600)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "free some space" in p.stderr and str(b) in p.stderr and "/.cache/" not in p.stderr, p.stderr

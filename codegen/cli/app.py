@@ -35,6 +35,14 @@ def one_line_errors(fn, *args, **kwargs):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush must not fail
         sys.exit(141)  # as a tool killed by SIGPIPE
     except OSError as e:  # the one error boundary for the file system: the path and the reason
+        import errno
+
+        if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):  # a write that ran out of room
+            # a copy's error names its source first (shutil): the file that could not be written is the second
+            where = e.filename2 or e.filename
+            click.echo(f"error: {where or 'writing the output'}: {e.strerror or e}; free some space (or raise the "
+                       f"file size limit, `ulimit -f`) or write the output elsewhere", err=True)
+            sys.exit(2)
         where = e.filename or "a file"
         click.echo(f"error: {where}: {e.strerror or e}; check that the path exists, is of the right kind "
                    f"(file or folder) and is writable", err=True)

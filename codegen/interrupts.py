@@ -25,8 +25,13 @@ _on_signal: list[Callable[[], None]] = []  # what a deferred block does at once 
 _hook_installed = False
 
 
+_finishing = False  # the command's outcome is decided: a signal now is recorded, not raised
+
+
 def _handler(signum: int, frame) -> None:
     _pending.append(signum)
+    if _finishing:
+        return
     if _deferred:
         for stop in list(_on_signal):
             stop()
@@ -46,8 +51,9 @@ def install() -> None:
     """The CLI's entry point: SIGINT, SIGTERM and SIGHUP are recorded and raised as KeyboardInterrupt
     (SIGHUP: the terminal closed or the ssh session dropped; Python's default would end cisl at once,
     leaving flash tools running in their own sessions and temporary folders behind)."""
-    global _hook_installed
+    global _hook_installed, _finishing
     _pending.clear()
+    _finishing = False
     if threading.current_thread() is not threading.main_thread():
         return  # only the main thread may set handlers (cisl run from a thread keeps Python's)
     signal.signal(signal.SIGINT, _handler)
@@ -57,6 +63,13 @@ def install() -> None:
     if not _hook_installed:
         sys.unraisablehook = _quiet_about_interrupts(sys.unraisablehook)
         _hook_installed = True
+
+
+def finishing() -> None:
+    """The command is reporting how it ended (an error line, "interrupted") and exits next: a signal that
+    comes now must not raise inside that report, which printed a traceback instead of the line."""
+    global _finishing
+    _finishing = True
 
 
 def interrupted() -> bool:

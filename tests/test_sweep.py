@@ -425,3 +425,15 @@ def test_ctrl_c_of_a_local_backend_sweep_prints_no_submitit_traceback(tmp_path: 
         except ProcessLookupError:
             pass
     assert err.strip() == "interrupted", err
+
+
+@pytest.mark.unit
+def test_a_second_sweep_on_one_folder_is_refused_while_the_first_runs(tmp_path: Path) -> None:
+    """Two `cisl sweep -o C` at once ran into each other's units ("another cisl run is writing it") and both
+    reported units failed that had finished (audit M). The second is refused at once, in one line."""
+    from codegen.fsutil import use_lock
+
+    with use_lock(tmp_path / "C", "held"):  # what a running sweep holds
+        p = cisl(tmp_path, "sweep", "--seeds", "0", "--epochs", "1", "-o", "C")
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "another `cisl sweep` is running in this folder" in p.stderr and "unit" not in p.stdout, p.stderr

@@ -94,10 +94,16 @@ def sweep(config: Path | None, out_dir: Path, data: Path | None, seeds: str | No
         for u in units:
             click.echo(f"{unit_id(u)}  {unit_state(records, work, u):7s}  {u.label}")
         return
-    claim_sweep_folder(out_dir)
-    slurm = {"partition": slurm_partition, "timeout_min": slurm_time, "cpus_per_task": slurm_cpus}
-    results = run_sweep(units, records, work, backend, jobs, {k: v for k, v in slurm.items() if v is not None},
-                        say(quiet))
+    from ..fsutil import use_lock
+
+    # one sweep per folder at a time: a second one ran into the first's units ("another cisl run is writing
+    # it") and reported them failed although they finished; refused at once instead
+    with use_lock(out_dir, f"{out_dir}: another `cisl sweep` is running in this folder; wait for it to end (it "
+                           "skips what is done when run again)"):
+        claim_sweep_folder(out_dir)
+        slurm = {"partition": slurm_partition, "timeout_min": slurm_time, "cpus_per_task": slurm_cpus}
+        results = run_sweep(units, records, work, backend, jobs, {k: v for k, v in slurm.items() if v is not None},
+                            say(quiet))
     lines = []  # all before any is printed: a damaged record is one line, not a traceback halfway
     for u, rec in zip(units, results):
         path = record_path(records, u)

@@ -256,13 +256,13 @@ def test_the_polish_moves_shares_to_the_best_division_exactly():
     enough divisions, the polish tries them all, so the plan is the exact optimum of its nodes whatever
     the MILP started from, and a looser deadline never writes a dearer plan."""
     from codegen.planner.plan import polish
-    from codegen.planner.solve import Solution, _compositions
+    from codegen.planner.solve import Solution, compositions
 
     p = build_problem(profile(["nrf52840dk", "nrf52833dk"], [(0.0, 0.0), (9.0, 0.0)], slow={"nrf52833dk"}), CFG,
                       [0, 1])
     every = {}
-    for hs in _compositions(p.H, 2):
-        for us in _compositions(p.Fh, 2):
+    for hs in compositions(p.H, 2):
+        for us in compositions(p.Fh, 2):
             e = exact(p, Assignment(hs, us))
             if not e.violations:
                 every[(tuple(hs), tuple(us))] = e

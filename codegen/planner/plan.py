@@ -24,7 +24,7 @@ from ..modelspec import ModelConfig
 from .costs import Evaluation
 from .problem import Assignment, Problem, build_problem, exact, model_cost
 from .profile import Profile, read_profile
-from .solve import Solution, _compositions, coedge_plan, even_plan, proportional_plan, solve_milp
+from .solve import Solution, compositions, coedge_plan, even_plan, proportional_plan, solve_milp
 from .split import SplitFile, write_split
 
 REPLANS = 4
@@ -432,8 +432,8 @@ def polish(p: Problem, solution: Solution, ev: Evaluation, deadline_ms: float | 
         # few enough divisions among the nodes taking part to try them all: the energy is rugged in the
         # shares (messages fill whole packets), so a local search can stop short of the best
         start = (heads, hidden)
-        for hs in _compositions(p.H, len(part)):
-            for us in _compositions(p.Fh, len(part)):
+        for hs in compositions(p.H, len(part)):
+            for us in compositions(p.Fh, len(part)):
                 h2, u2 = list(heads), list(hidden)
                 for k, h, u in zip(part, hs, us):
                     h2[k], u2[k] = h, u

@@ -242,7 +242,7 @@ def solve_milp(p: Problem, deadline_ms: float | None, objective: str = "energy",
     return Solution("milp", Assignment(heads, hidden), status, secs, float(res.fun + const), res.message)
 
 
-def _compositions(total: int, parts: int):
+def compositions(total: int, parts: int):
     """Every way to write ``total`` as ``parts`` positive integers (ordered)."""
     for cuts in itertools.combinations(range(1, total), parts - 1):
         edges = (0,) + cuts + (total,)
@@ -255,10 +255,10 @@ def brute_force(p: Problem, deadline_ms: float | None, objective: str = "energy"
     best, best_val = None, None
     for n in range(D if all_nodes else 1, min(D, p.H, p.Fh) + 1):
         for S in itertools.combinations(range(D), n):
-            for hs in _compositions(p.H, n):
+            for hs in compositions(p.H, n):
                 if any(p.U[k][h] < 1 for k, h in zip(S, hs)):
                     continue
-                for us in _compositions(p.Fh, n):
+                for us in compositions(p.Fh, n):
                     if any(u > p.U[k][h] for k, h, u in zip(S, hs, us)):
                         continue
                     heads, hidden = [0] * D, [0] * D

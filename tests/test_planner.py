@@ -296,3 +296,17 @@ def test_rates_price_what_an_op_writes_where_the_sizes_tell_it_apart():
     assert r.cycles(576, 144) == pytest.approx(14700.0) and r.cycles(576, 48) == pytest.approx(5100.0)
     r = fit_rate([10, 20, 30], [25.0, 45.0, 65.0], [10, 20, 30])  # outputs in proportion: units and a call
     assert (r.per_unit, r.per_op, r.per_out) == pytest.approx((2.0, 5.0, 0.0))
+
+
+def test_the_reference_build_measures_share_sized_ops_at_two_sizes():
+    """The two sampled reference nodes hold different shares, so an op whose size follows the share (the
+    column copies: ~680 cycles whatever their size) is fitted with its fixed cost per call; with an even
+    reference it was priced per element, a 1-node plan's copies at 4× their cycles."""
+    from codegen.planner.profile import reference_shares
+
+    cfg16 = ModelConfig(lookback=96, patch_len=16, stride=8, padding="end", d_model=64, heads=16, layers=2,
+                        mlp_hidden=64, horizon=24)
+    heads, hidden = reference_shares(cfg16, 4)
+    assert sum(heads) == 16 and sum(hidden) == 64 and min(heads) >= 1 and min(hidden) >= 1
+    assert heads[0] != heads[1] and hidden[0] != hidden[1]
+    assert reference_shares(CFG, 4) == ([1, 1, 1, 1], [1, 3, 2, 2])  # one head each: only hidden units move

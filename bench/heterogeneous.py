@@ -94,7 +94,7 @@ def run_plan(cfg, profile: Profile, a: Assignment, model_dir: Path, work: Path, 
     part = a.taking_part
     sf = SplitFile(cfg, 1.0, [profile.nodes[k].id for k in part], [profile.nodes[k].board for k in part],
                    [a.heads[k] for k in part], [a.hidden[k] for k in part], {"bench": label})
-    d = work / label.replace(" + ", "-")  # "milp + swaps": a folder name without spaces
+    d = work / label.replace(" + ", "-")  # "milp + polish": a folder name without spaces
     if d.exists():
         shutil.rmtree(d)
     d.mkdir(parents=True)
@@ -145,10 +145,10 @@ def one(testbed: str, model: str, args, say) -> dict:
     row: dict = {"testbed": testbed, "model": model, "deadline_ms": deadline, "fastest_ms": fastest.latency_ms,
                  "fastest_nodes": len(fastest.node_ids), "tables_seconds": round(build_s, 2), "methods": {}}
     milp, milp_ev = solve_checked(p, deadline, "energy")  # re-checked exactly, tightened where the model was optimistic
-    # what `cisl plan` then writes: the same shares swapped between nodes where that is better exactly
+    # what `cisl plan` then writes: the shares swapped and moved between nodes where that is better exactly
     polished, _, _ = polish(p, milp, milp_ev, deadline, "energy", say=say)
-    swaps = {"milp + swaps": polished} if polished.assignment != milp.assignment else {}
-    sols = {"milp": milp, **swaps, "even": even_plan(p), "proportional": proportional_plan(p),
+    polish_row = {"milp + polish": polished} if polished.assignment != milp.assignment else {}
+    sols = {"milp": milp, **polish_row, "even": even_plan(p), "proportional": proportional_plan(p),
             "coedge": coedge_plan(p, deadline)}
     model_dir = WORK / f"model-{model}"
     if not (model_dir / "model.onnx").is_file():
@@ -174,12 +174,12 @@ def one(testbed: str, model: str, args, say) -> dict:
     return row
 
 
-METHODS = ("milp", "milp + swaps", "even", "proportional", "coedge")
+METHODS = ("milp", "milp + polish", "even", "proportional", "coedge")
 
 
 def written(row: dict) -> str:
     """The method whose plan `cisl plan` writes for this row (the baselines aside)."""
-    return "milp + swaps" if "milp + swaps" in row["methods"] else "milp"
+    return "milp + polish" if "milp + polish" in row["methods"] else "milp"
 
 
 def relay_study(p, a: Assignment, deadline: float, say) -> dict:
@@ -318,7 +318,7 @@ def report(rows: list[dict], args) -> str:
               "memory and the deadline allow. The radio and CPU currents are the boards' datasheet figures "
               "(board.toml [power]); with the firmware sleeping between slots instead of polling the gap would "
               "shrink (docs/design/timing.md, \"Energy\").", ""]
-    lines += ["", "Splits of the plans `cisl plan` writes (the MILP's, polished by swaps where that row exists; "
+    lines += ["", "Splits of the plans `cisl plan` writes (the MILP's, polished by swaps and moves where that row exists; "
               "node: heads/hidden units; nodes left out are not listed):", ""]
     for r in rows:
         m = r["methods"][written(r)]

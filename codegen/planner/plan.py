@@ -473,9 +473,13 @@ def format_plan(r: PlanResult) -> str:
         lines.append(f"left out: {', '.join(str(n) for n in out)}")
     dl = r.split.planner.get("deadline_ms")
     goal = "least energy" if r.split.planner.get("objective") == "energy" else "fastest"
+    # the solver's status is about its linear model; the polish's steps come after it, evaluated exactly
+    base, _, steps = r.solution.method.partition(" + ")
+    solved = f"{base} {r.solution.status} in {r.solution.seconds:.2f} s" + (
+        f" (on its linear model), then {steps} evaluated exactly" if steps else "")
     lines.append(f"latency {ev.latency_ms:.2f} ms" + (f" (deadline {dl:g} ms)" if dl else "") + f" [{goal}]"
-                 + f", energy {ev.energy_total_uj:,.1f} uJ per inference; {r.solution.method} {r.solution.status} in "
-                 f"{r.solution.seconds:.2f} s; re-checked exactly: no constraint broken")
+                 + f", energy {ev.energy_total_uj:,.1f} uJ per inference; {solved}; re-checked exactly: no "
+                 "constraint broken")
     return "\n".join(lines)
 
 

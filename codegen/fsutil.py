@@ -22,12 +22,12 @@ _READING: dict[str, int] = {}  # key -> descriptor of the shared lock this proce
 _READ_BY_OTHERS = "another cisl run is reading it (sim, flash, qemu or estimate); wait for it to finish"
 # the temporary and previous outputs cisl names next to an output (temp_sibling, replace_dir): exactly this
 # form, so a folder of the user's called `.out.tmp-mine` or `.res.old-v1` is never taken for one
-_TOKEN = secrets.token_hex(6)
-_CISL_HIDDEN = re.compile(r"^\.[^/]+\.(tmp|old)-[0-9a-f]{%d}$" % len(_TOKEN))
+_TOKEN_HEX = 12  # hex digits of the random part
+_CISL_HIDDEN = re.compile(r"^\.[^/]+\.(tmp|old)-[0-9a-f]{%d}$" % _TOKEN_HEX)
 
 
 def _leftover_name(target: Path, kind: str) -> str:
-    return f".{target.name}.{kind}-{secrets.token_hex(len(_TOKEN) // 2)}"
+    return f".{target.name}.{kind}-{secrets.token_hex(_TOKEN_HEX // 2)}"
 
 
 def output_target(target: Path) -> Path:
@@ -368,7 +368,7 @@ def _acquire(lock: Path, target: Path, busy: str | None = None, shared: bool = F
 def _leftovers(target: Path, kind: str) -> list[Path]:
     """The ``.<name>.<kind>-<token>`` siblings of ``target`` a cisl run made: cisl's name form, and a file
     (an atomic file write's) or a folder that is empty or carries OWNER_FILE (an output's)."""
-    pattern = re.compile(r"\.%s\.%s-[0-9a-f]{%d}" % (re.escape(target.name), kind, len(_TOKEN)))
+    pattern = re.compile(r"\.%s\.%s-[0-9a-f]{%d}" % (re.escape(target.name), kind, _TOKEN_HEX))
     found = []
     for p in target.parent.glob(f".{glob.escape(target.name)}.{kind}-*"):
         if not pattern.fullmatch(p.name):

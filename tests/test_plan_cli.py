@@ -369,7 +369,9 @@ def test_profile_of_a_model_too_large_for_the_board_at_the_reference_node_count(
     assert "nrf52833dk" in doc["boards"] and doc["boards"]["nrf52833dk"]["rates"], doc.keys()
 
 
-@pytest.mark.unit
+@pytest.mark.sim
+@pytest.mark.arm
+@arm
 def test_profile_from_the_op_lines_of_real_boards(tmp_path):
     """`cisl profile --logs L --build B`: rates fitted to the DWT cycles the boards printed (`op` lines of
     a `--profile-ops` build), one board profile per board of the build; logs of another build refused."""
@@ -408,6 +410,14 @@ def test_profile_from_the_op_lines_of_real_boards(tmp_path):
     assert prof["boards"]["nrf52840dk"]["rates"]["fc"]["per_op"] == pytest.approx(50.0, abs=2.0)
     assert prof["boards"]["nrf52840dk"]["runtime_cycles"] == pytest.approx(200 * 64)  # 64 MHz: µs × 64
     assert prof["boards"]["nrf52833dk"]["runtime_cycles"] == pytest.approx(300 * 64)
+    # communication ops are the cycle model's (a board's line for them includes the wait for the radio,
+    # which plans count as the rounds), and so are kinds a board's nodes did not run (node 1 has no output
+    # op): every kind the model has is priced for both boards
+    for board, per in (("nrf52840dk", 3.0), ("nrf52833dk", 5.0)):
+        rates = prof["boards"][board]["rates"]
+        assert {"somegather", "send", "output", "fc"} <= set(rates), (board, sorted(rates))
+        sg = rates["somegather"]  # not the logged `per` cycles per unit + 50
+        assert abs(sg["per_unit"] - per) > 0.5 or abs(sg["per_op"] - 50) > 5, (board, sg)
     # a run `cisl logs` failed: its summary.json says so, and its rates are not a good run's
     (logs / "summary.json").write_text(json.dumps({"ok": False, "nodes": {"1": {"failed": "it ended early"}}}))
     p = cisl("profile", str(model), "--testbed", str(tb), "--logs", "logs", "--build", "b", "-o", "p1.json", "-q",

@@ -545,3 +545,25 @@ def test_a_hand_edited_split_file_is_one_line(tmp_path, edit, words):
     assert p.returncode == 2 and "Traceback" not in p.stderr, (p.returncode, p.stderr)
     assert len(p.stderr.strip().splitlines()) == 1 and "split.json" in p.stderr and words in p.stderr, p.stderr
     assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.faults
+def test_a_deadline_the_written_fastest_plan_meets_is_not_refused(tmp_path):
+    """The MILP's linear model can put the fastest plan above one the exact evaluation finds: `cisl plan`
+    without a deadline wrote 707.77 ms, and `--deadline 710` was refused as below "the fastest achievable,
+    719.1 ms" (audit O). When no candidate meets the constraints, shares are moved from the nearest one,
+    each step evaluated exactly, until one does."""
+    for nodes, flags in ((3, ["--all-nodes"]), (3, [])):
+        tb = tmp_path / f"tb{nodes}{len(flags)}.toml"
+        ok(cisl("testbed", "sim", "--nodes", str(nodes), "-o", str(tb), cwd=tmp_path))
+        small = _toml(tmp_path / "small.toml", SMALL)
+        _nominal_profile(tmp_path / "profile.json", SMALL, ["nrf52840dk"] * nodes)
+        ok(cisl("plan", str(small), "--testbed", str(tb), *flags, "-o", "fast.json", "-q", cwd=tmp_path, timeout=300))
+        fastest = json.loads((tmp_path / "fast.json").read_text())["planner"]["predicted"]["latency_ms"]
+        for objective in ("latency", "energy"):
+            deadline = round(fastest + 0.05, 2)
+            p = cisl("plan", str(small), "--testbed", str(tb), *flags, "--deadline", str(deadline), "--objective",
+                     objective, "-o", "d.json", "-q", cwd=tmp_path, timeout=300)
+            assert p.returncode == 0, (flags, objective, deadline, p.stderr)
+            got = json.loads((tmp_path / "d.json").read_text())["planner"]["predicted"]["latency_ms"]
+            assert got <= deadline, (flags, objective, got, deadline)

@@ -119,14 +119,16 @@ def plan_cmd(model: Path, testbed_file: Path, profile_file: Path, deadline_ms: f
         click.echo(f"{'split':<{w}} {'nodes':>5} {'latency ms':>11} {'energy uJ':>11}  meets the constraints")
         click.echo(row("milp", r.milp) if r.milp is not None else f"{'milp':<{w}} {'-':>5} {'-':>11} {'-':>11}  no plan")
         doc["baselines"] = {}
+        shown = [r.milp]
         for name, (sol, mc, ev) in r.baselines.items():
-            if ev is None:
-                click.echo(f"{name:<{w}} {'-':>5} {'-':>11} {'-':>11}  no solution ({sol.message or sol.status})")
+            if ev is None:  # (the solver's own message is HiGHS's status text: the status says it)
+                click.echo(f"{name:<{w}} {'-':>5} {'-':>11} {'-':>11}  no solution ({sol.status})")
                 doc["baselines"][name] = None
                 continue
             click.echo(row(name, ev))
+            shown.append(ev)
             doc["baselines"][name] = ev.to_json()
-        if " + " in r.solution.method:  # polished: the written plan is none of the rows above
+        if not any(ev is r.evaluation for ev in shown):  # polished, repaired, or a loosened MILP's: its own row
             click.echo(row(r.solution.method, r.evaluation))
     if json_out:
         write_output_file(json_out, json.dumps(doc, indent=1) + "\n", json_with("plan"))

@@ -24,7 +24,7 @@ from ..modelspec import ModelConfig
 from .costs import Evaluation
 from .problem import Assignment, Problem, build_problem, exact, model_cost
 from .profile import Profile, read_profile
-from .solve import Solution, compositions, coedge_plan, even_plan, proportional_plan, solve_milp
+from .solve import TIME_LIMIT_S, Solution, compositions, coedge_plan, even_plan, proportional_plan, solve_milp
 from .split import SplitFile, write_split
 
 REPLANS = 4
@@ -232,6 +232,7 @@ def _solve_checked(p, deadline_ms, objective, all_nodes, kernels, say):
     target = deadline_ms
     solution = None
     attempt, dropped = 0, []
+    say(f"plan: solving the MILP over {len(p.nodes)} candidate nodes (HiGHS; at most {TIME_LIMIT_S:g} s per solve)")
     while True:
         solution = solve_milp(p, target, objective, all_nodes=all_nodes)
         if solution.assignment is None:
@@ -423,6 +424,8 @@ def polish(p: Problem, solution: Solution, ev: Evaluation, deadline_ms: float | 
         if repair and not best.violations:
             return False  # repaired: the objective's polish comes after
         spent += 1
+        if spent % 50 == 0:
+            say(f"plan: {spent} steps evaluated exactly, {swaps} swaps and {moves} moves kept so far")
         e = exact(p, Assignment(h2, u2), deadline_ms, kernels)
         if repair:
             ok = excess(p, e, deadline_ms) < excess(p, best, deadline_ms) - 1e-9  # the nodes taking part stay
@@ -496,6 +499,7 @@ def polish(p: Problem, solution: Solution, ev: Evaluation, deadline_ms: float | 
             break
         step = max(1, step // 2)
     if swaps == moves == 0:
+        say(f"plan: none of the {spent} steps tried beats the plan")
         return solution, ev, ""
     what = "energy" if objective == "energy" else "latency"
     steps = " and ".join(x for x in (f"{swaps} swap{'s' if swaps != 1 else ''}" if swaps else "",

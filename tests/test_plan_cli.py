@@ -126,6 +126,13 @@ def test_replanning_without_dead_nodes_runs_bit_exact(tmp_path):
     est = json.loads(p.stdout)
     assert sum(x["air_us"]["mean"] for x in est["exchanges"].values()) / 1e3 == pytest.approx(sim_air, abs=0.051)
     assert est["topology"].startswith("positions of testbed nodes 0,1,2,4,5,6,8,"), est["topology"]
+    # the written plan's predictions are over CHECK_INFERENCES simulated inferences (the search's, over 3,
+    # favoured lucky rounds): the estimate over as many prices the very same rounds
+    from codegen.planner.costs import CHECK_INFERENCES
+
+    p = ok(cisl("estimate", str(out), "--testbed", str(tb), "--radio-inferences", str(CHECK_INFERENCES), "--json",
+                "-q", cwd=tmp_path, timeout=600))
+    est = json.loads(p.stdout)
     air = {sg: x["air_us"]["mean"] + x["guard_us"] for sg, x in est["exchanges"].items()}
     priced = [sum(air[str(sg)] for sg in b["exchanges"]) / 1e3 for b in est["blocks"]]
     assert priced == pytest.approx([b["comm_ms"] for b in sf["planner"]["predicted"]["blocks"]], abs=1e-3)

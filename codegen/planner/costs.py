@@ -29,6 +29,9 @@ from .profile import Profile
 
 BLOCKS_ORDER = ("embed", "attn", "mlp", "head")
 RADIO_INFERENCES = 3  # simulated inferences per radio evaluation (the rounds are random: averages)
+# the written plan's own evaluation: the search compares hundreds of candidates on 3 inferences each and
+# so favours lucky draws (a 4-node plan predicted 179.38 ms came out 183.01 over 50 inferences)
+CHECK_INFERENCES = 16
 
 
 def planning_masks(split: Split, layers: int, keep: float):
@@ -192,7 +195,7 @@ def undelivered(rounds, node_ids: list[int]) -> tuple[str, tuple[int, int]] | No
 
 def evaluate(profile: Profile, cfg: ModelConfig, node_ids: list[int], heads: list[int], hidden: list[int],
              keep: float = 1.0, rescale: bool = True, deadline_ms: float | None = None,
-             kernels: str = "nnref", relays=()) -> Evaluation:
+             kernels: str = "nnref", relays=(), inferences: int = RADIO_INFERENCES) -> Evaluation:
     """The exact evaluation of a split (see the module docstring), with every constraint it breaks.
 
     ``relays``: testbed nodes that take part in every Mixer round without computing (no message,
@@ -204,7 +207,7 @@ def evaluate(profile: Profile, cfg: ModelConfig, node_ids: list[int], heads: lis
     boards = tuple(profile.node(k).board for k in node_ids)
     s = structure_of(cfg, tuple(heads), tuple(hidden), keep, rescale, boards)
     cycles = [node_cycles(profile, boards[k], s.st.nodes[k], s.blocks[k]) for k in range(len(node_ids))]
-    rounds = radio_rounds(profile, cfg, s, boards, node_ids, relays=relays)
+    rounds = radio_rounds(profile, cfg, s, boards, node_ids, inferences=inferences, relays=relays)
     by_sg: dict[int, float] = {}
     for r in rounds:  # µs per exchange: air time (mean over the simulated inferences) + the start guard
         by_sg[r.sg] = by_sg.get(r.sg, 0.0) + r.air_us.mean + r.guard_us

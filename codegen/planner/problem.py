@@ -34,7 +34,7 @@ from ..boards import load_board
 from ..footprint import NodeFacts, estimate
 from ..modelspec import ModelConfig
 from ..partition import even_split
-from .costs import evaluate, node_cycles, radio_rounds, structure_of
+from .costs import RADIO_INFERENCES, evaluate, node_cycles, radio_rounds, structure_of
 from .profile import Profile
 
 
@@ -283,9 +283,10 @@ def model_cost(p: Problem, a: Assignment, deadline_ms: float | None = None) -> M
     return ModelCost(latency, sum(energy), energy, not why, why)
 
 
-def exact(p: Problem, a: Assignment, deadline_ms: float | None = None, kernels: str = "nnref", relays=()):
+def exact(p: Problem, a: Assignment, deadline_ms: float | None = None, kernels: str = "nnref", relays=(),
+          inferences: int = RADIO_INFERENCES):
     """:func:`.costs.evaluate` of an assignment (the nodes taking part, in plan order; ``relays``:
-    testbed nodes that would only relay)."""
+    testbed nodes that would only relay; ``inferences``: simulated inferences of the rounds)."""
     part = a.taking_part
     return evaluate(p.profile, p.cfg, [p.nodes[k] for k in part], [a.heads[k] for k in part],
-                    [a.hidden[k] for k in part], p.keep, p.rescale, deadline_ms, kernels, relays)
+                    [a.hidden[k] for k in part], p.keep, p.rescale, deadline_ms, kernels, relays, inferences)

@@ -310,3 +310,7 @@ def test_the_reference_build_measures_share_sized_ops_at_two_sizes():
     assert sum(heads) == 16 and sum(hidden) == 64 and min(heads) >= 1 and min(hidden) >= 1
     assert heads[0] != heads[1] and hidden[0] != hidden[1]
     assert reference_shares(CFG, 4) == ([1, 1, 1, 1], [1, 3, 2, 2])  # one head each: only hidden units move
+    six = ModelConfig(lookback=64, patch_len=8, stride=8, padding="none", d_model=48, heads=6, layers=1,
+                      mlp_hidden=40, horizon=8)
+    heads, _ = reference_shares(six, 4)  # 1, 1, 1, 3 evenly: node 1 takes a head from node 3 (audit O)
+    assert heads == [1, 2, 1, 2]

@@ -311,6 +311,9 @@ def reference_shares(cfg: ModelConfig, d: int) -> tuple[list[int], list[int]]:
     hidden[-1] += cfg.mlp_hidden - sum(hidden)
     if d >= 2 and heads[0] >= 2:
         heads[0], heads[1] = heads[0] - 1, heads[1] + 1
+    elif d >= 3 and max(heads[2:]) >= 2:  # one head each on the sampled nodes: node 1 takes one from the richest
+        donor = 2 + heads[2:].index(max(heads[2:]))
+        heads[donor], heads[1] = heads[donor] - 1, heads[1] + 1
     if d >= 2 and hidden[0] >= 2:
         moved = hidden[0] // 2
         hidden[0], hidden[1] = hidden[0] - moved, hidden[1] + moved

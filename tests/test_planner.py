@@ -314,3 +314,19 @@ def test_the_reference_build_measures_share_sized_ops_at_two_sizes():
                       mlp_hidden=40, horizon=8)
     heads, _ = reference_shares(six, 4)  # 1, 1, 1, 3 evenly: node 1 takes a head from node 3 (audit O)
     assert heads == [1, 2, 1, 2]
+
+
+def test_the_polish_stops_at_its_time_limit():
+    """400 exact evaluations of a 7.9 M-parameter model on 16 nodes made `cisl plan` take 341 s: the polish
+    also stops after its time limit, keeping what it found."""
+    import time
+
+    from codegen.planner.plan import polish
+    from codegen.planner.solve import Solution
+
+    p = build_problem(profile(["nrf52840dk"] * 6, [(6.0 * k, 0.0) for k in range(6)]), CFG, list(range(6)))
+    spread = Assignment([1, 0, 1, 0, 0, 2], [2, 0, 2, 0, 0, 4])
+    start = exact(p, spread)
+    t0 = time.monotonic()
+    sol, ev, _ = polish(p, Solution("milp", spread, "optimal", 0.0), start, None, "energy", seconds=0.0)
+    assert time.monotonic() - t0 < 5 and sol.assignment == spread and ev is start

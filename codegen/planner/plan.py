@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
@@ -357,6 +358,9 @@ def best_checked(p: Problem, solution: Solution | None, ev: Evaluation | None, o
 
 
 POLISH_EVALUATIONS = 400  # exact evaluations the swap search may spend (~0.1 s each with 16 nodes)
+# and the time it may take: a 7.9 M-parameter model on 16 nodes spends ~0.8 s per evaluation, and 400
+# of them made `cisl plan` take 341 s
+POLISH_SECONDS = 60.0
 
 
 def excess(p: Problem, e: Evaluation, deadline_ms: float | None) -> float:
@@ -400,7 +404,8 @@ def _exact_key(e: Evaluation, objective: str) -> tuple[float, float]:
 
 def polish(p: Problem, solution: Solution, ev: Evaluation, deadline_ms: float | None, objective: str,
            kernels: str = "nnref", say: Callable[[str], None] = lambda s: None,
-           budget: int = POLISH_EVALUATIONS, repair: bool = False) -> tuple[Solution, Evaluation, str]:
+           budget: int = POLISH_EVALUATIONS, repair: bool = False,
+           seconds: float = POLISH_SECONDS) -> tuple[Solution, Evaluation, str]:
     """The written plan improved by swapping and moving shares between nodes, each step evaluated exactly.
 
     The linear model prices n nodes' rounds alike whoever takes part and however the shares sit on
@@ -410,7 +415,7 @@ def polish(p: Problem, solution: Solution, ev: Evaluation, deadline_ms: float | 
     - how uneven the shares are: a node's radio energy grows with what it sends and with how long it
       waits for slower nodes in the rounds (2 nodes: 5,844.7 to 6,341.4 uJ over splits the model prices
       within 54 uJ), so a looser deadline could write a dearer plan than a tighter one.
-    First improvement, until no step helps or ``budget`` evaluations are spent:
+    First improvement, until no step helps or ``budget`` evaluations or ``seconds`` are spent:
     - swaps over every pair (two nodes taking part, or one taking part and one left out, which moves
       its share);
     - then moves between two nodes taking part: one head, or a step of hidden units (an eighth of them,
@@ -424,14 +429,19 @@ def polish(p: Problem, solution: Solution, ev: Evaluation, deadline_ms: float | 
     best = ev
     spent, swaps, moves = 0, 0, 0
     D = len(p.nodes)
+    ends, timed_out, tried = time.monotonic() + seconds, False, 0
 
     def better(h2: list[int], u2: list[int]) -> bool:
-        nonlocal best, heads, hidden, spent
+        nonlocal best, heads, hidden, spent, timed_out, tried
         if any(h and not 1 <= u <= p.U[k][h] for k, (h, u) in enumerate(zip(h2, u2))):
             return False  # a share a node cannot hold: the tables are exact for memory
+        if time.monotonic() > ends:
+            spent, timed_out = max(spent, budget), True  # the loops stop at the budget
+            return False
         if repair and not best.violations:
             return False  # repaired: the objective's polish comes after
         spent += 1
+        tried += 1
         if spent % 50 == 0:
             say(f"plan: {spent} steps evaluated exactly, {swaps} swaps and {moves} moves kept so far")
         e = exact(p, Assignment(h2, u2), deadline_ms, kernels)
@@ -506,8 +516,10 @@ def polish(p: Problem, solution: Solution, ev: Evaluation, deadline_ms: float | 
         if step == 1:
             break
         step = max(1, step // 2)
+    if timed_out:
+        say(f"plan: the search for better shares stopped after {seconds:g} s")
     if swaps == moves == 0:
-        say(f"plan: none of the {spent} steps tried beats the plan")
+        say(f"plan: none of the {tried} steps tried beats the plan")
         return solution, ev, ""
     what = "energy" if objective == "energy" else "latency"
     steps = " and ".join(x for x in (f"{swaps} swap{'s' if swaps != 1 else ''}" if swaps else "",
@@ -515,7 +527,7 @@ def polish(p: Problem, solution: Solution, ev: Evaluation, deadline_ms: float | 
     sol = replace(solution, assignment=Assignment(heads, hidden), method=f"{solution.method} + {steps}")
     return sol, best, (f"the shares swapped or moved between nodes are better on {what} when evaluated exactly "
                        f"({best.latency_ms:.2f} ms, {best.energy_total_uj:,.1f} uJ against {ev.latency_ms:.2f} ms, "
-                       f"{ev.energy_total_uj:,.1f} uJ; {steps} of {spent} tried): written instead")
+                       f"{ev.energy_total_uj:,.1f} uJ; {steps} of {tried} tried): written instead")
 
 
 def format_plan(r: PlanResult) -> str:

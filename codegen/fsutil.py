@@ -23,7 +23,7 @@ _READ_BY_OTHERS = "another cisl run is reading it (sim, flash, qemu or estimate)
 # the temporary and previous outputs cisl names next to an output (temp_sibling, replace_dir): exactly this
 # form, so a folder of the user's called `.out.tmp-mine` or `.res.old-v1` is never taken for one
 _TOKEN_HEX = 12  # hex digits of the random part
-_CISL_HIDDEN = re.compile(r"^\.[^/]+\.(tmp|old)-[0-9a-f]{%d}$" % _TOKEN_HEX)
+_CISL_HIDDEN = re.compile(rf"^\.[^/]+\.(tmp|old)-[0-9a-f]{{{_TOKEN_HEX}}}$")
 
 
 def _leftover_name(target: Path, kind: str) -> str:
@@ -368,7 +368,7 @@ def _acquire(lock: Path, target: Path, busy: str | None = None, shared: bool = F
 def _leftovers(target: Path, kind: str) -> list[Path]:
     """The ``.<name>.<kind>-<token>`` siblings of ``target`` a cisl run made: cisl's name form, and a file
     (an atomic file write's) or a folder that is empty or carries OWNER_FILE (an output's)."""
-    pattern = re.compile(r"\.%s\.%s-[0-9a-f]{%d}" % (re.escape(target.name), kind, _TOKEN_HEX))
+    pattern = re.compile(rf"\.{re.escape(target.name)}\.{kind}-[0-9a-f]{{{_TOKEN_HEX}}}")
     found = []
     for p in target.parent.glob(f".{glob.escape(target.name)}.{kind}-*"):
         if not pattern.fullmatch(p.name):

@@ -24,20 +24,21 @@ def one_line_errors(fn, *args, **kwargs):
     from .. import interrupts
 
     try:
-        result = fn(*args, **kwargs)
-        interrupts.check()  # a Ctrl-C that Python swallowed in a callback still ends the command as one
-        return result
+        try:
+            result = fn(*args, **kwargs)
+            interrupts.check()  # a Ctrl-C that Python swallowed in a callback still ends the command as one
+            return result
+        except BaseException:
+            interrupts.finishing()  # how it ended is decided: a signal now must not cut the report below
+            raise
     except UserError as e:
-        interrupts.finishing()
         click.echo(f"error: {e}", err=True)
         sys.exit(e.exit_code)
     except BrokenPipeError:  # whoever read cisl's output stopped (`cisl sim B | head`): no error of the user's
-        interrupts.finishing()
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush must not fail
         sys.exit(141)  # as a tool killed by SIGPIPE
     except OSError as e:  # the one error boundary for the file system: the path and the reason
-        interrupts.finishing()
         import errno
 
         if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):  # a write that ran out of room
@@ -51,20 +52,16 @@ def one_line_errors(fn, *args, **kwargs):
                    f"(file or folder) and is writable", err=True)
         sys.exit(2)
     except UnicodeDecodeError as e:
-        interrupts.finishing()
         click.echo(f"error: a file that should be text is not ({e.reason} at byte {e.start}); check the "
                    f"files given", err=True)
         sys.exit(2)
     except EOFError:  # click would report it as Ctrl-C ("interrupted", 130)
-        interrupts.finishing()
         click.echo("error: a file ended early (empty or cut short); check the files given", err=True)
         sys.exit(2)
     except CheckFailed as e:
-        interrupts.finishing()
         click.echo(f"FAILED: {e}", err=True)
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
-        interrupts.finishing()
         click.echo("interrupted", err=True)
         sys.exit(130)
 

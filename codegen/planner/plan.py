@@ -388,7 +388,7 @@ def repaired(p: Problem, candidates: dict[str, tuple], deadline_ms: float | None
     near = [x for x in near if math.isfinite(x[0])]
     if not near:
         return None, None, ""
-    x0, sol, e = min(near, key=lambda t: t[0])
+    _, sol, e = min(near, key=lambda t: t[0])
     say(f"plan: no candidate meets every constraint; moving shares from the nearest ({sol.method}), each step "
         "evaluated exactly")
     fixed, ev, _ = polish(p, sol, e, deadline_ms, objective, kernels, say, repair=True)
@@ -427,23 +427,25 @@ def polish(p: Problem, solution: Solution, ev: Evaluation, deadline_ms: float | 
     Returns (solution, evaluation, a note or "")."""
     heads, hidden = list(solution.assignment.heads), list(solution.assignment.hidden)
     best = ev
-    spent, swaps, moves = 0, 0, 0
+    tried, swaps, moves = 0, 0, 0
     D = len(p.nodes)
-    ends, timed_out, tried = time.monotonic() + seconds, False, 0
+    ends, timed_out = time.monotonic() + seconds, False
+
+    def spent() -> bool:
+        return tried >= budget or timed_out
 
     def better(h2: list[int], u2: list[int]) -> bool:
-        nonlocal best, heads, hidden, spent, timed_out, tried
+        nonlocal best, heads, hidden, timed_out, tried
         if any(h and not 1 <= u <= p.U[k][h] for k, (h, u) in enumerate(zip(h2, u2))):
             return False  # a share a node cannot hold: the tables are exact for memory
         if time.monotonic() > ends:
-            spent, timed_out = max(spent, budget), True  # the loops stop at the budget
+            timed_out = True
             return False
         if repair and not best.violations:
             return False  # repaired: the objective's polish comes after
-        spent += 1
         tried += 1
-        if spent % 50 == 0:
-            say(f"plan: {spent} steps evaluated exactly, {swaps} swaps and {moves} moves kept so far")
+        if tried % 50 == 0:
+            say(f"plan: {tried} steps evaluated exactly, {swaps} swaps and {moves} moves kept so far")
         e = exact(p, Assignment(h2, u2), deadline_ms, kernels)
         if repair:
             ok = excess(p, e, deadline_ms) < excess(p, best, deadline_ms) - 1e-9  # the nodes taking part stay
@@ -458,7 +460,7 @@ def polish(p: Problem, solution: Solution, ev: Evaluation, deadline_ms: float | 
         nonlocal swaps
         for i in range(D):
             for j in range(i + 1, D):
-                if spent >= budget:
+                if spent():
                     return False
                 if (heads[i], hidden[i]) == (heads[j], hidden[j]) or heads[i] == 0 == heads[j]:
                     continue
@@ -482,7 +484,7 @@ def polish(p: Problem, solution: Solution, ev: Evaluation, deadline_ms: float | 
                 if hidden[i] > step:
                     tries.append((0, step))
                 for dh, du in tries:
-                    if spent >= budget:
+                    if spent():
                         return False
                     h2, u2 = list(heads), list(hidden)
                     h2[i], h2[j], u2[i], u2[j] = h2[i] - dh, h2[j] + dh, u2[i] - du, u2[j] + du
@@ -507,7 +509,7 @@ def polish(p: Problem, solution: Solution, ev: Evaluation, deadline_ms: float | 
         moves += (heads, hidden) != start  # the best division, one move
     first = max(1, p.Fh // 8)
     step = first
-    while spent < budget and not (repair and not best.violations):
+    while not spent() and not (repair and not best.violations):
         if swap_round():
             step = first
             continue

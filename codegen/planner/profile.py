@@ -4,7 +4,8 @@ Per node of a testbed (or for one board):
 
 * **rates**: cycles per unit of work of every op class, ``cycles = per_unit · units + per_out ·
   outputs + per_op`` (``outputs``: the elements the op writes; ``per_out`` is fitted only where the
-  reference has sizes enough to tell it from the units, else 0), least-squares (non-negative) over the ops of a reference build of the model's shapes run on the cycle model
+  reference has sizes enough to tell it from the units, else 0), least-squares (non-negative) over
+  the ops of a reference build of the model's shapes run on the cycle model
   (codegen/timing; every node checked bit-exact), or over the ``op`` lines (DWT cycles) that real
   boards printed for a `cisl build --profile-ops` build recorded by `cisl logs` (``--logs``). Units are the op kind's work unit (MACs of
   fc/bmm/fc_s32, elements of adds, LayerNorm, softmax, rescale) and, for the other kinds, the

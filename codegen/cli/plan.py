@@ -104,7 +104,7 @@ def plan_cmd(model: Path, testbed_file: Path, profile_file: Path, deadline_ms: f
     for n in r.notes:
         click.echo(f"note: {n}", err=True)
     doc = {"plan": r.split.to_json()}
-    if compare:  # every candidate was evaluated exactly to choose the plan: the table shows them all
+    if compare:  # every candidate was evaluated over as many simulated inferences as the written plan
         every = len(r.problem.nodes)
         w = max(16, len(r.solution.method) + 1)  # a polished plan's name: "milp + 1 swap and 2 moves"
 

@@ -253,3 +253,149 @@ class SequenceChecker:
                         if not self.boots and self.first_inf and n > self.infers else "")
                 return f"end inferences={n} but it reported {self.infers} inferences{more}"
         return None
+
+
+# --- complete inferences -------------------------------------------------------------------------------
+# A node prints the same lines in every inference it computes: one `block` line per block of its schedule,
+# one `sg` line per exchange (somegather, partial sums sent or reduced), and on the sink the `output` lines
+# of the forecast, then `infer`. An inference is complete when the capture saw it start (its first line
+# follows the node's `boot`, the previous inference's `infer` or a `resync` to it), saw every one of those
+# lines and its `infer` line, and the capture noticed nothing lost inside it (a line that did not parse,
+# the port dropped and reopened). Host tools leave the others out of every mean (docs/serial-contract.md,
+# "Complete inferences").
+
+LOOKS_LIKE_CONTRACT = re.compile(r"CISL \d{1,3} [a-z_]")  # a contract line's start (garbled lines: see above)
+
+PARTIAL = "partial"  # the capture started inside it (no boot, infer or resync line before its first line)
+UNFINISHED = "unfinished"  # no infer line: the capture (or the node) stopped inside it
+DAMAGED = "damaged"  # lines of it were lost or garbled
+
+
+def line_key(event: str, fields: dict) -> tuple | None:
+    """What a line of an inference is, for its completeness: ("block", layer, block), ("sg", layer,
+    point), ("output", off); None for the lines whose number varies (peer, mode, host, op, ...)."""
+    try:
+        if event == "block":
+            return ("block", int(fields["layer"]), str(fields["block"]))
+        if event == "sg":
+            return ("sg", int(fields["layer"]), str(fields["point"]))
+        if event == "output":
+            return ("output", int(fields["off"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return None
+
+
+def plan_lines(plan: dict, node: int) -> frozenset | None:
+    """The `block` and `sg` lines plan node ``node`` prints per inference, from plan.json (its ops'
+    `block_begin` and its exchanges: `somegather`, `send`, `reduce_recv`, each one `sg` line); None when
+    the plan does not say (no such node, an elastic plan whose modes differ, an unreadable plan)."""
+    try:
+        if plan.get("elastic"):
+            return None
+        sgs = {int(s["sg"]): s for s in plan["somegather"]}
+        ops = next(n["ops"] for n in plan["nodes"] if int(n["device"]) == node)
+        keys = set()
+        for op in ops:
+            if op.get("op") == "block_begin":
+                keys.add(("block", int(op["layer"]), str(op["block"])))
+            elif "sg" in op and op.get("op") in ("somegather", "send", "reduce_recv"):
+                s = sgs[int(op["sg"])]
+                keys.add(("sg", int(s["layer"]), str(s["point"])))
+        return frozenset(keys)
+    except (KeyError, TypeError, ValueError, AttributeError, StopIteration):
+        return None
+
+
+def _what(key: tuple) -> str:
+    if key[0] == "block":
+        return f"block {key[2]}" + (f" layer {key[1]}" if key[1] >= 0 else "")
+    if key[0] == "sg":
+        return f"sg {key[2]}" + (f" layer {key[1]}" if key[1] >= 0 else "")
+    return f"output off={key[1]}"
+
+
+def incomplete_inferences(records: Iterable, expected: frozenset | None = None,
+                          marks: dict[int, str] | None = None) -> dict[int, str]:
+    """One node's inferences that are not complete (see above), in the node's order of lines: inference
+    -> why, the why starting with PARTIAL, UNFINISHED or DAMAGED. ``records``: :class:`Record` objects or
+    the dicts `cisl logs` writes. ``expected``: the `block`/`sg` lines of the node's plan
+    (:func:`plan_lines`), None if unknown; either way the lines every inference must hold are also
+    learnt from the node's own inferences (the set most of them hold, per elastic mode; on a tie the
+    larger): a plan whose lines none of the node's inferences holds is not what its firmware prints,
+    and only the node's own inferences count. ``marks``: what the capture noticed (inference -> why)."""
+    seen: dict[int, set] = {}
+    order: list[int] = []
+    started: dict[int, bool] = {}
+    finished: set[int] = set()
+    out_bytes: dict[int, list[int]] = {}  # inference -> [bytes of its output lines, n they name]
+    mode_of: dict[int, int] = {}
+    boundary, mode, switches = False, 0, {}
+    for r in records:
+        event = r.event if isinstance(r, Record) else r.get("event")
+        f = r.fields if isinstance(r, Record) else r
+        if event == "boot":
+            boundary = True
+            continue
+        if event == "mode" and f.get("state") == "switch":
+            switches[int(f["inf"])] = int(f["mode"])
+        if event not in ("block", "sg", "output", "infer", "peer", "mode", "host", "resync", "op"):
+            continue
+        try:
+            inf = int(f["inf"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if event == "resync":
+            boundary = True
+            continue
+        if inf not in started:
+            started[inf] = boundary
+            order.append(inf)
+            seen[inf] = set()
+            boundary = False
+        key = line_key(event, f)
+        if key is not None:
+            seen[inf].add(key)
+        if event == "output":
+            acc = out_bytes.setdefault(inf, [0, 0])
+            acc[0] += len(str(f.get("q", ""))) // 2
+            acc[1] = int(f.get("n", 0) or 0)
+        if event == "infer":
+            finished.add(inf)
+            boundary = True
+    for inf in order:  # the mode each inference ran in (mode 0 until the first switch)
+        mode = switches.get(inf, mode)
+        mode_of[inf] = mode
+    whole = [i for i in order if started[i] and i in finished and not (marks or {}).get(i)]
+    want: dict[int, frozenset] = {}
+    for m in set(mode_of.values()):
+        sets = [frozenset(seen[i]) for i in whole if mode_of[i] == m]
+        if not sets:
+            continue
+        counts: dict[frozenset, int] = {}
+        for s in sets:
+            counts[s] = counts.get(s, 0) + 1
+        own = max(counts, key=lambda s: (counts[s], len(s)))
+        plan_ok = expected is not None and m == 0 and not switches and any(s >= expected for s in sets)
+        want[m] = own | expected if plan_ok else own
+    bad: dict[int, str] = {}
+    for inf in order:
+        why = (marks or {}).get(inf)
+        if why:
+            bad[inf] = f"{DAMAGED}: {why}"
+            continue
+        if not started[inf]:
+            bad[inf] = f"{PARTIAL}: the capture started inside it (no boot or infer line before its first line)"
+            continue
+        if inf not in finished:
+            bad[inf] = f"{UNFINISHED}: no infer line (the capture or the node stopped inside it)"
+            continue
+        lost = sorted(want.get(mode_of[inf], frozenset()) - seen[inf], key=str)
+        got, n = out_bytes.get(inf, (0, 0))
+        if lost:
+            bad[inf] = f"{DAMAGED}: lines lost ({', '.join(_what(k) for k in lost)})"
+        elif got != n:
+            bad[inf] = f"{DAMAGED}: output lines lost ({got} of the forecast's {n} values)"
+    for inf, why in (marks or {}).items():  # a mark on an inference of which no line came
+        bad.setdefault(inf, f"{DAMAGED}: {why}")
+    return bad

@@ -236,7 +236,7 @@ def logs_cmd(testbed_file: Path, out_dir: Path, inferences: int | None, duration
     from ..modes import NO_LIMIT
     from ..testbed.capture import HostCommand
     from ..testbed.config import load_testbed
-    from ..testbed.logs import run_logs
+    from ..testbed.logs import incomplete_status, run_logs
 
     if inferences is not None and duration is not None:
         raise UserError("--inferences and --duration: choose one way to stop")
@@ -263,7 +263,8 @@ def logs_cmd(testbed_file: Path, out_dir: Path, inferences: int | None, duration
     for k, n in sorted(c.nodes.items()):
         us = [int(x.fields["us"]) for x in n.records if x.event == "infer"]
         mean = f"{sum(us) / len(us):.0f}" if us else "-"
-        status = "ok" + (" (end)" if n.ended else "") if n.failed is None else f"FAILED: {n.failed}"
+        status = ("ok" + (" (end)" if n.ended else "") if n.failed is None else f"FAILED: {n.failed}") + \
+            incomplete_status(n)
         ids = f"{k:>4} {n.prints if n.prints is not None else k:>4} " if split else f"{k:>4} "
         click.echo(f"{ids}{n.bytes:>8} {n.lines:>6} {len(n.records):>7} {n.infers:>5} {mean:>9}  {status}"
                    + (f" [port reopened {n.reopens}x]" if n.reopens else ""))
@@ -273,6 +274,8 @@ def logs_cmd(testbed_file: Path, out_dir: Path, inferences: int | None, duration
                    f"{cmd.answer or 'no answer'}, {when}")
     click.echo(f"stopped: {c.stop_reason}; {sum(len(n.records) for n in c.nodes.values())} records in "
                f"{c.ended - c.started:.1f} s -> {r.out_dir}/merged.jsonl")
+    for note in r.notes:
+        click.echo(f"note: {note}", err=True)
     if r.kept is not None:
         click.echo(f"the run failed: the previous logs in {r.kept} are kept; this run's logs are in {r.out_dir}")
     failed = [(k, n) for k, n in sorted(c.nodes.items()) if n.failed]
@@ -366,6 +369,8 @@ def report_cmd(logs_dirs: tuple[Path, ...], out_dir: Path, builds: tuple[Path, .
         click.echo(f"{s['run']}: {s['nodes']} nodes, {s['infer_us'] / 1000:.1f} ms per inference at the sink "
                    f"(compute {s['compute_us'] / 1000:.1f} ms, communication {s['comm_us'] / 1000:.1f} ms)"
                    + (f", speedup {s['speedup']}x" if s["speedup"] != "" else ""))
+    for line in r.left_out:
+        click.echo(line)
     for note in r.notes:
         click.echo(f"note: {note}", err=True)
     click.echo(f"{len(r.files)} files -> {out_dir}: " + ", ".join(f.name for f in r.files))

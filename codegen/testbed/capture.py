@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..serial_contract import Record, SequenceChecker, parse_line
+from ..serial_contract import LOOKS_LIKE_CONTRACT, Record, SequenceChecker, parse_line
 
 MAX_LINE = 4096  # longer runs without a newline are noise (contract lines are at most 511 characters)
 
@@ -85,6 +85,16 @@ class NodeCapture:
     booted: bool = False  # its boot line came (after the reset, when there was one)
     bootless: int = 0  # after the reset, contract lines that no boot line of its own came before: left out
     image: str | None = None  # the flashed image's id (PortSpec.image); None: not checked
+    marks: dict[int, str] = field(default_factory=dict)  # inference -> what the capture saw lost inside it
+    incomplete: dict[int, str] = field(default_factory=dict)  # inference -> why it is not complete (logs.py)
+
+
+@dataclass
+class LineLost:
+    """Queued by a reader in place of lines it lost: a contract line that did not parse (``garbled``,
+    its text) or the port dropped and reopened (``garbled`` None). The inference in progress is damaged."""
+    garbled: str | None
+    host_time: float
 
 
 def pty_link_id(port: str) -> tuple[int, int] | None:
@@ -148,6 +158,8 @@ class PortReader(threading.Thread):
                     self._ser = ser
                 if ever_open:
                     self.reopens += 1
+                    # what the node printed while the port was away is lost: the inference in progress lacks it
+                    self.out.put((self.spec.node, LineLost(None, time.time()), self.lines))
                 ever_open = True
                 self.open_error = None
                 self.lost_at = None
@@ -177,9 +189,12 @@ class PortReader(threading.Thread):
                         *lines, buf = buf.split(b"\n")
                         for line in lines:
                             self.lines += 1
-                            rec = parse_line(line.decode("ascii", errors="replace").rstrip("\r"), host_time=t)
+                            text = line.decode("ascii", errors="replace").rstrip("\r")
+                            rec = parse_line(text, host_time=t)
                             if rec is not None:
                                 self.out.put((self.spec.node, rec, self.lines))
+                            elif LOOKS_LIKE_CONTRACT.search(text):  # a whole contract line, garbled on the wire
+                                self.out.put((self.spec.node, LineLost(text, t), self.lines))
                 except (serial.SerialException, OSError, TypeError) as e:
                     # TypeError: pyserial on a port that vanished mid-read; the partial line is dropped
                     self.open_error = f"dropped: {e}"
@@ -306,6 +321,9 @@ def capture(ports: list[PortSpec], raw_dir: Path | None = None, *, reset: Callab
     held: dict[int, list[tuple[Record, int]]] = {}  # per node: its lines after the reset, before its boot line
 
     def account(k: int, rec: Record, line: int) -> None:
+        if isinstance(rec, LineLost):
+            _mark_lost(caps[k], rules[k], rec, line)
+            return
         _account(caps[k], rec, inferences, expected_plan, rules[k], line)
         if commands:
             host_side(k, rec)
@@ -332,7 +350,9 @@ def capture(ports: list[PortSpec], raw_dir: Path | None = None, *, reset: Callab
         while True:
             k, rec, line = item
             c = caps[k]
-            if reset_at is not None and rec.host_time is not None and rec.host_time < reset_at:
+            if isinstance(rec, LineLost) and reset_at is not None and (not c.booted or rec.host_time < reset_at):
+                pass  # before its boot line: lost with the previous run's lines, which are left out anyway
+            elif reset_at is not None and rec.host_time is not None and rec.host_time < reset_at:
                 c.pre_reset += 1  # read before any node was reset: the old run's
             elif reset_at is None or c.booted:
                 account(k, rec, line)
@@ -459,6 +479,17 @@ def _drain_old_run(q: queue.Queue, caps: dict) -> None:
         except queue.Empty:
             return
         caps[k].pre_reset += 1
+
+
+def _mark_lost(c: NodeCapture, rules: SequenceChecker, lost: LineLost, line: int) -> None:
+    """Mark the inference in progress damaged: lines of it were lost (see :class:`LineLost`). Before the
+    node's first line, after its last, or once it failed, no inference of the run is in progress."""
+    if c.failed is not None or rules.next_inf is None or rules.ended or c.done:
+        return
+    inf = rules.next_inf
+    why = (f"line {line} of its log did not parse ({lost.garbled.strip()[:60]!r})" if lost.garbled is not None
+           else "its port dropped and was reopened: lines printed meanwhile are lost")
+    c.marks[inf] = f"{c.marks[inf]}; {why}" if inf in c.marks else why
 
 
 def _account(c: NodeCapture, rec: Record, inferences: int | None, expected_plan: str | None,

@@ -31,6 +31,7 @@ class LogsResult:
     capture: CaptureResult
     problems: list[str] = field(default_factory=list)  # what the virtual testbed said about the run
     kept: Path | None = None  # a failed run: the previous logs, left where they were
+    notes: list[str] = field(default_factory=list)  # what the user should know about a run that did not fail
 
     @property
     def ok(self) -> bool:
@@ -153,6 +154,7 @@ def _run_logs(testbed: Testbed, out_dir: Path, *, inferences: int | None = None,
         discard(out_dir)
         raise
     _judge_commands(result)
+    notes = _judge_inferences(result, flashed)
     if problems:  # the virtual testbed knows why a node went silent: say it with the node's failure
         for k, c in result.nodes.items():
             mine = [p for p in problems if p.startswith(f"node {k} ")]
@@ -161,7 +163,7 @@ def _run_logs(testbed: Testbed, out_dir: Path, *, inferences: int | None = None,
             elif c.failed:
                 c.failed += f" (the run ended: {problems[0]})"
     try:
-        _write(testbed, out_dir, result, flashed, inferences, duration, problems, run_id)
+        _write(testbed, out_dir, result, flashed, inferences, duration, problems, run_id, notes)
     except BaseException:
         discard(out_dir)
         raise
@@ -177,7 +179,7 @@ def _run_logs(testbed: Testbed, out_dir: Path, *, inferences: int | None = None,
                             f"move them and the files away") from None
     replace_dir(out_dir, dest)
     stamp_output(dest)  # the lock stamps OUT; OUT.failed is stamped here, or its own files would look the user's
-    return LogsResult(dest, result, problems, kept=final_dir if dest != final_dir else None)
+    return LogsResult(dest, result, problems, kept=final_dir if dest != final_dir else None, notes=notes)
 
 
 def _check_distinct_ports(testbed: Testbed, nodes) -> None:
@@ -258,8 +260,53 @@ def _judge_commands(r: CaptureResult) -> None:
             c.failed = f"host command {cmd.text!r} was not carried out: the node answered state={cmd.answer}"
 
 
+def _flashed_plan(flashed: dict | None) -> dict | None:
+    """The flashed build's plan.json, if it is still the plan that was flashed (None otherwise)."""
+    build, plan = (flashed or {}).get("build"), (flashed or {}).get("plan")
+    if not build or not plan:
+        return None
+    try:
+        doc = json.loads((Path(build) / "plan.json").read_bytes())
+        compiled = json.loads((Path(build) / "compile.json").read_text()).get("plan_sha256", "")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return doc if isinstance(doc, dict) and str(compiled)[:16] == plan else None
+
+
+def _judge_inferences(r: CaptureResult, flashed: dict | None) -> list[str]:
+    """Name each node's inferences that are not complete (codegen/serial_contract.py
+    `incomplete_inferences`: lines lost, a line that did not parse, the port reopened, the first one of a
+    capture without the nodes' reset, the last one of a capture that stopped inside it). A warning, not a
+    failure: the node's other inferences are good data, and `cisl report` leaves these out. Returns the
+    run's notes: nodes whose boot line did not come (`--no-reset`), so nothing checked their plan and image."""
+    from ..serial_contract import incomplete_inferences, plan_lines
+
+    plan = _flashed_plan(flashed)
+    for k, c in r.nodes.items():
+        expected = plan_lines(plan, c.node if c.prints is None else c.prints) if plan else None
+        c.incomplete = incomplete_inferences(c.records, expected, c.marks)
+    bootless = [k for k, c in sorted(r.nodes.items()) if c.failed is None and c.records
+                and not any(x.event == "boot" for x in c.records)]
+    if not bootless:
+        return []
+    who = f"node{'s' if len(bootless) > 1 else ''} {', '.join(map(str, bootless))}"
+    return [f"no boot line from {who} (the capture started mid-run, without the nodes' reset): the plan and image "
+            f"they ran were not checked against the flashed build, and each one's first inference seen is partial "
+            f"(left out by `cisl report`)"]
+
+
+def incomplete_status(c) -> str:
+    """The status line's words for a node's incomplete inferences ('' if none)."""
+    if not c.incomplete:
+        return ""
+    items = sorted(c.incomplete.items())
+    said = "; ".join(f"{inf}: {why}" for inf, why in items[:3]) + ("; ..." if len(items) > 3 else "")
+    return (f", {len(items)} inference{'s' if len(items) > 1 else ''} incomplete, left out by `cisl report` "
+            f"({said})")
+
+
 def _write(testbed: Testbed, out_dir: Path, r: CaptureResult, flashed: dict | None, inferences: int | None,
-           duration: float | None, problems: list[str], run_id: str) -> None:
+           duration: float | None, problems: list[str], run_id: str, notes: list[str] | None = None) -> None:
     for k, c in r.nodes.items():
         with open(out_dir / f"node_{k:02d}.jsonl", "w") as f:
             for rec in c.records:
@@ -271,12 +318,13 @@ def _write(testbed: Testbed, out_dir: Path, r: CaptureResult, flashed: dict | No
     summary = {
         "run_id": run_id, "testbed": str(testbed.path.resolve()), "started": r.started, "ended": r.ended, "stop_reason": r.stop_reason,
         "inferences": inferences, "duration": duration, "ok": r.ok, "records": len(merged),
-        "flashed": flashed, "problems": problems,
+        "flashed": flashed, "problems": problems, "notes": notes or [],
         "commands": [{"node": c.node, "before": c.before, "text": c.text, "sent": c.sent, "answer": c.answer,
                       "answered_inf": c.answered_inf, **({"took_mode": c.took} if c.took is not None else {})}
                      for c in r.commands],
         "nodes": {str(k): {"port": c.port, "bytes": c.bytes, "lines": c.lines, "records": len(c.records),
-                           "inferences": c.infers, "ended": c.ended, "reopens": c.reopens, "failed": c.failed}
+                           "inferences": c.infers, "ended": c.ended, "reopens": c.reopens, "failed": c.failed,
+                           "incomplete": {str(i): why for i, why in sorted(c.incomplete.items())}}
                   for k, c in r.nodes.items()},
     }
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")

@@ -583,3 +583,113 @@ def test_calibration_does_not_advise_an_in_range_fit_that_leaves_the_cycles_unex
     assert row["in_range"] == "yes" and float(row["mean_error_pct"]) > 10, row
     line = next(x for x in r.stdout.splitlines() if "fitted flash wait states" in x)
     assert "put it in board.toml" not in line and "no setting for board.toml" in line, line
+
+
+def _drop(logs: Path, match) -> None:
+    """Take the first record ``match`` accepts out of ``logs``/merged.jsonl (a line lost on the wire)."""
+    f = logs / "merged.jsonl"
+    recs = [json.loads(line) for line in f.read_text().splitlines()]
+    recs.pop(next(j for j, r in enumerate(recs) if match(r)))
+    f.write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+
+@pytest.mark.parametrize("lost, node", [
+    (lambda r: r["event"] == "block" and r["node"] == 1 and r["inf"] == 1 and r["block"] == "attn", 1),
+    (lambda r: r["event"] == "sg" and r["node"] == 1 and r["inf"] == 1 and r["point"] == "m", 1),
+    (lambda r: r["event"] == "output" and r["inf"] == 1, 0),
+], ids=["block", "sg", "output"])
+def test_an_inference_with_a_lost_line_is_left_out_of_every_table(tmp_path, lost, node):
+    """Logs of an older cisl (no `incomplete` in summary.json) in which a node lost a line inside inference
+    1: the report averaged the rest as a whole inference (other_us 27x too high on a board), counted the
+    round as delivered by the nodes left, and marked the forecast incomplete without a word."""
+    logs = tmp_path / "logs"
+    write_run(logs, 3, compute_us=1000, comm_us=500, delivered=2, inferences=3)
+    _drop(logs, lost)
+    r = CliRunner().invoke(main, ["report", str(logs), "-o", str(tmp_path / "rep"), "--no-plots"])
+    assert r.exit_code == 0, r.output
+    assert f"logs: 1 incomplete inference left out of the tables (node {node};" in r.stdout, r.stdout
+    lat = {row["node"]: row for row in read_csv(tmp_path / "rep" / "latency.csv")}
+    assert lat[str(node)]["inferences"] == "2" and lat["2"]["inferences"] == "3"
+    assert {float(row["other_us"]) for row in lat.values()} == {10.0}, lat
+    assert {float(row["compute_us"]) for row in lat.values()} == {4000.0}, lat
+    blocks = read_csv(tmp_path / "rep" / "blocks.csv")
+    assert {float(b["compute_us"]) for b in blocks} == {1000.0}, blocks
+    rounds = read_csv(tmp_path / "rep" / "delivery.csv")
+    assert {row["inference"] for row in rounds} == {"0", "2"} and {row["reporting_nodes"] for row in rounds} == {"3"}
+    assert [f["inference"] for f in read_csv(tmp_path / "rep" / "forecasts.csv")] == (
+        ["0", "2"] if node == 0 else ["0", "1", "2"])
+    notes = (tmp_path / "rep" / "notes.txt").read_text()
+    assert f"node {node}: inference 1 (damaged: lines lost (" in notes, notes
+    assert "delivery.csv leaves out the rounds of inference 1" in notes
+    assert ("forecasts.csv leaves out the sink's (node 0) forecast of inference 1" in notes) == (node == 0)
+
+
+def test_what_cisl_logs_saw_lost_is_left_out_too(tmp_path):
+    """A line that did not parse, or a reopened port, leaves no gap a record shows when the lost line was
+    one the inference holds twice or more; `cisl logs` names it in summary.json's `incomplete`."""
+    logs = tmp_path / "logs"
+    write_run(logs, 2, compute_us=1000, comm_us=500, delivered=1, inferences=3)
+    (logs / "summary.json").write_text(json.dumps({"stop_reason": "all nodes done", "ok": True, "nodes": {
+        "0": {"failed": None, "incomplete": {}},
+        "1": {"failed": None, "incomplete": {"2": "damaged: its port dropped and was reopened"}}}}))
+    r = CliRunner().invoke(main, ["report", str(logs), "-o", str(tmp_path / "rep"), "--no-plots"])
+    assert r.exit_code == 0, r.output
+    lat = {row["node"]: row["inferences"] for row in read_csv(tmp_path / "rep" / "latency.csv")}
+    assert lat == {"0": "3", "1": "2"}
+    assert "node 1: inference 2 (damaged: its port dropped and was reopened)" in (tmp_path / "rep" / "notes.txt"
+                                                                                  ).read_text()
+
+
+def test_the_first_inference_of_a_capture_without_the_reset_is_partial(tmp_path):
+    """`cisl logs --no-reset` caught inference 0 from its attn block on (no boot line): its compute was
+    counted as a whole inference's (32 % low on boards)."""
+    logs = tmp_path / "logs"
+    write_run(logs, 2, compute_us=1000, comm_us=500, delivered=1, inferences=3)
+    f = logs / "merged.jsonl"
+    recs = [json.loads(line) for line in f.read_text().splitlines()]
+    recs = [r for r in recs if r["event"] != "boot" and not (r.get("inf") == 0 and r.get("block") == "embed")]
+    f.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    r = CliRunner().invoke(main, ["report", str(logs), "-o", str(tmp_path / "rep"), "--no-plots"])
+    assert r.exit_code == 0, r.output
+    lat = read_csv(tmp_path / "rep" / "latency.csv")
+    assert {row["inferences"] for row in lat} == {"2"} and {float(row["compute_us"]) for row in lat} == {4000.0}
+    notes = (tmp_path / "rep" / "notes.txt").read_text()
+    assert "2 incomplete inferences left out" in notes and "node 0: inference 0 (partial: the capture started" in notes
+
+
+def test_the_plans_schedule_names_the_lines_even_when_most_inferences_lost_one(tmp_path):
+    """The lines an inference must hold come from plan.json's schedule when the build is known: two of
+    three inferences that lost the same line are not the norm the third is judged by."""
+    logs = tmp_path / "logs"
+    write_run(logs, 2, compute_us=1000, comm_us=500, delivered=1, inferences=3)
+    for inf in (0, 1):
+        _drop(logs, lambda r: r["event"] == "block" and r["node"] == 1 and r["inf"] == inf and r["block"] == "head")
+    plan = {"somegather": [], "nodes": [
+        {"device": k, "ops": [{"op": "block_begin", "block": b, "layer": l}
+                              for l, b in ((-1, "embed"), (0, "attn"), (0, "mlp"), (-1, "head"))]} for k in (0, 1)]}
+    (tmp_path / "plan.json").write_text(json.dumps(plan))  # the build beside the logs, of the plan they ran
+    (tmp_path / "compile.json").write_text(json.dumps({"plan_sha256": "ab" + "0" * 62, "devices": 2, "nodes": [
+        {"node": k, "param_bytes": 1, "arena_bytes": 1, "bytes_sent_per_inference": 1} for k in range(2)]}))
+    edit_records(logs, lambda r: r.update(plan="ab" + "0" * 14) if r["event"] == "boot" else None)
+    r = CliRunner().invoke(main, ["report", str(logs), "-o", str(tmp_path / "rep"), "--no-plots"])
+    assert r.exit_code == 0, r.output
+    lat = {row["node"]: row["inferences"] for row in read_csv(tmp_path / "rep" / "latency.csv")}
+    assert lat == {"0": "3", "1": "1"}, lat
+    notes = (tmp_path / "rep" / "notes.txt").read_text()
+    assert "node 1: inference 0 (damaged: lines lost (block head)), inference 1 (damaged: lines lost (block head))" \
+        in notes, notes
+
+
+def test_logs_without_a_complete_inference_are_refused_in_one_line(tmp_path):
+    """`cisl logs --no-reset` caught only the end of each node's last inference: nothing to average."""
+    logs = tmp_path / "logs"
+    write_run(logs, 2, compute_us=1000, comm_us=500, delivered=1, inferences=1)
+    f = logs / "merged.jsonl"
+    recs = [json.loads(line) for line in f.read_text().splitlines()]
+    f.write_text("".join(json.dumps(r) + "\n" for r in recs if r["event"] != "boot" and r.get("block") != "embed"))
+    r = CliRunner().invoke(main, ["report", str(logs), "-o", str(tmp_path / "rep"), "--no-plots"])
+    assert r.exit_code == 2, r.output
+    [line] = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert "no inference of the run is complete (first: node 0's inference 0, partial: the capture started" in line
+    assert "nothing to report" in line
+    assert not (tmp_path / "rep").exists()

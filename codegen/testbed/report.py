@@ -32,6 +32,10 @@ class Run:
     failed: dict[str, str] | None = None  # `cisl logs` failed the run (summary.json): node -> why; None: it did not
     failed_by: str = "cisl logs"  # the command whose summary.json says the run failed
     failed_problems: list[str] = field(default_factory=list)  # `cisl sim`: its problems, the cause first
+    # node -> inference -> why it is not complete (serial_contract.incomplete_inferences, and what `cisl logs`
+    # saw: summary.json's `incomplete`); their lines are left out of ``records``, so of every table
+    incomplete: dict[int, dict[int, str]] = field(default_factory=dict)
+    all_records: list[dict] = field(default_factory=list)  # every record, the incomplete inferences' too
 
     def of(self, event: str, node: int | None = None) -> list[dict]:
         return [r for r in self.records if r.get("event") == event and (node is None or r.get("node") == node)]
@@ -51,6 +55,7 @@ class ReportResult:
     block_latency: list[dict] = field(default_factory=list)
     energy: list[dict] = field(default_factory=list)
     calibration: list[dict] = field(default_factory=list)
+    left_out: list[str] = field(default_factory=list)  # per run: the incomplete inferences the tables leave out
 
 
 def _lines(fh, f: Path):
@@ -110,7 +115,94 @@ def load_run(path: Path) -> Run:
     run.nodes = max(boots) if boots else len(run.node_ids)
     outs = {int(r["node"]) for r in run.of("output")}
     run.sink = min(outs) if outs else 0
+    _leave_out_incomplete(run)
     return run
+
+
+INFERENCE_LINES = ("block", "sg", "output", "infer", "op")  # the lines of an inference the tables average
+
+
+def _leave_out_incomplete(run: Run) -> None:
+    """Find each node's incomplete inferences (docs/serial-contract.md, "Complete inferences": from the
+    records themselves, so also in logs of an older cisl, and from summary.json's `incomplete`, where
+    `cisl logs` also names lines it saw lost: a line that did not parse, the port reopened) and take their
+    lines out of ``run.records``, so every table averages complete inferences only. A run with
+    inferences but none complete is refused: there is nothing to report."""
+    from ..serial_contract import incomplete_inferences, plan_lines
+
+    plan = None
+    build = build_of(run)
+    if build is not None:
+        try:
+            plan = json.loads((Path(build) / "plan.json").read_bytes())
+        except (OSError, ValueError):
+            plan = None
+    said = _said_incomplete(run.path)
+    by_node: dict[int, list[dict]] = defaultdict(list)
+    for r in run.records:
+        by_node[int(r["node"])].append(r)
+    for k, recs in by_node.items():
+        expected = plan_lines(plan, k) if isinstance(plan, dict) else None
+        bad = incomplete_inferences(recs, expected)
+        bad.update(said.get(k, {}))  # what `cisl logs` saw (a line that did not parse...) says the cause
+        if bad:
+            run.incomplete[k] = bad
+    run.all_records = run.records
+    infs = {(int(r["node"]), int(r["inf"])) for r in run.records if r.get("event") in INFERENCE_LINES}
+    if not run.incomplete:
+        return
+    run.records = [r for r in run.records if not (r.get("event") in INFERENCE_LINES
+                                                  and int(r["inf"]) in run.incomplete.get(int(r["node"]), {}))]
+    if infs and not any(r.get("event") == "infer" for r in run.records):
+        k, bad = next(iter(sorted(run.incomplete.items())))
+        inf, why = min(bad.items())
+        raise UserError(f"{run.path}: no inference of the run is complete (first: node {k}'s inference {inf}, {why}), "
+                        f"so there is nothing to report; record the run again")
+
+
+def _said_incomplete(path: Path) -> dict[int, dict[int, str]]:
+    """summary.json's `incomplete` per node (`cisl logs`), keyed by the node id the lines carry (a planned
+    split's plan node); {} for logs of an older cisl, or of `cisl sim`."""
+    summary = _summary(path)
+    try:
+        prints = {str(t): int(k) for t, k in ((summary.get("flashed") or {}).get("plan_nodes") or {}).items()}
+        out: dict[int, dict[int, str]] = {}
+        for t, node in (summary.get("nodes") or {}).items():
+            for inf, why in ((node or {}).get("incomplete") or {}).items():
+                out.setdefault(prints.get(str(t), int(t)), {})[int(inf)] = str(why)
+        return out
+    except (AttributeError, TypeError, ValueError):  # a hand-edited summary
+        return {}
+
+
+def incomplete_notes(run: Run) -> list[str]:
+    """What the tables leave out because inferences are incomplete: how many, on which nodes and why; the
+    rounds left out of delivery.csv; the forecasts left out of forecasts.csv."""
+    if not run.incomplete:
+        return []
+    count = sum(len(b) for b in run.incomplete.values())
+    each = "; ".join(f"node {k}: " + ", ".join(f"inference {inf} ({why})" for inf, why in sorted(b.items()))
+                     for k, b in sorted(run.incomplete.items()))
+    notes = [f"{count} incomplete inference{'s' if count > 1 else ''} left out of every table (latency, blocks, "
+             f"energy, rounds, forecasts): {each}"]
+    infs = sorted({inf for b in run.incomplete.values() for inf in b})
+    notes.append(f"delivery.csv leaves out the rounds of inference{'s' if len(infs) > 1 else ''} "
+                 f"{', '.join(map(str, infs))}: a node's lines of {'them' if len(infs) > 1 else 'it'} are incomplete")
+    sunk = sorted(run.incomplete.get(run.sink, {}))
+    if sunk:
+        notes.append(f"forecasts.csv leaves out the sink's (node {run.sink}) forecast{'s' if len(sunk) > 1 else ''} "
+                     f"of inference{'s' if len(sunk) > 1 else ''} {', '.join(map(str, sunk))}")
+    return notes
+
+
+def left_out_summary(run: Run) -> str | None:
+    """One line for the terminal: how many incomplete inferences the tables leave out, of which nodes."""
+    if not run.incomplete:
+        return None
+    count = sum(len(b) for b in run.incomplete.values())
+    nodes = sorted(run.incomplete)
+    return (f"{run.label}: {count} incomplete inference{'s' if count > 1 else ''} left out of the tables "
+            f"(node{'s' if len(nodes) > 1 else ''} {', '.join(map(str, nodes))}; notes.txt says which and why)")
 
 
 def _check_record(rec: dict, where: str) -> None:
@@ -265,7 +357,8 @@ def coverage_notes(run: Run) -> list[str]:
     if missing:
         notes.append(f"no records of node{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} "
                      f"(the run had {run.nodes} nodes): the tables hold only the nodes that have records")
-    done = {k: len(run.of("infer", k)) for k in run.node_ids}
+    done = {k: sum(1 for r in run.all_records or run.records if r.get("event") == "infer" and r.get("node") == k)
+            for k in run.node_ids}
     most = max(done.values(), default=0)
     # a run stopped by time (`cisl logs --duration`) catches some nodes mid-inference: one behind is normal
     timed = _summary(run.path).get("duration") is not None
@@ -273,7 +366,7 @@ def coverage_notes(run: Run) -> list[str]:
     for k in short:
         notes.append(f"node {k}'s records end after {done[k]} of {most} inferences (its log was cut short, or the "
                      f"node stopped): its later inferences are missing from the tables")
-    return notes
+    return notes + incomplete_notes(run)
 
 
 def _mean(xs: list[float]) -> float:
@@ -313,7 +406,10 @@ def rounds(run: Run) -> tuple[list[dict], list[dict]]:
     """(every sg line, per round summed over nodes)."""
     rows, agg = [], {}
     order: dict[int, list[tuple]] = defaultdict(list)
+    partial = {inf for b in run.incomplete.values() for inf in b}  # a round of them lacks a node's line
     for r in run.of("sg"):
+        if int(r["inf"]) in partial:
+            continue
         rows.append({"run": run.label, "nodes": run.nodes, "node": r["node"], "inference": r["inf"],
                      "layer": r["layer"], "point": r["point"], "us": r["us"], "tx": r["tx"], "rx": r["rx"],
                      "delivered": r["delivered"], "expected": r["expected"]})
@@ -584,6 +680,7 @@ def _write_report(runs: list[Run], ests: list[dict], out_dir: Path, builds: list
                 for d in r.records if d.get("event") in ("peer", "boot")]
         res.notes += [f"{r.label}: {line}" for line in peer_summary(recs, _dead_radios(r.path))]
         res.notes += [f"{r.label}: {line}" for line in coverage_notes(r)]
+        res.left_out += [line for line in [left_out_summary(r)] if line]
     for r in runs:
         est = BT.match_estimate(r, ests)
         if ests and est is None:

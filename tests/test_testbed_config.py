@@ -115,6 +115,16 @@ BAD = {
     "one port written two ways": (GOOD.replace('port = "/dev/ttyACM1"', 'port = "/dev//serial/by-id/x/../'
                                                'usb-SEGGER_J-Link_000683123456-if00"'),
                                   ("tb.toml", "node 1", "also node 0's", "own serial port")),
+    # audit Q (stop 62): accepted by `cisl testbed check`; the port failed at open ("Is a directory"), and
+    # nrfjprog got -f NRF52 for any target while pyocd would open another chip
+    "a port that is a folder": (GOOD.replace('port = "/dev/ttyACM1"', 'port = "/dev"'),
+                                ("tb.toml", "node 1", "port /dev is a folder, not a serial port", "cisl testbed scan")),
+    "a target of another part": (GOOD.replace('baud = 1000000', 'baud = 1000000\ntarget = "stm32f4"'),
+                                 ("tb.toml", "node 1", "target 'stm32f4' is not the part of board nrf52840dk",
+                                  'target = "nrf52840"')),
+    "a target of another part in [defaults]": (
+        GOOD.replace('runner = "nrfutil"\n', 'runner = "nrfutil"\ntarget = "nrf52833"\n', 1),
+        ("tb.toml: [defaults]: target 'nrf52833' is not the part of board nrf52840dk",)),
 }
 
 
@@ -128,7 +138,8 @@ def test_bad_testbed_file_is_one_clear_line(tmp_path, case):
         assert n in str(e.value), str(e.value)
 
 
-@pytest.mark.parametrize("case", ["duplicate node id", "unknown runner", "missing port", "unknown key"])
+@pytest.mark.parametrize("case", ["duplicate node id", "unknown runner", "missing port", "unknown key",
+                                  "a port that is a folder", "a target of another part"])
 def test_bad_testbed_file_on_the_command_line(tmp_path, case):
     text, needles = BAD[case]
     (tmp_path / "tb.toml").write_text(text)

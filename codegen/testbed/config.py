@@ -253,6 +253,20 @@ def _parse_sim(f: str, sim: Any) -> SimSettings:
     return out
 
 
+def _check_target(where: str, board: str, target: str) -> None:
+    """A node's target must be its board's part (board.toml [board] mcu; pyocd's name for it, or a variant
+    of it such as nrf52840_xxaa): pyocd would open another chip's memory map, and nrfjprog's -f family
+    fell back to NRF52 without a word."""
+    from ..boards import load_board
+
+    facts = load_board(board).facts
+    part = str(facts.get("board", {}).get("mcu", "")).lower()
+    own = _board_target(board)
+    if part and not (target.lower() == own.lower() or target.lower().startswith(part)):
+        raise UserError(f"{where}: target {target!r} is not the part of board {board} (an {part}); set "
+                        f"target = \"{own}\" or leave target out (it defaults to the board's part)")
+
+
 def _parse_node(f: str, k: int, raw: dict[str, Any], base: Path, explicit: dict[str, Any]) -> NodeEntry:
     nid = explicit.get("id")
     if nid is None:
@@ -290,6 +304,10 @@ def _parse_node(f: str, k: int, raw: dict[str, Any], base: Path, explicit: dict[
     if not isinstance(port, str) or not port:
         raise UserError(f"{where}: port must be a path (a string)")
     port_path = port if Path(port).is_absolute() else str(base / port)
+    if os.path.isdir(port_path):  # `/dev`, a by-id folder: passed here, then failed at open as "Is a directory"
+        raise UserError(f"{where}: port {port} is a folder, not a serial port; give the node's device, e.g. "
+                        f"port = \"/dev/serial/by-id/usb-SEGGER_J-Link_000683123456-if00\" (`cisl testbed scan` "
+                        "lists them)")
 
     probe = raw.get("probe")
     if probe is not None:
@@ -308,6 +326,8 @@ def _parse_node(f: str, k: int, raw: dict[str, Any], base: Path, explicit: dict[
     target = raw.get("target", _board_target(board))
     if not isinstance(target, str) or not target:
         raise UserError(f"{where}: target must be a pyocd target name, e.g. target = \"{DEFAULT_TARGET}\"")
+    if board not in VIRTUAL_BOARDS:
+        _check_target(where if "target" in explicit else f"{f}: [defaults]", board, target)
     position = raw.get("position")
     if position is not None:
         if (not isinstance(position, list) or len(position) not in (2, 3)

@@ -148,6 +148,32 @@ def test_one_logs_folder_given_twice_is_one_line(tmp_path):
     assert not (tmp_path / "rep").exists()
 
 
+def test_a_copy_of_a_logs_folder_or_a_build_given_twice_is_one_line(tmp_path):
+    """audit Q #9: a `cp -r` of a logs folder beside it was reported as two runs, and `--build B --build B`
+    listed every node's memory twice."""
+    import shutil
+
+    write_run(tmp_path / "logs", 2, compute_us=1000, comm_us=500, delivered=1)
+    edit_records(tmp_path / "logs", lambda r: r.update(run="0123456789ab"))
+    shutil.copytree(tmp_path / "logs", tmp_path / "copy")
+    r = CliRunner().invoke(main, ["report", str(tmp_path / "logs"), str(tmp_path / "copy"), "-o", str(tmp_path / "rep")])
+    assert r.exit_code == 2, r.output
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and f"{tmp_path / 'copy'} and {tmp_path / 'logs'} hold the same run (run id 0123456789ab)" \
+        in lines[0] and "give it once" in lines[0], r.stderr
+    assert not (tmp_path / "rep").exists()
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / "compile.json").write_text(json.dumps({"devices": 2, "board": "sim", "plan_sha256": "ab", "nodes": [
+        {"node": k, "param_bytes": 1, "arena_bytes": 1, "bytes_sent_per_inference": 1} for k in range(2)]}))
+    r = CliRunner().invoke(main, ["report", str(tmp_path / "logs"), "-o", str(tmp_path / "rep"), "--build", str(build),
+                                  "--build", str(tmp_path / "x" / ".." / "build")])
+    assert r.exit_code == 2, r.output
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "given twice" in lines[0] and "give each build once" in lines[0], r.stderr
+    assert not (tmp_path / "rep").exists()
+
+
 def test_a_folder_without_logs_is_one_line(tmp_path):
     (tmp_path / "empty").mkdir()
     r = CliRunner().invoke(main, ["report", str(tmp_path / "empty"), "-o", str(tmp_path / "rep")])

@@ -205,6 +205,15 @@ def left_out_summary(run: Run) -> str | None:
             f"(node{'s' if len(nodes) > 1 else ''} {', '.join(map(str, nodes))}; notes.txt says which and why)")
 
 
+def _run_id(run: Run) -> str:
+    """The run id `cisl logs` and `cisl sim --logs` write into every record (and summary.json); "" if none."""
+    ids = {str(r.get("run")) for r in run.records if r.get("run")}
+    if len(ids) == 1:
+        return ids.pop()
+    rid = _summary(run.path).get("run_id")
+    return rid if isinstance(rid, str) else ""
+
+
 def _check_record(rec: dict, where: str) -> None:
     """A record of a known event has the contract's keys, with the types `cisl logs` writes (whole
     numbers for counts and times, text otherwise): a hand-edited record is refused in one line
@@ -589,6 +598,19 @@ def make_report(log_dirs: list[Path], out_dir: Path, builds: list[Path] | None =
             raise UserError(f"{p}: given twice (also as {seen[key]}); give each logs folder once")
         seen[key] = Path(p)
     runs = [load_run(p) for p in log_dirs]
+    copies: dict[str, Path] = {}
+    for p, r in zip(log_dirs, runs):  # a copy of a logs folder (`cp -r`) is the same run, not a second one
+        rid = _run_id(r)
+        if rid and rid in copies:
+            raise UserError(f"{p} and {copies[rid]} hold the same run (run id {rid}): one is a copy of the other; "
+                            f"give it once")
+        copies.setdefault(rid, Path(p))
+    named: dict[Path, Path] = {}
+    for b in builds or []:  # twice the same build would list every node's memory twice
+        key = Path(b).resolve()
+        if key in named:
+            raise UserError(f"--build {b}: given twice (also as {named[key]}); give each build once")
+        named[key] = Path(b)
     ests = [BT.load_estimate(p) for p in estimates or []]
     BT.check_estimates_ran(runs, list(zip(estimates or [], ests)), build_of)
     if calibrate and not ests:

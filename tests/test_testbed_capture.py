@@ -824,3 +824,17 @@ def test_without_a_reset_the_first_inference_seen_is_partial_and_the_plan_unchec
     assert note.startswith("note: no boot line from node 0") and "plan and image" in note and "not checked" in note
     summary = json.loads((tmp_path / "logs" / "summary.json").read_text())
     assert list(summary["nodes"]["0"]["incomplete"]) == ["5"] and summary["notes"] == [note[len("note: "):]]
+
+
+@pytest.mark.faults
+def test_a_board_printing_another_nodes_lines_names_ports_or_probes(tmp_path, monkeypatch):
+    """audit Q #8: swapped probe serials (each node's image flashed onto the other's board) were reported as
+    "the testbed file's ports are swapped or wrong (fix port ...)": following that made the run pass with
+    every node id on the other physical board."""
+    bed = ResetBoards(tmp_path, monkeypatch, [board_run(1), board_run(0)])
+    r = bed.logs_once()
+    assert r.exit_code == 1, r.output
+    line = one_stderr_line(r)
+    assert "node 0: its port printed node 1's lines: the board on its port got that node's image" in line, line
+    assert "ports or probes are swapped or wrong" in line and "/dev/serial/by-id/" in line, line
+    assert "cisl testbed scan" in line and "port or probe, for node 0 and the node that runs 1" in line, line

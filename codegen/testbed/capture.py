@@ -510,8 +510,13 @@ def _account(c: NodeCapture, rec: Record, inferences: int | None, expected_plan:
     expected = c.node if c.prints is None else c.prints
     if rec.node != expected:
         runs = "" if c.prints is None else f" (it was flashed with plan node {c.prints})"
-        c.failed = (f"its port printed node {rec.node}'s lines{runs}; the testbed file's ports are swapped or wrong "
-                    f"(fix port for node {c.node} and the node that runs {rec.node})")
+        # the board this port reads got node rec.node's image: its probe is that node's, so either the ports or
+        # the probes of the two nodes are swapped (either way each probe programs the board the other's port reads)
+        c.failed = (f"its port printed node {rec.node}'s lines{runs}: the board on its port got that node's image, so "
+                    f"the testbed file's ports or probes are swapped or wrong (a node's probe and port must be one "
+                    f"board's: a J-Link's /dev/serial/by-id/ port name holds its probe's serial number, and `cisl "
+                    f"testbed scan` pairs them); keep whichever names the board at node {c.node}'s place and fix the "
+                    f"other, port or probe, for node {c.node} and the node that runs {rec.node}")
         c.done = True
         return
     if rec.event == "boot" and expected_plan and rec.fields.get("plan") != expected_plan:

@@ -548,7 +548,8 @@ def board_run(node: int, plan: str = "abc", nodes: int = 2, infs=range(4), boot:
 
 
 def one_stderr_line(r) -> str:
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    # without a flash record `cisl logs` also notes that the plan was checked against no build
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip() and not ln.startswith("note: no flash record")]
     assert len(lines) == 1, r.stderr
     return lines[0]
 
@@ -838,3 +839,62 @@ def test_a_board_printing_another_nodes_lines_names_ports_or_probes(tmp_path, mo
     assert "node 0: its port printed node 1's lines: the board on its port got that node's image" in line, line
     assert "ports or probes are swapped or wrong" in line and "/dev/serial/by-id/" in line, line
     assert "cisl testbed scan" in line and "port or probe, for node 0 and the node that runs 1" in line, line
+
+
+def write_flash_record(tmp_path: Path, nodes: list[int], plan: str = "2222222222222222") -> None:
+    state = tmp_path / ".cisl-testbed"
+    state.mkdir()
+    (state / "flashed.json").write_text(json.dumps({
+        "build": str(tmp_path / "build"), "plan_sha256": plan * 4, "plan": plan, "board": "nrf52840dk",
+        "nodes": nodes, "plan_nodes": {str(k): k for k in nodes}, "reset": True,
+        "results": [{"node": k, "ok": True} for k in nodes]}))
+
+
+@pytest.mark.faults
+def test_logs_of_some_nodes_reset_every_node_of_the_flashed_build(tmp_path, monkeypatch):
+    """audit Q #5: `cisl logs --node 0` reset only board 0; board 1 stayed idle (its run had ended), so node 0
+    ran the 2-node plan with a dead peer — another experiment, recorded ok — while the virtual testbed
+    restarts every node."""
+    bed = ResetBoards(tmp_path, monkeypatch, [board_run(0, plan="2222222222222222"),
+                                              board_run(1, plan="2222222222222222")])
+    write_flash_record(tmp_path, [0, 1])
+    r = bed.logs_once("--node", "0")
+    assert r.exit_code == 0, r.output
+    assert sorted(bed.resets.read_text().split()) == ["683000001", "683000002"]  # both boards reset
+    assert sorted(p.name for p in (tmp_path / "logs").glob("node_*.jsonl")) == ["node_00.jsonl"]  # one recorded
+    summary = json.loads((tmp_path / "logs" / "summary.json").read_text())
+    assert list(summary["nodes"]) == ["0"] and summary["reset_nodes"] == [0, 1] and summary["notes"] == []
+    assert "note:" not in r.stderr, r.stderr
+
+
+@pytest.mark.faults
+def test_logs_without_a_flash_record_say_the_plan_was_checked_against_no_build(tmp_path, monkeypatch):
+    """audit Q #6: with no flashed.json (a fresh clone, the state folder deleted) boards that all ran
+    another plan passed as `ok (end)`, exit 0, without a word that nothing was compared."""
+    bed = ResetBoards(tmp_path, monkeypatch, [board_run(0, plan="0123456789abcdef"),
+                                              board_run(1, plan="0123456789abcdef")])
+    r = bed.logs_once()
+    assert r.exit_code == 0, r.output
+    notes = [ln for ln in r.stderr.splitlines() if ln.startswith("note:")]
+    assert len(notes) == 1, r.stderr
+    assert notes[0].startswith("note: no flash record (no flashed.json in the testbed's state folder"), notes[0]
+    assert "the plan the nodes ran (0123456789abcdef) was checked against no build" in notes[0], notes[0]
+    assert "`cisl report LOGS --build BUILD`" in notes[0] and "cisl flash BUILD" in notes[0], notes[0]
+    assert json.loads((tmp_path / "logs" / "summary.json").read_text())["notes"] == [notes[0][len("note: "):]]
+
+
+@pytest.mark.faults
+def test_a_build_node_left_out_by_node_that_cannot_be_reset_is_noted(tmp_path, monkeypatch):
+    """The other nodes of the build are reset for the run too: one whose reset fails is not recorded, so
+    its failure is a note (the recorded nodes may have run without it), not lost."""
+    plan = "2222222222222222"
+    bed = ResetBoards(tmp_path, monkeypatch, [board_run(k, plan=plan, nodes=3) for k in range(3)])
+    bed.testbed.write_text(bed.testbed.read_text().replace('probe = "683000003"', 'probe = "683000009"'))
+    write_flash_record(tmp_path, [0, 1, 2], plan)
+    r = bed.logs_once("--node", "0", "--node", "1")
+    assert r.exit_code == 0, r.output
+    assert sorted(bed.resets.read_text().split()) == ["683000001", "683000002"]
+    notes = [ln for ln in r.stderr.splitlines() if ln.startswith("note:")]
+    assert len(notes) == 1 and notes[0].startswith("note: node 2 of the build, not recorded (--node), did not reset "
+                                                   "(node 2: probe 683000009 is not attached"), r.stderr
+    assert "may have run without it" in notes[0]

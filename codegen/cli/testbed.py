@@ -208,7 +208,8 @@ def flash_cmd(build_dir: Path, testbed_file: Path, runner: str | None, verify: b
               help="Give up on nodes whose final line has not come after this many seconds.")
 @click.option("--no-reset", is_flag=True, help="Only listen; do not reset the nodes after opening the ports.")
 @click.option("--node", "node_ids", type=int, multiple=True, metavar="ID",
-              help="Record only this node (repeatable; default: the nodes `cisl flash` programmed).")
+              help="Record only this node (repeatable; default: the nodes `cisl flash` programmed). Every node of "
+                   "the flashed build is still reset: the run is the whole build's.")
 @click.option("--open-timeout", type=FiniteRange(min=0.1), default=10.0, show_default=True,
               help="Seconds to wait for every port to open.")
 @click.option("--mode-request", "mode_requests", multiple=True, metavar="INF:NODE:MODE",

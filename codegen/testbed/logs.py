@@ -30,8 +30,8 @@ class LogsResult:
     out_dir: Path
     capture: CaptureResult
     problems: list[str] = field(default_factory=list)  # what the virtual testbed said about the run
+    notes: list[str] = field(default_factory=list)  # what the run's checks could not cover (no flash record, ...)
     kept: Path | None = None  # a failed run: the previous logs, left where they were
-    notes: list[str] = field(default_factory=list)  # what the user should know about a run that did not fail
 
     @property
     def ok(self) -> bool:
@@ -69,8 +69,16 @@ def _run_logs(testbed: Testbed, out_dir: Path, *, inferences: int | None = None,
                             f"{', '.join(map(str, ids))}")
     nodes = [testbed.node(k) for k in ids]
     _check_distinct_ports(testbed, nodes)
+    # --node records some nodes, but the run is the whole build's: every node of the flashed build is reset
+    # (a node left idle would be a dead peer, another experiment), as the virtual testbed restarts them all;
+    # without a flash record the build's nodes are not known, so every node of the testbed file
+    if flashed and set(flashed.get("nodes", [])) <= known:
+        build_ids = list(flashed["nodes"])
+    else:
+        build_ids = testbed.ids
+    resets = [testbed.node(k) for k in sorted(set(ids) | set(build_ids))]
     runners: dict[str, Runner] = {}
-    for n in nodes:
+    for n in resets:
         if n.runner not in runners:
             # a reset takes seconds; a hung tool must not hold the run past --timeout (it waited 60 s)
             runners[n.runner] = RUNNERS[n.runner](testbed, lambda node, msg: say(f"{node.label}: {msg}"),
@@ -84,7 +92,7 @@ def _run_logs(testbed: Testbed, out_dir: Path, *, inferences: int | None = None,
     if reset:
         for r in runners.values():
             r.check_tools()
-        serials, pre_errors = resolve_serials(testbed, nodes, runners, allow_single_probe=False)
+        serials, pre_errors = resolve_serials(testbed, resets, runners, allow_single_probe=False)
 
     # the previous logs stay where they are until this run has succeeded: record into a sibling
     check_output_dir(out_dir, "logs", _logs_entry, _legacy_logs)
@@ -114,16 +122,18 @@ def _run_logs(testbed: Testbed, out_dir: Path, *, inferences: int | None = None,
         raise
     run_id = uuid.uuid4().hex[:12]
     (out_dir / OWNER_FILE).write_text("cisl logs\n")
+    unrecorded_errors: dict[int, str] = {}  # nodes reset but not recorded whose reset failed
 
     def do_reset() -> dict[int, str]:
         errors = {k: str(e) for k, e in pre_errors.items()}
         for name, runner in runners.items():
-            mine = [n for n in nodes if n.runner == name and n.id not in errors]
+            mine = [n for n in resets if n.runner == name and n.id not in errors]
             say(f"resetting {len(mine)} node{'s' if len(mine) != 1 else ''} ({name})")
             runner.host_lines = {n.id: sorted(c.before for c in commands or [] if c.node == n.id) for n in mine}
             for k, err in runner.reset(mine, serials).items():
                 if err is not None:
                     errors[k] = str(err)
+        unrecorded_errors.update({k: e for k, e in errors.items() if k not in ids})
         return errors
 
     run_status = None
@@ -162,8 +172,10 @@ def _run_logs(testbed: Testbed, out_dir: Path, *, inferences: int | None = None,
                 c.failed += f" ({mine[0]})"
             elif c.failed:
                 c.failed += f" (the run ended: {problems[0]})"
+    notes += _run_notes(result, flashed, ids, [n.id for n in resets] if reset else [], unrecorded_errors)
     try:
-        _write(testbed, out_dir, result, flashed, inferences, duration, problems, run_id, notes)
+        _write(testbed, out_dir, result, flashed, inferences, duration, problems, run_id, notes,
+               [n.id for n in resets] if reset else [])
     except BaseException:
         discard(out_dir)
         raise
@@ -179,7 +191,31 @@ def _run_logs(testbed: Testbed, out_dir: Path, *, inferences: int | None = None,
                             f"move them and the files away") from None
     replace_dir(out_dir, dest)
     stamp_output(dest)  # the lock stamps OUT; OUT.failed is stamped here, or its own files would look the user's
-    return LogsResult(dest, result, problems, kept=final_dir if dest != final_dir else None, notes=notes)
+    return LogsResult(dest, result, problems, notes, kept=final_dir if dest != final_dir else None)
+
+
+def _run_notes(r: CaptureResult, flashed: dict | None, ids: list[int], reset: list[int],
+               unrecorded_errors: dict[int, str]) -> list[str]:
+    """What the run's checks did not cover: with no flash record the plan the nodes ran was compared with
+    no build (only with each other); nodes reset for the run but not recorded whose reset failed."""
+    notes = []
+    if flashed is None:
+        ran = sorted({str(rec.fields.get("plan")) for c in r.nodes.values() for rec in c.records
+                      if rec.event == "boot" and c.failed is None})
+        which = f"the plan the nodes ran ({', '.join(ran)})" if ran else "the plan the nodes ran"
+        notes.append(f"no flash record (no flashed.json in the testbed's state folder: a fresh clone, another "
+                     f"machine, the folder deleted): {which} was checked against no build, only the nodes against "
+                     f"each other; check it with `cisl report LOGS --build BUILD` (it refuses logs of another plan), "
+                     f"or flash the build again (`cisl flash BUILD --testbed FILE`)")
+    if set(reset) - set(ids):
+        others = sorted(set(reset) - set(ids))
+        failed = {k: e for k, e in unrecorded_errors.items() if k in others}
+        if failed:
+            k, e = sorted(failed.items())[0]
+            notes.append(f"node{'s' if len(failed) > 1 else ''} {', '.join(map(str, sorted(failed)))} of the build, "
+                         f"not recorded (--node), did not reset (node {k}: {e}): the recorded nodes may have run "
+                         f"without {'them' if len(failed) > 1 else 'it'}, another experiment than the build's")
+    return notes
 
 
 def _check_distinct_ports(testbed: Testbed, nodes) -> None:
@@ -306,7 +342,7 @@ def incomplete_status(c) -> str:
 
 
 def _write(testbed: Testbed, out_dir: Path, r: CaptureResult, flashed: dict | None, inferences: int | None,
-           duration: float | None, problems: list[str], run_id: str, notes: list[str] | None = None) -> None:
+           duration: float | None, problems: list[str], run_id: str, notes: list[str], reset: list[int]) -> None:
     for k, c in r.nodes.items():
         with open(out_dir / f"node_{k:02d}.jsonl", "w") as f:
             for rec in c.records:
@@ -318,7 +354,8 @@ def _write(testbed: Testbed, out_dir: Path, r: CaptureResult, flashed: dict | No
     summary = {
         "run_id": run_id, "testbed": str(testbed.path.resolve()), "started": r.started, "ended": r.ended, "stop_reason": r.stop_reason,
         "inferences": inferences, "duration": duration, "ok": r.ok, "records": len(merged),
-        "flashed": flashed, "problems": problems, "notes": notes or [],
+        "flashed": flashed, "problems": problems, "notes": notes,
+        "reset_nodes": reset,  # every node of the build is reset, recorded or not (--node)
         "commands": [{"node": c.node, "before": c.before, "text": c.text, "sent": c.sent, "answer": c.answer,
                       "answered_inf": c.answered_inf, **({"took_mode": c.took} if c.took is not None else {})}
                      for c in r.commands],

@@ -719,3 +719,104 @@ def test_logs_without_a_complete_inference_are_refused_in_one_line(tmp_path):
     assert "no inference of the run is complete (first: node 0's inference 0, partial: the capture started" in line
     assert "nothing to report" in line
     assert not (tmp_path / "rep").exists()
+
+
+def write_elf(path: Path, build_id: bytes) -> None:
+    """A minimal 32-bit ARM ELF holding only a GNU build-id note (what boards print as the boot line's `image`)."""
+    import struct
+
+    note = struct.pack("<III", 4, len(build_id), 3) + b"GNU\0" + build_id
+    names = b"\0.note.gnu.build-id\0.shstrtab\0"
+    note_off = 52
+    names_off = note_off + len(note)
+    sh_off = (names_off + len(names) + 3) & ~3
+    header = (b"\x7fELF" + bytes([1, 1, 1, 0]) + bytes(8)
+              + struct.pack("<HHIIIIIHHHHHH", 2, 40, 1, 0, 0, sh_off, 0, 52, 0, 0, 40, 3, 2))
+    sections = (bytes(40)
+                + struct.pack("<IIIIIIIIII", 1, 7, 2, 0, note_off, len(note), 0, 0, 4, 0)
+                + struct.pack("<IIIIIIIIII", 20, 3, 0, 0, names_off, len(names), 0, 0, 1, 0))
+    body = header + note + names
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(body + bytes(sh_off - len(body)) + sections)
+
+
+def test_the_memory_table_is_never_of_images_built_again_after_the_run(tmp_path):
+    """audit Q #3: `cisl build hw --profile-ops` after the run (the same plan, new images): the report still said
+    "memory table from hw, the build these logs ran" with the new images' sizes; only the plan was compared,
+    while the boards' boot lines name their image's build id."""
+    from codegen.elfsize import image_id
+
+    logs, build = tmp_path / "logs", tmp_path / "build"
+    write_run(logs, 2, compute_us=1000, comm_us=500, delivered=1)  # its nodes boot plan "ab"
+    ran = {k: bytes([0xa7, 0x10, k]) * 7 for k in range(2)}
+    for k in range(2):
+        write_elf(build / f"node_{k:02d}" / "firmware.elf", ran[k])
+    assert image_id(build / "node_01" / "firmware.elf") == ran[1].hex()[:16]
+    edit_records(logs, lambda r: r.update(image=ran[r["node"]].hex()[:16]) if r["event"] == "boot" else None)
+    (build / "compile.json").write_text(json.dumps({"devices": 2, "board": "nrf52840dk", "plan_sha256": "ab",
+                                                    "nodes": [{"node": k, "param_bytes": 1, "arena_bytes": 1,
+                                                               "bytes_sent_per_inference": 1} for k in range(2)]}))
+    (build / "build.json").write_text(json.dumps({"plan": "ab", "nodes": [
+        {"node": k, "image": f"node_{k:02d}/firmware.elf", "flash": 31024 + k, "ram": 9000} for k in range(2)]}))
+    (logs / "summary.json").write_text(json.dumps({"flashed": {"build": str(build)}}))
+
+    def report(*args):
+        return CliRunner().invoke(main, ["report", str(logs), "-o", str(tmp_path / "rep"), "--no-plots", *args])
+
+    r = report()
+    assert r.exit_code == 0 and f"memory table from {build}, the build these logs ran" in r.stderr, r.output
+    assert [m["image_bytes"] for m in read_csv(tmp_path / "rep" / "memory.csv")] == ["31024", "31025"]
+    assert report("--build", str(build)).exit_code == 0
+    # built again with other flags: node 1's image is another one
+    write_elf(build / "node_01" / "firmware.elf", bytes([0x5e]) * 20)
+    r = report()
+    assert r.exit_code == 0, r.output
+    assert "the build these logs ran" not in r.stderr, r.stderr
+    said = (f"note: logs: no memory table from {build}: it holds the plan these logs ran, but was built again since "
+            f"(node 1's boot line names image {ran[1].hex()[:16]}, the build's node 1 has image {'5e' * 8})")
+    assert said in r.stderr, r.stderr
+    assert not (tmp_path / "rep" / "memory.csv").exists()
+    # --build naming it is refused, as a build of another plan is
+    r = report("--build", str(build))
+    assert r.exit_code == 2, r.output
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and f"--build {build}: its images are not the ones the logs ran (node 1's boot line" \
+        in lines[0] and "built again since the run" in lines[0], r.stderr
+
+
+def test_speedup_only_over_a_one_node_run_of_the_same_model(tmp_path):
+    """audit Q #4: a 2-node run of one model over a 1-node run of another architecture printed "speedup 0.309x"
+    without a word, and of two 1-node runs that could be the base the first was used silently."""
+    from codegen.compile import CompileOptions, compile_model
+    from codegen.plan.io import load_plan
+    from codegen.randmodel import config_for_tokens, make_model_dir
+
+    a = make_model_dir(tmp_path / "a", config_for_tokens(8, 64, heads=8, layers=1), 2, 1.0)
+    b = make_model_dir(tmp_path / "b", config_for_tokens(8, 32, heads=8, layers=1), 1, 1.0)
+    runs = {}
+    for name, model, devices, compute in (("two-a", a, 2, 1000), ("one-b", b, 1, 1500), ("one-a", a, 1, 4000),
+                                          ("one-a-again", a, 1, 4000)):
+        build = tmp_path / f"build-{name}"
+        compile_model(model, build, CompileOptions(devices=devices))
+        plan = load_plan(build).sha256[:16]
+        write_run(tmp_path / name, devices, compute_us=compute, comm_us=500, delivered=1)
+        edit_records(tmp_path / name, lambda r: r.update(plan=plan) if r["event"] == "boot" else None)
+        (tmp_path / name / "summary.json").write_text(json.dumps({"build": str(build)}))
+        runs[name] = tmp_path / name
+
+    def report(*names):
+        r = CliRunner().invoke(main, ["report", *(str(runs[n]) for n in names), "-o", str(tmp_path / "rep"),
+                                      "--no-plots"])
+        assert r.exit_code == 0, r.output
+        return {s["run"]: s["speedup"] for s in read_csv(tmp_path / "rep" / "speedup.csv")}, r.stderr
+
+    speed, err = report("two-a", "one-b")
+    assert speed == {"one-b": "1.0", "two-a": ""}, speed
+    assert ("note: two-a: one-b is not its speedup base: it ran another model (d_model 32 against 64" in err
+            and "speedup is over a 1-node run of the same model only" in err), err
+    speed, err = report("two-a", "one-b", "one-a")
+    assert speed["two-a"] == str(round((4 * 4000 + 10) / (4 * 1000 + 3 * 500 + 10), 3)), speed
+    assert "one-b is not its speedup base" in err and "could be its base" not in err, err
+    speed, err = report("two-a", "one-a", "one-a-again")
+    assert ("note: two-a: speedup over one-a, the first of the 1-node runs that could be its base (one-a, "
+            "one-a-again)") in err, err

@@ -554,9 +554,29 @@ def build_of(run: Run) -> Path | None:
     return None
 
 
+def _model_of(run: Run, builds: list[Path]) -> dict | None:
+    """The model the run's build was compiled from: {"sha": plan.json source.model_sha256, "dims": its
+    `model` dimensions}; None when the build is not known (or records no model hash)."""
+    plan = _plan_ran(run, builds)
+    if plan is None:
+        return None
+    sha = (plan.meta.get("source") or {}).get("model_sha256")
+    dims = plan.meta.get("model") if isinstance(plan.meta.get("model"), dict) else {}
+    return {"sha": str(sha), "dims": dims} if sha else None
+
+
+def _model_difference(base: dict, mine: dict) -> str:
+    """How two models differ, in words: their differing dimensions, else their hashes."""
+    diff = [f"{k} {base['dims'][k]} against {mine['dims'].get(k)}" for k in base["dims"]
+            if base["dims"].get(k) != mine["dims"].get(k)]
+    said = ", ".join(diff) if diff else "the same dimensions, other weights"
+    return f"{said}; model {base['sha'][:12]} against {mine['sha'][:12]}"
+
+
 def check_builds_ran(runs: list[Run], builds: list[Path]) -> None:
     """A --build's memory table belongs in the report only if the logs ran its plan (boot lines name it;
-    compile.json records the plan's hash)."""
+    compile.json records the plan's hash) and, where the boot lines name their image (boards' `image`, the
+    ELF's GNU build id), its images: the same plan built again (other flags, kernels, cisl) is other images."""
     ran = {str(b["plan"]) for r in runs for b in r.of("boot") if b.get("plan")}
     for b in builds:
         mine = _plan_of(b)
@@ -565,6 +585,40 @@ def check_builds_ran(runs: list[Run], builds: list[Path]) -> None:
         if ran and mine not in ran:
             raise UserError(f"--build {b}: its plan {mine} ran in none of the logs given (they ran "
                             f"{', '.join(sorted(ran))}); give the build folder the logs were recorded from")
+        of_plan = [r for r in runs if mine in {str(x.get("plan")) for x in r.of("boot")}]
+        problems = [_images_differ(r, b) for r in of_plan]
+        if of_plan and all(problems):
+            raise UserError(f"--build {b}: its images are not the ones the logs ran ({problems[0]}): it was built "
+                            f"again since the run (the same plan, other flags or kernels); build it again as it was "
+                            f"for its memory table, or leave out --build")
+
+
+def _build_image_ids(build_dir: Path) -> dict[int, str]:
+    """node -> the first 16 hex digits of its image's GNU build id (build.json's images; what boards print as
+    the boot line's `image`); nodes whose image is gone or has no build id are left out."""
+    from ..elfsize import image_id
+
+    try:
+        doc = json.loads((Path(build_dir) / "build.json").read_text())
+        nodes = {int(n["node"]): Path(build_dir) / str(n["image"]) for n in doc["nodes"]}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+    ids = {k: image_id(p) for k, p in nodes.items()}
+    return {k: v for k, v in ids.items() if v}
+
+
+def _images_differ(run: Run, build_dir: Path) -> str | None:
+    """Why the run's images are not the build's (the first node whose boot line names another image than the
+    build's image of that node), None when they are, or nothing tells (no `image` in the boot lines)."""
+    named = {int(b["node"]): str(b["image"]) for b in run.of("boot") if b.get("image")}
+    if not named:
+        return None
+    built = _build_image_ids(build_dir)
+    for k, img in sorted(named.items()):
+        if built.get(k) != img:
+            have = f"image {built[k]}" if k in built else "no image with a build id"
+            return f"node {k}'s boot line names image {img}, the build's node {k} has {have}"
+    return None
 
 
 def _write_csv(path: Path, rows: list[dict], columns: list[str]) -> Path:
@@ -653,6 +707,13 @@ def _write_report(runs: list[Run], ests: list[dict], out_dir: Path, builds: list
     res.notes += [n for n in (failed_run_note(r) for r in runs) if n]  # first: what the tables are worth
     if not builds:  # the builds the runs came from, where the logs say which and they are still as they ran
         found = {r.label: build_of(r) for r in runs}
+        for r in runs:  # the same plan built again since the run (other flags, kernels): not the images that ran
+            b = found[r.label]
+            why = _images_differ(r, b) if b is not None else None
+            if why:
+                found[r.label] = None
+                res.notes.append(f"{r.label}: no memory table from {b}: it holds the plan these logs ran, but was "
+                                 f"built again since ({why}); build it again as it ran, or give --build")
         builds = list(dict.fromkeys(b for b in found.values() if b is not None))
         for label, b in found.items():
             if b is not None:
@@ -678,19 +739,42 @@ def _write_report(runs: list[Run], ests: list[dict], out_dir: Path, builds: list
                       "infer_us": sink["infer_us"], "compute_us": sink["compute_us"], "comm_us": sink["comm_us"],
                       "speedup": ""})
     if central:
-        # over the 1-node run of the same clock only: host time over nRF52840 time is no speedup
-        bases = {}
-        for c in central:
-            bases.setdefault(clocks[c.label], next((s for s in speed if s["run"] == c.label), None))
+        # over a 1-node run of the same clock (host time over nRF52840 time is no speedup) and of the same
+        # model (plan.json source.model_sha256: another architecture's latency is no base)
+        models = {r.label: _model_of(r, builds) for r in runs}
+        timed = {s["run"]: s for s in speed}
         for s in speed:
-            base = bases.get(s["clock"])
-            if base is not None:
-                s["speedup"] = round(base["infer_us"] / s["infer_us"], 3) if s["infer_us"] else ""
-            else:
+            if s["nodes"] == 1 and s["run"] in {c.label for c in central}:
+                s["speedup"] = 1.0 if s["infer_us"] else ""  # its own base
+                continue
+            same_clock = [c for c in central if clocks[c.label] == s["clock"] and c.label in timed]
+            if not same_clock:
                 have = ", ".join(f"{c.label} counted {BT.clock_words(clocks[c.label])[0]}" for c in central)
                 res.notes.append(f"{s['run']}: its nodes counted {BT.clock_words(s['clock'])[0]} (clock={s['clock']}), "
                                  f"but no 1-node run did ({have}): speedup not computed across clocks (add the logs "
                                  f"of a 1-node run on the same clock)")
+                continue
+            mine = models[s["run"]]
+            same = [c for c in same_clock if mine and models[c.label] and models[c.label]["sha"] == mine["sha"]]
+            unknown = [c for c in same_clock if not mine or not models[c.label]]
+            other = [c for c in same_clock if c not in same and c not in unknown]
+            eligible = same or unknown
+            for c in other:
+                res.notes.append(f"{s['run']}: {c.label} is not its speedup base: it ran another model "
+                                 f"({_model_difference(models[c.label], mine)}); speedup is over a 1-node run of the "
+                                 f"same model only (add the logs of this model compiled with --devices 1)")
+            if not eligible:
+                continue
+            base = eligible[0]
+            if len(eligible) > 1:
+                res.notes.append(f"{s['run']}: speedup over {base.label}, the first of the 1-node runs that could be "
+                                 f"its base ({', '.join(c.label for c in eligible)}); give one of them to choose")
+            if not same:
+                missing = [x for x in (s["run"], base.label) if not models[x]]
+                res.notes.append(f"{s['run']}: speedup over {base.label} assumes they ran the same model: the build "
+                                 f"{' and '.join(missing)} ran was not found to compare (give --build for each run)")
+            b = timed[base.label]
+            s["speedup"] = round(b["infer_us"] / s["infer_us"], 3) if s["infer_us"] else ""
     else:
         res.notes.append("no 1-node run among the logs: speedup over central execution not computed (add the logs "
                          "of a run compiled with --devices 1)")
@@ -744,7 +828,7 @@ def _write_report(runs: list[Run], ests: list[dict], out_dir: Path, builds: list
         res.files.append(_write_csv(out_dir / "memory.csv", mem, MEMORY_COLS))
     else:
         res.notes.append("no memory table: give --build BUILD (the logs do not name a build that still holds the "
-                         "plan they ran)")
+                         "plan and images they ran)")
     if plots:
         res.files += _plots(out_dir, runs, blk, lat, [s for s in speed if s["speedup"] != ""], dlv, mem)
     if res.notes:  # they travel with the tables (a failed run, a missing node), not only on the terminal

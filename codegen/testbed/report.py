@@ -713,7 +713,8 @@ def _write_report(runs: list[Run], ests: list[dict], out_dir: Path, builds: list
             if why:
                 found[r.label] = None
                 res.notes.append(f"{r.label}: no memory table from {b}: it holds the plan these logs ran, but was "
-                                 f"built again since ({why}); build it again as it ran, or give --build")
+                                 f"built again since ({why}); build it again as it ran, or give --build of a build that holds "
+                                 f"those images")
         builds = list(dict.fromkeys(b for b in found.values() if b is not None))
         for label, b in found.items():
             if b is not None:

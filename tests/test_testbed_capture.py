@@ -824,7 +824,7 @@ def test_without_a_reset_the_first_inference_seen_is_partial_and_the_plan_unchec
     note = one_stderr_line(r)
     assert note.startswith("note: no boot line from node 0") and "plan and image" in note and "not checked" in note
     summary = json.loads((tmp_path / "logs" / "summary.json").read_text())
-    assert list(summary["nodes"]["0"]["incomplete"]) == ["5"] and summary["notes"] == [note[len("note: "):]]
+    assert list(summary["nodes"]["0"]["incomplete"]) == ["5"] and note[len("note: "):] in summary["notes"]
 
 
 @pytest.mark.faults

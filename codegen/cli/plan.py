@@ -71,11 +71,14 @@ def profile_cmd(model: Path, testbed_file: Path | None, board: str | None, logs_
 @click.option("--all-nodes", is_flag=True,
               help="Every node (but --without's) takes part: re-plan around dead nodes keeping the survivors busy.")
 @click.option("--compare", is_flag=True, help="Also evaluate the even, speed-proportional and CoEdge splits.")
+@click.option("--search-seconds", type=FiniteRange(min=0), default=60.0, show_default=True,  # POLISH_SECONDS
+              help="Time for the search after the MILP (shares swapped and moved between nodes, each step "
+                   "evaluated exactly); 0 skips it. Big models on many nodes use all of it.")
 @click.option("--json", "json_out", type=click.Path(path_type=Path), default=None, help="Also write the result here.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
 def plan_cmd(model: Path, testbed_file: Path, profile_file: Path, deadline_ms: float | None, objective: str | None,
-             without: str | None, out_file: Path, all_nodes: bool, compare: bool, json_out: Path | None,
-             quiet: bool) -> None:
+             without: str | None, out_file: Path, all_nodes: bool, compare: bool, search_seconds: float,
+             json_out: Path | None, quiet: bool) -> None:
     """Choose each node's heads and hidden units (or leave it out) to meet --deadline at least energy.
 
     Without --deadline the plan is the fastest one (energy breaks ties).
@@ -98,7 +101,7 @@ def plan_cmd(model: Path, testbed_file: Path, profile_file: Path, deadline_ms: f
     if objective is None:  # the least energy needs a deadline to stay within (else one node does everything)
         objective = "energy" if deadline_ms is not None else "latency"
     r = make_plan(model, testbed_file, profile_file, deadline_ms, objective, parse_without(without), say=say(quiet),
-                  all_nodes=all_nodes)
+                  all_nodes=all_nodes, search_seconds=search_seconds)
     write_plan_file(out_file, r)
     click.echo(format_plan(r))
     for n in r.notes:

@@ -57,6 +57,12 @@ def model_shape(path: Path) -> ModelShape:
     return ModelShape(m.config, float(m.keep_ratio), bool(m.rescale), m.keep_ratio < 1.0, str(path), m.devices)
 
 
+POLISH_EVALUATIONS = 400  # exact evaluations the swap search may spend (~0.1 s each with 16 nodes)
+# and the time it may take: a 7.9 M-parameter model on 16 nodes spends ~0.8 s per evaluation, and 400
+# of them made `cisl plan` take 341 s
+POLISH_SECONDS = 60.0
+
+
 @dataclass
 class PlanResult:
     split: SplitFile
@@ -126,7 +132,8 @@ def _relax(p: Problem, deadline_ms: float | None) -> str:
 
 def make_plan(model_path: Path, testbed_path: Path, profile_path: Path, deadline_ms: float | None,
               objective: str = "energy", without: list[int] | None = None, kernels: str = "nnref",
-              say: Callable[[str], None] = lambda s: None, all_nodes: bool = False) -> PlanResult:
+              say: Callable[[str], None] = lambda s: None, all_nodes: bool = False,
+              search_seconds: float = POLISH_SECONDS) -> PlanResult:
     from ..testbed.config import load_testbed
 
     if objective not in OBJECTIVES:
@@ -187,7 +194,7 @@ def make_plan(model_path: Path, testbed_path: Path, profile_path: Path, deadline
             raise refused
     if why:
         notes.append(why)
-    solution, ev, why = polish(p, solution, ev, deadline_ms, objective, kernels, say)
+    solution, ev, why = polish(p, solution, ev, deadline_ms, objective, kernels, say, seconds=search_seconds)
     if why:
         notes.append(why)
     say(f"plan: the written plan and the other candidates over {CHECK_INFERENCES} simulated inferences")
@@ -403,12 +410,6 @@ def _best_meeting(p: Problem, candidates: dict[str, tuple], objective: str,
     return sol, e
 
 
-POLISH_EVALUATIONS = 400  # exact evaluations the swap search may spend (~0.1 s each with 16 nodes)
-# and the time it may take: a 7.9 M-parameter model on 16 nodes spends ~0.8 s per evaluation, and 400
-# of them made `cisl plan` take 341 s
-POLISH_SECONDS = 60.0
-
-
 def excess(p: Problem, e: Evaluation, deadline_ms: float | None) -> float:
     """How far an exactly evaluated plan is from meeting the deadline and every energy budget: the sum of
     the relative excesses (0: it meets them; infinite: two of its nodes cannot hear each other)."""
@@ -560,6 +561,8 @@ def polish(p: Problem, solution: Solution, ev: Evaluation, deadline_ms: float | 
                         return True
         return False
 
+    if seconds <= 0:
+        return solution, ev, ""
     say("plan: trying the shares on other nodes and moved between them, each evaluated exactly")
     part = [k for k in range(D) if heads[k] > 0]
     if math.comb(p.H - 1, len(part) - 1) * math.comb(p.Fh - 1, len(part) - 1) <= budget // 2:

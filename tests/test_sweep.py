@@ -437,3 +437,18 @@ def test_a_second_sweep_on_one_folder_is_refused_while_the_first_runs(tmp_path: 
         p = cisl(tmp_path, "sweep", "--seeds", "0", "--epochs", "1", "-o", "C")
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert "another `cisl sweep` is running in this folder" in p.stderr and "unit" not in p.stdout, p.stderr
+
+
+@pytest.mark.train
+def test_q_replaces_the_configs_loss_setting_as_train_dropout_does(tmp_path: Path) -> None:
+    """--q overrode [dropout] q only: a config with q_link = 0.1 trained its q = 0 unit under 10 % link
+    loss and labelled it q=0 (the paper's loss-free baseline, silently lossy)."""
+    pytest.importorskip("torch")
+    (tmp_path / "c.toml").write_text(tiny_train_config(2, dropout="q_link = 0.1\nq_max = 0.0\nclean = 0.2"))
+    p = cisl(tmp_path, "sweep", "c.toml", "--q", "0", "-o", "s", "-q")
+    assert p.returncode == 0, p.stderr
+    assert "note: --q sets [dropout] q" in p.stderr and "q_link = 0.1 dropped" in p.stderr, p.stderr
+    (rec,) = [json.loads(f.read_text()) for f in (tmp_path / "s" / "records").glob("*.json")]
+    drop = rec["result"]["summary"]["dropout"]
+    assert rec["label"] == "q=0" and drop["q_link"] == 0.0 and drop["effective_link_loss"] == 0.0, drop
+    assert "test_mse_lossy" not in rec["result"]["summary"]

@@ -88,6 +88,13 @@ def sweep(config: Path | None, out_dir: Path, data: Path | None, seeds: str | No
         units = [type(u)(u.fn, {**u.params, "overrides": {**u.params["overrides"], "prune.method": prune}}, u.data,
                          u.needs, u.label) if p else u for u, p in zip(units, pruned)]
     check_units(units)
+    if "dropout.q" in axes:  # --q replaces the config's loss setting as `cisl train --dropout` does
+        from ..train.launch import config_loss_keys
+
+        dropped = config_loss_keys(config, ("q",))
+        if dropped:
+            click.echo(f"note: --q sets [dropout] q of every unit; it replaces the loss {config} sets ([dropout] "
+                       f"{', '.join(dropped)} dropped), so a unit at q = 0 trains without message loss", err=True)
     records, work = out_dir / "records", out_dir / "work"
     check_sweep_folder(out_dir)  # before any unit runs, not once each unit has failed on it
     if dry_run:

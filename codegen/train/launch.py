@@ -43,6 +43,15 @@ LOSS_KEYS = ("q", "q_link", "q_recv", "q_send", "q_max")
 """The [dropout] keys that set the loss: q, or q_link/q_recv/q_send, or q_max (clean and rescale say how)."""
 
 
+def config_loss_keys(config: Path | None, keep: tuple[str, ...] = ()) -> list[str]:
+    """The loss keys ``config``'s [dropout] sets to a non-zero value (not those in ``keep``), as `key = value`."""
+    if config is None:
+        return []
+    with open(config, "rb") as f:
+        own = tomllib.load(f).get("dropout", {})
+    return [f"{key} = {own[key]}" for key in LOSS_KEYS if key not in keep and own.get(key)]
+
+
 def replaced_loss_keys(config: Path | None, dropout_file: Path) -> str | None:
     """The note for a config whose loss keys the --dropout file's rates replace (None: nothing replaced)."""
     import tomllib
@@ -51,9 +60,7 @@ def replaced_loss_keys(config: Path | None, dropout_file: Path) -> str | None:
         section = tomllib.load(f)["dropout"]
     if config is None or not any(key in section for key in LOSS_KEYS):
         return None
-    with open(config, "rb") as f:
-        own = tomllib.load(f).get("dropout", {})
-    dropped = [f"{key} = {own[key]}" for key in LOSS_KEYS if key not in section and own.get(key)]
+    dropped = config_loss_keys(config, tuple(section))
     if not dropped:
         return None
     return (f"note: --dropout {dropout_file} sets {', '.join(k for k in LOSS_KEYS if k in section)}; it replaces the "

@@ -15,8 +15,10 @@ from typing import Any
 from codegen.errors import UserError
 from codegen.sweep import Context, Unit
 from codegen.train.config import load_config
+from codegen.train.launch import LOSS_KEYS
 
 TRAIN_FN = "codegen.train.sweep:train_unit"
+LOSS_OVERRIDES = tuple(f"dropout.{k}" for k in LOSS_KEYS)
 
 
 def train_unit(params: dict, ctx: Context) -> dict:
@@ -69,6 +71,8 @@ def grid_units(config: Path | None, data: Path | None, axes: dict[str, list[Any]
     units = []
     for values in itertools.product(*(axes[k] for k in keys)):
         overrides = {**(fixed or {}), **dict(zip(keys, values))}
+        if "dropout.q" in keys:  # as `cisl train --dropout` with that q: the rate replaces the config's loss setting
+            overrides.update({k: 0.0 for k in LOSS_OVERRIDES if k != "dropout.q"})
         label = " ".join(f"{k.split('.')[-1]}={v:g}" if isinstance(v, float) else f"{k.split('.')[-1]}={v}"
                          for k, v in zip(keys, values)) or "train"
         units.append(Unit(TRAIN_FN, {"config": str(config) if config else None, "data": str(data) if data else None,

@@ -72,9 +72,11 @@ def train(config: Path | None, out_dir: Path, data: Path | None, resume: bool, w
     if s.get("stopped"):
         where = (f"after {s['prune_stages_done']} pruning stage(s)" if "prune_stages_done" in s
                  else f"after epoch {s['epochs_done']} of {s['epochs']}")
-        click.echo(f"stopped {where} ([train] stop_after_epochs); checkpoint {s['checkpoint']}; continue with the "
-                   f"same command and --resume")
-        return
+        # not a finished run: exit code 2, as `cisl sweep` ends a unit stopped so, so that `cisl train CFG -o m &&
+        # cisl compile m/model.onnx` does not go on with whatever model an earlier run left in -o
+        click.echo(f"stopped {where} ([train] stop_after_epochs): no model written ({out_dir} unchanged); checkpoint "
+                   f"{s['checkpoint']}; continue with the same command and --resume", err=True)
+        raise SystemExit(2)
     target = out_dir / "model.onnx"
     data = s.get("data", {})
     if data.get("source") == "synthetic":  # the default without [data]: say so, it is easy to miss

@@ -50,17 +50,17 @@ from pathlib import Path
 
 import numpy as np
 
+from codegen.train.sweep import TRAINING_CODE  # one definition with `cisl sweep`'s (no torch imported)
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results" / "split_training"
 RUNS = RESULTS / "runs"  # records of the study before issue 16 (one file per unit name), read by the report
 RECORDS = RESULTS / "records"  # codegen.sweep records (<id>.json)
 WORK = ROOT / "bench" / "work" / "split_training"
 SELF = str(Path(__file__).resolve())
-# what a training unit's result depends on (its code version; codegen.sweep Unit.code): the deploy
-# unit compiles and runs the testbed, so it depends on everything
-TRAINING_CODE = ("train/model.py", "train/loop.py", "train/dropout.py", "train/revin.py", "train/config.py",
-                 "train/api.py", "train/pruning.py", "data", "lossmodel.py", "partition.py", "modelspec.py",
-                 "plan/structure.py", "planner/split.py", "errors.py", "config_schema.py", "optional.py")
+# what a training unit's result depends on (its code version; codegen.sweep Unit.code): one definition with
+# `cisl sweep`'s (codegen.train.sweep.TRAINING_CODE); the deploy unit compiles and runs the testbed, so it
+# depends on everything
 ETTH2 = ROOT.parent / "shared" / "data" / "ett" / "ETTh2.csv"
 
 PROTOCOL = {

@@ -3,7 +3,7 @@
 A *unit* is one call of a function with JSON parameters: ``Unit("codegen.sweep_units:train",
 {"config": ..., "overrides": {...}})``. Its id is the sha256 of the function, the parameters, the
 code version (cisl's version and the content of every ``codegen`` source file, plus the file that
-defines the function) and the sha256 of every data file it names — so a changed config, code or
+defines the function; or only the parts ``Unit.code`` names, as training units do) and the sha256 of every data file it names — so a changed config, code or
 data set gives a new id and is run again, and a finished id is never run twice. Each unit writes
 ``RECORDS/<id>.json`` atomically when it finishes (nothing for a unit that fails); artefacts go to
 ``WORK/<id>/``. A unit may name units it needs (e.g. pruning needs the dense model): the sweep runs
@@ -457,7 +457,8 @@ def run_sweep(units: Iterable[Unit], records: Path, work: Path, backend: str = "
                 failed[unit_id(u)] = error or "no record written"
                 say(f"sweep: FAILED {name}: {failed[unit_id(u)]}")
     if failed:
-        raise UserError(f"sweep: {len(failed)} unit(s) failed ({'; '.join(sorted(set(failed.values())))[:300]}); "
+        # every distinct reason whole: its end is often the how-to-fix part (a cut line sent users in a loop)
+        raise UserError(f"sweep: {len(failed)} unit(s) failed ({'; '.join(sorted(set(failed.values())))}); "
                         "run the sweep again to retry them (finished units are skipped)")
     return [load_record(records, u) for u in units]
 
@@ -468,7 +469,7 @@ def _guarded(unit: Unit, records: str, work: str, backend: str) -> str | None:
         run_unit(unit, Path(records), Path(work), backend)
         return None
     except Exception as e:  # noqa: BLE001 -- reported per unit; the sweep goes on
-        return f"{type(e).__name__}: {e}".splitlines()[0][:200]
+        return f"{type(e).__name__}: {e}".splitlines()[0]  # whole: the end of a line says how to fix it
 
 
 class _Requeueable:

@@ -10,7 +10,7 @@ def square(params: dict, ctx) -> dict:
     with open(calls, "a") as f:  # every execution leaves a line: a skipped unit leaves none
         f.write(ctx.unit_id + "\n")
     if params.get("fail"):
-        raise RuntimeError(f"unit {params['x']} was told to fail")
+        raise RuntimeError(f"unit {params['x']} was told to fail{params.get('why', '')}")
     out = {"x": params["x"], "square": params["x"] ** 2}
     if params.get("base") is not None:
         out["plus_base"] = out["square"] + ctx.record_of(params["base_unit"])["result"]["square"]

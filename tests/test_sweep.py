@@ -373,7 +373,7 @@ def test_prune_applies_to_units_whose_keep_comes_from_the_config(tmp_path: Path)
     """--prune read only --keep's ratio (a missing one counted as 1): with the keep in the config's
     [prune] section, --prune normal was ignored and the somegather units (same ids, same records)
     were printed as the normal baseline."""
-    from codegen.sweep import Unit as U
+    import dataclasses
 
     (tmp_path / "k.toml").write_text(tiny_train_config(2, prune='method = "somegather"\nkeep = 0.5'))
     ids = {}
@@ -385,8 +385,7 @@ def test_prune_applies_to_units_whose_keep_comes_from_the_config(tmp_path: Path)
     from codegen.train.sweep import grid_units  # the normal unit trains with method normal at the config's keep
 
     (u,) = grid_units(tmp_path / "k.toml", None, {"train.seed": [0]})
-    normal = U(u.fn, {**u.params, "overrides": {**u.params["overrides"], "prune.method": "normal"}}, u.data,
-               label=u.label)
+    normal = dataclasses.replace(u, params={**u.params, "overrides": {**u.params["overrides"], "prune.method": "normal"}})
     assert unit_id(normal) == ids["--prune normal"]
     # a --keep below 1 needs no --prune when the config names the method
     p = cisl(tmp_path, "sweep", "k.toml", "--keep", "0.3", "-o", "s", "--dry-run")
@@ -452,3 +451,48 @@ def test_q_replaces_the_configs_loss_setting_as_train_dropout_does(tmp_path: Pat
     drop = rec["result"]["summary"]["dropout"]
     assert rec["label"] == "q=0" and drop["q_link"] == 0.0 and drop["effective_link_loss"] == 0.0, drop
     assert "test_mse_lossy" not in rec["result"]["summary"]
+
+
+@pytest.mark.unit
+def test_a_failed_units_reason_is_printed_whole(tmp_path: Path) -> None:
+    """The reason was cut at 200 characters per unit and 300 in the final line: the end of a UserError,
+    which says how to fix it (e.g. "set CISL_THREADS=1 to resume"), never showed."""
+    why = ", because " + "of a long reason " * 20 + "; fix it by doing THE-FIX-AT-THE-END"
+    lines: list[str] = []
+    with pytest.raises(UserError) as err:
+        run_sweep([unit(tmp_path, 2, fail=True, why=why)], tmp_path / "r", tmp_path / "w", say=lines.append)
+    assert "THE-FIX-AT-THE-END); run the sweep again" in str(err.value)
+    assert any(line.endswith("THE-FIX-AT-THE-END") for line in lines), lines
+
+
+@pytest.mark.unit
+def test_a_units_id_covers_the_thread_count_and_only_the_training_code(tmp_path: Path) -> None:
+    """The bytes depend on the effective thread count ([train] threads capped by CISL_THREADS): a unit
+    started under CISL_THREADS=1 could never finish without it (its checkpoint refused to resume, "run
+    the sweep again" failed the same way forever). And an edit anywhere in codegen (the planner, say)
+    orphaned every record and stopped unit's checkpoint: the id names only the training code, the one
+    definition bench/split_training.py uses too."""
+    import importlib.util
+
+    from codegen.sweep import code_version
+    from codegen.train.sweep import TRAINING_CODE
+
+    (tmp_path / "c.toml").write_text(tiny_train_config(2, train="epochs = 1\nthreads = 2"))
+    ids = []
+    for cap in ("1", ""):
+        env = {**os.environ, "CISL_THREADS": cap}
+        p = subprocess.run([sys.executable, "-m", "codegen.cli", "sweep", "c.toml", "-o", "s", "--dry-run"],
+                           cwd=tmp_path, capture_output=True, text=True, env=env)
+        assert p.returncode == 0, p.stderr
+        ids.append(p.stdout.split()[0])
+    assert ids[0] != ids[1]
+    from codegen.train.sweep import grid_units
+
+    (u,) = grid_units(tmp_path / "c.toml", None, {})
+    assert u.code == TRAINING_CODE and u.key()["code"] == code_version(u.fn, TRAINING_CODE)
+    assert not any(part.startswith(("planner/plan", "emit", "radio", "testbed")) for part in u.code)
+    spec = importlib.util.spec_from_file_location("split_training_study",
+                                                  Path(__file__).resolve().parents[1] / "bench" / "split_training.py")
+    study = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study)
+    assert study.TRAINING_CODE is TRAINING_CODE

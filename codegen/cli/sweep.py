@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import click
@@ -57,7 +58,7 @@ def sweep(config: Path | None, out_dir: Path, data: Path | None, seeds: str | No
     """Train CONFIG (as `cisl train` would) at every point of a grid of seeds, keep ratios and loss rates.
 
     Every point is a unit with a content-addressed id (the content of the config and of the data it
-    reads, overrides, code version); its record OUT/records/<id>.json is written atomically when it finishes, and a
+    reads, overrides, thread count, training code version); its record OUT/records/<id>.json is written atomically when it finishes, and a
     finished id is skipped, so an interrupted sweep continues where it stopped and the same records
     come out on every backend; a stopped unit resumes from its last epoch or pruning stage
     (checkpoints in OUT/work/<id>/train). Prints one line per unit: its grid point, MSEs and realised keep.
@@ -85,8 +86,9 @@ def sweep(config: Path | None, out_dir: Path, data: Path | None, seeds: str | No
                    f"there is no --keep and {config or 'the default config'} has [prune] keep = 1")
             raise UserError(f"--prune {prune} applies to no unit: every unit keeps all columns ({why}); add --keep "
                             "values below 1 (e.g. --keep 1,0.5) or drop --prune")
-        units = [type(u)(u.fn, {**u.params, "overrides": {**u.params["overrides"], "prune.method": prune}}, u.data,
-                         u.needs, u.label) if p else u for u, p in zip(units, pruned)]
+        units = [dataclasses.replace(u, params={**u.params, "overrides": {**u.params["overrides"],
+                                                                            "prune.method": prune}})
+                 if p else u for u, p in zip(units, pruned)]
     check_units(units)
     if "dropout.q" in axes:  # --q replaces the config's loss setting as `cisl train --dropout` does
         from ..train.launch import config_loss_keys

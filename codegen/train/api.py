@@ -49,7 +49,8 @@ from codegen.modelspec import ModelConfig
 from codegen.onnx_model import build_onnx
 from codegen.partition import Masks, Split, full_masks, random_masks, realised_keep
 from codegen.train.config import TrainConfig
-from codegen.train.preflight import check_model_fits_memory, check_synthetic_fits_memory, resolve_config
+from codegen.train.preflight import check_model_fits_memory, check_synthetic_fits_memory, effective_threads, \
+    resolve_config
 from codegen.train.dropout import LossRange, evaluate_with_loss
 from codegen.train.elastic import make_elastic, unit_tensors
 from codegen.train.loop import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, checkpoint_meta, evaluate, fit, \
@@ -117,18 +118,6 @@ def model_inputs(windows: Windows | SegmentWindows, idx: np.ndarray,
         scale = std.reshape(-1).astype(np.float32)
     return (np.ascontiguousarray(x, dtype=np.float32), np.ascontiguousarray(y, dtype=np.float32),
             np.ascontiguousarray(scale))
-
-
-def effective_threads(threads: int) -> int:
-    """[train] threads, capped by CISL_THREADS: several trainings side by side (parallel tests, a sweep
-    by hand) each at [train] threads would oversubscribe the cores and all run slower. The count
-    changes the float sums, so the trained bytes depend on it: it is recorded and checked on resume."""
-    cap = os.environ.get("CISL_THREADS", "").strip()
-    if cap:
-        if not cap.isdigit() or int(cap) < 1:
-            raise UserError(f"CISL_THREADS={cap}: expected a whole number >= 1 (or unset it)")
-        threads = min(threads, int(cap))
-    return threads
 
 
 @contextmanager

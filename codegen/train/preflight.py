@@ -60,6 +60,18 @@ def check_model_fits_memory(m: ModelConfig) -> None:
                         f"{physical / 2**30:.1f} GiB; choose a smaller model (a node holds about 1 MB)")
 
 
+def effective_threads(threads: int) -> int:
+    """[train] threads, capped by CISL_THREADS: several trainings side by side (parallel tests, a sweep
+    by hand) each at [train] threads would oversubscribe the cores and all run slower. The count
+    changes the float sums, so the trained bytes depend on it: it is recorded and checked on resume."""
+    cap = os.environ.get("CISL_THREADS", "").strip()
+    if cap:
+        if not cap.isdigit() or int(cap) < 1:
+            raise UserError(f"CISL_THREADS={cap}: expected a whole number >= 1 (or unset it)")
+        threads = min(threads, int(cap))
+    return threads
+
+
 def resolve_config(config_path: Path | None, data_path: Path | None, overrides: dict | None) -> TrainConfig:
     """The config file with the overrides applied and --data, which names the source by its path."""
     cfg = load_config(config_path, overrides)

@@ -16,8 +16,14 @@ from codegen.errors import UserError
 from codegen.sweep import Context, Unit
 from codegen.train.config import load_config
 from codegen.train.launch import LOSS_KEYS
+from codegen.train.preflight import effective_threads
 
 TRAIN_FN = "codegen.train.sweep:train_unit"
+# What a training's result depends on (a unit's code version, codegen.sweep Unit.code): training, data, loss
+# model, split and the ONNX export, not the C emitter, the planner or the radio; an edit elsewhere in codegen
+# keeps the sweep's records and its stopped units' checkpoints (`cisl sweep`, bench/split_training.py)
+TRAINING_CODE = ("train", "data", "elastic.py", "onnx_model.py", "lossmodel.py", "partition.py", "modelspec.py",
+                 "plan/structure.py", "planner/split.py", "errors.py", "config_schema.py", "optional.py")
 LOSS_OVERRIDES = tuple(f"dropout.{k}" for k in LOSS_KEYS)
 
 
@@ -65,9 +71,10 @@ def grid_units(config: Path | None, data: Path | None, axes: dict[str, list[Any]
                fixed: dict[str, Any] | None = None) -> list[Unit]:
     """One training unit per point of the grid ``axes`` ({dotted config key: values}), with ``fixed``
     overrides in every unit. The config and every file the training reads (`input_files`) enter each
-    unit's id by content."""
+    unit's id by content, and so do the training code (TRAINING_CODE) and the effective thread count."""
     keys = list(axes)
     files = input_files(config, data)
+    base_threads = load_config(config).train.threads  # the overrides are checked later, with their own messages
     units = []
     for values in itertools.product(*(axes[k] for k in keys)):
         overrides = {**(fixed or {}), **dict(zip(keys, values))}
@@ -75,8 +82,12 @@ def grid_units(config: Path | None, data: Path | None, axes: dict[str, list[Any]
             overrides.update({k: 0.0 for k in LOSS_OVERRIDES if k != "dropout.q"})
         label = " ".join(f"{k.split('.')[-1]}={v:g}" if isinstance(v, float) else f"{k.split('.')[-1]}={v}"
                          for k, v in zip(keys, values)) or "train"
+        # the bytes depend on the thread count ([train] threads as CISL_THREADS caps it): another count is another
+        # unit, not a record reused or a checkpoint that refuses to resume
+        threads = effective_threads(overrides.get("train.threads", base_threads))
         units.append(Unit(TRAIN_FN, {"config": str(config) if config else None, "data": str(data) if data else None,
-                                     "overrides": overrides}, data=files, label=label))
+                                     "overrides": overrides, "threads": threads}, data=files, label=label,
+                          code=TRAINING_CODE))
     return units
 
 

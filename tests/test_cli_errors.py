@@ -250,3 +250,14 @@ def test_a_full_disk_names_the_file_that_could_not_be_written(tmp_path, good_mod
                        capture_output=True, text=True, preexec_fn=small_files, timeout=600)
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert "free some space" in p.stderr and str(b) in p.stderr and "/.cache/" not in p.stderr, p.stderr
+
+
+def test_a_seed_beyond_64_bits_is_one_line(tmp_path):
+    """torch.manual_seed takes 64 bits: --seed 2**64 (or [train] seed) ended in its traceback, exit 1."""
+    big = str(2 ** 64)
+    p = cisl("train", "--seed", big, "-o", "model", cwd=tmp_path, env=without_torch(tmp_path))
+    assert_one_line_error(p, "--seed", big, "18446744073709551615")
+    (tmp_path / "cfg.toml").write_text(f"[train]\nseed = {big}\n")
+    p = cisl("train", "cfg.toml", "-o", "model", cwd=tmp_path, env=without_torch(tmp_path))
+    assert_one_line_error(p, "cfg.toml", "[train] seed must be in [0, 2**64 - 1]", big)
+    assert not (tmp_path / "model").exists()

@@ -38,7 +38,8 @@ from .options import FiniteRange, loss_options, loss_rates, say, sweep_values
                    "paper's pruning).")
 @click.option("--keep-ratio", hidden=True, default=None, expose_value=True,
               help="Removed: it drew random masks; see --prune/--keep and --random-keep.")
-@click.option("--seed", type=click.IntRange(min=0), default=None, help="Override [train] seed.")
+@click.option("--seed", type=click.IntRange(min=0, max=2 ** 64 - 1), default=None,
+              help="Override [train] seed (0 to 2**64 - 1).")
 @click.option("--dropout", "dropout_file", type=click.Path(path_type=Path), default=None,
               help="Take [dropout] from this TOML file, e.g. the one `cisl radio loss -o` writes; its loss rates "
                    "replace the config's (q, q_link, q_recv, q_send, q_max).")

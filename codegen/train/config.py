@@ -18,6 +18,9 @@ from codegen.modelspec import ModelConfig
 from codegen.config_schema import BOOL, INT, NUMBER, STR, STR_LIST, check_value, read_toml, suggest
 
 
+MAX_SEED = 2 ** 64 - 1  # [train] seed and --seed: what torch.manual_seed takes
+
+
 @dataclass(frozen=True)
 class SplitConfig:
     devices: int = 4
@@ -196,7 +199,8 @@ def _range_problems(cfg: TrainConfig) -> list[tuple[str, str]]:
         ("train.threads", 1 <= t.threads <= MAX_THREADS, f"must be in [1, {MAX_THREADS}]"),
         ("train.micro_batch", 0 <= t.micro_batch <= t.batch_size, "must be in [1, batch_size] (0 = batch_size)"),
         ("train.stop_after_epochs", t.stop_after_epochs >= 0, "must be >= 0 (0 = never stop early)"),
-        ("train.seed", t.seed >= 0, "must be >= 0"),
+        # torch.manual_seed takes 64 bits: a larger seed ended in its traceback after the data had loaded
+        ("train.seed", 0 <= t.seed <= MAX_SEED, "must be in [0, 2**64 - 1]"),
         ("split.mask_seed", s.mask_seed >= 0, "must be >= 0"),
         ("data.synthetic_seed", d.synthetic_seed >= 0, "must be >= 0"),
         ("prune.method", pr.method in PRUNE_METHODS, 'must be "none", "somegather" or "normal"'),

@@ -261,3 +261,14 @@ def test_a_seed_beyond_64_bits_is_one_line(tmp_path):
     p = cisl("train", "cfg.toml", "-o", "model", cwd=tmp_path, env=without_torch(tmp_path))
     assert_one_line_error(p, "cfg.toml", "[train] seed must be in [0, 2**64 - 1]", big)
     assert not (tmp_path / "model").exists()
+
+
+def test_infeasible_elastic_modes_are_one_line_before_any_training(tmp_path):
+    """[elastic] core_macs that no mode can meet was found only after every dense epoch (audit P F10):
+    it depends on the model and the split alone, so it is refused before torch is imported."""
+    from models import tiny_train_config
+
+    (tmp_path / "el.toml").write_text(tiny_train_config(2, elastic="modes = 2\ncore_macs = 0.05"))
+    p = cisl("train", "el.toml", "-o", "deep/a/b", cwd=tmp_path, env=without_torch(tmp_path))
+    assert_one_line_error(p, "el.toml: [elastic] the smallest possible mode", "core_macs = 0.05")
+    assert not (tmp_path / "deep").exists()

@@ -261,3 +261,26 @@ def test_a_work_folder_the_user_made_stays_and_one_run_at_a_time_uses_it(tmp_pat
     p = cisl("model")
     assert p.returncode == 0, p.stderr
     assert work.is_dir() and not any(work.iterdir()) and (tmp_path / "model" / "model.onnx").is_file()
+
+
+def test_a_run_failing_after_its_epochs_leaves_no_folders_or_dead_checkpoint(tmp_path: Path) -> None:
+    """A run that failed on its input after training (here [elastic] after pruning, whose masks decide
+    the modes) kept deep/a/.b.cisl-train/checkpoint.pt: a folder made for -o that docs say goes with a
+    failure, holding a checkpoint --resume refuses once the config is fixed (audit P F8)."""
+    from models import tiny_train_config
+
+    (tmp_path / "el.toml").write_text(tiny_train_config(2, prune='method = "somegather"\nkeep = 0.5\nstep = 0.5',
+                                                        elastic="modes = 2\ncore_macs = 0.05"))
+    p = clirun.cisl("train", "el.toml", "-o", "deep/a/b", "-q", cwd=tmp_path)
+    assert p.returncode == 2 and "[elastic] the smallest possible mode" in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "deep").exists(), sorted(str(q) for q in (tmp_path / "deep").rglob("*"))
+
+
+def test_the_divergence_advice_can_be_followed(tmp_path: Path) -> None:
+    """It said "resume from the last checkpoint with a lower lr", which --resume refuses (audit P F11)."""
+    (tmp_path / "d.toml").write_text(TINY.replace("threads = 1", 'threads = 1\nlr = 1e30\nschedule = "constant"'))
+    p = clirun.cisl("train", "d.toml", "-o", "m", "-q", cwd=tmp_path)
+    assert p.returncode == 2 and "training diverged" in p.stderr, p.stderr
+    assert "lower [train] lr" in p.stderr and "train again without --resume" in p.stderr and "resume from" not in p.stderr
+    assert not (tmp_path / "m").exists() and not default_work_dir(tmp_path / "m").exists()

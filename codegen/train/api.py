@@ -21,6 +21,7 @@ ever overwritten or deleted: a work folder holding a file of those names that is
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import json
@@ -43,14 +44,15 @@ from codegen.data.revin import revin_normalize
 from codegen.data.synthetic import synthetic_series
 from codegen.elastic import Modes, permute
 from codegen.errors import UserError
-from codegen.fsutil import atomic_output_dir, check_creatable, check_output_dir, output_lock, use_lock
+from codegen.fsutil import atomic_output_dir, check_creatable, check_output_dir, discard_output, missing_parents, \
+    output_lock, use_lock
 from codegen.lossmodel import LossRates
 from codegen.modelspec import ModelConfig
 from codegen.onnx_model import build_onnx
-from codegen.partition import Masks, Split, full_masks, random_masks, realised_keep
+from codegen.partition import Masks, Split, realised_keep
 from codegen.train.config import TrainConfig
-from codegen.train.preflight import check_model_fits_memory, check_synthetic_fits_memory, effective_threads, \
-    resolve_config
+from codegen.train.preflight import check_elastic_modes, check_model_fits_memory, check_synthetic_fits_memory, \
+    effective_threads, make_masks, resolve_config
 from codegen.train.dropout import LossRange, evaluate_with_loss
 from codegen.train.elastic import make_elastic, unit_tensors
 from codegen.train.loop import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, checkpoint_meta, evaluate, fit, \
@@ -65,13 +67,6 @@ OUTPUT_FILES = ("model.onnx", "calibration.npy", "test_windows.npy", "test_targe
 # --------------------------------------------------------------------------------------------
 # Pieces (also used by tests)
 # --------------------------------------------------------------------------------------------
-
-def make_masks(split: Split, layers: int, keep_ratio: float, mask_seed: int) -> Masks:
-    """Full masks at keep ratio 1 (a dense model), seeded random masks otherwise."""
-    if keep_ratio >= 1.0:
-        return full_masks(split, layers)
-    return random_masks(split, layers, keep_ratio, mask_seed)
-
 
 def make_untrained(cfg: ModelConfig, split: Split, masks: Masks, seed: int) -> dict[str, np.ndarray]:
     """Freshly initialised weights (training's init), with random LayerNorm gamma/beta and biases.
@@ -372,12 +367,28 @@ def run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, o
     work = Path(work_dir) if work_dir is not None else default_work_dir(out_dir)
     # two runs writing one work folder (other outputs, same --work) would overwrite each other's checkpoints
     busy = f"{work}: another cisl train keeps its checkpoints there; wait for it to finish or choose another --work"
+    made = missing_parents(work / CHECKPOINT_NAME)  # the work folder and the folders above it this run makes
+    trained = [False]
     with output_lock(Path(out_dir)), use_lock(work, busy):
-        return _run_train(config_path, data_path, out_dir, overrides, progress, resume, work_dir)
+        try:
+            return _run_train(config_path, data_path, out_dir, overrides, progress, resume, work_dir, trained)
+        except UserError:
+            # the run failed on its input (e.g. it diverged, [elastic] after pruning): its checkpoints hold a
+            # configuration that must change, and --resume refuses a changed one, so they go, and with them the
+            # folders made for them (a --work folder the user made stays). An interrupted or stopped run, or
+            # one that crashed, keeps them: the same command with --resume continues.
+            if trained[0]:
+                for name in (CHECKPOINT_NAME, PRUNE_CHECKPOINT_NAME):
+                    (work / name).unlink(missing_ok=True)  # cisl's own (check_work_dir at the start)
+                if work_dir is None:  # the default folder is cisl's (made by an earlier run, say)
+                    with contextlib.suppress(OSError):
+                        work.rmdir()
+                discard_output(work / CHECKPOINT_NAME, made)
+            raise
 
 
 def _run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, overrides: dict | None,
-               progress: bool, resume: bool, work_dir: Path | None) -> dict:
+               progress: bool, resume: bool, work_dir: Path | None, trained: list[bool]) -> dict:
     """run_train under the folder's lock."""
     started = time.perf_counter()
     cfg = resolve_config(config_path, data_path, overrides)
@@ -392,6 +403,8 @@ def _run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, 
     cfg = dataclasses.replace(cfg, split=dataclasses.replace(cfg.split, devices=split.devices))  # the file decides
     m, s, t = cfg.model, cfg.split, cfg.train
     check_model_fits_memory(m)
+    masks = make_masks(split, m.layers, s.random_keep, s.mask_seed)
+    check_elastic_modes(cfg, split, masks, str(config_path) if config_path else "")  # before the data and the epochs
     data, data_desc = build_data(cfg)
     ckpt_path = work / CHECKPOINT_NAME
     meta = _resume_meta(cfg, data_desc)
@@ -406,7 +419,7 @@ def _run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, 
         state = load_checkpoint(ckpt_path)
         _check_resumable(ckpt_path, checkpoint_meta(state), meta)
 
-    masks = make_masks(split, m.layers, s.random_keep, s.mask_seed)
+    trained[0] = True  # from here on a checkpoint is this configuration's (run_train: what a failure leaves)
     with _torch_settings(threads), torch.random.fork_rng(devices=[]):
         torch.manual_seed(t.seed)
         model = SplitPatchTST(cfg=m, split=split, masks=masks, rescale=cfg.dropout.rescaled())

@@ -148,8 +148,11 @@ def train_step(model: SplitPatchTST, optimizer: torch.optim.Optimizer, x: np.nda
             loss = loss * (len(xb) / n)
         value = float(loss.detach())
         if not math.isfinite(value):
-            raise UserError(f"training diverged: the loss became {value} (check train.lr, the data and the "
-                            f"model's settings; resume from the last checkpoint with a lower lr)")
+            # --resume continues only with the lr the run started with: the advice is a fresh run
+            lr = optimizer.param_groups[0]["lr"]
+            raise UserError(f"training diverged: the loss became {value} at lr {lr:.3g}; lower [train] lr (or check "
+                            f"the data and the model's settings) and train again without --resume (a run resumes "
+                            f"only with the lr it started with)")
         loss.backward()
         total += value
     optimizer.step()

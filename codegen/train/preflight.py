@@ -85,10 +85,47 @@ def resolve_config(config_path: Path | None, data_path: Path | None, overrides: 
     return cfg
 
 
+def make_masks(split, layers: int, keep_ratio: float, mask_seed: int):
+    """Full masks at keep ratio 1 (a dense model), seeded random masks otherwise."""
+    from codegen.partition import full_masks, random_masks
+
+    if keep_ratio >= 1.0:
+        return full_masks(split, layers)
+    return random_masks(split, layers, keep_ratio, mask_seed)
+
+
+def check_elastic_modes(cfg: TrainConfig, split=None, masks=None, where: str = "") -> None:
+    """[elastic] modes that cannot be made from this model (a core over core_macs, two equal modes) are one
+    line before any training, not after all the dense epochs: the modes depend only on the model, the
+    split and the masks. With [prune] the masks come out of the pruning, so that case is checked after it."""
+    el = cfg.elastic
+    if el.modes <= 1 or cfg.prune.method != "none":
+        return
+    from codegen.elastic import SHRINK, plan_modes
+    from codegen.partition import Split
+
+    m, s = cfg.model, cfg.split
+    if split is None:
+        if s.file:
+            from codegen.planner.split import read_split
+
+            split = read_split(s.file).split
+        else:
+            split = Split.even(s.devices, m.heads, m.d_model, m.mlp_hidden)
+    if masks is None:
+        masks = make_masks(split, m.layers, s.random_keep, s.mask_seed)
+    try:
+        plan_modes(m, split, masks, el.modes, el.core_macs, tuple(k for x in el.shrink for k in SHRINK[x]))
+    except ValueError as e:
+        raise UserError(f"{where + ': ' if where else ''}[elastic] {e}") from None
+
+
 def check_config(config_path: Path | None, data_path: Path | None, overrides: dict | None) -> TrainConfig:
-    """:func:`resolve_config`, and the memory checks of the model and of the built-in series."""
+    """:func:`resolve_config`, the memory checks of the model and of the built-in series, and the
+    [elastic] modes."""
     cfg = resolve_config(config_path, data_path, overrides)
     check_model_fits_memory(cfg.model)
+    check_elastic_modes(cfg, where=str(config_path) if config_path else "")
     if cfg.data.source == "synthetic":
         check_synthetic_fits_memory(cfg.data.synthetic_length, cfg.data.synthetic_channels)
     return cfg

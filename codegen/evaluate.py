@@ -41,6 +41,7 @@ class EvalSet:
     x: np.ndarray  # [n, L] float32, normalised
     y: np.ndarray  # [n, horizon] float32, normalised like x
     scale: np.ndarray  # [n] float32
+    warnings: tuple[str, ...] = ()  # what makes scores on this data doubtful (as `cisl train` warns)
 
     @staticmethod
     def from_raw(x: np.ndarray, y: np.ndarray, revin: bool = True) -> "EvalSet":
@@ -144,14 +145,18 @@ def load_eval_set(model: CislModel, model_path: Path, data: Path | None = None, 
     from .data.protocol import evenly_spaced
     from .errors import UserError
 
+    trained = model.training.get("config", {}).get("data", {})
     if data is not None:
-        from .data.dataset import load_dataset
+        from .data.dataset import load_data, source_for_path
 
-        splits = load_dataset(data, model.config, model.training.get("config", {}).get("data", {}).get("columns")
-                              or None)
+        # as `cisl train --data`: the training's columns apply only to data of the same kind (a .csv after a .csv)
+        source = source_for_path(data, trained.get("source"))
+        columns = (trained.get("columns") or None) if source == trained.get("source") else None
+        splits, desc = load_data(source, data, columns, model.config.lookback, model.config.horizon)
         windows = splits.test if which == "test" else splits.val
         x, y = windows.take(windows.evenly_spaced(max_windows or len(windows)))
         es = EvalSet.from_raw(x, y, model.config.revin)
+        es.warnings = tuple(desc.get("warnings", ()))
     else:
         from .compile import load_test_set
 
@@ -164,6 +169,7 @@ def load_eval_set(model: CislModel, model_path: Path, data: Path | None = None, 
         if max_windows is not None:  # a subset of the saved windows, spaced by the same rule
             pick = evenly_spaced(len(es.x), max_windows)
             es = EvalSet(es.x[pick], es.y[pick], es.scale[pick])
+        es.warnings = tuple(model.training.get("data", {}).get("warnings", ()))  # the windows are of that data
     return es
 
 
@@ -175,6 +181,8 @@ class EvalRun:
     rates: LossRates
     sweep: list[float] | None
     results: list[LossEval]
+    warnings: tuple[str, ...] = ()  # the data's, as `cisl train` printed them
+    devices: int = 0  # the nodes the model was split for
 
     def records(self) -> list[dict]:
         return [{"mode": r.mode, "windows": self.windows, "loss": vars(r.rates),
@@ -208,7 +216,7 @@ def run_eval(model_path: Path, data: Path | None = None, which: str = "test", in
     es = load_eval_set(m, model_path, data, which, max_windows)
     all_rates = [LossRates.uniform(q) for q in sweep] if sweep is not None else [rates]
     results = evaluate_sweep(m, es, int8, all_rates, range(seeds), devices, calibration, progress=progress)
-    return EvalRun(len(es.x), rates, sweep, results)
+    return EvalRun(len(es.x), rates, sweep, results, es.warnings, devices or m.devices)
 
 
 def eval_json_ours(old: str) -> bool:

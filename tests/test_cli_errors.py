@@ -272,3 +272,13 @@ def test_infeasible_elastic_modes_are_one_line_before_any_training(tmp_path):
     p = cisl("train", "el.toml", "-o", "deep/a/b", cwd=tmp_path, env=without_torch(tmp_path))
     assert_one_line_error(p, "el.toml: [elastic] the smallest possible mode", "core_macs = 0.05")
     assert not (tmp_path / "deep").exists()
+
+
+def test_prune_at_keep_1_is_refused_as_sweep_refuses_it(tmp_path):
+    """`cisl train --prune somegather` without a keep below 1 printed "keep 1 requested, realised 1.0000"
+    and pruned nothing; `cisl sweep` refuses the same (audit P D5)."""
+    p = cisl("train", "--prune", "somegather", "-o", "m", cwd=tmp_path, env=without_torch(tmp_path))
+    assert_one_line_error(p, "--prune somegather prunes nothing at keep 1", "no --keep", "add --keep below 1")
+    p = cisl("train", "--prune", "normal", "--keep", "1", "-o", "m", cwd=tmp_path, env=without_torch(tmp_path))
+    assert_one_line_error(p, "--prune normal prunes nothing at keep 1", "--keep 1)")
+    assert not (tmp_path / "m").exists()

@@ -95,3 +95,50 @@ def test_max_windows_over_the_data_scores_the_windows_train_saved(tmp_path: Path
     picked = run_json(tmp_path / "m" / "model.onnx", tmp_path, "picked", "--data", str(csv), "--max-windows", "12")[1]
     assert saved["windows"] == picked["windows"] == 12
     assert picked["mse"] == pytest.approx(saved["mse"], rel=1e-5)
+
+
+def _model_trained_on(out: Path, training: dict, devices: int = 2) -> Path:
+    """A random-weight model whose metadata says how it was trained (what `cisl eval` reads of it), with
+    saved test windows."""
+    from codegen.onnx_model import build_onnx, save_onnx
+    from codegen.partition import Split, full_masks
+    from models import random_weights, windows
+
+    cfg = config_for_tokens(8, 16)
+    split = Split.even(devices, cfg.heads, cfg.d_model, cfg.mlp_hidden)
+    out.mkdir(parents=True)
+    save_onnx(build_onnx(cfg, random_weights(cfg, 0), split, full_masks(split, cfg.layers), 1.0, training),
+              out / "model.onnx")
+    tx, ty = windows(cfg, 8, 1)
+    np.save(out / "test_windows.npy", tx)
+    np.save(out / "test_targets.npy", ty)
+    return out / "model.onnx"
+
+
+def test_eval_data_follows_trains_column_rule_and_repeats_the_data_warnings(tmp_path: Path) -> None:
+    """--data passed the training's csv columns to any data: a .tsf was refused with advice to edit a
+    config an eval user does not have (audit P F12); the warnings `cisl train` printed about the data
+    (a channel constant in training) were not repeated (F15)."""
+    warned = {"warnings": ["'x' is constant (1) over the training rows but ranges 0..2 later"]}
+    model = _model_trained_on(tmp_path / "ot", {"config": {"data": {"source": "csv", "columns": ["OT"]}},
+                                                "data": warned})
+    n = 6 * config_for_tokens(8, 16).lookback
+    (tmp_path / "d.tsf").write_text("@relation r\n@data\n" + ",".join(f"{np.sin(i / 5):.4f}" for i in range(n)) + "\n")
+    p = cisl("eval", str(model), "--data", "d.tsf", "--seeds", "1", cwd=tmp_path)
+    assert p.returncode == 0 and "MSE" in p.stdout, p.stderr
+    rows = [f"{i},{np.cos(i / 3) if i > 0.8 * n else 1.0:.4f},{np.sin(i / 5):.4f}" for i in range(n)]
+    (tmp_path / "d.csv").write_text("date,c,OT\n" + "\n".join(rows) + "\n")
+    p = cisl("eval", str(model), "--data", "d.csv", "--seeds", "1", cwd=tmp_path)  # same kind: OT only
+    assert p.returncode == 0 and "warning" not in p.stderr, p.stderr
+    p = cisl("eval", str(model), "--seeds", "1", cwd=tmp_path)  # the saved windows: the training's warnings
+    assert p.returncode == 0 and "warning: " in p.stderr and "training data: 'x' is constant" in p.stderr, p.stderr
+    every = _model_trained_on(tmp_path / "all", {"config": {"data": {"source": "csv", "columns": []}}})
+    p = cisl("eval", str(every), "--data", "d.csv", "--seeds", "1", cwd=tmp_path)
+    assert p.returncode == 0 and "warning: d.csv: 'c' is constant" in p.stderr, p.stderr
+
+
+def test_loss_on_a_one_node_model_is_noted(tmp_path: Path) -> None:
+    """--loss on a model split for one node printed a lossy-looking MSE, the same for every seed (F5)."""
+    model = make_model_dir(tmp_path / "m1", config_for_tokens(8, 16), devices=1, keep_ratio=1.0, tests=8)
+    p = cisl("eval", str(model), "--loss", "0.1", "--seeds", "2", cwd=tmp_path)
+    assert p.returncode == 0 and "note: one node sends no messages" in p.stderr, p.stderr

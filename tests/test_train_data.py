@@ -107,3 +107,45 @@ def test_cli_says_when_it_trained_on_the_built_in_synthetic_data(files: Path, tm
     assert p.returncode == 0, p.stderr
     assert "parameters on built-in synthetic data (4 channels x 8000 steps; [data] or --data for yours)" in p.stdout
     assert "splits: 70/10/20 by time (" in p.stdout  # the protocol follows from the row count: said, not silent
+
+
+def test_a_column_skipped_as_text_is_named_and_a_mostly_placeholder_channel_refused(tmp_path: Path) -> None:
+    """A channel logged as '-' for its first 70 % (numbers after) was dropped as a text column without a
+    word, and the MSE was over the other channels (audit P F4)."""
+    import clirun
+    from models import tiny_train_config
+
+    n = 400
+    rows = [f"2020-01-{1 + i // 24:02d} {i % 24:02d}:00:00,{np.sin(i / 5):.4f},{np.cos(i / 7):.4f},site{i % 3},"
+            + ("-" if i < 0.7 * n else f"{i / n:.4f}") for i in range(n)]
+    (tmp_path / "d.csv").write_text("date,a,b,site,c\n" + "\n".join(rows) + "\n")
+    (tmp_path / "c.toml").write_text(tiny_train_config(2))
+    p = clirun.cisl("train", "c.toml", "--data", "d.csv", "-o", "m", "-q", cwd=tmp_path)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "column 'c' holds numbers but data row 1 has '-' (280 of its 400 cells are not numbers)" in p.stderr
+    assert not (tmp_path / "m").exists()
+    (tmp_path / "d.csv").write_text("date,a,b,site\n" + "\n".join(r.rsplit(",", 1)[0] for r in rows) + "\n")
+    p = clirun.cisl("train", "c.toml", "--data", "d.csv", "-o", "m", "-q", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "warning: d.csv: column(s) 'site' skipped as text, not channels; the model forecasts 2 channel(s) (a, b)" \
+        in p.stderr, p.stderr
+    data = json.loads((tmp_path / "m" / "train.json").read_text())["summary"]["data"]
+    assert data["columns"] == ["a", "b"] and "'site' skipped as text" in data["warnings"][0]
+
+
+def test_ignored_newest_steps_and_loss_on_one_node_are_said(tmp_path: Path) -> None:
+    """padding = "none" with (lookback - patch_len) % stride != 0 left the newest steps out of every patch
+    without a word (audit P F3); message dropout on one device changed nothing, yet printed "test MSE under
+    message loss" as if it had (F5)."""
+    import clirun
+    from models import tiny_train_config
+
+    cfg = tiny_train_config(1, dropout="q = 0.1").replace("lookback = 32", 'lookback = 34\npadding = "none"')
+    (tmp_path / "c.toml").write_text(cfg)
+    p = clirun.cisl("train", "c.toml", "-o", "m", "-q", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert ('warning: c.toml: [model] padding = "none" with lookback 34, patch_len 8, stride 4: the newest 2 step(s) '
+            'of every window reach no patch') in p.stderr and 'set padding = "end", or a lookback such as 32' in p.stderr
+    assert "note: one node sends no messages, so message dropout changed nothing" in p.stderr, p.stderr
+    summary = json.loads((tmp_path / "m" / "train.json").read_text())["summary"]
+    assert "newest 2 step(s)" in summary["warnings"][0]

@@ -176,3 +176,16 @@ def test_malformed_files_give_one_line_with_the_line_number(tmp_path: Path, text
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="does not exist"):
         read_tsf(tmp_path / "nope.tsf")
+
+
+def test_a_file_whose_series_are_all_missing_says_so(tmp_path: Path) -> None:
+    """It said "no series is long enough ... use a shorter lookback/horizon" for a long series of '?'
+    (audit P F13), and counted the empty series' lengths."""
+    text = HEADER.format(missing="true", equal="false") + series_line("A", ["?"] * 300)
+    with pytest.raises(UserError) as err:
+        tsf_splits(write(tmp_path, text), 16, 8)
+    msg = str(err.value)
+    assert "\n" not in msg and "every series is all missing" in msg and "shorter" not in msg, msg
+    text += series_line("B", coded(1, 12))
+    with pytest.raises(UserError, match=r"lengths 12\.\.12, 1 all missing"):
+        tsf_splits(write(tmp_path, text), 16, 8)

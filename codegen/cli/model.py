@@ -89,6 +89,8 @@ def train(config: Path | None, out_dir: Path, data: Path | None, resume: bool, w
                f"val MSE {s['val_mse']:.4f}, test MSE {s['test_mse']:.4f} -> {target}")
     for w in data.get("warnings", []):  # what makes those scores doubtful (also in train.json's data)
         click.echo(f"warning: {on}: {w}", err=True)
+    for w in s.get("warnings", []):  # the model's settings (train.json's summary)
+        click.echo(f"warning: {config or 'config'}: {w}", err=True)
     comm, drop, pr = s["communication"], s["dropout"], s["prune"]
     if pr["masks"] != "full" and comm["allgather_columns"]:
         what = f"{pr['method']} pruning" if pr["method"] != "none" else "random masks"
@@ -103,6 +105,9 @@ def train(config: Path | None, out_dir: Path, data: Path | None, resume: bool, w
         rate = (f"loss drawn per window up to q = {drop['q_max']:g} (scored at q_max)" if "q_max" in drop else
                 f"message loss {drop['q_link']:g}/{drop['q_recv']:g}/{drop['q_send']:g} (link/receiver/sender)")
         click.echo(f"test MSE under {rate}: {s['test_mse_lossy']:.4f}")
+        if not comm["allgather_columns"]:  # one device: no messages to lose
+            click.echo("note: one node sends no messages, so message dropout changed nothing: this is the loss-free "
+                       "test MSE (train with more devices for the loss to apply)", err=True)
     split = s.get("split", {})
     if split.get("protocol"):  # chosen by the row count: an ETT file with a row missing is cut 70/10/20
         w = s["windows"]
@@ -186,8 +191,8 @@ def _print_resources(summary: dict) -> None:
 @main.command(name="eval")
 @click.argument("model", type=click.Path(path_type=Path))
 @click.option("--data", type=click.Path(path_type=Path), default=None,
-              help="Score the test split of this data set (same loader and split as `cisl train --data`). "
-                   "Default: the test windows `cisl train` saved next to MODEL.")
+              help="Score the whole test split of this data set (same loader and split as `cisl train --data`). "
+                   "Default: the test windows `cisl train` saved next to MODEL ([train] test_samples of them).")
 @click.option("--split", "which", type=click.Choice(["test", "val"]), default=None,
               help="Which split of --data to score  [default: test].")
 @click.option("--int8", is_flag=True, help="Score the int8 deployment (bit-exact reference) instead of float.")
@@ -209,6 +214,11 @@ def eval_cmd(model: Path, data: Path | None, which: str, int8: bool, devices: in
              seeds: int, max_windows: int | None, json_out: Path | None) -> None:
     """Test MSE of MODEL (on the data's StandardScaler scale), float or int8, under sampled message loss.
 
+    Without --data it scores the test windows `cisl train` saved next to MODEL ([train] test_samples,
+    evenly spaced: a sample of the test split, not train.json's whole-split test MSE); --data with the
+    training data scores the whole test split. An elastic model is scored in mode 0 (train.json has
+    every mode's MSE).
+
     Losses follow the paper's three modes, drawn independently for every communication round and
     window; a lost message's columns contribute nothing, exactly as on the nodes.
     """
@@ -226,6 +236,12 @@ def eval_cmd(model: Path, data: Path | None, which: str, int8: bool, devices: in
     run = run_eval(model, data, which, int8, devices, calibration, rates, sweep_q, seeds, max_windows,
                    progress=lambda it: tqdm(it, desc="eval", unit="batch", leave=False, disable=None))
     results = run.results
+    on = data if data is not None else f"{model}'s training data"
+    for w in run.warnings:  # what makes the scores doubtful, as `cisl train` said (audit P F15)
+        click.echo(f"warning: {on}: {w}", err=True)
+    if run.devices == 1 and (rates.any or sweep_q is not None):
+        click.echo("note: one node sends no messages, so message loss changes nothing here: every MSE is the "
+                   "loss-free one (split the model with --devices for loss to apply)", err=True)
     if sweep_q is None:
         r = results[0]
         click.echo(f"{r.mode} model, {run.windows} windows, loss link/receiver/sender = {rates.link}/{rates.receiver}/"

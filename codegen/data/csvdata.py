@@ -62,8 +62,17 @@ def check_time_order(path: Path, name: str, values: Sequence[str]) -> None:
                         f"after {values[i - 1].strip()!r}; {back.size} such rows); sort the rows by time")
 
 
-def load_csv(path: str | Path, columns: Sequence[str] | None = None) -> tuple[np.ndarray, list[str]]:
-    """Read the chosen numeric columns (all numeric columns if ``columns`` is empty).
+# A column with at least this share of its non-empty cells numbers is a number column with broken cells
+# (refused), below it a text column (skipped, and named: `skipped`). Names, ids and labels hardly ever read
+# as numbers, while a channel logged as '-' for a stretch has numbers in the rest: 10 % is a stretch of 9 of
+# 10 rows. Either way nothing is dropped without a word.
+NUMERIC_SHARE = 0.1
+
+
+def load_csv(path: str | Path, columns: Sequence[str] | None = None,
+             skipped: list[str] | None = None) -> tuple[np.ndarray, list[str]]:
+    """Read the chosen numeric columns (all numeric columns if ``columns`` is empty); ``skipped`` gets
+    the text columns left out of "all numeric columns", each with the share of its cells that are numbers.
 
     Returns a float64 array [rows, channels] (every value within float32's range: the model is
     float32) and the column names, in the order asked for. float64 until the scaler: a column of 1e8
@@ -106,6 +115,7 @@ def load_csv(path: str | Path, columns: Sequence[str] | None = None) -> tuple[np
     cells = list(zip(*rows)) if rows else [() for _ in header]
 
     numeric: dict[str, np.ndarray] = {}
+    text: dict[str, float] = {}  # skipped text columns: the share of their non-empty cells that are numbers
     for name, values in zip(header, cells):
         if name.lower() in TIME_COLUMNS:
             check_time_order(path, name, values)
@@ -125,14 +135,19 @@ def load_csv(path: str | Path, columns: Sequence[str] | None = None) -> tuple[np
             i = next(k for k, v in enumerate(values) if "," in v)
             raise UserError(f"{path}: column {name!r} holds numbers written with ',' (data row {i + 1}: {values[i]!r}): "
                             "thousands separators or decimal commas; write plain numbers (1296.5)")
-        if parsed and sum(parsed) >= len(parsed) / 2:
+        if parsed and sum(parsed) >= NUMERIC_SHARE * len(parsed) and not (columns and name not in columns):
             i = next(k for k, v in enumerate(values) if v.strip() and not _is_number(v))
-            raise UserError(f"{path}: column {name!r} holds numbers but data row {i + 1} has {values[i]!r}; fix that "
-                            f"cell")
+            words = len(parsed) - sum(parsed)
+            raise UserError(f"{path}: column {name!r} holds numbers but data row {i + 1} has {values[i]!r} "
+                            f"({words} of its {len(parsed)} cells are not numbers); fix those cells, or name the "
+                            f"channels to use in [data] columns to leave it out")
+        text[name] = sum(parsed) / len(parsed) if parsed else 0.0
     if not numeric:
         raise UserError(f"{path} has no numeric columns (header: {', '.join(header)}); "
                         "pass a CSV with a date column and numeric channel columns")
 
+    if not columns and text and skipped is not None:
+        skipped.extend(f"{n!r} ({100 * share:.0f} % numbers)" if share else repr(n) for n, share in text.items())
     wanted = list(columns) if columns else list(numeric)
     twice = next((c for i, c in enumerate(wanted) if c in wanted[:i]), None)
     if twice is not None:  # it would be trained on as two channels

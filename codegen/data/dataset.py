@@ -48,9 +48,13 @@ def load_data(source: str, path: str | Path, columns: Sequence[str] | None, look
     """Splits of a data file/folder and a provenance description (file name, sha256, split...)."""
     path = Path(path)
     if source == "csv":
-        series, names = load_csv(path, columns)
+        skipped: list[str] = []
+        series, names = load_csv(path, columns, skipped)
         desc = {"source": "csv", "file": path.name, "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
                 "columns": names}
+        if skipped:  # a channel read as text would change what the scores are over: named, never silent
+            desc["warnings"] = [f"column(s) {', '.join(skipped)} skipped as text, not channels; the model forecasts "
+                                f"{len(names)} channel(s) ({', '.join(names)})"]
         return _with_warnings(make_splits(series, lookback, horizon, str(path), names), desc)
     if source == "tsf":
         if columns:

@@ -214,8 +214,12 @@ def tsf_splits(path: str | Path, lookback: int, horizon: int) -> tuple[Splits, d
             continue
         filled += gaps
         usable.append(fill_missing(s)[:, None])
+    if not usable and not short:  # every series is all '?': no length would help
+        raise UserError(f"{path}: every series is all missing ('?'; {empty} series): there is no value to train on; "
+                        "pass a file with values")
     if not usable:
-        shortest, longest = min(len(s) for s in tsf.series), max(len(s) for s in tsf.series)
+        real = [s for s in tsf.series if not np.isnan(s).all()]  # the all-missing ones are not a length to shorten to
+        shortest, longest = min(len(s) for s in real), max(len(s) for s in real)
         raise UserError(f"{path}: no series is long enough for lookback {lookback} + horizon {horizon} = {need} "
                         f"values (lengths {shortest}..{longest}{f', {empty} all missing' if empty else ''}); "
                         "use a shorter lookback/horizon")

@@ -52,7 +52,7 @@ from codegen.onnx_model import build_onnx
 from codegen.partition import Masks, Split, realised_keep
 from codegen.train.config import TrainConfig
 from codegen.train.preflight import check_elastic_modes, check_model_fits_memory, check_synthetic_fits_memory, \
-    effective_threads, make_masks, resolve_config
+    effective_threads, make_masks, model_warnings, resolve_config
 from codegen.train.dropout import LossRange, evaluate_with_loss
 from codegen.train.elastic import make_elastic, unit_tensors
 from codegen.train.loop import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, checkpoint_meta, evaluate, fit, \
@@ -504,6 +504,9 @@ def _run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, 
                "split": {"protocol": data.protocol, "rows": [list(b) for b in data.borders]},
                **({"elastic": {k: elastic[k] for k in ("modes", "macs_share", "val_mse", "test_mse")}}
                   if elastic is not None else {})}
+    warnings = model_warnings(m)
+    if warnings:
+        summary["warnings"] = warnings
     report = {"summary": summary, "config": config_record, "history": result.history, "prune_history": prune_history,
               "masks": {"keep_ratio": keep_ratio, "prune_own": model.prune_own, "columns": column_counts(masks),
                         "broadcast": masks}}

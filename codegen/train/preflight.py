@@ -120,6 +120,19 @@ def check_elastic_modes(cfg: TrainConfig, split=None, masks=None, where: str = "
         raise UserError(f"{where + ': ' if where else ''}[elastic] {e}") from None
 
 
+def model_warnings(m: ModelConfig) -> list[str]:
+    """What makes a model's settings doubtful without being wrong (`cisl train` prints them; train.json's
+    summary keeps them): padding = "none" with a stride that does not divide lookback - patch_len leaves
+    the newest steps out of every patch (PatchTST's unfold does too), so they only shift RevIN's statistics."""
+    ignored = (m.lookback - m.patch_len) % m.stride if m.padding == "none" else 0
+    if not ignored:
+        return []
+    fits = m.lookback - ignored
+    return [f'[model] padding = "none" with lookback {m.lookback}, patch_len {m.patch_len}, stride {m.stride}: '
+            f"the newest {ignored} step(s) of every window reach no patch (the model never sees them); set "
+            f'padding = "end", or a lookback such as {fits} or {fits + m.stride} ((lookback - patch_len) % stride = 0)']
+
+
 def check_config(config_path: Path | None, data_path: Path | None, overrides: dict | None) -> TrainConfig:
     """:func:`resolve_config`, the memory checks of the model and of the built-in series, and the
     [elastic] modes."""

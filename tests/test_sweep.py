@@ -206,6 +206,9 @@ def test_a_stopped_sweep_unit_resumes_to_the_model_of_an_uninterrupted_one(tmp_p
     assert again.returncode == 0 and whole.returncode == 0, again.stderr + whole.stderr
     mse = [line.split(": ", 1)[1].split(" -> ")[0] for line in (again.stdout, whole.stdout)]
     assert mse[0] == mse[1] and "val MSE" in mse[0]
+    # the same record's result: it held the epoch the resumed call started from (audit P D2)
+    results = [json.loads(next((tmp_path / d / "records").glob("*.json")).read_text())["result"] for d in "sw"]
+    assert results[0]["summary"] == results[1]["summary"]
 
 
 @pytest.mark.unit
@@ -496,3 +499,17 @@ def test_a_units_id_covers_the_thread_count_and_only_the_training_code(tmp_path:
     study = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(study)
     assert study.TRAINING_CODE is TRAINING_CODE
+
+
+@pytest.mark.unit
+def test_bad_data_is_one_line_before_any_unit_runs(tmp_path: Path) -> None:
+    """A data error was found by every unit after the workers started, each failing with the same line,
+    and left an empty sweep folder behind (audit P F16)."""
+    rows = [f"{i},{i % 7},{i % 5}" for i in range(300)]
+    rows[40] = "40,nan,1"
+    (tmp_path / "bad.csv").write_text("date,a,b\n" + "\n".join(rows) + "\n")
+    (tmp_path / "c.toml").write_text(tiny_train_config(2))
+    p = cisl(tmp_path, "sweep", "c.toml", "--data", "bad.csv", "--seeds", "0,1", "-o", "s")
+    assert p.returncode == 2 and "bad.csv: column 'a' has 1 empty, NaN" in p.stderr, p.stderr
+    assert "unit" not in p.stderr + p.stdout and len(p.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "s").exists()

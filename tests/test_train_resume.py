@@ -284,3 +284,28 @@ def test_the_divergence_advice_can_be_followed(tmp_path: Path) -> None:
     assert p.returncode == 2 and "training diverged" in p.stderr, p.stderr
     assert "lower [train] lr" in p.stderr and "train again without --resume" in p.stderr and "resume from" not in p.stderr
     assert not (tmp_path / "m").exists() and not default_work_dir(tmp_path / "m").exists()
+
+
+def test_an_interrupted_run_names_its_checkpoint_and_resume(tmp_path: Path) -> None:
+    """Ctrl-C / SIGTERM printed only "interrupted" although the checkpoint was kept and --resume would
+    continue (audit P F14)."""
+    import signal
+    import time
+
+    (tmp_path / "long.toml").write_text(TINY.replace("epochs = 3", "epochs = 500"))
+    p = subprocess.Popen([sys.executable, "-m", "codegen.cli", "train", "long.toml", "-o", "m", "-q"], cwd=tmp_path,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    ckpt = default_work_dir(tmp_path / "m") / CHECKPOINT_NAME
+    try:
+        end = time.monotonic() + 120
+        while time.monotonic() < end and p.poll() is None and not ckpt.is_file():
+            time.sleep(0.05)
+        assert p.poll() is None, "the training ended early"
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+        p.wait()
+    assert p.returncode == 130 and err.strip().splitlines() == [
+        f"interrupted; the checkpoint {ckpt} is kept: continue with the same command and --resume"], err
+    assert ckpt.is_file() and not (tmp_path / "m").exists()

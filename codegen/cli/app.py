@@ -61,8 +61,8 @@ def one_line_errors(fn, *args, **kwargs):
     except CheckFailed as e:
         click.echo(f"FAILED: {e}", err=True)
         sys.exit(e.exit_code)
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
+    except KeyboardInterrupt as e:  # a command may say what it kept (cisl train: its checkpoint and --resume)
+        click.echo(str(e) or "interrupted", err=True)
         sys.exit(130)
 
 

@@ -126,4 +126,20 @@ def train_from_options(config: Path | None, data: Path | None, out_dir: Path, *,
     if not resume and checkpoint.is_file():
         note(f"note: starting from scratch; the checkpoint of an earlier run in {checkpoint.parent} will be "
              "overwritten (pass --resume to continue that run instead)")
-    return run_train(config, data, out_dir, overrides or None, progress=progress, resume=resume, work_dir=work_dir)
+    before = _stamp(checkpoint)
+    try:
+        return run_train(config, data, out_dir, overrides or None, progress=progress, resume=resume, work_dir=work_dir)
+    except KeyboardInterrupt:
+        # Ctrl-C, SIGTERM: the checkpoint of this run (or the one it resumed) stays; say where and how to go on
+        now = _stamp(checkpoint)
+        if now is not None and (resume or now != before):
+            raise KeyboardInterrupt(f"interrupted; the checkpoint {checkpoint} is kept: continue with the same "
+                                    "command and --resume") from None
+        raise
+
+
+def _stamp(path: Path) -> int | None:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return None

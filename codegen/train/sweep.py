@@ -2,8 +2,8 @@
 
 Each grid point is one `codegen.sweep` unit calling `train_unit`: `run_train` with the config and the
 point's overrides, the model written to ``WORK/<id>/model``. The record's result is the training
-summary without its wall time (which lives in the record's ``run``), so every backend writes the same
-record for the same unit.
+summary without its wall time (which lives in the record's ``run``) and the epoch a resumed call started
+from, so every backend, and a unit stopped and resumed, writes the same record for the same unit.
 """
 
 from __future__ import annotations
@@ -40,7 +40,9 @@ def train_unit(params: dict, ctx: Context) -> dict:
         where = (f"{summary['prune_stages_done']} pruning stage(s)" if "prune_stages_done" in summary
                  else f"epoch {summary['epochs_done']} of {summary['epochs']}")
         raise RuntimeError(f"stopped after {where} ([train] stop_after_epochs); run the sweep again to continue")
-    summary = {k: v for k, v in summary.items() if k != "seconds"}
+    # how this call ran (its wall time, the epoch it resumed from) is no part of the result: a unit resumed
+    # after a stop writes the record an uninterrupted one does
+    summary = {k: v for k, v in summary.items() if k not in ("seconds", "resumed_from_epoch")}
     return {"model_dir": f"{ctx.unit_id}/model", "summary": summary}  # relative to the sweep's work folder
 
 
@@ -92,7 +94,18 @@ def grid_units(config: Path | None, data: Path | None, axes: dict[str, list[Any]
 
 
 def check_units(units: list[Unit]) -> None:
-    """Read every unit's config as `cisl train` will, before any unit runs: a mistake in the file or an
-    override is one line, not the same failure once per unit after the workers started."""
+    """Check every unit's config as `cisl train` does before torch, and read the data once, before any
+    unit runs: a mistake in the file, an override or the data is one line, not the same failure once per
+    unit after the workers started (and no sweep folder is made for it)."""
+    from codegen.data.dataset import load_data
+    from codegen.train.preflight import check_config
+
+    sources = {}
     for u in units:
-        load_config(u.params.get("config"), u.params["overrides"] or None)
+        data = u.params.get("data")
+        cfg = check_config(u.params.get("config"), Path(data) if data else None, u.params["overrides"] or None)
+        d, m = cfg.data, cfg.model
+        if d.source != "synthetic":  # every unit reads the same data: once for its window length
+            sources[(d.source, d.path, tuple(d.columns), m.lookback, m.horizon, d.manifest)] = None
+    for source, path, columns, lookback, horizon, manifest in sources:
+        load_data(source, path, list(columns), lookback, horizon, manifest or None)

@@ -327,6 +327,10 @@ def _first_difference(saved: Any, now: Any, key: str = "") -> tuple[str, Any, An
     return None if saved == now else (key, saved, now)
 
 
+class NotResumable(UserError):
+    """--resume refused: the checkpoint is another configuration's (it stays; the same config resumes it)."""
+
+
 def _check_resumable(path: Path, saved: dict[str, Any], now: dict[str, Any]) -> None:
     # a key added to the config after the checkpoint was written counts as its default
     defaults = _resume_meta(TrainConfig(), {})["config"]
@@ -342,12 +346,12 @@ def _check_resumable(path: Path, saved: dict[str, Any], now: dict[str, Any]) -> 
         section, _, name = rest.partition(".")
         what = f"[{section}] {name}"
     elif part == "threads":  # the config's threads are the same, CISL_THREADS is not
-        raise UserError(f"{path}: cannot resume: the interrupted run trained on {was} threads, this one would on "
+        raise NotResumable(f"{path}: cannot resume: the interrupted run trained on {was} threads, this one would on "
                         f"{is_now} ([train] threads capped by CISL_THREADS), and the weights depend on the count; "
                         f"set CISL_THREADS={was} (or unset it if that gives {was}) to resume")
     else:
         what = f"the data ({rest})"
-    raise UserError(f"{path}: cannot resume: {what} was {json.dumps(was)} in the interrupted run, now "
+    raise NotResumable(f"{path}: cannot resume: {what} was {json.dumps(was)} in the interrupted run, now "
                     f"{json.dumps(is_now)}; resume with the same configuration and data, or run without --resume")
 
 
@@ -372,12 +376,12 @@ def run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, o
     with output_lock(Path(out_dir)), use_lock(work, busy):
         try:
             return _run_train(config_path, data_path, out_dir, overrides, progress, resume, work_dir, trained)
-        except UserError:
+        except UserError as e:
             # the run failed on its input (e.g. it diverged, [elastic] after pruning): its checkpoints hold a
             # configuration that must change, and --resume refuses a changed one, so they go, and with them the
             # folders made for them (a --work folder the user made stays). An interrupted or stopped run, or
             # one that crashed, keeps them: the same command with --resume continues.
-            if trained[0]:
+            if trained[0] and not isinstance(e, NotResumable):  # a refused resume keeps what it refused
                 for name in (CHECKPOINT_NAME, PRUNE_CHECKPOINT_NAME):
                     (work / name).unlink(missing_ok=True)  # cisl's own (check_work_dir at the start)
                 if work_dir is None:  # the default folder is cisl's (made by an earlier run, say)

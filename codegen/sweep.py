@@ -3,8 +3,8 @@
 A *unit* is one call of a function with JSON parameters: ``Unit("codegen.sweep_units:train",
 {"config": ..., "overrides": {...}})``. Its id is the sha256 of the function, the parameters, the
 code version (cisl's version and the content of every ``codegen`` source file, plus the file that
-defines the function; or only the parts ``Unit.code`` names, as training units do) and the sha256 of every data file it names — so a changed config, code or
-data set gives a new id and is run again, and a finished id is never run twice. Each unit writes
+defines the function; or only the parts ``Unit.code`` names, as training units do) and the sha256 of
+every data file it names — so a changed config, code or data set gives a new id and is run again, and a finished id is never run twice. Each unit writes
 ``RECORDS/<id>.json`` atomically when it finishes (nothing for a unit that fails); artefacts go to
 ``WORK/<id>/``. A unit may name units it needs (e.g. pruning needs the dense model): the sweep runs
 them in waves, a unit only after every unit it needs has its record.

@@ -388,7 +388,8 @@ def test_prune_applies_to_units_whose_keep_comes_from_the_config(tmp_path: Path)
     from codegen.train.sweep import grid_units  # the normal unit trains with method normal at the config's keep
 
     (u,) = grid_units(tmp_path / "k.toml", None, {"train.seed": [0]})
-    normal = dataclasses.replace(u, params={**u.params, "overrides": {**u.params["overrides"], "prune.method": "normal"}})
+    normal = dataclasses.replace(u, params={**u.params,
+                                            "overrides": {**u.params["overrides"], "prune.method": "normal"}})
     assert unit_id(normal) == ids["--prune normal"]
     # a --keep below 1 needs no --prune when the config names the method
     p = cisl(tmp_path, "sweep", "k.toml", "--keep", "0.3", "-o", "s", "--dry-run")

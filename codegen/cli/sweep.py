@@ -58,8 +58,8 @@ def sweep(config: Path | None, out_dir: Path, data: Path | None, seeds: str | No
     """Train CONFIG (as `cisl train` would) at every point of a grid of seeds, keep ratios and loss rates.
 
     Every point is a unit with a content-addressed id (the content of the config and of the data it
-    reads, overrides, thread count, training code version); its record OUT/records/<id>.json is written atomically when it finishes, and a
-    finished id is skipped, so an interrupted sweep continues where it stopped and the same records
+    reads, overrides, thread count, training code version); its record OUT/records/<id>.json is written
+    atomically when it finishes, and a finished id is skipped, so an interrupted sweep continues where it stopped and the same records
     come out on every backend; a stopped unit resumes from its last epoch or pruning stage
     (checkpoints in OUT/work/<id>/train). Prints one line per unit: its grid point, MSEs and realised keep.
     """

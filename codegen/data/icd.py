@@ -89,7 +89,8 @@ def read_recording(path: Path, columns: Sequence[str] | None = None) -> tuple[np
         signals = [h for h in header if h != TIME_COLUMN]  # the time column is never a channel: not offered
         for name in columns:
             if name not in header:
-                close = [h for h in signals if h.lower() == name.lower()] or difflib.get_close_matches(name, signals, n=1)
+                close = ([h for h in signals if h.lower() == name.lower()]
+                         or difflib.get_close_matches(name, signals, n=1))
                 hint = f"did you mean {close[0]!r}? " if close else ""
                 raise UserError(f"{path} has no column {name!r}; {hint}columns are: {', '.join(signals)}")
         names = list(columns)

@@ -110,7 +110,8 @@ def train_from_options(config: Path | None, data: Path | None, out_dir: Path, *,
     cfg = check_config(config, data, overrides or None)  # a mistake in the config is one line before torch is imported
     if cfg.prune.method != "none" and cfg.prune.keep >= 1:  # keep 1 sends every column: nothing to prune
         if prune is not None:  # refused as `cisl sweep` refuses a --prune that applies to no unit
-            why = "--keep 1" if keep is not None else f"no --keep and {config or 'the default config'} has [prune] keep = 1"
+            why = ("--keep 1" if keep is not None
+                   else f"no --keep and {config or 'the default config'} has [prune] keep = 1")
             raise UserError(f"--prune {prune} prunes nothing at keep 1 (every column is still sent; {why}); add "
                             "--keep below 1 (e.g. --keep 0.5) or drop --prune")
         note(f"note: [prune] method = \"{cfg.prune.method}\" with keep = 1 prunes nothing (every column is still "

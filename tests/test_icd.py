@@ -93,6 +93,9 @@ def test_columns_and_single_file(tmp_path: Path) -> None:
     assert desc["recordings"] == 1 and "fewer than 3" in desc["split"]
     with pytest.raises(UserError, match=r"no column 'B'; did you mean 'b'\?"):
         icd_splits(tmp_path / "icd", ["B"], 20, 10)
+    with pytest.raises(UserError) as err:  # the time column is never a channel: not offered as one (audit P F12)
+        icd_splits(tmp_path / "icd", ["OT"], 20, 10)
+    assert "columns are: " in str(err.value) and "timestamp" not in str(err.value).split("columns are: ")[1]
 
 
 @pytest.mark.unit

@@ -593,6 +593,29 @@ def test_a_board_that_refuses_to_start_is_named_by_its_error_not_its_missing_boo
     assert "node 1: it reported an error at uicr_node_id (code 3) and printed no boot line" in line, line
 
 
+def _listen_without_reset(tmp_path: Path, printed: bytes):
+    """`cisl logs --no-reset` of one board that prints ``printed`` once the capture listens."""
+    from click.testing import CliRunner
+
+    from codegen.cli import main
+
+    m0, _ = make_pty(tmp_path / "a.tty")
+    tb = write_board_testbed(tmp_path, [str(tmp_path / "a.tty")])
+
+    def board():
+        wait_for_reader(m0)
+        time.sleep(0.2)
+        os.write(m0, printed)
+
+    t = threading.Thread(target=board, daemon=True)
+    t.start()
+    r = CliRunner().invoke(main, ["logs", "--testbed", str(tb), "-o", str(tmp_path / "logs"), "--no-reset",
+                                  "--timeout", "10", "-q"])
+    t.join(5)
+    os.close(m0)
+    return r
+
+
 @pytest.mark.faults
 @pytest.mark.parametrize("infs, end, broken", [
     (range(40, 44), 44, None),  # the capture caught inferences 40..43 of a 44-inference run
@@ -605,24 +628,7 @@ def test_without_a_reset_no_boot_line_is_expected_but_the_end_count_is_checked(t
     """`--no-reset` only listens: a run caught mid-way has no boot line and is good; its `end inferences=N`
     counts the inferences before the first one seen too, but no more than there were (the check was
     skipped without a boot line: `end inferences=4` after inferences 0..2 passed)."""
-    from click.testing import CliRunner
-
-    from codegen.cli import main
-
-    m0, _ = make_pty(tmp_path / "a.tty")
-    tb = write_board_testbed(tmp_path, [str(tmp_path / "a.tty")])
-
-    def board():
-        wait_for_reader(m0)
-        time.sleep(0.2)
-        os.write(m0, board_run(0, nodes=1, infs=infs, boot=False, end=end))
-
-    t = threading.Thread(target=board, daemon=True)
-    t.start()
-    r = CliRunner().invoke(main, ["logs", "--testbed", str(tb), "-o", str(tmp_path / "logs"), "--no-reset",
-                                  "--timeout", "10", "-q"])
-    t.join(5)
-    os.close(m0)
+    r = _listen_without_reset(tmp_path, board_run(0, nodes=1, infs=infs, boot=False, end=end))
     if broken is None:
         assert r.exit_code == 0, r.output
         assert "ok (end)" in r.stdout
@@ -799,26 +805,8 @@ def test_without_a_reset_the_first_inference_seen_is_partial_and_the_plan_unchec
     """`--no-reset` starts listening mid-inference: its first inference was seen in part but counted
     whole (compute 32 % low), and nothing said that no boot line came, so the plan and image the node ran
     were never checked."""
-    from click.testing import CliRunner
-
-    from codegen.cli import main
-
-    m0, _ = make_pty(tmp_path / "a.tty")
-    tb = write_board_testbed(tmp_path, [str(tmp_path / "a.tty")])
     lines = run_with(0, {}, boot=False, infs=range(5, 8)).split(b"\n")
-    tail = b"\n".join(lines[4:])  # the capture starts at inference 5's attn block
-
-    def board():
-        wait_for_reader(m0)
-        time.sleep(0.2)
-        os.write(m0, tail)
-
-    t = threading.Thread(target=board, daemon=True)
-    t.start()
-    r = CliRunner().invoke(main, ["logs", "--testbed", str(tb), "-o", str(tmp_path / "logs"), "--no-reset",
-                                  "--timeout", "10", "-q"])
-    t.join(5)
-    os.close(m0)
+    r = _listen_without_reset(tmp_path, b"\n".join(lines[4:]))  # the capture starts at inference 5's attn block
     assert r.exit_code == 0, r.output
     assert "ok (end), 1 inference incomplete" in r.stdout and "5: partial" in r.stdout, r.stdout
     note = one_stderr_line(r)

@@ -282,3 +282,8 @@ def test_prune_at_keep_1_is_refused_as_sweep_refuses_it(tmp_path):
     p = cisl("train", "--prune", "normal", "--keep", "1", "-o", "m", cwd=tmp_path, env=without_torch(tmp_path))
     assert_one_line_error(p, "--prune normal prunes nothing at keep 1", "--keep 1)")
     assert not (tmp_path / "m").exists()
+    # a config's own [prune] at keep 1 is not refused (a sweep's base config may hold it) but noted, before torch
+    (tmp_path / "k1.toml").write_text('[prune]\nmethod = "somegather"\nkeep = 1.0\n')
+    p = cisl("train", "k1.toml", "-o", "m", cwd=tmp_path, env=without_torch(tmp_path))
+    assert 'note: [prune] method = "somegather" with keep = 1 prunes nothing' in p.stderr, p.stderr
+    assert not (tmp_path / "m").exists()

@@ -811,6 +811,7 @@ def test_without_a_reset_the_first_inference_seen_is_partial_and_the_plan_unchec
     assert "ok (end), 1 inference incomplete" in r.stdout and "5: partial" in r.stdout, r.stdout
     note = one_stderr_line(r)
     assert note.startswith("note: no boot line from node 0") and "plan and image" in note and "not checked" in note
+    assert "flashed build" not in note  # there is no flash record here (its own note says so): nothing was flashed
     summary = json.loads((tmp_path / "logs" / "summary.json").read_text())
     assert list(summary["nodes"]["0"]["incomplete"]) == ["5"] and note[len("note: "):] in summary["notes"]
 

@@ -327,8 +327,8 @@ def _judge_inferences(r: CaptureResult, flashed: dict | None) -> list[str]:
         return []
     who = f"node{'s' if len(bootless) > 1 else ''} {', '.join(map(str, bootless))}"
     return [f"no boot line from {who} (the capture started mid-run, without the nodes' reset): the plan and image "
-            f"they ran were not checked against the flashed build, and each one's first inference seen is partial "
-            f"(left out by `cisl report`)"]
+            f"they ran were not checked{' against the flashed build' if flashed else ''}, and each one's first "
+            f"inference seen is partial (left out by `cisl report`)"]
 
 
 def incomplete_status(c) -> str:

@@ -241,3 +241,40 @@ def test_a_run_stopped_while_pruning_resumes_to_the_same_bytes(runs, tmp_path: P
         if name != "train.json":  # it records the wall time
             assert (out / name).read_bytes() == (runs[method][0] / name).read_bytes(), name
     assert not default_work_dir(out).exists()
+
+
+@pytest.mark.train
+def test_a_damaged_pruning_checkpoint_is_refused_and_the_dense_one_kept(runs, tmp_path: Path) -> None:
+    """A prune.pt cisl cannot resume from (an older cisl's) is refused in one line with exit 2, and both
+    checkpoints stay: the dense epochs may be hours of work. Following the advice (delete
+    prune.pt, --resume again) resumes after the dense epochs and writes the uninterrupted run's bytes."""
+    import subprocess
+    import sys
+
+    from codegen.train.api import CHECKPOINT_NAME, OUTPUT_FILES, PRUNE_CHECKPOINT_NAME
+
+    text = TINY.replace("{method}", "somegather")
+    (tmp_path / "c.toml").write_text(text)
+    # the dense epoch and the first pruning stage
+    (tmp_path / "stop.toml").write_text(text.replace("threads = 1\n", "threads = 1\nstop_after_epochs = 2\n"))
+    work = tmp_path / "work"
+
+    def train(config: str, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "codegen.cli", "train", config, "-o", "model", "-q",
+                               "--work", str(work), *args], cwd=tmp_path, capture_output=True, text=True)
+
+    p = train("stop.toml")
+    assert p.returncode == 2 and (work / PRUNE_CHECKPOINT_NAME).is_file(), p.stderr
+    dense = (work / CHECKPOINT_NAME).read_bytes()
+    old = torch.load(work / PRUNE_CHECKPOINT_NAME, weights_only=True)
+    torch.save({**old, "version": old["version"] - 1}, work / PRUNE_CHECKPOINT_NAME)
+    p = train("c.toml", "--resume")
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert f"{PRUNE_CHECKPOINT_NAME}: not a cisl checkpoint of version" in p.stderr and "--resume again" in p.stderr
+    assert (work / CHECKPOINT_NAME).read_bytes() == dense and (work / PRUNE_CHECKPOINT_NAME).is_file()
+    (work / PRUNE_CHECKPOINT_NAME).unlink()
+    p = train("c.toml", "--resume")
+    assert p.returncode == 0, p.stderr
+    for name in OUTPUT_FILES:
+        if name != "train.json":  # it records the wall time
+            assert (tmp_path / "model" / name).read_bytes() == (runs["somegather"][0] / name).read_bytes(), name

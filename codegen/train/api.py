@@ -55,8 +55,8 @@ from codegen.train.preflight import check_elastic_modes, check_model_fits_memory
     effective_threads, make_masks, model_warnings, resolve_config
 from codegen.train.dropout import LossRange, evaluate_with_loss
 from codegen.train.elastic import make_elastic, unit_tensors
-from codegen.train.loop import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, checkpoint_meta, evaluate, fit, \
-    is_cisl_checkpoint, load_checkpoint, save_checkpoint
+from codegen.train.loop import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, NotResumable, checkpoint_meta, evaluate, \
+    fit, is_cisl_checkpoint, load_checkpoint, save_checkpoint
 from codegen.train.model import SplitPatchTST, state_to_numpy
 from codegen.train.pruning import column_counts, communication, drop_pruned_weights, run_pruning
 
@@ -242,7 +242,9 @@ def _prune(cfg: TrainConfig, model: SplitPatchTST, data: Splits, train_idx: np.n
         return []
     done, history = 0, []
     if resume and path.is_file():
-        state = load_checkpoint(path)
+        # the dense epochs are safe in the other checkpoint: without this file the pruning starts over
+        state = load_checkpoint(path, fix=f"delete it and run with --resume again (the dense epochs resume from "
+                                          f"{CHECKPOINT_NAME}; the pruning starts over)")
         _check_resumable(path, checkpoint_meta(state), meta)
         model.set_masks(state["masks"], prune_own=p.method == "normal")
         model.load_state_dict(state["model"])
@@ -325,10 +327,6 @@ def _first_difference(saved: Any, now: Any, key: str = "") -> tuple[str, Any, An
                 return diff
         return None
     return None if saved == now else (key, saved, now)
-
-
-class NotResumable(UserError):
-    """--resume refused: the checkpoint is another configuration's (it stays; the same config resumes it)."""
 
 
 def _check_resumable(path: Path, saved: dict[str, Any], now: dict[str, Any]) -> None:

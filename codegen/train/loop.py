@@ -105,20 +105,23 @@ def is_cisl_checkpoint(path: Path) -> bool:
     return isinstance(state, dict) and state.get("format") == CHECKPOINT_FORMAT
 
 
-def load_checkpoint(path: Path) -> dict[str, Any]:
-    """A checkpoint written by `fit`; anything else is a UserError naming the file."""
+class NotResumable(UserError):
+    """--resume refused: the checkpoint is unreadable or another configuration's. It stays: the user
+    decides (the same config resumes it; a damaged one is deleted by hand)."""
+
+
+def load_checkpoint(path: Path, fix: str = "delete it and run without --resume") -> dict[str, Any]:
+    """A checkpoint written by `fit`; anything else is NotResumable naming the file and ``fix``."""
     if not path.is_file():
-        raise UserError(f"{path}: no checkpoint to resume from (a run saves one after each epoch); "
-                        "run without --resume to start from scratch")
+        raise NotResumable(f"{path}: no checkpoint to resume from (a run saves one after each epoch); "
+                           "run without --resume to start from scratch")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any unreadable file is the same user-facing problem
-        raise UserError(f"{path}: not a readable checkpoint ({type(e).__name__}); delete it and run without "
-                        "--resume") from None
+        raise NotResumable(f"{path}: not a readable checkpoint ({type(e).__name__}); {fix}") from None
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT \
             or state.get("version") != CHECKPOINT_VERSION:
-        raise UserError(f"{path}: not a cisl checkpoint of version {CHECKPOINT_VERSION}; delete it and run without "
-                        "--resume")
+        raise NotResumable(f"{path}: not a cisl checkpoint of version {CHECKPOINT_VERSION}; {fix}")
     return state
 
 

@@ -27,6 +27,7 @@ when the sweep runs again, and end with the record an uninterrupted run writes.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import importlib
 import importlib.util
@@ -68,12 +69,18 @@ class Unit:
     # so that a change elsewhere (the C emitter, the radio, the study's report) does not invalidate
     # hours of training
     code: tuple[str, ...] = ()
+    # the key as the sweep computed it when it started (`pinned`): the code or data edited while a unit
+    # runs must not move its record to another id, where the sweep would not find it (pin last:
+    # dataclasses.replace would carry the key over to a changed unit)
+    pinned_key: dict | None = field(default=None, compare=False, repr=False)
 
     def key(self) -> dict:
         """What the id is the hash of. Where the files lie is not part of it (a study continued on a
         cluster, or in another clone, finds its records): a function defined in a file is named by
         the file's name (its content is in the code version), and a parameter that is the path of a
         data file by that file's name (its content is in ``data``)."""
+        if self.pinned_key is not None:
+            return self.pinned_key
         target, _, name = self.fn.rpartition(":")
         fn = f"{Path(target).name}:{name}" if target.endswith(".py") else self.fn
         return {"fn": fn, "params": _without_paths(self.params, {p: Path(p).name for p in self.data}),
@@ -193,6 +200,15 @@ def key_id(key: dict) -> str:
 
 def unit_id(unit: Unit) -> str:
     return key_id(unit.key())
+
+
+def pinned(unit: Unit) -> Unit:
+    """The unit (and the units it needs) with its key computed now, once: what the sweep and its workers
+    use from then on, whatever changes on disk while it runs."""
+    if unit.pinned_key is not None:
+        return unit
+    unit = dataclasses.replace(unit, needs=tuple(pinned(n) for n in unit.needs))
+    return dataclasses.replace(unit, pinned_key=unit.key())
 
 
 # --------------------------------------------------------------------------------------------
@@ -435,7 +451,7 @@ def run_sweep(units: Iterable[Unit], records: Path, work: Path, backend: str = "
     """
     if backend not in BACKENDS:
         raise UserError(f"sweep backend {backend!r}: use one of {', '.join(BACKENDS)}")
-    units = list(units)
+    units = [pinned(u) for u in units]  # the ids as of now: a unit's record is where the sweep looks for it
     records, work = Path(records), Path(work)
     for u in units:  # before any unit runs, not after the others trained (a damaged record never heals)
         if record_path(records, u).exists():

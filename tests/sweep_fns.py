@@ -37,3 +37,11 @@ def slow_count(params: dict, ctx) -> dict:
         tmp.write_text(str(count))
         tmp.replace(state)
     return {"count": count, "starts": len(starts.read_text().split())}
+
+
+def edit_input(params: dict, ctx) -> dict:
+    """Edits a file whose content enters the unit's id while the unit runs (as a user editing the data or
+    the code during a long sweep would)."""
+    with open(params["edit"], "a") as f:
+        f.write("edited while the unit ran\n")
+    return {"edited": params["edit"]}

@@ -85,6 +85,23 @@ def test_committed_study_records_are_found_from_any_clone() -> None:
 
 
 @pytest.mark.unit
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_file_edited_while_its_unit_runs_does_not_lose_the_units_record(tmp_path: Path, jobs: int) -> None:
+    """A unit's id is what the sweep computed when it started: a data or code file edited while the unit
+    trains (in this process or in a worker, which computed the id anew) used to move its record to another
+    id, and the sweep reported the finished unit failed ("no record written")."""
+    data = tmp_path / "d.csv"
+    data.write_text("a,b\n1,2\n")
+    u = Unit(f"{FNS}:edit_input", {"edit": str(data), "x": 1}, data=(str(data),), label="edits")
+    v = Unit(f"{FNS}:edit_input", {"edit": str(data), "x": 2}, data=(str(data),), label="edits too")
+    recs = run_sweep([u, v], tmp_path / "r", tmp_path / "w", jobs=jobs, say=lambda s: None)
+    assert [r["result"]["edited"] for r in recs] == [str(data)] * 2
+    assert sorted(p.stem for p in (tmp_path / "r").glob("*.json")) == sorted(r["id"] for r in recs)
+    # the next sweep sees the edited file: other units, run again
+    assert unit_id(u) not in [r["id"] for r in recs]
+
+
+@pytest.mark.unit
 def test_finished_units_are_skipped_and_needs_run_first(tmp_path: Path) -> None:
     base = unit(tmp_path, 3)
     top = unit(tmp_path, 4, base=1, base_unit=None)

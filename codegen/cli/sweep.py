@@ -63,7 +63,7 @@ def sweep(config: Path | None, out_dir: Path, data: Path | None, seeds: str | No
     come out on every backend; a stopped unit resumes from its last epoch or pruning stage
     (checkpoints in OUT/work/<id>/train). Prints one line per unit: its grid point, MSEs and realised keep.
     """
-    from ..sweep import check_sweep_folder, claim_sweep_folder, record_path, run_sweep, unit_id, unit_state
+    from ..sweep import check_sweep_folder, claim_sweep_folder, pinned, record_path, run_sweep, unit_id, unit_state
     from ..train.config import load_config
     from ..train.sweep import check_units, grid_units
 
@@ -90,6 +90,7 @@ def sweep(config: Path | None, out_dir: Path, data: Path | None, seeds: str | No
                                                                             "prune.method": prune}})
                  if p else u for u, p in zip(units, pruned)]
     check_units(units)
+    units = [pinned(u) for u in units]  # their ids from here on, whatever is edited on disk while they train
     if "dropout.q" in axes:  # --q replaces the config's loss setting as `cisl train --dropout` does
         from ..train.launch import config_loss_keys
 

@@ -87,10 +87,26 @@ def _load_windows(path: Path, lookback: int, what: str) -> np.ndarray:
     return arr
 
 
-def load_test_set(here: Path, lookback: int, horizon: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+def check_companion(path: Path, model: CislModel, fix: str) -> None:
+    """``path`` (next to the model) must be the file `cisl train` wrote with this model: a model copied
+    beside another training's files was scored or calibrated on that training's windows without a word.
+    The model records their hashes (cisl.training companions; older models record none)."""
+    companions = model.training.get("companions")
+    want = companions.get(path.name) if isinstance(companions, dict) else None
+    if want is not None and path.is_file() and sha256_file(path) != want:
+        raise UserError(f"{path}: not the file `cisl train` wrote with this model (another training's, or changed "
+                        f"since); {fix}")
+
+
+def load_test_set(here: Path, model: CislModel) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """The test windows, targets and (if there) per-window scales `cisl train` wrote next to the model,
-    each checked: shape, and finite (a NaN would print an MSE of nan as if it were a result)."""
+    each checked: shape, finite (a NaN would print an MSE of nan as if it were a result), and written
+    with this model."""
+    lookback, horizon = model.config.lookback, model.config.horizon
     tw, tt, ts = here / "test_windows.npy", here / "test_targets.npy", here / "test_scale.npy"
+    for path in (tw, tt, ts):
+        check_companion(path, model, "keep a model beside the files its own training wrote, or train again (or "
+                                     "score it with `cisl eval --data`)")
     x = _load_windows(tw, lookback, "test windows")
     y = _load_array(tt, "test targets", (len(x), horizon))
     scale = _load_array(ts, "test scales", (len(x),)) if ts.is_file() else None
@@ -209,13 +225,16 @@ def _compile(model_path: Path, out_dir: Path, opts: CompileOptions, say: Callabl
     _check_kernel_limits(model, split)
     units = _mode_units(model, split, opts.mode, Path(model_path))
     cal_path = Path(opts.calibration) if opts.calibration else Path(model_path).parent / "calibration.npy"
+    if not opts.calibration:  # a file given on purpose is the user's choice
+        check_companion(cal_path, model, "keep a model beside the files its own training wrote, or train "
+                                           "again (or pass --calibration)")
     cal = _load_windows(cal_path, cfg.lookback, "calibration set")
     if len(cal) > opts.max_calibration:  # evenly spaced subset: deterministic and representative
         cal = cal[np.linspace(0, len(cal) - 1, opts.max_calibration).round().astype(int)]
     test_x = test_y = test_scale = None
     here = Path(model_path).parent
     if (here / "test_windows.npy").is_file() and (here / "test_targets.npy").is_file():
-        test_x, test_y, test_scale = load_test_set(here, cfg.lookback, cfg.horizon)
+        test_x, test_y, test_scale = load_test_set(here, model)
     sim_inputs = (test_x if test_x is not None else cal)[:SIM_INPUTS]
 
     wanted = opts.node_boards

@@ -142,3 +142,28 @@ def test_loss_on_a_one_node_model_is_noted(tmp_path: Path) -> None:
     model = make_model_dir(tmp_path / "m1", config_for_tokens(8, 16), devices=1, keep_ratio=1.0, tests=8)
     p = cisl("eval", str(model), "--loss", "0.1", "--seeds", "2", cwd=tmp_path)
     assert p.returncode == 0 and "note: one node sends no messages" in p.stderr, p.stderr
+
+
+def test_a_model_beside_another_trainings_files_is_refused(tmp_path: Path) -> None:
+    """A model copied into another training's folder was scored on that training's test windows (and
+    compiled with its calibration set) without a word. The model records the hashes of the files its
+    training wrote beside it; eval and compile refuse others in one line, and an explicit
+    --calibration or --data is the user's choice."""
+    pytest.importorskip("torch")
+    from codegen.train.api import run_train
+    from models import tiny_train_config
+
+    for run, length in ((1, 400), (2, 500)):  # other data: other windows (the same data gives the same files)
+        cfg = tmp_path / f"s{run}.toml"
+        cfg.write_text(tiny_train_config(data=f"synthetic_length = {length}\nsynthetic_channels = 2"))
+        run_train(cfg, None, tmp_path / f"m{run}", progress=False)
+    stray = tmp_path / "m2" / "from_m1.onnx"
+    stray.write_bytes((tmp_path / "m1" / "model.onnx").read_bytes())
+    assert cisl("eval", "m1/model.onnx", cwd=tmp_path).returncode == 0
+    for args, name in ((["eval", str(stray)], "test_windows.npy"),
+                       (["compile", str(stray), "-o", "b"], "calibration.npy"),
+                       (["compile", str(stray), "-o", "b", "--calibration", "m1/calibration.npy"], "test_windows.npy")):
+        p = cisl(*args, cwd=tmp_path)
+        assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, (args, p.stderr)
+        assert f"m2/{name}: not the file `cisl train` wrote with this model" in p.stderr, (args, p.stderr)
+        assert not (tmp_path / "b").exists()

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import io
 import json
 import os
@@ -493,11 +494,14 @@ def _run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, 
                 "prune_history": prune_history, "dropout": dropout, "communication": comm}
     if elastic is not None:
         training["elastic"] = {k: v for k, v in elastic.items() if k != "counts"}
-    onnx_bytes = build_onnx(m, weights, split, masks, keep_ratio, training, rescale=cfg.dropout.rescaled(),
-                            prune_own=model.prune_own, elastic=elastic).SerializeToString()
-
     calib, _, _ = model_inputs(data.train, data.train.evenly_spaced(t.calibration_samples), m.revin)
     test_x, test_y, test_scale = model_inputs(data.test, data.test.evenly_spaced(t.test_samples), m.revin)
+    companions = {"calibration.npy": _npy_bytes(calib), "test_windows.npy": _npy_bytes(test_x),
+                  "test_targets.npy": _npy_bytes(test_y), "test_scale.npy": _npy_bytes(test_scale)}
+    # the model names its own windows: eval and compile refuse another training's beside it
+    training["companions"] = {name: hashlib.sha256(b).hexdigest() for name, b in companions.items()}
+    onnx_bytes = build_onnx(m, weights, split, masks, keep_ratio, training, rescale=cfg.dropout.rescaled(),
+                            prune_own=model.prune_own, elastic=elastic).SerializeToString()
     summary = {**metrics, "epochs": t.epochs, "best_epoch": result.best_epoch,
                "seconds": round(time.perf_counter() - started, 3), "params": params,
                "windows": {"train": int(len(train_idx)), "val": len(data.val), "test": len(data.test)},
@@ -514,10 +518,7 @@ def _run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, 
                         "broadcast": masks}}
     write_atomically(out_dir, {
         "model.onnx": onnx_bytes,
-        "calibration.npy": _npy_bytes(calib),
-        "test_windows.npy": _npy_bytes(test_x),
-        "test_targets.npy": _npy_bytes(test_y),
-        "test_scale.npy": _npy_bytes(test_scale),
+        **companions,
         "train.json": (json.dumps(report, indent=2) + "\n").encode(),
     })
     ckpt_path.unlink(missing_ok=True)  # the outputs are complete: nothing left to resume (both files are cisl's)

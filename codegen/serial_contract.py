@@ -267,6 +267,7 @@ class SequenceChecker:
 LOOKS_LIKE_CONTRACT = re.compile(r"CISL \d{1,3} [a-z_]")  # a contract line's start (garbled lines: see above)
 
 PARTIAL = "partial"  # the capture started inside it (no boot, infer or resync line before its first line)
+MIXED = "mixed modes"  # the nodes computed it in different elastic modes (mixed_mode_inferences)
 UNFINISHED = "unfinished"  # no infer line: the capture (or the node) stopped inside it
 DAMAGED = "damaged"  # lines of it were lost or garbled
 
@@ -399,3 +400,99 @@ def incomplete_inferences(records: Iterable, expected: frozenset | None = None,
     for inf, why in (marks or {}).items():  # a mark on an inference of which no line came
         bad.setdefault(inf, f"{DAMAGED}: {why}")
     return bad
+
+
+# --- mixed-mode inferences -----------------------------------------------------------------------------
+# Every node of an elastic image starts in mode 0 and runs a new mode from the inference its
+# `mode state=switch` line names, which the control round announces to every node at once
+# (docs/design/elastic.md, "Switching network-wide"). A node that decoded no control header runs its mode
+# unconfirmed (`state=unheard`); its peers see it in the next control round (`state=mixed`, about the
+# inference before). One rule for the virtual testbed's supervisor, `cisl logs` and `cisl report`: an
+# inference the nodes computed in different modes is never a good one.
+
+
+def _rec(r) -> tuple[int | None, str | None, dict]:
+    if isinstance(r, Record):
+        return r.node, r.event, r.fields
+    node = r.get("node")
+    return (node if isinstance(node, int) else None), r.get("event"), r
+
+
+def node_modes(records: Iterable, nodes: Iterable[int] | None = None,
+               inferences: int | None = None) -> dict[int, dict[int, int]]:
+    """node -> inference -> the mode the node ran it in, from its `switch` lines (mode 0 until the first).
+    ``inferences``: every node ran inferences 0 .. inferences-1 (the virtual testbed's supervisor, which
+    knows); otherwise the inferences a node printed a line of, and only from its `boot` line on (a capture
+    that started mid-run, `cisl logs --no-reset`, does not know a node's mode before its first switch).
+    ``nodes``: the nodes of the run (default: those with records)."""
+    switches: dict[int, dict[int, int]] = {}
+    seen: dict[int, set[int]] = {}
+    booted: set[int] = set()
+    for r in records:
+        node, event, f = _rec(r)
+        if node is None:
+            continue
+        seen.setdefault(node, set())
+        if event == "boot":
+            booted.add(node)
+            continue
+        try:
+            inf = int(f["inf"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if event == "mode" and f.get("state") == "switch":
+            try:
+                switches.setdefault(node, {})[inf] = int(f["mode"])
+            except (KeyError, TypeError, ValueError):
+                continue
+        if event in ("block", "sg", "output", "infer", "peer", "mode", "host", "op"):
+            seen[node].add(inf)
+    out: dict[int, dict[int, int]] = {}
+    for k in (list(nodes) if nodes is not None else sorted(seen)):
+        infs = range(inferences) if inferences is not None else sorted(seen.get(k, ()))
+        known = inferences is not None or k in booted
+        mine, mode = {}, 0
+        for i in infs:
+            if i in switches.get(k, {}):
+                mode, known = switches[k][i], True
+            if known:
+                mine[i] = mode
+        out[k] = mine
+    return out
+
+
+def mixed_mode_inferences(records: Iterable, nodes: Iterable[int] | None = None,
+                          inferences: int | None = None) -> dict[int, str]:
+    """The inferences the network computed in more than one elastic mode: inference -> why, the why
+    starting with MIXED. From every node's `mode` lines (``records``: :class:`Record` objects or the dicts
+    `cisl logs` writes, of all nodes; ``nodes``, ``inferences``: as :func:`node_modes`):
+
+    * the nodes' `switch` lines disagree: in that inference nodes ran different modes;
+    * a node's `mode state=mixed` line in inference I: a peer ran another mode in inference I - 1;
+    * a node's `mode state=unheard` line when no other node's mode in that inference is known (only that
+      node recorded): its mode there is unconfirmed, so not reported as good either.
+    """
+    records = list(records)
+    modes = node_modes(records, nodes, inferences)
+    why: dict[int, list[str]] = {}
+    for i in sorted({i for m in modes.values() for i in m}):
+        ran = {k: m[i] for k, m in sorted(modes.items()) if i in m}
+        if len(set(ran.values())) > 1:
+            why.setdefault(i, []).append(", ".join(f"node {k} mode {m}" for k, m in ran.items()))
+    for r in records:
+        node, event, f = _rec(r)
+        if event != "mode" or node is None:
+            continue
+        try:
+            inf, state = int(f["inf"]), f.get("state")
+            if state == "mixed" and inf > 0:
+                why.setdefault(inf - 1, []).append(
+                    f"node {node} reports that node {f.get('peer')} ran mode {f.get('peer_mode')} in it while it "
+                    f"ran {f.get('mode')}")
+            elif state == "unheard" and not any(inf in m for k, m in modes.items() if k != node):
+                why.setdefault(inf, []).append(
+                    f"node {node} heard no control round and ran mode {f.get('mode')} unconfirmed (no other "
+                    "node's lines of it to compare)")
+        except (KeyError, TypeError, ValueError):
+            continue
+    return {i: f"{MIXED}: " + "; ".join(ws) for i, ws in sorted(why.items())}

@@ -887,3 +887,62 @@ def test_a_build_node_left_out_by_node_that_cannot_be_reset_is_noted(tmp_path, m
     assert len(notes) == 1 and notes[0].startswith("note: node 2 of the build, not recorded (--node), did not reset "
                                                    "(node 2: probe 683000009 is not attached"), r.stderr
     assert "may have run without it" in notes[0]
+
+
+def elastic_run(node: int, switch_at: int | None = 2, unheard: bool = False, mixed_peer: int | None = None,
+                infs=range(5)) -> bytes:
+    """An elastic image's node over 5 inferences: mode 0, then mode 2 from ``switch_at`` (its `switch`
+    line), each inference a block line whose time says its mode (mode 2 is faster). ``unheard``: it missed
+    the announcing control round (`unheard` there, switches one inference later); ``mixed_peer``: it saw
+    in the next control round that that peer ran mode 0 (`mode state=mixed`)."""
+    lines = [f"CISL {node} boot fw=0.1.0 plan=abc board=nrf52840dk node={node} nodes=2"]
+    mode = 0
+    for i in infs:
+        if switch_at is not None and i == switch_at and unheard:
+            lines.append(f"CISL {node} mode inf={i} state=unheard mode=0")
+        elif switch_at is not None and i == switch_at + int(unheard):
+            mode = 2
+            lines.append(f"CISL {node} mode inf={i} state=switch mode=2")
+        if mixed_peer is not None and switch_at is not None and i == switch_at + 1:
+            lines.append(f"CISL {node} mode inf={i} state=mixed mode=2 peer={mixed_peer} peer_mode=0")
+        us = 1000 if mode == 0 else 400
+        lines += [f"CISL {node} block inf={i} layer=-1 block=embed us={us} comm_us=0",
+                  f"CISL {node} infer inf={i} us={us + 100} crc=00000000"]
+    lines.append(f"CISL {node} end inferences={len(infs)}")
+    return "".join(ln + "\n" for ln in lines).encode()
+
+
+@pytest.mark.faults
+def test_an_inference_a_node_ran_in_another_mode_is_never_reported_good(tmp_path, monkeypatch):
+    """audit R #1: node 1 missed the control round announcing mode 2 (`mode state=unheard`), so inference 2
+    ran with node 0 in mode 2 and node 1 in mode 0 (node 0 says so: `mode state=mixed`). `cisl logs` said
+    `ok (end)` for both, and `cisl report` averaged all 5 inferences, modes 0 and 2 together, with no note.
+    Now `cisl logs` names inference 2 on both nodes, and the report leaves it out and has rows per mode."""
+    from click.testing import CliRunner
+
+    from codegen.cli import main
+
+    bed = ResetBoards(tmp_path, monkeypatch, [elastic_run(0, mixed_peer=1), elastic_run(1, unheard=True)])
+    r = bed.logs_once()
+    assert r.exit_code == 0, r.output
+    for k in (0, 1):
+        [row] = [ln for ln in r.stdout.splitlines() if ln.split()[:1] == [str(k)]]
+        assert "ok (end), 1 inference ran mixed modes, left out by `cisl report` (2: mixed modes: node 0 mode 2, " \
+               "node 1 mode 0" in row, row
+    summary = json.loads((tmp_path / "logs" / "summary.json").read_text())
+    assert [list(summary["nodes"][k]["incomplete"]) for k in ("0", "1")] == [["2"], ["2"]], summary["nodes"]
+    assert "node 0 reports that node 1 ran mode 0 in it" in summary["nodes"]["1"]["incomplete"]["2"]
+
+    rep = CliRunner().invoke(main, ["report", str(tmp_path / "logs"), "-o", str(tmp_path / "rep"), "--no-plots"])
+    assert rep.exit_code == 0, rep.output
+    with open(tmp_path / "rep" / "latency.csv") as f:
+        rows = {(row["run"], row["node"]): row for row in csv.DictReader(f)}
+    # inferences 0-1 in mode 0, 3-4 in mode 2; inference 2 in none: mixed
+    assert set(rows) == {("logs mode 0", "0"), ("logs mode 0", "1"), ("logs mode 2", "0"), ("logs mode 2", "1")}, rows
+    assert {row["inferences"] for row in rows.values()} == {"2"}
+    assert {rows[("logs mode 0", k)]["compute_us"] for k in "01"} == {"1000.0"}
+    assert {rows[("logs mode 2", k)]["compute_us"] for k in "01"} == {"400.0"}
+    notes = (tmp_path / "rep" / "notes.txt").read_text()
+    assert "node 1: inference 2 (mixed modes: node 0 mode 2, node 1 mode 0" in notes, notes
+    assert "logs: its complete inferences ran in 2 elastic modes (mode 0: inferences 0-1; mode 2: inferences 3-4)" \
+        in notes and "never a mean over modes" in notes, notes

@@ -191,6 +191,9 @@ def match_estimate(run, estimates: list[dict]) -> dict | None:
     any of its modes name the image's plan); logs without boot lines by node count."""
     ran = plans_of(run)
     same = [e for e in estimates if (e["plan"] in ran if ran else int(e.get("devices", -1)) == run.nodes)]
+    mode = getattr(run, "mode", None)
+    if mode is not None:  # a run's inferences of one mode (report.split_by_mode): an estimate of that mode
+        same = [e for e in same if (e.get("mode") or 0) == mode]
     return same[0] if same else None
 
 

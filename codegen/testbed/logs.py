@@ -313,14 +313,23 @@ def _judge_inferences(r: CaptureResult, flashed: dict | None) -> list[str]:
     """Name each node's inferences that are not complete (codegen/serial_contract.py
     `incomplete_inferences`: lines lost, a line that did not parse, the port reopened, the first one of a
     capture without the nodes' reset, the last one of a capture that stopped inside it). A warning, not a
-    failure: the node's other inferences are good data, and `cisl report` leaves these out. Returns the
+    failure: the node's other inferences are good data, and `cisl report` leaves these out. An elastic
+    image's inferences the nodes computed in different modes (`mixed_mode_inferences`: the nodes' `switch`
+    lines disagree, a node missed the control round, `mode state=mixed`; the rule the virtual testbed
+    applies) are named the same way on every node that ran them: never good data. Returns the
     run's notes: nodes whose boot line did not come (`--no-reset`), so nothing checked their plan and image."""
-    from ..serial_contract import incomplete_inferences, plan_lines
+    from ..serial_contract import incomplete_inferences, mixed_mode_inferences, plan_lines
 
     plan = _flashed_plan(flashed)
     for k, c in r.nodes.items():
         expected = plan_lines(plan, c.node if c.prints is None else c.prints) if plan else None
         c.incomplete = incomplete_inferences(c.records, expected, c.marks)
+    mixed = mixed_mode_inferences([rec for c in r.nodes.values() for rec in c.records])
+    for c in r.nodes.values():
+        ran = {int(x.fields["inf"]) for x in c.records if isinstance(x.fields.get("inf"), int)}
+        for inf, why in mixed.items():
+            if inf in ran:
+                c.incomplete[inf] = f"{c.incomplete[inf]}; {why}" if inf in c.incomplete else why
     bootless = [k for k, c in sorted(r.nodes.items()) if c.failed is None and c.records
                 and not any(x.event == "boot" for x in c.records)]
     if not bootless:
@@ -333,12 +342,15 @@ def _judge_inferences(r: CaptureResult, flashed: dict | None) -> list[str]:
 
 def incomplete_status(c) -> str:
     """The status line's words for a node's incomplete inferences ('' if none)."""
+    from ..serial_contract import MIXED
+
     if not c.incomplete:
         return ""
     items = sorted(c.incomplete.items())
     said = "; ".join(f"{inf}: {why}" for inf, why in items[:3]) + ("; ..." if len(items) > 3 else "")
-    return (f", {len(items)} inference{'s' if len(items) > 1 else ''} incomplete, left out by `cisl report` "
-            f"({said})")
+    mixed = sum(1 for _, why in items if MIXED in why)
+    what = "incomplete" if not mixed else "ran mixed modes" if mixed == len(items) else "incomplete or mixed-mode"
+    return f", {len(items)} inference{'s' if len(items) > 1 else ''} {what}, left out by `cisl report` ({said})"
 
 
 def _write(testbed: Testbed, out_dir: Path, r: CaptureResult, flashed: dict | None, inferences: int | None,

@@ -12,7 +12,7 @@ import json
 import math
 import zlib
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import UserError
@@ -36,6 +36,8 @@ class Run:
     # saw: summary.json's `incomplete`); their lines are left out of ``records``, so of every table
     incomplete: dict[int, dict[int, str]] = field(default_factory=dict)
     all_records: list[dict] = field(default_factory=list)  # every record, the incomplete inferences' too
+    mode: int | None = None  # the elastic mode of a run's inferences in that mode (split_by_mode); None: all
+    whole: Run | None = None  # of such a part: the run it is part of
 
     def of(self, event: str, node: int | None = None) -> list[dict]:
         return [r for r in self.records if r.get("event") == event and (node is None or r.get("node") == node)]
@@ -128,7 +130,7 @@ def _leave_out_incomplete(run: Run) -> None:
     `cisl logs` also names lines it saw lost: a line that did not parse, the port reopened) and take their
     lines out of ``run.records``, so every table averages complete inferences only. A run with
     inferences but none complete is refused: there is nothing to report."""
-    from ..serial_contract import incomplete_inferences, plan_lines
+    from ..serial_contract import MIXED, incomplete_inferences, mixed_mode_inferences, plan_lines
 
     plan = None
     build = build_of(run)
@@ -147,6 +149,15 @@ def _leave_out_incomplete(run: Run) -> None:
         bad.update(said.get(k, {}))  # what `cisl logs` saw (a line that did not parse...) says the cause
         if bad:
             run.incomplete[k] = bad
+    # an elastic image's inferences computed in mixed modes (the virtual testbed's rule; logs of a cisl before
+    # `cisl logs` checked it too): left out on every node that ran them
+    mixed = mixed_mode_inferences(run.records)
+    for k, recs in by_node.items():
+        ran = {r["inf"] for r in recs if isinstance(r.get("inf"), int)}
+        for inf, why in mixed.items():
+            if inf in ran and MIXED not in run.incomplete.get(k, {}).get(inf, ""):
+                mine = run.incomplete.setdefault(k, {})
+                mine[inf] = f"{mine[inf]}; {why}" if inf in mine else why
     run.all_records = run.records
     infs = {(int(r["node"]), int(r["inf"])) for r in run.records if r.get("event") in INFERENCE_LINES}
     if not run.incomplete:
@@ -158,6 +169,49 @@ def _leave_out_incomplete(run: Run) -> None:
         inf, why = min(bad.items())
         raise UserError(f"{run.path}: no inference of the run is complete (first: node {k}'s inference {inf}, {why}), "
                         f"so there is nothing to report; record the run again")
+
+
+def split_by_mode(run: Run) -> list[Run]:
+    """A run whose complete inferences ran in more than one elastic mode (its nodes' `mode state=switch`
+    lines), as one part per mode, labelled "LABEL mode M": every table then has rows per mode, never a
+    mean over modes (the latency of mode 0 and mode 2 averaged is no mode's). Each part keeps the run's
+    lines outside the inferences (boot, peer, mode, end). A run of one mode is returned as it is."""
+    from ..serial_contract import node_modes
+
+    modes = node_modes(run.all_records or run.records)
+
+    def mode_of(r: dict) -> int | None:
+        return modes.get(int(r["node"]), {}).get(int(r["inf"])) if isinstance(r.get("inf"), int) else None
+
+    ran = {mode_of(r) for r in run.records if r.get("event") == "infer"}
+    if len(ran) < 2:
+        return [run]
+    parts = []
+    for m in sorted(ran, key=lambda x: (x is None, x or 0)):
+        keep = [r for r in run.records if r.get("event") not in INFERENCE_LINES or mode_of(r) == m]
+        label = f"{run.label} mode {m}" if m is not None else f"{run.label} mode unknown"
+        parts.append(replace(run, label=label, records=keep, mode=m, whole=run))
+    return parts
+
+
+def mode_split_note(parts: list[Run]) -> str:
+    """What notes.txt says of a run split per mode: its modes, their inferences, the parts' labels."""
+    whole = parts[0].whole
+    each = "; ".join(f"{'mode ' + str(p.mode) if p.mode is not None else 'a mode not known (no boot line)'}: "
+                     f"inference{'s' if len(infs) > 1 else ''} {_ranges(infs)}"
+                     for p in parts for infs in [sorted({int(r['inf']) for r in p.of('infer')})])
+    return (f"{whole.label}: its complete inferences ran in {len(parts)} elastic modes ({each}): every table has "
+            f"its rows per mode, as runs {', '.join(repr(p.label) for p in parts)}, never a mean over modes")
+
+
+def _ranges(xs: list[int]) -> str:
+    out, start = [], None
+    for i, x in enumerate(xs):
+        start = x if start is None else start
+        if i + 1 == len(xs) or xs[i + 1] != x + 1:
+            out.append(str(x) if start == x else f"{start}-{x}")
+            start = None
+    return ", ".join(out)
 
 
 def _said_incomplete(path: Path) -> dict[int, dict[int, str]]:
@@ -701,13 +755,16 @@ def _write_report(runs: list[Run], ests: list[dict], out_dir: Path, builds: list
     for r in runs:  # the same folder name twice (a/logs, b/logs): tell them apart by node count and position
         if labels.count(r.label) > 1:
             r.label = f"{r.label}#{runs.index(r)}({r.nodes} nodes)"
-    runs.sort(key=lambda r: r.nodes)
+    wholes = sorted(runs, key=lambda r: r.nodes)  # the runs as given; `runs`: a run of several modes per mode
+    split = [split_by_mode(r) for r in wholes]
+    runs = [p for parts in split for p in parts]
     check_builds_ran(runs, builds or [])
     res = ReportResult(out_dir)
-    res.notes += [n for n in (failed_run_note(r) for r in runs) if n]  # first: what the tables are worth
+    res.notes += [n for n in (failed_run_note(r) for r in wholes) if n]  # first: what the tables are worth
+    res.notes += [mode_split_note(parts) for parts in split if len(parts) > 1]
     if not builds:  # the builds the runs came from, where the logs say which and they are still as they ran
-        found = {r.label: build_of(r) for r in runs}
-        for r in runs:  # the same plan built again since the run (other flags, kernels): not the images that ran
+        found = {r.label: build_of(r) for r in wholes}
+        for r in wholes:  # the same plan built again since the run (other flags, kernels): not the images that ran
             b = found[r.label]
             why = _images_differ(r, b) if b is not None else None
             if why:
@@ -782,7 +839,7 @@ def _write_report(runs: list[Run], ests: list[dict], out_dir: Path, builds: list
     res.latency, res.speedup = lat, speed
     from ..serial_contract import Record, peer_summary
 
-    for r in runs:  # dead (or revived) nodes the run's nodes reported
+    for r in wholes:  # dead (or revived) nodes the run's nodes reported
         recs = [Record(int(d["node"]), str(d["event"]), {k: v for k, v in d.items() if k not in ("node", "event")})
                 for d in r.records if d.get("event") in ("peer", "boot")]
         res.notes += [f"{r.label}: {line}" for line in peer_summary(recs, _dead_radios(r.path))]
@@ -792,6 +849,7 @@ def _write_report(runs: list[Run], ests: list[dict], out_dir: Path, builds: list
         est = BT.match_estimate(r, ests)
         if ests and est is None:
             what = "of the plan it ran" if BT.plans_of(r) else f"for {r.nodes} nodes"
+            what += f" in mode {r.mode}" if r.mode is not None else ""
             res.notes.append(f"{r.label}: no --estimate {what}: no predicted column")
         elif est is not None and not BT.plans_of(r):
             res.notes.append(f"{r.label}: no boot line names the plan the nodes ran: --estimate matched by node "

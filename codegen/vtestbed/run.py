@@ -498,25 +498,15 @@ def _supervise(plan: Plan, procs: list[subprocess.Popen], medium: subprocess.Pop
 
 def inference_modes(records: list[Record], nodes: int, inferences: int) -> tuple[list[int], list[str]]:
     """The mode each inference ran, from the nodes' `mode` lines (every node starts in mode 0 and
-    switches where it prints state=switch), and a problem per inference the nodes disagree on or per
-    mixed-mode report."""
-    per_node = {k: [0] * inferences for k in range(nodes)}
-    for r in records:
-        if r.event == "mode" and r.fields.get("state") == "switch" and r.node in per_node:
-            i = int(r.fields["inf"])
-            per_node[r.node][i:] = [int(r.fields["mode"])] * max(inferences - i, 0)
-    problems = []
-    for i in range(inferences):
-        seen = {per_node[k][i] for k in range(nodes)}
-        if len(seen) > 1:
-            problems.append(f"inference {i} ran mixed modes: " + ", ".join(f"node {k} mode {per_node[k][i]}"
-                                                                          for k in range(nodes)))
-    for r in records:
-        if r.event == "mode" and r.fields.get("state") == "mixed":
-            problems.append(f"node {r.node} reports that node {r.fields.get('peer')} ran mode "
-                            f"{r.fields.get('peer_mode')} before inference {r.fields['inf']} while it ran "
-                            f"{r.fields['mode']}")
-    return per_node[0], problems
+    switches where it prints state=switch), and a problem per inference the nodes computed in mixed
+    modes (codegen/serial_contract.py `mixed_mode_inferences`, the rule `cisl logs` and `cisl report`
+    apply to boards' logs too)."""
+    from ..serial_contract import mixed_mode_inferences, node_modes
+
+    modes = node_modes(records, range(nodes), inferences)
+    mixed = mixed_mode_inferences(records, range(nodes), inferences)
+    return ([modes[0].get(i, 0) for i in range(inferences)] if nodes else [0] * inferences,
+            [f"inference {i} ran {why}" for i, why in sorted(mixed.items())])
 
 
 @dataclass

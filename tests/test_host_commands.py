@@ -146,3 +146,29 @@ def test_a_mode_command_that_arrived_as_another_mode_fails_the_nodes_run() -> No
     # taken, but the run ended before any inference in that mode: not the run asked for
     assert "the run ended before the nodes switched" in judged(12, infers=2, switch="")
     assert "after the node's last (0)" in judged(12, infers=1, switch="")
+
+
+@pytest.mark.unit
+def test_a_mode_command_taken_but_not_run_says_why_not_send_it_earlier() -> None:
+    """audit R #2: a `mode` request the node took whose mode never ran was always "the run ended before the
+    nodes switched ...: send it earlier", also when two requests raced and the nodes switched to the other
+    mode, or when the switch never came although inferences followed: sending it earlier changes nothing."""
+    from codegen.serial_contract import parse_text
+    from codegen.testbed.capture import CaptureResult, HostCommand, NodeCapture
+    from codegen.testbed.logs import _judge_commands
+
+    def judged(lines: str, infers: int = 4) -> str | None:
+        cmd = HostCommand(node=0, before=1, text="mode 1", sent=1.0, answer="ok", answered_inf=1, took=1)
+        node = NodeCapture(node=0, port="/dev/ttyACM0", records=parse_text(lines), infers=infers)
+        r = CaptureResult({0: node}, 0.0, 1.0, "done", commands=[cmd])
+        _judge_commands(r)
+        return r.nodes[0].failed
+
+    other = judged("CISL 0 mode inf=2 state=switch mode=2\n")
+    assert "the nodes switched to mode 2 at inference 2 instead (another request or the node's mode selector" in other
+    assert "send it earlier" not in other and "run ended" not in other, other
+    lost = judged("")
+    assert "no switch followed although 2 more inferences ran" in lost and "control round" in lost, lost
+    assert "changes nothing" in lost and "run ended" not in lost, lost
+    assert "the run ended before the nodes switched" in judged("", infers=2)  # really too late: as before
+    assert judged("CISL 0 mode inf=2 state=switch mode=1\n") is None

@@ -283,8 +283,7 @@ def _judge_commands(r: CaptureResult) -> None:
                             f"node's last ({c.infers - 1}): it had no effect; send it earlier")
             elif words[0] == "mode" and cmd.answered_inf is not None and \
                     int(words[1]) not in _modes_run(c.records, c.infers)[cmd.answered_inf:]:
-                c.failed = (f"host command {cmd.text!r} was taken before inference {cmd.answered_inf}, but the run "
-                            f"ended before the nodes switched (a switch follows one inference later): send it earlier")
+                c.failed = _no_switch(cmd, c)
             continue
         if cmd.sent is None:
             c.failed = (f"host command {cmd.text!r} was never sent: the node did not reach inference {cmd.before}"
@@ -294,6 +293,29 @@ def _judge_commands(r: CaptureResult) -> None:
                         f"inference; it ended first, or its board has no receive path)")
         else:
             c.failed = f"host command {cmd.text!r} was not carried out: the node answered state={cmd.answer}"
+
+
+def _no_switch(cmd: HostCommand, c) -> str:
+    """Why a `mode M` command the node took (``ok``) left no inference in mode M: the run ended before the
+    switch (it follows one inference later: send it earlier), the nodes switched to another mode instead
+    (another request or the selector went first), or no switch came although inferences followed (the
+    control round announcing it was not heard: sending it earlier changes nothing)."""
+    taken = f"host command {cmd.text!r} was taken before inference {cmd.answered_inf}"
+    due = cmd.answered_inf + 1  # the inference by which the switch comes (the control round after the request)
+    others = sorted((int(x.fields["inf"]), int(x.fields["mode"])) for x in c.records
+                    if x.event == "mode" and x.fields.get("state") == "switch" and int(x.fields["inf"]) >= cmd.answered_inf)
+    if others:
+        inf, mode = others[0]
+        return (f"{taken}, but the nodes switched to mode {mode} at inference {inf} instead (another "
+                f"request or the node's mode selector went first), and never to it: request "
+                f"it again after the other switch, or alone")
+    if due >= c.infers:
+        return (f"{taken}, but the run ended before the nodes switched (a switch follows one inference later): "
+                f"send it earlier")
+    follow = c.infers - cmd.answered_inf - 1
+    return (f"{taken}, but no switch followed although {follow} more inference{'s' if follow != 1 else ''} ran "
+            f"(no `mode state=switch` line: the control round that announces it was not heard, or the request "
+            f"was lost; see the nodes' `mode` lines), so sending it earlier changes nothing: request it again")
 
 
 def _flashed_plan(flashed: dict | None) -> dict | None:

@@ -946,3 +946,31 @@ def test_an_inference_a_node_ran_in_another_mode_is_never_reported_good(tmp_path
     assert "node 1: inference 2 (mixed modes: node 0 mode 2, node 1 mode 0" in notes, notes
     assert "logs: its complete inferences ran in 2 elastic modes (mode 0: inferences 0-1; mode 2: inferences 3-4)" \
         in notes and "never a mean over modes" in notes, notes
+
+
+@pytest.mark.faults
+def test_a_board_that_boots_again_after_its_end_keeps_its_first_run_and_is_noted(tmp_path, monkeypatch):
+    """audit R #3: node 1's board rebooted after its `end` (a watchdog, a brown-out, the reset button) and
+    played a second run: `cisl logs` stored both runs unchecked and said ok, then `cisl report` refused the
+    logs (a boot line after its end line). Now the first run is the node's records, a note names the rest,
+    and the report takes the logs `cisl logs` called good."""
+    from click.testing import CliRunner
+
+    from codegen.cli import main
+
+    bed = ResetBoards(tmp_path, monkeypatch, [board_run(0), board_run(1) + board_run(1)])
+    r = bed.logs_once()
+    assert r.exit_code == 0, r.output
+    notes = [ln for ln in r.stderr.splitlines() if ln.startswith("note: node 1 ")]
+    assert len(notes) == 1 and "note: node 1 printed 6 contract lines after its run ended (first: boot" in notes[0], \
+        r.stderr
+    assert "it started again" in notes[0] and "the raw node_01.log keeps them" in notes[0], notes[0]
+    node1 = [json.loads(ln) for ln in (tmp_path / "logs" / "node_01.jsonl").read_text().splitlines()]
+    assert [x["event"] for x in node1] == ["boot", "infer", "infer", "infer", "infer", "end"]
+    summary = json.loads((tmp_path / "logs" / "summary.json").read_text())
+    assert summary["ok"] is True and summary["nodes"]["1"]["after_end"] == 6 and notes[0][6:] in summary["notes"]
+    assert (tmp_path / "logs" / "node_01.log").read_bytes().count(b"boot") == 2
+    rep = CliRunner().invoke(main, ["report", str(tmp_path / "logs"), "-o", str(tmp_path / "rep"), "--no-plots"])
+    assert rep.exit_code == 0, rep.output  # logs and report agree
+    with open(tmp_path / "rep" / "latency.csv") as f:
+        assert [row["inferences"] for row in csv.DictReader(f)] == ["4", "4"]

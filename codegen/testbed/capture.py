@@ -11,7 +11,8 @@ been made again: a pty that went away is gone for good, and its number goes to t
 the machine — a killed supervisor's stale link would otherwise read another program's terminal.
 The capture stops when every node has printed its final line (``end``, or the N-th ``infer`` with
 ``inferences=N``), after ``duration`` seconds, or at ``timeout``; a node whose final line never
-came has failed, and so has a node that printed ``error``. After a reset a node's run starts at its
+came has failed, and so has a node that printed ``error``. What a node prints after its ``end`` (a board
+that boots again and plays a second run) is left out of its records and counted (``after_end``). After a reset a node's run starts at its
 ``boot`` line, the only line that names the plan it runs: a node that prints contract lines but no
 boot line after the reset has failed too (it did not reset and runs its old image on, or its boot
 line was garbled on the wire: either way nothing confirms that it runs the flashed build). Without a
@@ -86,6 +87,8 @@ class NodeCapture:
     bootless: int = 0  # after the reset, contract lines that no boot line of its own came before: left out
     image: str | None = None  # the flashed image's id (PortSpec.image); None: not checked
     marks: dict[int, str] = field(default_factory=dict)  # inference -> what the capture saw lost inside it
+    after_end: int = 0  # contract lines after its run ended (`end`, or a boot line after -n's last infer): left out
+    late: Record | None = None  # the first of them
     incomplete: dict[int, str] = field(default_factory=dict)  # inference -> why it is not complete (logs.py)
 
 
@@ -499,9 +502,17 @@ def _account(c: NodeCapture, rec: Record, inferences: int | None, expected_plan:
     inf = str(rec.fields.get("inf", ""))
     if c.done and inferences is not None and inf.isdigit() and int(inf) >= inferences:
         return  # the start of an inference after the N asked for (the raw .log keeps its bytes)
-    c.records.append(rec)
     if c.done:
+        # after its `end` nothing is the run's: a board that boots again (a watchdog, a brown-out, the reset
+        # button) plays a second run, which the contract's checks would never see (the raw .log keeps it);
+        # after -n's last infer only what keeps the contract (its `end`), and never a boot line
+        if c.ended or c.late is not None or rec.event == "boot":
+            c.late = c.late or rec
+            c.after_end += 1
+        elif rules is None or rules.check(rec) is None:
+            c.records.append(rec)
         return
+    c.records.append(rec)
     broken = rules.check(rec) if rules is not None else None
     if broken:
         c.failed = f"line {line} of its log breaks the serial contract: {broken}"

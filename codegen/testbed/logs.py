@@ -17,7 +17,7 @@ from typing import Callable
 from ..errors import UserError
 from ..fsutil import (OWNER_FILE, check_output_dir, discard_output, missing_parents, output_lock, output_target,
                       replace_dir, stamp_output, temp_sibling)
-from .capture import CaptureResult, HostCommand, PortSpec, capture
+from .capture import CaptureResult, HostCommand, PortSpec, _brief, capture
 from .config import Testbed, check_state_claim, testbed_in_use
 from .flash import read_flashed, resolve_serials
 from .runners import RUNNERS, Runner
@@ -197,8 +197,16 @@ def _run_logs(testbed: Testbed, out_dir: Path, *, inferences: int | None = None,
 def _run_notes(r: CaptureResult, flashed: dict | None, ids: list[int], reset: list[int],
                unrecorded_errors: dict[int, str]) -> list[str]:
     """What the run's checks did not cover: with no flash record the plan the nodes ran was compared with
-    no build (only with each other); nodes reset for the run but not recorded whose reset failed."""
+    no build (only with each other); nodes reset for the run but not recorded whose reset failed. And what
+    they left out: a node's lines after its run ended (a board that booted again after its `end`)."""
     notes = []
+    for k, c in sorted(r.nodes.items()):
+        if c.after_end and c.late is not None:
+            again = (": it started again (a watchdog, a brown-out, the reset button?)" if c.late.event == "boot"
+                     else "")
+            notes.append(f"node {k} printed {c.after_end} contract line{'s' if c.after_end > 1 else ''} after its run "
+                         f"ended (first: {c.late.event}{' ' + _brief(c.late) if c.late.fields else ''}){again}: left "
+                         f"out of its records (node_{k:02d}.jsonl, merged.jsonl; the raw node_{k:02d}.log keeps them)")
     if flashed is None:
         ran = sorted({str(rec.fields.get("plan")) for c in r.nodes.values() for rec in c.records
                       if rec.event == "boot" and c.failed is None})
@@ -395,6 +403,7 @@ def _write(testbed: Testbed, out_dir: Path, r: CaptureResult, flashed: dict | No
                      for c in r.commands],
         "nodes": {str(k): {"port": c.port, "bytes": c.bytes, "lines": c.lines, "records": len(c.records),
                            "inferences": c.infers, "ended": c.ended, "reopens": c.reopens, "failed": c.failed,
+                           "after_end": c.after_end,
                            "incomplete": {str(i): why for i, why in sorted(c.incomplete.items())}}
                   for k, c in r.nodes.items()},
     }

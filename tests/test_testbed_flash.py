@@ -81,8 +81,8 @@ class FakeTools:
         self.calls.append(cmd)
         serial = next((cmd[i + 1] for i, a in enumerate(cmd) if a in ("-s", "--serial-number")), None)
         if ("--program" in cmd or "program" in cmd) and serial in self.fail:
-            code, out = self.fail[serial]
-            return subprocess.CompletedProcess(cmd, code, "", out)
+            code, err, *out = self.fail[serial]  # (exit code, stderr[, stdout])
+            return subprocess.CompletedProcess(cmd, code, "".join(out), err)
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
 
@@ -364,6 +364,23 @@ def test_failing_flash_is_reported_as_a_flash_error(tmp_path, tools, nrf_build):
     assert ["nrfjprog", "-f", "NRF52", "--reset", "-s", "683000002"] not in fake.calls
     flashed = json.loads((tmp_path / ".cisl-testbed" / "flashed.json").read_text())
     assert [x["ok"] for x in flashed["results"]] == [True, False]
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("runner, stdout, stderr", [
+    ("nrfjprog", "Parsing image file.\n", "ERROR: JLinkARM DLL reported an error. Try again.\n"),
+    ("nrfutil", "[00:00:00] ###### 100% [683000002] Programing\n", "Error: One or more program tasks failed\n"),
+])
+def test_a_failed_tools_error_line_is_shown_not_its_last_progress_line(tmp_path, tools, nrf_build, runner, stdout,
+                                                                       stderr):
+    """audit R #4: nrfjprog and nRF Util print progress on stdout and the error on stderr; the FLASH ERROR
+    showed the last line of both together, stdout's ("Parsing image file."), and dropped the error."""
+    tools(["683000001", "683000002"], fail={"683000002": (33, stderr, stdout)})
+    r = invoke("flash", str(nrf_build), "--testbed", str(write_testbed(tmp_path, runner, ["683000001", "683000002"])))
+    assert r.exit_code == 1, r.output
+    rows = {ln.split()[1]: ln for ln in r.stdout.splitlines() if ln.startswith("node ")}
+    assert rows["01"].endswith(f"FLASH ERROR: program + verify failed: `{runner}` exit code 33: {stderr.strip()}"), \
+        rows["01"]
 
 
 def test_missing_tool_is_an_install_hint(tmp_path, tools, nrf_build):

@@ -286,6 +286,25 @@ def test_scan_with_nothing_attached_writes_nothing_and_says_so(tmp_path, monkeyp
     assert r.exit_code == 0 and 'state = ".cisl-testbed-lab"' in (tmp_path / "lab.toml").read_text(), r.output
 
 
+@pytest.mark.faults
+def test_scan_drafts_no_nrfutil_runner_when_nrfutil_lacks_its_device_command(tmp_path, monkeypatch):
+    """audit R #5: nRF Util without `nrfutil install device` could not list the probes, yet the draft named
+    runner = "nrfutil" for every J-Link (then every node failed to flash)."""
+    from serial.tools import list_ports
+
+    monkeypatch.setattr(P, "pyocd_probes", lambda: [P.Probe("683000001", "J-Link OB", "pyocd")])
+    monkeypatch.setattr(P, "run_in_group", lambda cmd, timeout: subprocess.CompletedProcess(
+        cmd, 1, "", "Error: nrfutil command `device` not found.\n\nCaused by:\n    Subcommand nrfutil-device not found\n"))
+    monkeypatch.setattr("shutil.which", lambda name: f"/usr/bin/{name}" if name == "nrfutil" else None)
+    monkeypatch.setattr(list_ports, "comports", lambda: [FakePort("/dev/ttyACM0", "000683000001")])
+    monkeypatch.setattr(P, "by_id_links", lambda root=None: {})
+    s = scan()
+    (tmp_path / "tb.toml").write_text(s.text)
+    [node] = load_testbed(tmp_path / "tb.toml").nodes
+    assert node.runner == "pyocd", s.text
+    assert any("nrfutil install device" in n for n in s.notes), s.notes
+
+
 def test_nrfutil_list_json_gives_probes_and_their_ports(monkeypatch):
     out = "\n".join([
         '{"type":"task_begin","data":{"task":{"id":"1","description":"List"}}}',

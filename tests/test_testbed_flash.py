@@ -383,6 +383,29 @@ def test_a_failed_tools_error_line_is_shown_not_its_last_progress_line(tmp_path,
         rows["01"]
 
 
+NO_DEVICE_COMMAND = ("Error: nrfutil command `device` not found. See `nrfutil search` for available commands.\n\n"
+                     "Caused by:\n    Subcommand nrfutil-device not found\n")
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("command", ["flash", "logs"])
+def test_nrfutil_without_its_device_command_is_one_line_with_the_install_hint(tmp_path, tools, nrf_build,
+                                                                            monkeypatch, command):
+    """audit R #5: nRF Util installed without `nrfutil install device`: every node failed "nrfutil did not
+    find probe ..." (exit 1), though the probes were fine."""
+    fake = tools(["683000001", "683000002"])
+    monkeypatch.setattr("codegen.testbed.probes.run_in_group",
+                        lambda cmd, timeout: subprocess.CompletedProcess(cmd, 1, "", NO_DEVICE_COMMAND))
+    tb = write_testbed(tmp_path, "nrfutil", ["683000001", "683000002"])
+    args = [str(nrf_build)] if command == "flash" else ["-o", str(tmp_path / "logs")]
+    r = invoke(command, *args, "--testbed", str(tb), "-q")
+    assert r.exit_code == 2, r.output
+    [line] = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert "runner nrfutil: nRF Util is installed without its `device` command (Subcommand nrfutil-device not " \
+           "found); run `nrfutil install device`" in line, line
+    assert "did not find probe" not in r.output and fake.calls == []  # nothing ran on any node
+
+
 def test_missing_tool_is_an_install_hint(tmp_path, tools, nrf_build):
     tools(["683000001"], missing=("nrfutil",))
     r = invoke("flash", str(nrf_build), "--testbed", str(write_testbed(tmp_path, "nrfutil", ["683000001", "1"])))

@@ -95,6 +95,8 @@ def resolve_serials(testbed: Testbed, nodes: list[NodeEntry], runners: dict[str,
             continue
         try:
             attached[name] = runner.list_probes()
+        except UserError:  # the tool cannot work at all (nrfutil without its `device` command): say it once
+            raise
         except Exception as e:  # the tool could not list: flash by the serial numbers given, refuse the rest
             attached[name] = None
             why[name] = f"{type(e).__name__}: {e}"

@@ -51,6 +51,24 @@ class SerialPort:
 class Discovery:
     probes: list[Probe] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # tools missing or failing
+    unusable: set[str] = field(default_factory=set)  # tools on PATH that cannot flash (nrfutil without `device`)
+
+
+class NrfUtilWithoutDevice(RuntimeError):
+    """nRF Util is installed, but not its `device` command (`nrfutil install device` was never run): every
+    call names a probe that is not found, although the probes are fine."""
+
+
+def nrfutil_without_device(text: str) -> bool:
+    """Whether nRF Util's output says its `device` command is not installed ("Error: nrfutil command
+    `device` not found ... Caused by: Subcommand nrfutil-device not found")."""
+    t = (text or "").lower()
+    return "nrfutil-device not found" in t or "command `device` not found" in t or "command 'device' not found" in t
+
+
+def nrfutil_device_missing_error(text: str) -> NrfUtilWithoutDevice:
+    return NrfUtilWithoutDevice(f"nRF Util is installed without its `device` command ({_last_line(text)}); "
+                                "run `nrfutil install device`")
 
 
 def pyocd_probes() -> list[Probe]:
@@ -69,6 +87,8 @@ def nrfutil_probes(timeout: float = 30.0) -> list[Probe]:
     log_command(["nrfutil", "device", "list", "--json"])
     # undecodable bytes replaced (here and below): a tool's output need not be UTF-8; a probe list is still one
     p = run_in_group(["nrfutil", "device", "list", "--json"], timeout)
+    if p.returncode != 0 and nrfutil_without_device((p.stderr or "") + (p.stdout or "")):
+        raise nrfutil_device_missing_error(p.stderr or p.stdout)
     if p.returncode != 0:
         raise RuntimeError(_last_line(p.stderr or p.stdout) or f"exit code {p.returncode}")
     devices = []
@@ -105,6 +125,7 @@ def discover(tools: tuple[str, ...] = ("pyocd", "nrfutil", "nrfjprog")) -> Disco
     """Probes found by the given tools, merged by serial number (tools that are missing are noted)."""
     found: dict[str, Probe] = {}
     notes = []
+    unusable = set()
     for tool in tools:
         try:
             if tool == "pyocd":
@@ -118,6 +139,8 @@ def discover(tools: tuple[str, ...] = ("pyocd", "nrfutil", "nrfjprog")) -> Disco
             continue
         except (OSError, RuntimeError, subprocess.TimeoutExpired) as e:
             notes.append(f"{tool} could not list probes: {e}")
+            if isinstance(e, NrfUtilWithoutDevice):
+                unusable.add(tool)
             continue
         except Exception as e:  # a probe driver failing (libusb, permissions) must not end the scan
             notes.append(f"{tool} could not list probes: {type(e).__name__}: {e}")
@@ -132,7 +155,7 @@ def discover(tools: tuple[str, ...] = ("pyocd", "nrfutil", "nrfjprog")) -> Disco
                 found[p.key] = p
             elif p.ports and not old.ports:
                 found[p.key] = Probe(old.serial, old.description or p.description, old.source, p.ports)
-    return Discovery(sorted(found.values(), key=lambda p: p.key), notes)
+    return Discovery(sorted(found.values(), key=lambda p: p.key), notes, unusable)
 
 
 def by_id_links(root: Path = BY_ID) -> dict[str, str]:

@@ -284,9 +284,12 @@ class NrfUtilRunner(Runner):
         return RunnerCaps(recover=True)
 
     def list_probes(self) -> list[Probe]:
-        from .probes import nrfutil_probes
+        from .probes import NrfUtilWithoutDevice, nrfutil_probes
 
-        return nrfutil_probes(self.timeout)
+        try:
+            return nrfutil_probes(self.timeout)
+        except NrfUtilWithoutDevice as e:  # not a probe's fault: one line before any node runs (exit code 2)
+            raise UserError(f"runner nrfutil: {e}") from None
 
     def flash(self, node, image, serial, verify, recover):
         if recover:
@@ -301,7 +304,11 @@ class NrfUtilRunner(Runner):
         self._run(node, "reset", ["nrfutil", "device", "reset", "--serial-number", serial])
 
     def translate(self, node, step, cmd, p):
+        from .probes import nrfutil_device_missing_error, nrfutil_without_device
+
         text = ((p.stderr or "") + (p.stdout or "")).lower()
+        if nrfutil_without_device(text):  # its "Subcommand nrfutil-device not found" is no missing probe
+            return FlashError(f"{step}: {nrfutil_device_missing_error(p.stderr or p.stdout)}", "tool")
         if "protect" in text:
             return _protected(serial_of(cmd), step)
         if "verif" in text and step.startswith("program"):

@@ -26,14 +26,15 @@ class ScanResult:
     notes: list[str]
 
 
-def _runner_for(probe: P.Probe, forced: str | None) -> str:
+def _runner_for(probe: P.Probe, forced: str | None, unusable: set[str] = frozenset()) -> str:
     if forced:
         return forced
     jlink = probe.source in ("nrfutil", "nrfjprog") or "j-link" in probe.description.lower() or probe.serial.isdigit()
     if jlink:
-        if shutil.which("nrfutil"):
+        # nRF Util without its `device` command cannot flash (discover() notes it, with `nrfutil install device`)
+        if shutil.which("nrfutil") and "nrfutil" not in unusable:
             return "nrfutil"
-        if shutil.which("nrfjprog"):
+        if shutil.which("nrfjprog") and "nrfjprog" not in unusable:
             return "nrfjprog"
     return "pyocd"
 
@@ -50,7 +51,7 @@ def scan(board: str = "nrf52840dk", runner: str | None = None, baud: int = 11520
     nodes = []
     next_id = 0
     for m in matches:
-        entry = {"board": board, "runner": _runner_for(m.probe, runner), "probe": m.probe.serial, "baud": baud}
+        entry = {"board": board, "runner": _runner_for(m.probe, runner, disc.unusable), "probe": m.probe.serial, "baud": baud}
         comments = [f"probe {m.probe} found by {m.probe.source}"]
         if m.port is not None:
             entry = {"id": next_id, **entry, "port": m.port.path}

@@ -476,8 +476,20 @@ def test_a_hung_reset_tool_is_bounded_by_the_logs_timeout(tmp_path, monkeypatch)
     r = CliRunner().invoke(main, ["logs", "--testbed", str(tb), "-o", str(tmp_path / "logs"), "--timeout", "2", "-q"])
     os.close(m0)
     assert r.exit_code == 1, r.output
-    assert "reset failed: reset: `nrfjprog` did not finish within 2 s" in r.stderr, r.stderr
+    # audit R #7: said once ("reset failed: reset: ...", "reset failed: reset failed (pyocd ...)" before)
+    assert "node 0: reset failed: `nrfjprog` did not finish within 2 s" in r.stderr, r.stderr
+    assert "reset failed: reset" not in r.stderr, r.stderr
     assert time.monotonic() - t0 < 20  # the tool's 60 s, not waited out
+
+
+@pytest.mark.faults
+def test_a_reset_error_that_says_reset_failed_is_not_said_twice(tmp_path):
+    """audit R #7: pyocd's reset error read "reset failed: reset failed (pyocd ProbeError: No ACK received)"."""
+    m0, _ = make_pty(tmp_path / "a.tty")
+    r = capture([PortSpec(0, str(tmp_path / "a.tty"))], None, timeout=3.0,
+                reset=lambda: {0: "reset failed (pyocd ProbeError: No ACK received)"})
+    os.close(m0)
+    assert r.nodes[0].failed == "reset failed (pyocd ProbeError: No ACK received)", r.nodes[0].failed
 
 
 class ResetBoards:

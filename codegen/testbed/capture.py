@@ -296,7 +296,7 @@ def capture(ports: list[PortSpec], raw_dir: Path | None = None, *, reset: Callab
     boot_due = time.time() + BOOT_GRACE_S if reset else None
     for k, err in reset_errors.items():
         if err and k in caps:
-            caps[k].failed, caps[k].done = f"reset failed: {err}", True
+            caps[k].failed, caps[k].done = _reset_failed(str(err)), True
     reason = "timeout"
     finished_at = None
     last_status = 0.0
@@ -426,6 +426,14 @@ def capture(ports: list[PortSpec], raw_dir: Path | None = None, *, reset: Callab
                             + (f"last line: {last.event} {_brief(last)}" if last and rd.lost_at is None else silent))
         c.done = True
     return CaptureResult(caps, started, ended, reason, {k: v for k, v in reset_errors.items() if v}, commands)
+
+
+def _reset_failed(err: str) -> str:
+    """A node's failure for its reset's error, said once ("reset failed (pyocd ...)" and "reset: `nrfjprog` did
+    not finish ..." already say it was the reset: not "reset failed: reset failed ...")."""
+    if err.startswith("reset failed"):
+        return err
+    return "reset failed: " + (err[len("reset: "):] if err.startswith("reset: ") else err)
 
 
 def _brief(r: Record) -> str:

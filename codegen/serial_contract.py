@@ -196,7 +196,8 @@ class SequenceChecker:
         if rec.event == "boot":
             self.boots += 1
             if self.boots > 1:
-                return "it booted again (a second boot line: the node reset mid-run)"
+                return ("it booted again (a second boot line: the node reset mid-run, or, right after a reset, its "
+                        "port delivered buffered lines of its previous run, boot line first, before the new run's)")
             if self.next_inf is not None:
                 return (f"it booted after lines of inference {self.next_inf - 1 if self.infers else self.next_inf} "
                         "(a reset mid-run, or lines of a run before it recorded as this one)")

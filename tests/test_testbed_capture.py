@@ -277,6 +277,18 @@ def test_a_node_that_breaks_the_sequence_rules_is_failed_with_its_line(tmp_path,
     assert not r.ok and why in r.nodes[0].failed and "line " in r.nodes[0].failed, r.nodes[0].failed
 
 
+@pytest.mark.faults
+def test_an_old_run_delivered_after_the_reset_boot_line_first_is_named_as_a_cause(tmp_path):
+    """audit R #6: a port that delivers its previous run's lines after the reset, starting with the old boot
+    line, then the new run: the node failed "the node reset mid-run" only, sending the user after a reset
+    that never happened. The lines cannot be told apart (the same plan and image), so both causes are named."""
+    boot = b"CISL 0 boot fw=0.1.0 plan=abc board=x node=0 nodes=1\n"
+    r = capture_one_port(tmp_path, boot + b"CISL 0 infer inf=0 us=5 crc=00\nCISL 0 infer inf=1 us=5 crc=00\n"
+                         + boot + b"CISL 0 infer inf=0 us=5 crc=00\nCISL 0 end inferences=1\n")
+    assert not r.ok and "booted again" in r.nodes[0].failed, r.nodes[0].failed
+    assert "buffered lines of its previous run, boot line first" in r.nodes[0].failed, r.nodes[0].failed
+
+
 def test_a_node_that_rejoins_the_network_later_keeps_the_contract(tmp_path):
     """A board left behind by its network skips to the network's inference (nrf52840dk resync,
     docs/design/dead-nodes.md "Split networks"): `cisl logs` records it as a good run, the skipped

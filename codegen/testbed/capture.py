@@ -433,7 +433,7 @@ def _reset_failed(err: str) -> str:
     not finish ..." already say it was the reset: not "reset failed: reset failed ...")."""
     if err.startswith("reset failed"):
         return err
-    return "reset failed: " + (err[len("reset: "):] if err.startswith("reset: ") else err)
+    return "reset failed: " + err.removeprefix("reset: ")
 
 
 def _brief(r: Record) -> str:

@@ -310,10 +310,11 @@ def _no_switch(cmd: HostCommand, c) -> str:
     control round announcing it was not heard: sending it earlier changes nothing)."""
     taken = f"host command {cmd.text!r} was taken before inference {cmd.answered_inf}"
     due = cmd.answered_inf + 1  # the inference by which the switch comes (the control round after the request)
-    others = sorted((int(x.fields["inf"]), int(x.fields["mode"])) for x in c.records
-                    if x.event == "mode" and x.fields.get("state") == "switch" and int(x.fields["inf"]) >= cmd.answered_inf)
-    if others:
-        inf, mode = others[0]
+    other = min(((int(x.fields["inf"]), int(x.fields["mode"])) for x in c.records
+                 if x.event == "mode" and x.fields.get("state") == "switch" and int(x.fields["inf"]) >= cmd.answered_inf),
+                default=None)
+    if other is not None:
+        inf, mode = other
         return (f"{taken}, but the nodes switched to mode {mode} at inference {inf} instead (another "
                 f"request or the node's mode selector went first), and never to it: request "
                 f"it again after the other switch, or alone")

@@ -178,6 +178,8 @@ def split_by_mode(run: Run) -> list[Run]:
     lines outside the inferences (boot, peer, mode, end). A run of one mode is returned as it is."""
     from ..serial_contract import node_modes
 
+    if not any(r.get("event") == "mode" and r.get("state") == "switch" for r in run.all_records or run.records):
+        return [run]  # one mode throughout (an image without modes; a node without a boot line is no other mode)
     modes = node_modes(run.all_records or run.records)
 
     def mode_of(r: dict) -> int | None:

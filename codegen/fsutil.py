@@ -65,14 +65,30 @@ def check_creatable(target: Path, option: str = "-o") -> None:
         raise UserError(f"{target}: cannot write in {above} (permission denied); choose another output with {option}")
 
 
+USER_LINE = "user "  # OWNER_FILE's lines after the first: entries that were the user's when cisl wrote in the folder
+
+
+def _recorded_user_entries(folder: Path) -> list[str]:
+    """The entries OWNER_FILE records as the user's (stamp_output), relative to ``folder``."""
+    try:
+        lines = (folder / OWNER_FILE).read_text(encoding="utf-8", errors="surrogateescape").splitlines()[1:]
+    except OSError:
+        return []
+    return [ln[len(USER_LINE):] for ln in lines if ln.startswith(USER_LINE)]
+
+
 def _entries_after_stamp(folder: Path, top: Path) -> Iterator[str]:
     """Entries under ``folder`` (a cisl output) written or changed after cisl last finished writing it
-    (its OWNER_FILE's modification time, see stamp_output), relative to ``top``: the user's, whatever
-    their names. A nested cisl output (a folder with its own OWNER_FILE) is judged by its own stamp."""
+    (its OWNER_FILE's modification time, see stamp_output), or recorded as the user's when cisl wrote
+    into it since, relative to ``top``: the user's, whatever their names. A nested cisl output (a folder
+    with its own OWNER_FILE) is judged by its own stamp."""
     try:
         stamp = os.lstat(folder / OWNER_FILE).st_mtime_ns
     except OSError:
         return  # no stamp (a folder of a cisl version before it): the names alone decide
+    for rel in _recorded_user_entries(folder):
+        if os.path.lexists(folder / rel):
+            yield str((folder / rel).relative_to(top))
     for path, newer in _walk_entries(folder):
         if newer is None:
             yield from _entries_after_stamp(path, top)
@@ -102,16 +118,42 @@ def _walk_entries(folder: Path) -> Iterator[tuple[Path, int | None]]:
                 yield d / name, os.lstat(d / name).st_mtime_ns
 
 
-def stamp_output(folder: Path) -> None:
+def users_entries(folder: Path) -> dict[str, int]:
+    """The entries of cisl output ``folder`` (not of outputs nested in it) that are the user's now:
+    written or changed after its stamp, relative to it -> their modification time. Taken before cisl
+    writes into the folder in place, so that stamp_output keeps them the user's."""
+    try:
+        stamp = os.lstat(Path(folder) / OWNER_FILE).st_mtime_ns
+    except OSError:
+        return {}
+    return {str(p.relative_to(folder)): t for p, t in _walk_entries(Path(folder)) if t is not None and t > stamp}
+
+
+def stamp_output(folder: Path, users: dict[str, int] | None = None) -> None:
     """Record that cisl has finished writing ``folder``: its OWNER_FILE's modification time becomes that of
     the newest entry in it, so whatever is added or changed later is recognised as the user's
-    (check_output_dir then refuses to replace the folder). A folder without OWNER_FILE is left alone."""
+    (check_output_dir then refuses to replace the folder). The entries that were the user's before this
+    run wrote in place (``users``, from users_entries) and that it did not rewrite are recorded in
+    OWNER_FILE as the user's: the new stamp is later than they are, and a run that wrote into the folder
+    (`cisl build`) must not adopt a file the user put there. A folder without OWNER_FILE is left alone."""
     folder = Path(folder)
     owner = folder / OWNER_FILE
     try:
         newest = os.lstat(owner).st_mtime_ns
     except OSError:
         return
+    kept = []
+    for rel, t in (users or {}).items():
+        with contextlib.suppress(OSError):
+            if os.lstat(folder / rel).st_mtime_ns == t:  # still the user's content (cisl did not replace it)
+                kept.append(rel)
+    if kept:
+        known = _recorded_user_entries(folder)
+        add = [rel for rel in kept if rel not in known]
+        if add:
+            with contextlib.suppress(OSError):
+                with open(owner, "a", encoding="utf-8", errors="surrogateescape") as f:
+                    f.write("".join(f"{USER_LINE}{rel}\n" for rel in add if "\n" not in rel))
     for _, t in _walk_entries(folder):
         if t is not None and t > newest:
             newest = t
@@ -121,7 +163,8 @@ def stamp_output(folder: Path) -> None:
 
 def note_written(path: Path) -> None:
     """cisl has just written ``path`` inside a cisl output (e.g. a table into a build folder): advance
-    the stamp of the nearest enclosing one, so the file counts as cisl's."""
+    the stamp of the nearest enclosing one, so the file counts as cisl's (and the user's files there
+    stay the user's: stamp_output)."""
     path = Path(path).absolute()
     try:
         t = os.lstat(path).st_mtime_ns
@@ -131,7 +174,15 @@ def note_written(path: Path) -> None:
         owner = folder / OWNER_FILE
         try:
             if os.lstat(owner).st_mtime_ns < t:
-                os.utime(owner, ns=(t, t))
+                if _CISL_HIDDEN.match(folder.name) or str(folder.resolve()) in _HELD:
+                    # a run's temporary output (all of it this run's), or a folder this run holds: its lock
+                    # took the user's entries when it began (output_lock), and this run's other files are
+                    # no user's
+                    os.utime(owner, ns=(t, t))
+                else:  # a file written into an output in place, outside its lock: the rest stays whose it was
+                    users = users_entries(folder)
+                    users.pop(str(path.relative_to(folder)), None)  # the file just written is cisl's
+                    stamp_output(folder, users)
             return
         except OSError:
             continue
@@ -224,22 +275,25 @@ def output_lock(target: Path) -> Iterator[None]:
     if key in _READING:  # this process reads it and now writes it too (`cisl modes` rebuilds the images)
         with _upgraded(_READING[key], target):
             _HELD.add(key)
+            users: dict[str, int] = {}
             try:
                 _recover_leftovers(target)
+                users = users_entries(target)
                 yield
             finally:
                 _HELD.discard(key)
-                stamp_output(target)
+                stamp_output(target, users)
         return
     fd = _acquire(lock, target)
     try:
         _recover_leftovers(target)
+        users = users_entries(target)  # before the run writes: what is the user's now stays the user's
         _HELD.add(key)
         try:
             yield
         finally:
             _HELD.discard(key)
-            stamp_output(target)  # what this run wrote there is cisl's (also after a failure)
+            stamp_output(target, users)  # what this run wrote there is cisl's (also after a failure)
     finally:
         # Removed while still held, so lock files do not pile up; a run that opened this file meanwhile
         # sees at its inode check that it is gone and takes a fresh one (_acquire).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import json
 import os
 import re
 import secrets
@@ -74,7 +75,14 @@ def _recorded_user_entries(folder: Path) -> list[str]:
         lines = (folder / OWNER_FILE).read_text(encoding="utf-8", errors="surrogateescape").splitlines()[1:]
     except OSError:
         return []
-    return [ln[len(USER_LINE):] for ln in lines if ln.startswith(USER_LINE)]
+    out = []
+    for ln in lines:
+        if ln.startswith(USER_LINE):
+            with contextlib.suppress(ValueError):
+                rel = json.loads(ln[len(USER_LINE):])  # JSON: a name may hold a newline
+                if isinstance(rel, str):
+                    out.append(rel)
+    return out
 
 
 def _entries_after_stamp(folder: Path, top: Path) -> Iterator[str]:
@@ -153,7 +161,7 @@ def stamp_output(folder: Path, users: dict[str, int] | None = None) -> None:
         if add:
             with contextlib.suppress(OSError):
                 with open(owner, "a", encoding="utf-8", errors="surrogateescape") as f:
-                    f.write("".join(f"{USER_LINE}{rel}\n" for rel in add if "\n" not in rel))
+                    f.write("".join(f"{USER_LINE}{json.dumps(rel)}\n" for rel in add))
     for _, t in _walk_entries(folder):
         if t is not None and t > newest:
             newest = t
@@ -161,31 +169,44 @@ def stamp_output(folder: Path, users: dict[str, int] | None = None) -> None:
         os.utime(owner, ns=(newest, newest))
 
 
-def note_written(path: Path) -> None:
-    """cisl has just written ``path`` inside a cisl output (e.g. a table into a build folder): advance
-    the stamp of the nearest enclosing one, so the file counts as cisl's (and the user's files there
-    stay the user's: stamp_output)."""
-    path = Path(path).absolute()
-    try:
-        t = os.lstat(path).st_mtime_ns
-    except OSError:
-        return
-    for folder in list(path.parents)[:4]:  # node_NN/x in a build folder is two levels down
+def note_written(*paths: Path) -> None:
+    """cisl has just written ``paths`` inside a cisl output (e.g. a table into a build folder): advance
+    the stamp of the nearest enclosing one, so the files count as cisl's (and the user's files there
+    stay the user's: stamp_output). Files written together (by parallel workers) are noted together:
+    noted one by one, each would find the others newer than the stamp and record them as the user's."""
+    by_folder: dict[Path, list[Path]] = {}
+    for path in (Path(p).absolute() for p in paths):
+        if not os.path.lexists(path):
+            continue
+        for folder in list(path.parents)[:4]:  # node_NN/x in a build folder is two levels down
+            if os.path.lexists(folder / OWNER_FILE):
+                by_folder.setdefault(folder, []).append(path)
+                break
+    for folder, written in by_folder.items():
         owner = folder / OWNER_FILE
         try:
-            if os.lstat(owner).st_mtime_ns < t:
-                if _CISL_HIDDEN.match(folder.name) or str(folder.resolve()) in _HELD:
-                    # a run's temporary output (all of it this run's), or a folder this run holds: its lock
-                    # took the user's entries when it began (output_lock), and this run's other files are
-                    # no user's
-                    os.utime(owner, ns=(t, t))
-                else:  # a file written into an output in place, outside its lock: the rest stays whose it was
-                    users = users_entries(folder)
-                    users.pop(str(path.relative_to(folder)), None)  # the file just written is cisl's
-                    stamp_output(folder, users)
-            return
+            stamp = os.lstat(owner).st_mtime_ns
+            newest = max(os.lstat(p).st_mtime_ns for p in written)
         except OSError:
             continue
+        if stamp >= newest:
+            continue
+        if _CISL_HIDDEN.match(folder.name) or str(folder.resolve()) in _HELD:
+            # a run's temporary output (all of it this run's), or a folder this run holds: its lock took the
+            # user's entries when it began (output_lock), and this run's other files are no user's
+            with contextlib.suppress(OSError):
+                os.utime(owner, ns=(newest, newest))
+        else:  # files written into an output in place, outside its lock: the rest stays whose it was
+            users = users_entries(folder)
+            for p in written:
+                users.pop(str(p.relative_to(folder)), None)  # the files just written are cisl's
+            stamp_output(folder, users)
+
+
+def _shown(name: str) -> str:
+    """A file name for a one-line message: quoted and escaped when it holds a newline or another control
+    character (or bytes that are not UTF-8)."""
+    return name if name.isprintable() else json.dumps(name)
 
 
 def check_output_dir(target: Path, kind: str, entries: Callable[[str], bool],
@@ -223,11 +244,11 @@ def check_output_dir(target: Path, kind: str, entries: Callable[[str], bool],
         raise UserError(f"{target}: is a cisl {owner} folder, not a {kind} folder; choose another output with {option}")
     foreign = [n for n in names if n != OWNER_FILE and not _CISL_HIDDEN.match(n) and not entries(n)]
     if foreign:
-        raise UserError(f"{target}: holds {foreign[0]}, which cisl did not write there; move it away or choose "
+        raise UserError(f"{target}: holds {_shown(foreign[0])}, which cisl did not write there; move it away or choose "
                         f"another output with {option}")
     changed = next(_entries_after_stamp(target, target), None)
     if changed is not None:
-        raise UserError(f"{target}: holds {changed}, which was written or changed after cisl wrote this folder; "
+        raise UserError(f"{target}: holds {_shown(changed)}, which was written or changed after cisl wrote this folder; "
                         f"move it away or choose another output with {option}")
 
 
@@ -609,8 +630,9 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write a file whole or not at all (a temporary file next to it, then a rename)."""
+def write_text_atomic(path: Path, text: str, note: bool = True) -> None:
+    """Write a file whole or not at all (a temporary file next to it, then a rename). ``note`` False:
+    the caller notes it (note_written) together with the other files written at the same time."""
     path = Path(path)
     if path.is_dir():
         raise UserError(f"{path}: is a folder; give a file name for the output")
@@ -625,7 +647,8 @@ def write_text_atomic(path: Path, text: str) -> None:
             f.write(text)
         interrupts.check()  # stopped by the user: the old file stays
         os.replace(tmp, path)
-        note_written(path)
+        if note:
+            note_written(path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

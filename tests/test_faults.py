@@ -66,13 +66,14 @@ def test_a_users_file_deep_in_a_build_folder_is_never_deleted(model, tmp_path):
     # stamp used to move past the user's files, and the next compile replaced them without a word
     (out / "node_01" / "cisl_node.c").unlink()
     assert cisl("compile", str(model), "--devices", "2", "-o", str(out), cwd=tmp_path).returncode == 0
-    (out / "node_00" / "my_app.c").write_text("int my_app(void) { return 42; }\n")
+    mine = out / "node_00" / "my\napp.c"  # any name: one with a newline is recorded (and named) escaped
+    mine.write_text("int my_app(void) { return 42; }\n")
     assert cisl("build", str(out), "-q", "--no-board-time", cwd=tmp_path).returncode == 0
     assert cisl("sim", str(out), "-n", "1", cwd=tmp_path).returncode == 0
     p = cisl("compile", str(model), "--devices", "2", "-o", str(out), cwd=tmp_path)
-    one_line_error(p, "node_00/my_app.c", "after cisl wrote this folder")
-    assert (out / "node_00" / "my_app.c").read_text() == "int my_app(void) { return 42; }\n"
-    (out / "node_00" / "my_app.c").unlink()  # moved away: the folder is cisl's again
+    one_line_error(p, '"node_00/my\\napp.c"', "after cisl wrote this folder")
+    assert mine.read_text() == "int my_app(void) { return 42; }\n"
+    mine.unlink()  # moved away: the folder is cisl's again
     assert cisl("compile", str(model), "--devices", "2", "-o", str(out), cwd=tmp_path).returncode == 0
 
 

@@ -19,6 +19,7 @@ import numpy as np
 from .. import interrupts
 from ..boards import Board, load_board
 from ..errors import CheckFailed, UserError
+from ..fsutil import note_written
 from ..ops import REGISTRY, kind_of
 from ..plan.io import Plan, load_plan
 from ..transcript import reference
@@ -281,20 +282,22 @@ def compute_build(build_dir: Path, inferences: int = 1, jobs: int | None = None,
         check_fits(image_of(build_dir, d, plan), d, board_for_estimate(plan, d)[1])
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(todo)))
     args = [(build_dir, d, inferences, flash_wait, flash_bytes, mode) for d in todo]
-    if jobs == 1:
-        out = []
-        for a in args:
-            out.append(_run_one(a))
-            if progress:
-                progress(1)
-        return out
-    with ProcessPoolExecutor(jobs, initializer=interrupts.worker_defaults) as pool:
-        out = []
-        for r in pool.map(_run_one, args):
-            out.append(r)
-            if progress:
-                progress(1)
-        return out
+    out = []
+    try:
+        if jobs == 1:
+            for a in args:
+                out.append(_run_one(a))
+                if progress:
+                    progress(1)
+            return out
+        with ProcessPoolExecutor(jobs, initializer=interrupts.worker_defaults) as pool:
+            for r in pool.map(_run_one, args):
+                out.append(r)
+                if progress:
+                    progress(1)
+            return out
+    finally:  # the nodes' stored results are cisl's, noted at once (fsutil.note_written)
+        note_written(*(image_of(build_dir, d, plan).parent / cycle_cache.CACHE_FILE for d in todo))
 
 
 __all__ = ["BlockCycles", "BlockKey", "Counts", "NodeCompute", "compute_build", "fold_blocks", "images_digest"]

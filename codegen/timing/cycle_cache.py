@@ -71,4 +71,5 @@ def store(image_dir: Path, key: str, result: Any) -> None:
     results[key] = result
     results = dict(list(results.items())[-KEEP:])
     with contextlib.suppress(UserError, OSError):  # a read-only build: no reuse, nothing else changes
-        write_text_atomic(path, json.dumps({"format": FORMAT, "results": results}))
+        # noted by the caller, with the other nodes' (compute_build: parallel workers write them)
+        write_text_atomic(path, json.dumps({"format": FORMAT, "results": results}), note=False)

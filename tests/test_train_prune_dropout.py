@@ -245,8 +245,8 @@ def test_a_run_stopped_while_pruning_resumes_to_the_same_bytes(runs, tmp_path: P
 
 @pytest.mark.train
 def test_a_damaged_pruning_checkpoint_is_refused_and_the_dense_one_kept(runs, tmp_path: Path) -> None:
-    """A prune.pt cisl cannot resume from (an older cisl's) is refused in one line with exit 2, and both
-    checkpoints stay: the dense epochs may be hours of work. Following the advice (delete
+    """A prune.pt cisl cannot resume from (cut short, an older cisl's) is refused in one line with exit 2, and
+    both checkpoints stay: the dense epochs may be hours of work. Following the advice (delete
     prune.pt, --resume again) resumes after the dense epochs and writes the uninterrupted run's bytes."""
     import subprocess
     import sys
@@ -266,6 +266,13 @@ def test_a_damaged_pruning_checkpoint_is_refused_and_the_dense_one_kept(runs, tm
     p = train("stop.toml")
     assert p.returncode == 2 and (work / PRUNE_CHECKPOINT_NAME).is_file(), p.stderr
     dense = (work / CHECKPOINT_NAME).read_bytes()
+    saved = (work / PRUNE_CHECKPOINT_NAME).read_bytes()
+    (work / PRUNE_CHECKPOINT_NAME).write_bytes(saved[:100])  # cut short: no checkpoint cisl can read
+    p = train("c.toml", "--resume")
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "if it is a damaged checkpoint of this run, delete it and run with --resume again" in p.stderr, p.stderr
+    assert (work / CHECKPOINT_NAME).read_bytes() == dense and (work / PRUNE_CHECKPOINT_NAME).is_file()
+    (work / PRUNE_CHECKPOINT_NAME).write_bytes(saved)
     old = torch.load(work / PRUNE_CHECKPOINT_NAME, weights_only=True)
     torch.save({**old, "version": old["version"] - 1}, work / PRUNE_CHECKPOINT_NAME)
     p = train("c.toml", "--resume")

@@ -204,13 +204,21 @@ def training_split(cfg: TrainConfig) -> tuple[Split, dict[str, Any] | None]:
 PRUNE_CHECKPOINT_NAME = "prune.pt"
 
 
-def check_work_dir(work: Path) -> None:
+def check_work_dir(work: Path, resume: bool = False) -> None:
     """Before the run: a run overwrites and deletes checkpoint.pt and prune.pt in ``work``, so they must
     be absent or cisl's own checkpoints — never a file of the user's that has the name (--work may be
-    any folder)."""
+    any folder). With ``resume``, such a file is more likely a checkpoint of the run being resumed that
+    was damaged (a disk error, a copy cut short): the message says what to do in either case."""
     for name in (CHECKPOINT_NAME, PRUNE_CHECKPOINT_NAME):
         path = Path(work) / name
         if os.path.lexists(path) and not is_cisl_checkpoint(path):
+            if resume:
+                again = ("delete it and run with --resume again (the dense epochs resume from "
+                         f"{CHECKPOINT_NAME}; the pruning starts over)" if name == PRUNE_CHECKPOINT_NAME else
+                         "delete it and run without --resume (the run starts over)")
+                raise NotResumable(f"{path}: cannot be read as a cisl checkpoint, so cisl will not resume from it or "
+                                   f"overwrite it: if it is a damaged checkpoint of this run, {again}; if it is a file "
+                                   f"of yours, move it away or choose another folder with --work")
             raise UserError(f"{path}: exists and is not a cisl checkpoint, so cisl will not overwrite it; move it "
                             f"away or choose another folder with --work")
 
@@ -400,7 +408,7 @@ def _run_train(config_path: Path | None, data_path: Path | None, out_dir: Path, 
     if work_dir is not None:
         check_creatable(Path(work_dir) / CHECKPOINT_NAME, "--work")
     work = Path(work_dir) if work_dir is not None else default_work_dir(out_dir)
-    check_work_dir(work)  # before the training, and before an old prune.pt is removed below
+    check_work_dir(work, resume)  # before the training, and before an old prune.pt is removed below
     made_work = not work.exists()  # cisl removes the folder at the end only if it made it (or it is the default)
     split, planned = training_split(cfg)
     cfg = dataclasses.replace(cfg, split=dataclasses.replace(cfg.split, devices=split.devices))  # the file decides

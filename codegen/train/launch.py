@@ -123,7 +123,7 @@ def train_from_options(config: Path | None, data: Path | None, out_dir: Path, *,
     from .api import CHECKPOINT_NAME, check_work_dir, default_work_dir, run_train  # torch is imported only here
 
     checkpoint = (work_dir or default_work_dir(out_dir)) / CHECKPOINT_NAME
-    check_work_dir(checkpoint.parent)  # a file of the user's there is refused, not announced as overwritten
+    check_work_dir(checkpoint.parent, resume)  # a file of the user's there is refused, not announced as overwritten
     if not resume and checkpoint.is_file():
         note(f"note: starting from scratch; the checkpoint of an earlier run in {checkpoint.parent} will be "
              "overwritten (pass --resume to continue that run instead)")

@@ -98,15 +98,15 @@ def check_companion(path: Path, model: CislModel, fix: str) -> None:
                         f"since); {fix}")
 
 
-def load_test_set(here: Path, model: CislModel) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+def load_test_set(here: Path, model: CislModel, elsewhere: str = "") -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """The test windows, targets and (if there) per-window scales `cisl train` wrote next to the model,
     each checked: shape, finite (a NaN would print an MSE of nan as if it were a result), and written
     with this model."""
     lookback, horizon = model.config.lookback, model.config.horizon
     tw, tt, ts = here / "test_windows.npy", here / "test_targets.npy", here / "test_scale.npy"
     for path in (tw, tt, ts):
-        check_companion(path, model, "keep a model beside the files its own training wrote, or train again (or "
-                                     "score it with `cisl eval --data`)")
+        check_companion(path, model, "keep a model beside the files its own training wrote, or train again"
+                                     + elsewhere)
     x = _load_windows(tw, lookback, "test windows")
     y = _load_array(tt, "test targets", (len(x), horizon))
     scale = _load_array(ts, "test scales", (len(x),)) if ts.is_file() else None
@@ -227,7 +227,7 @@ def _compile(model_path: Path, out_dir: Path, opts: CompileOptions, say: Callabl
     cal_path = Path(opts.calibration) if opts.calibration else Path(model_path).parent / "calibration.npy"
     if not opts.calibration:  # a file given on purpose is the user's choice
         check_companion(cal_path, model, "keep a model beside the files its own training wrote, or train "
-                                           "again (or pass --calibration)")
+                                           "again")
     cal = _load_windows(cal_path, cfg.lookback, "calibration set")
     if len(cal) > opts.max_calibration:  # evenly spaced subset: deterministic and representative
         cal = cal[np.linspace(0, len(cal) - 1, opts.max_calibration).round().astype(int)]

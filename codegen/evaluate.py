@@ -164,7 +164,7 @@ def load_eval_set(model: CislModel, model_path: Path, data: Path | None = None, 
         for name in ("test_windows.npy", "test_targets.npy"):
             if not (here / name).is_file():
                 raise UserError(f"{here / name}: not found; pass --data with the data set to score")
-        x, y, scale = load_test_set(here, model)
+        x, y, scale = load_test_set(here, model, " (or score it on a data set with --data)")
         es = EvalSet(x, y, scale if scale is not None else np.ones(len(x), np.float32))
         if max_windows is not None:  # a subset of the saved windows, spaced by the same rule
             pick = evenly_spaced(len(es.x), max_windows)

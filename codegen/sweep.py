@@ -96,13 +96,20 @@ class Context:
     work: Path  # WORK/<id>/, created on demand: the unit's artefacts (models, checkpoints)
     records: Path
     work_root: Path
+    needs: tuple[Unit, ...] = ()  # the running unit's needs, with the ids the sweep pinned
+
+    def _as_pinned(self, unit: Unit) -> Unit:
+        """``unit`` as the sweep pinned it, when it is one of the needs: a unit function that makes its
+        need again (the bench studies do) must find the record and folder the sweep made, even if a file
+        that enters the id was edited since the sweep started."""
+        return next((n for n in self.needs if n == unit), unit)
 
     def record_of(self, unit: Unit) -> dict:
         """The record of a unit this one needs (it exists: the sweep ran that unit first)."""
-        return load_record(self.records, unit)
+        return load_record(self.records, self._as_pinned(unit))
 
     def work_of(self, unit: Unit) -> Path:
-        return self.work_root / unit_id(unit)
+        return self.work_root / unit_id(self._as_pinned(unit))
 
 
 # --------------------------------------------------------------------------------------------
@@ -315,7 +322,7 @@ def run_unit(unit: Unit, records: Path, work: Path, backend: str = "inline") -> 
     if path.is_file():
         return read_record(path)
     uid = unit_id(unit)
-    ctx = Context(uid, work / uid, records, work)
+    ctx = Context(uid, work / uid, records, work, unit.needs)
     t0 = time.time()
     result = resolve(unit.fn)(unit.params, ctx)
     record = {"format": RECORD_FORMAT, "id": uid, "label": unit.label, "unit": unit.key(), "result": result,

@@ -45,3 +45,12 @@ def edit_input(params: dict, ctx) -> dict:
     with open(params["edit"], "a") as f:
         f.write("edited while the unit ran\n")
     return {"edited": params["edit"]}
+
+
+def needs_remade(params: dict, ctx) -> dict:
+    """Makes the unit it needs again, as the bench studies do, and asks for its record and folder."""
+    from codegen.sweep import Unit
+
+    need = Unit(f"{Path(__file__).resolve()}:edit_input", params["need"], data=(params["need"]["edit"],),
+                label="edits")
+    return {"need": ctx.record_of(need)["result"], "folder": ctx.work_of(need).name}

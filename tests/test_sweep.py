@@ -102,6 +102,19 @@ def test_a_file_edited_while_its_unit_runs_does_not_lose_the_units_record(tmp_pa
 
 
 @pytest.mark.unit
+def test_a_unit_that_makes_its_need_again_finds_what_the_sweep_made(tmp_path: Path) -> None:
+    """The bench studies make the unit they need again to find its record and folder: after a file that
+    enters the id was edited while the need ran, that new unit had another id, and the unit failed."""
+    data = tmp_path / "d.csv"
+    data.write_text("a,b\n1,2\n")
+    need = Unit(f"{FNS}:edit_input", {"edit": str(data), "x": 1}, data=(str(data),), label="edits")
+    top = Unit(f"{FNS}:needs_remade", {"need": {"edit": str(data), "x": 1}}, needs=(need,), label="top")
+    recs = run_sweep([top], tmp_path / "r", tmp_path / "w", say=lambda s: None)
+    assert recs[0]["result"]["need"] == {"edited": str(data)}
+    assert (tmp_path / "r" / f"{recs[0]['result']['folder']}.json").is_file()  # the need's own id
+
+
+@pytest.mark.unit
 def test_finished_units_are_skipped_and_needs_run_first(tmp_path: Path) -> None:
     base = unit(tmp_path, 3)
     top = unit(tmp_path, 4, base=1, base_unit=None)

@@ -24,6 +24,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* ---- compile-time maxima (size the state) ------------------------------------------------ */
 
 #ifndef MX_MAX_NODES
@@ -447,5 +451,9 @@ int mx_taken_over(const mx_state *s);
 /* Stateless structural check of a packet (what any node of this configuration would accept
  * before looking at its own state): MX_OK or the MX_E_PKT_* reason. */
 int mx_packet_check(const mx_config *cfg, const uint8_t *packet, uint16_t len);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* MX_MIXER_H */

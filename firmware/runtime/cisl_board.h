@@ -7,6 +7,10 @@
 
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Board name as printed in the boot line (e.g. "sim", "nrf52840dk"). */
 const char *cisl_board_name(void);
 
@@ -55,5 +59,9 @@ uint32_t cisl_board_resync(uint32_t inference);
 /* Fetch the next input window (len int8 values) into dst. Returns 1 if one was delivered,
  * 0 when there are no more inputs (the node then reports and stops). */
 int cisl_board_next_input(int8_t *dst, uint32_t len);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* CISL_BOARD_H */

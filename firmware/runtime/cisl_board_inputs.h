@@ -6,8 +6,16 @@
 
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 extern const int8_t cisl_board_inputs[];       /* cisl_board_input_count windows, back to back */
 extern const uint32_t cisl_board_input_count;
 extern const uint32_t cisl_board_input_len;    /* int8 values per window (the model's look-back) */
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* CISL_BOARD_INPUTS_H */

@@ -18,6 +18,10 @@
 
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define CISL_HOST_LINE_MAX 48u
 
 /* Read what the host sent since the last call (cisl_board_read) and carry out every complete
@@ -27,5 +31,9 @@ void cisl_host_poll(uint32_t inference);
 /* Carry out one command line (no newline) before inference `inference`; logs its `host` event.
  * Returns 0 if it was carried out, < 0 if refused or not understood. */
 int cisl_host_command(uint32_t inference, const char *line);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* CISL_HOST_H */

@@ -7,6 +7,10 @@
 
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define CISL_LOG_LINE_MAX 512u
 
 typedef struct {
@@ -36,5 +40,9 @@ typedef struct {
     uint32_t cycles;
 } cisl_log_clock;
 void cisl_log_spent(cisl_log_clock *c);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* CISL_LOG_H */

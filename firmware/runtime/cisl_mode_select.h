@@ -7,6 +7,10 @@
 
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define CISL_NO_LIMIT 0xFFFFFFFFu
 
 typedef struct {
@@ -18,5 +22,9 @@ typedef struct {
 /* The mode to run, or -1 if none meets every limit (CISL_NO_LIMIT: no limit). */
 int cisl_mode_select(const cisl_mode_profile *table, uint8_t modes, uint32_t deadline_us, uint32_t energy_nj,
                      uint32_t max_mse_u);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* CISL_MODE_SELECT_H */

@@ -7,6 +7,10 @@
 
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define CISL_BROADCAST 0xFFu
 
 /* Called once for every message received in a round. `data` is valid only during the call. */
@@ -27,5 +31,9 @@ int cisl_transport_round(uint16_t sg, uint32_t inference, const uint8_t *msg, ui
 #define CISL_NO_CONTROL (-3)
 int cisl_transport_control(uint32_t inference, uint8_t mode, const uint8_t *row, uint32_t len, cisl_rx_fn on_rx,
                            void *ctx);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* CISL_TRANSPORT_H */

@@ -17,6 +17,10 @@
 #include "cisl_transport.h"
 #include "mixer.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     uint8_t node;       /* sender */
     uint16_t first_row; /* its first row in the generation */
@@ -89,5 +93,9 @@ int32_t cisl_board_mixer_round(mx_state *s, uint16_t sg, uint8_t part, uint32_t 
  * last round; boards that do not record it do nothing. */
 void cisl_board_mixer_delivery(uint16_t sg, uint32_t inference, const uint8_t *got, const uint16_t *slot,
                                uint8_t nodes);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* CISL_MIXER_TRANSPORT_H */

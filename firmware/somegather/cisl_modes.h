@@ -15,6 +15,10 @@
 
 #include "cisl_mode_select.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define CISL_NO_MODE 0xFFu
 
 /* Forget every request; the next inference runs mode 0. */
@@ -37,5 +41,9 @@ void cisl_modes_choose(uint32_t inference, const cisl_mode_profile *table, uint8
 /* Before inference `inference`: run its control round and set *mode (the mode the previous
  * inference ran on entry) to the mode this one runs. Returns 0, or < 0 if the transport failed. */
 int cisl_modes_agree(uint32_t inference, uint8_t *mode, uint8_t modes);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* CISL_MODES_H */

@@ -12,6 +12,10 @@
 #include "cisl_kernels.h"
 #include "cisl_runtime.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define CISL_MAX_NODES 64u
 
 /* What a node receives from one sender: `cols` columns of `rows` rows, row-major, placed into the
@@ -58,5 +62,9 @@ int cisl_send_partial(uint16_t sg, uint32_t inference, const int32_t *part, uint
  * heard; the product is int64, rounding half away from zero, the addition wrapping. */
 int cisl_reduce_partials(uint16_t sg, uint32_t inference, int32_t *acc, const int32_t *own, uint32_t n,
                          const uint8_t *senders, const uint16_t *weights, uint32_t nsenders, cisl_block *blk);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* CISL_SOMEGATHER_H */

@@ -6,6 +6,16 @@
 
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What the node's functions return: CISL_OK, or a negative CISL_ERR_* code. */
+#define CISL_OK 0
+#define CISL_ERR_KERNEL (-1)
+#define CISL_ERR_TRANSPORT (-2)
+#define CISL_ERR_ARG (-3) /* an argument the node cannot take (a NULL input, a mode it does not hold) */
+
 /* A node's fixed facts, for code that is not generated per node (the runtime, boards). */
 typedef struct {
     const char *plan_hash; /* first 16 hex digits of plan.json's SHA-256 */
@@ -43,5 +53,9 @@ uint8_t cisl_node_modes(void);
 uint8_t cisl_node_profiled_modes(void);
 uint8_t cisl_node_mode(void);
 int cisl_node_set_mode(uint8_t mode);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* CISL_NODE_API_H */

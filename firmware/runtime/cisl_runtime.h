@@ -5,11 +5,13 @@
 #include <stdint.h>
 
 #include "cisl_log.h"
+#include "cisl_node_api.h"
 
-#define CISL_OK 0
-#define CISL_ERR_KERNEL (-1)
-#define CISL_ERR_TRANSPORT (-2)
-#define CISL_ERR_ARG (-3) /* an argument the node cannot take (a mode it does not hold) */
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* CISL_OK and the CISL_ERR_* codes: cisl_node_api.h */
 
 /* Time spent in one block (embedding, attention, MLP, head) of one inference. Communication
  * inside the block is accumulated separately so compute and communication can be told apart. */
@@ -72,5 +74,9 @@ void cisl_report_op(uint32_t inference, uint32_t index, uint32_t cycles);
 #endif
 
 #define CISL_FW_VERSION "0.1.0"
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* CISL_RUNTIME_H */

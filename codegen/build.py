@@ -125,6 +125,25 @@ def _run(cmd: list[str], log: Path, cwd: Path | None = None) -> tuple[bool, str]
     return p.returncode == 0, p.stdout + p.stderr
 
 
+# characters make or the shell read as syntax in the node folders' Makefiles (`$` expands, `%` makes a
+# rule a pattern, `:` and `=` split rules and flags, `#` starts a comment, `,` splits -Wl, flags, the rest
+# are shell syntax or globs; a backslash escapes): with `$x` in the folder's name `make clean` removed another folder's obj/.
+# Spaces are the Makefile's own check (`cisl build` itself takes them).
+MAKE_UNSAFE = "\\$%:;#'\"`&|<>*?[]{}()=,"
+
+
+def check_make_path(path: Path, what: str = "") -> None:
+    """Refuse a path the node Makefiles cannot take (MAKE_UNSAFE, control characters), naming the
+    character: one line, before any work."""
+    text = str(Path(path).absolute())
+    bad = next((c for c in text if c in MAKE_UNSAFE or ord(c) < 32 or ord(c) == 127), None)
+    if bad is not None:
+        shown = repr(bad) if bad.isprintable() else f"character {ord(bad):#04x}"
+        where = str(path) if str(path).isprintable() else ascii(str(path))  # the message stays one line
+        raise UserError(f"{where}: {what + ' ' if what else ''}path holds {shown}, which make or the shell would "
+                        f"read as syntax in the node Makefiles; use a path without it")
+
+
 ARM_APT = "sudo apt-get install -y --no-install-recommends gcc-arm-none-eabi libnewlib-arm-none-eabi"
 
 
@@ -224,6 +243,7 @@ def build(build_dir: Path, board_name: str | None = None, jobs: int | None = Non
     ``link_script`` (benchmarks only) replaces the board's linker script, e.g. one with a larger
     flash to time a model that does not fit the part."""
     build_dir = Path(build_dir)
+    check_make_path(build_dir)
     with output_lock(build_dir):  # two builds of one folder at once would mix their objects
         plan = load_plan(build_dir)
         known = [n.device for n in plan.nodes]
@@ -282,6 +302,11 @@ def _build(build_dir: Path, plan: Plan, board: Board, jobs: int | None, say: Cal
         raise UserError(f"compiler '{cc}' for board {board.name} not found; install it (Debian/Ubuntu: {hint})")
     lib = kernel_library()
     fw = resource_dir("firmware").absolute()
+    check_make_path(fw, "cisl's firmware")
+    check_make_path(board.support, f"board {board.name}'s")
+    check_make_path(board.path, f"board {board.name}'s")
+    if lib.kind == "cmsis-nn":
+        check_make_path(lib.root, "CMSIS_NN_ROOT's")
     absb = build_dir.absolute()  # the compilers run in other folders
     includes = [f"-I{lib.include}", f"-I{fw / 'runtime'}", f"-I{fw / 'somegather'}", f"-I{fw / 'mixer'}"]
     maps = prefix_maps(fw, board, lib)
@@ -509,24 +534,40 @@ def write_standalone(out_dir: Path, nd: Path, jobs: list[CompileJob], cc: str, c
         "# them); a copy of the folder builds the same image if they point at the same files:",
         f"#   make CISL_FIRMWARE=... CISL_BOARD=...{' CMSIS_NN_ROOT=...' if lib.kind == 'cmsis-nn' else ''}"
         f"{'' if top else ' NODE_DIR=...'}",
+        "# Your CPPFLAGS, CFLAGS, LDFLAGS and LDLIBS (command line or environment) are added after cisl's own",
+        "# flags, and a CC from the command line or the environment replaces cisl's compiler: the image is",
+        "# then yours, no longer the bytes `cisl build` links (`make clean` first: flags are not tracked).",
         "",
-        "IMAGE_DIR := $(patsubst %/,%,$(dir $(abspath $(lastword $(MAKEFILE_LIST)))))",
+        "CISL_MAKEFILE := $(abspath $(lastword $(MAKEFILE_LIST)))",
+        "IMAGE_DIR := $(patsubst %/,%,$(dir $(CISL_MAKEFILE)))",
         "NODE_DIR ?= $(IMAGE_DIR)" if top else "NODE_DIR ?= $(abspath $(IMAGE_DIR)/..)",
         f"CISL_FIRMWARE ?= {fw}",
         f"CISL_BOARD ?= {board.path}",
     ] + ([f"CISL_BOARD_SUPPORT ?= {board.support}"] if board.support != board.path else [])
     if lib.kind == "cmsis-nn":
         lines.append(f"CMSIS_NN_ROOT ?= {lib.root}")
-    lines += [f"CC := {cc}"] + ([f"OBJCOPY := {objcopy}"] if objcopy else []) + ["OBJ := $(IMAGE_DIR)/obj", ""]
+    # cisl's compiler unless CC comes from the command line or the environment (make's built-in cc does not count)
+    lines += ["ifeq ($(filter environment command line,$(origin CC)),)", f"CC := {cc}", "endif"]
+    lines += ([f"OBJCOPY := {objcopy}"] if objcopy else []) + ["OBJ := $(IMAGE_DIR)/obj", ""]
     # make splits paths at spaces: in such a folder `make clean` removed a folder above the build (its
-    # path cut at the space), so refuse to run at all where any path of the build holds one
+    # path cut at the space), so refuse to run at all where any path of the build holds one; the same
+    # for the characters make or the shell read as syntax (MAKE_UNSAFE: `$x` made `make clean` remove
+    # another folder's obj/)
     path_vars = ["CURDIR", "IMAGE_DIR", "NODE_DIR", "CISL_FIRMWARE", "CISL_BOARD"] + (
         ["CISL_BOARD_SUPPORT"] if board.support != board.path else []) + (
         ["CMSIS_NN_ROOT"] if lib.kind == "cmsis-nn" else [])
+    unsafe = " ".join("\\#" if c == "#" else "$$" if c == "$" else c for c in MAKE_UNSAFE)
+    lines += [f"cisl_unsafe_chars := {unsafe}",
+              "cisl_unsafe = $(strip $(foreach c,$(cisl_unsafe_chars),$(if $(findstring $(c),$(1)),$(c))))"]
     for var in path_vars:
         lines += [f"ifneq ($(words $({var})),1)",
                   f"$(error {var} ($({var})) holds a space, which make cannot take in a path: copy or link the "
                   "folder to a path without one (or set the variable so), or rebuild with `cisl build`)",
+                  "endif"]
+        lines += [f"ifneq ($(call cisl_unsafe,$({var})),)",
+                  f"$(error {var} ($({var})) holds '$(firstword $(call cisl_unsafe,$({var})))', which make or the "
+                  "shell would read as syntax: copy or link the folder to a path without it (or set the "
+                  "variable so))",
                   "endif"]
     lines.append("")
     for fl, name in groups.items():
@@ -536,20 +577,25 @@ def write_standalone(out_dir: Path, nd: Path, jobs: list[CompileJob], cc: str, c
     lines += ["", "NODE_OBJS := " + " ".join(node_objs),
               "SHARED_OBJS := \\\n    " + " \\\n    ".join(shared_objs),
               "CPU_FLAGS := " + " ".join(_mk_quote(f) for f in cpu),
-              "LDFLAGS := " + " ".join(_mk_quote(sub(f)) for f in ldflags + mapfile), ""]
+              "CISL_LDFLAGS := " + " ".join(_mk_quote(sub(f)) for f in ldflags + mapfile),
+              "# every object records the headers it included (obj/*/*.d): a header edit rebuilds what uses it",
+              "CISL_DEPFLAGS := -MMD -MP", ""]
     outputs = [f"$(IMAGE_DIR)/{out.name}"] + ([f"$(IMAGE_DIR)/{out.with_suffix('.hex').name}"] if objcopy else [])
     lines += [".PHONY: all clean", f"all: {' '.join(outputs)}", "",
               f"$(IMAGE_DIR)/{out.name}: $(NODE_OBJS) $(SHARED_OBJS)",
-              "\tcd $(IMAGE_DIR) && $(CC) $(CPU_FLAGS) $(NODE_OBJS) $(SHARED_OBJS) $(LDFLAGS) -o $@", ""]
+              "\tcd $(IMAGE_DIR) && $(CC) $(CPU_FLAGS) $(LDFLAGS) $(NODE_OBJS) $(SHARED_OBJS) $(CISL_LDFLAGS) "
+              "$(LDLIBS) -o $@", ""]
     if objcopy:
         lines += [f"$(IMAGE_DIR)/{out.with_suffix('.hex').name}: $(IMAGE_DIR)/{out.name}",
                   "\t$(OBJCOPY) -O ihex $< $@", ""]
     # the compiler runs in this folder (its path is mapped to "."), as `cisl build` runs it
     for j in jobs:
         lines += [f"{obj_of(j)}: {src_of(j)}", "\t@mkdir -p $(@D)",
-                  f"\tcd $(IMAGE_DIR) && $(CC) $({groups[tuple(sub(f, j.cwd) for f in j.flags)]}) -c $< -o $@", ""]
-    lines += ["# the node's objects follow its generated headers", "$(NODE_OBJS): $(wildcard $(NODE_DIR)/*.h)", "",
-              "clean:", "\trm -rf $(OBJ)", ""]
+                  f"\tcd $(IMAGE_DIR) && $(CC) $({groups[tuple(sub(f, j.cwd) for f in j.flags)]}) $(CPPFLAGS) "
+                  "$(CFLAGS) $(CISL_DEPFLAGS) -c $< -o $@", ""]
+    lines += ["# the node's objects follow its generated headers, every object the flags written here",
+              "$(NODE_OBJS): $(wildcard $(NODE_DIR)/*.h)", "$(NODE_OBJS) $(SHARED_OBJS): $(CISL_MAKEFILE)", "",
+              "clean:", "\trm -rf $(OBJ)", "", "-include $(wildcard $(OBJ)/*/*.d)", ""]
     write_text_atomic(out_dir / "Makefile", "\n".join(lines))
 
     def expand(arg: str) -> str:

@@ -47,10 +47,21 @@ def _build(build_dir: Path, *args: str, cache: bool = True) -> dict:
     return json.loads((build_dir / name).read_text())
 
 
-def _make(folder: Path, *args: str) -> subprocess.CompletedProcess:
-    p = subprocess.run(["make", "-C", str(folder), "-j2", *args], capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, (p.stdout[-2000:], p.stderr[-2000:])
+# the user's compiler and flags from the environment go into make's commands (docs/usage.md)
+USER_MAKE_VARS = ("CC", "CFLAGS", "CPPFLAGS", "LDFLAGS", "LDLIBS")
+
+
+def _make(folder: Path, *args: str, env: dict[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if k not in USER_MAKE_VARS}
+    p = subprocess.run(["make", "-C", str(folder), "-j2", *args], capture_output=True, text=True, timeout=600,
+                       env={**base, **(env or {})})
+    if check:
+        assert p.returncode == 0, (p.stdout[-2000:], p.stderr[-2000:])
     return p
+
+
+def _compile_lines(dry_run: str) -> list[str]:
+    return [ln for ln in dry_run.splitlines() if " -c " in ln]
 
 
 def _make_gives_same_image(build_dir: Path, summary: dict, outputs: tuple[str, ...]) -> None:
@@ -91,6 +102,64 @@ def test_make_builds_the_sim_images_byte_for_byte(tmp_path):
     assert not (b / "node_00" / "obj").exists() and (b / "node_00" / "firmware.elf").is_file()
 
 
+def test_make_follows_header_edits_and_adds_the_users_flags(tmp_path):
+    """Objects follow every header they include (audit S F2: after an edit of firmware/mixer/mixer.h
+    make said "Nothing to be done" and kept the stale image)."""
+    b = _compiled(tmp_path, "sim", devices=2)
+    summary = _build(b, "--no-board-time")
+    fw = tmp_path / "vendor" / "firmware"  # the user's copy of cisl's firmware, as usage.md suggests
+    shutil.copytree(resource_dir("firmware"), fw, ignore=shutil.ignore_patterns("bench", "fuzz"))
+    node, var = b / "node_00", f"CISL_FIRMWARE={fw}"
+    _make(node, var)
+    assert sha256_file(node / "firmware.elf") == summary["nodes"][0]["sha256"]
+    assert _make(node, "-q", var, check=False).returncode == 0  # nothing to do
+    now = (node / "firmware.elf").stat().st_mtime
+    for f in [*node.rglob("*"), *fw.rglob("*")]:  # all of it made a while ago, then the header edited
+        os.utime(f, (now - 20, now - 20))
+    os.utime(fw / "mixer" / "mixer.h", (now, now))
+    assert _make(node, "-q", var, check=False).returncode == 1, "a header edit left the image current"
+    rebuilt = {Path(ln.split(" -c ")[1].split()[0]).name for ln in _compile_lines(_make(node, "-n", var).stdout)}
+    assert {"mixer.c", "cisl_mixer.c"} <= rebuilt and "cisl_weights.c" not in rebuilt, rebuilt
+    _make(node, var)
+    assert sha256_file(node / "firmware.elf") == summary["nodes"][0]["sha256"]
+    assert _make(node, "-q", var, check=False).returncode == 0
+    # the user's flags add to cisl's (audit S F3: CFLAGS, CPPFLAGS and an exported CC were ignored)
+    _make(node, "clean")
+    plain = _compile_lines(_make(node, "-n").stdout)
+    assert plain and all(" gcc " in ln for ln in plain)  # cisl's compiler, not make's built-in cc
+    for how in ({"args": ["CFLAGS=-DUSER_CFLAG"]}, {"env": {"CFLAGS": "-DUSER_CFLAG"}},
+                {"env": {"CPPFLAGS": "-DUSER_CFLAG"}}):
+        lines = _compile_lines(_make(node, "-n", *how.get("args", []), env=how.get("env")).stdout)
+        assert len(lines) == len(plain) and all("-Werror" in ln and "-DUSER_CFLAG" in ln for ln in lines), how
+    lines = _compile_lines(_make(node, "-n", env={"CC": "my-cc"}).stdout)
+    assert lines and all("&& my-cc " in ln for ln in lines)
+
+
+def test_paths_make_or_the_shell_would_misread_are_refused(tmp_path):
+    """`$`, `%`, `:` ... in a path (audit S F8): with `$x` in a node folder's name, `make clean` removed
+    another folder's obj/. cisl refuses such an output up front; a folder copied there refuses to make."""
+    b = _compiled(tmp_path, "sim", devices=2)
+    for args in (["compile", str(tmp_path / "m" / "model.onnx"), "-o", "out$x"], ["build", "b%1"],
+                 ["build", "a:b"]):
+        p = cisl(*args, cwd=tmp_path)
+        bad = next(c for c in args[-1] if c in "$%:")
+        assert p.returncode == 2 and f"holds '{bad}'" in p.stderr, (args, p.stderr)
+        assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
+    assert not (tmp_path / "out$x").exists()
+    _build(b, "--no-board-time")
+    (tmp_path / "sp" / "dol" / "obj").mkdir(parents=True)
+    (tmp_path / "sp" / "dol" / "obj" / "mine.txt").write_text("mine\n")
+    shutil.copytree(b / "node_01", tmp_path / "sp" / "dol$x")
+    for name in ("dol$x", "pct%x", "co:lon"):
+        if name != "dol$x":
+            shutil.copytree(b / "node_01", tmp_path / "sp" / name)
+        for args in (["clean"], []):
+            p = _make(tmp_path / "sp" / name, *args, check=False)
+            bad = next(c for c in name if c in "$%:")
+            assert p.returncode != 0 and f"holds '{bad}'" in p.stderr, (name, args, p.stderr)
+    assert (tmp_path / "sp" / "dol" / "obj" / "mine.txt").read_text() == "mine\n"
+
+
 def test_a_copied_node_folder_builds_the_same_image(tmp_path):
     """The user's case: copy node_NN/ out of the build folder (and delete the build), make it there."""
     b = _compiled(tmp_path, "sim", devices=2)
@@ -125,6 +194,11 @@ def test_make_and_two_folders_give_the_same_arm_images(tmp_path):
     second = _build(other, cache=False)
     assert [n["sha256"] for n in first["nodes"]] == [n["sha256"] for n in second["nodes"]]
     _make_gives_same_image(b, first, ("firmware.elf", "firmware.hex"))
+    # make's LDFLAGS add to the board's link (audit S F3: they replaced it, linker script and all)
+    link = [ln for ln in _make(b / "node_00", "-n", "-B", "LDFLAGS=-Wl,--print-memory-usage").stdout.splitlines()
+            if " -o " in ln and "firmware.elf" in ln and " -c " not in ln]
+    assert len(link) == 1 and "--print-memory-usage" in link[0] and "/nrf52840.ld" in link[0], link
+    assert link[0].split("&& ")[1].startswith("arm-none-eabi-gcc ")
     for n in first["nodes"]:
         _no_paths(b / n["image"], tmp_path, resource_dir("firmware").absolute(), resource_dir("boards").absolute())
     # images for another board live in a subfolder; its Makefile takes the sources from ..
@@ -204,34 +278,46 @@ int main(void)
 """
 
 
-def test_the_node_is_a_library_other_firmware_calls(tmp_path):
-    """A one-node plan linked into the user's own program, without any cisl board: its forecasts are
-    the numpy int8 reference's."""
-    b = _compiled(tmp_path, "sim", devices=1)
+@pytest.fixture(scope="module")
+def node_library(tmp_path_factory):
+    """A one-node plan's node and runtime compiled as a library with their own commands, less the sim
+    board's macro (its op hook into the testbed's clock); not the cisl board (boards/sim) and not its
+    loop (cisl_run.c). Returns (folder, objects, the node's compile flags, plan, quantised windows)."""
+    tmp = tmp_path_factory.mktemp("library")
+    b = _compiled(tmp, "sim", devices=1)
     _build(b, "--no-board-time")
-    nd = b / "node_00"
-    cmds = json.loads((nd / "compile_commands.json").read_text())
-    (tmp_path / "user.c").write_text(USER_MAIN)
-    # the node and the runtime library with their own commands, less the sim board's macro (its op
-    # hook into the testbed's clock); not the cisl board (boards/sim) and not its loop (cisl_run.c)
+    cmds = json.loads((b / "node_00" / "compile_commands.json").read_text())
     objs = []
     for i, c in enumerate(cmds):
         if "/boards/" in c["file"] or c["file"].endswith(("cisl_run.c", "cisl_mixer_transport.c", "/mixer.c")):
             continue
         args = [a for a in c["arguments"] if a != "-DCISL_BOARD_OP_HOOK"]
-        args[args.index("-o") + 1] = str(tmp_path / f"{i}.o")
+        args[args.index("-o") + 1] = str(tmp / f"{i}.o")
         p = subprocess.run(args, capture_output=True, text=True, cwd=c["directory"])
         assert p.returncode == 0, p.stderr
-        objs.append(str(tmp_path / f"{i}.o"))
+        objs.append(str(tmp / f"{i}.o"))
     node_cmd = next(c for c in cmds if Path(c["file"]).name == "cisl_node.c")["arguments"]
     flags = [a for a in node_cmd[1:node_cmd.index("-c")] if a != "-DCISL_BOARD_OP_HOOK"]
-    p = subprocess.run(["gcc", *flags, str(tmp_path / "user.c"), *objs, "-o", str(tmp_path / "user")],
-                       capture_output=True, text=True)
-    assert p.returncode == 0, p.stderr
     plan = load_plan(b)
-    x = np.load(tmp_path / "m" / "test_windows.npy")[:3]
-    xq = plan.quantize_input(x.astype(np.float64)).astype(np.int8)
-    r = subprocess.run([str(tmp_path / "user")], input=xq.tobytes(), capture_output=True, timeout=60)
+    x = np.load(tmp / "m" / "test_windows.npy")[:3]
+    return tmp, objs, flags, plan, plan.quantize_input(x.astype(np.float64)).astype(np.int8)
+
+
+def _user_program(lib, name: str, source: str, compiler: str = "gcc") -> Path:
+    tmp, objs, flags, _, _ = lib
+    src = tmp / name
+    src.write_text(source)
+    if compiler != "gcc":  # C++: the same warnings, none of the C-only flags
+        flags = ["-std=c++11" if f.startswith("-std=") else f for f in flags]
+    p = subprocess.run([compiler, *flags, str(src), *objs, "-o", str(src.with_suffix(""))], capture_output=True,
+                       text=True)
+    assert p.returncode == 0, p.stderr
+    return src.with_suffix("")
+
+
+def _forecasts_are_the_reference(lib, program: Path) -> None:
+    _, _, _, plan, xq = lib
+    r = subprocess.run([str(program)], input=xq.tobytes(), capture_output=True, timeout=60)
     assert r.returncode == 0, r.stderr.decode()
     got = np.frombuffer(r.stdout, dtype=np.int8).reshape(len(xq), -1)
     ref = reference(plan, xq)
@@ -239,6 +325,70 @@ def test_the_node_is_a_library_other_firmware_calls(tmp_path):
         assert got[i].tobytes() == np.asarray(ref.output[i]).astype(np.int8).tobytes(), f"inference {i}"
     # the node reported its inference lines through the user's cisl_board_write
     assert r.stderr.decode().count(" output inf=") >= len(xq)
+
+
+def test_the_node_is_a_library_other_firmware_calls(node_library):
+    """A one-node plan linked into the user's own program, without any cisl board: its forecasts are
+    the numpy int8 reference's."""
+    _forecasts_are_the_reference(node_library, _user_program(node_library, "user.c", USER_MAIN))
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+def test_a_cpp_program_calls_the_node(node_library):
+    """The public headers declare C linkage for C++ (audit S F4: user.cpp got undefined references to
+    cisl_node_init(), and the runtime could not find the user's C++ cisl_board_write)."""
+    _forecasts_are_the_reference(node_library, _user_program(node_library, "user.cpp", USER_MAIN, "g++"))
+
+
+NULL_INPUT = r"""
+#include <stdio.h>
+
+#include "cisl_board.h"
+#include "cisl_node.h"
+#include "cisl_transport.h"
+
+const char *cisl_board_name(void) { return "user"; }
+uint32_t cisl_board_time_us(void) { return 0u; }
+uint32_t cisl_board_cycles(void) { return 0u; }
+void cisl_board_write(const char *text, uint32_t n) { (void)fwrite(text, 1, n, stderr); }
+int cisl_transport_round(uint16_t sg, uint32_t inference, const uint8_t *msg, uint32_t len, uint8_t dest,
+                         cisl_rx_fn on_rx, void *ctx)
+{
+    (void)sg; (void)inference; (void)msg; (void)len; (void)dest; (void)on_rx; (void)ctx;
+    return 0;
+}
+
+int main(void)
+{
+    static int8_t out[CISL_OUTPUT_LEN];
+    uint32_t crc = 0u;
+    if (cisl_node_init() != 0) {
+        return 1;
+    }
+    return cisl_node_infer(NULL, out, &crc) == -3 /* CISL_ERR_ARG */ ? 0 : 2;
+}
+"""
+
+
+def test_cisl_node_h_alone_gives_the_return_codes_it_documents(node_library):
+    """cisl_node.h documents CISL_OK and the CISL_ERR_* codes and cisl_node_skip: a file including only
+    it compiles (audit S F7: CISL_OK was undeclared, it lived in cisl_runtime.h)."""
+    tmp, _, flags, _, _ = node_library
+    (tmp / "codes.c").write_text('#include "cisl_node.h"\n'
+                                 "int f(void) { cisl_node_skip(1u); return CISL_OK + CISL_ERR_ARG + CISL_ERR_KERNEL "
+                                 "+ CISL_ERR_TRANSPORT; }\n")
+    p = subprocess.run(["gcc", *flags, "-fsyntax-only", str(tmp / "codes.c")], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    header = next(Path(f[2:]) for f in flags if f.startswith("-I") and (Path(f[2:]) / "cisl_node.h").is_file())
+    assert "cisl_node_skip(uint32_t count)" in (header / "cisl_node.h").read_text()
+
+
+def test_infer_refuses_a_null_input(node_library):
+    """cisl_node_infer(NULL, ...) returns CISL_ERR_ARG after an `error` line (audit S F6: it read address 0)."""
+    r = subprocess.run([str(_user_program(node_library, "null_input.c", NULL_INPUT))], capture_output=True,
+                       timeout=60)
+    assert r.returncode == 0, (r.returncode, r.stderr.decode())
+    assert "error inf=0 where=input code=-3" in r.stderr.decode()
 
 
 def test_make_refuses_a_folder_whose_path_holds_a_space(tmp_path):

@@ -128,20 +128,9 @@ def _run(cmd: list[str], log: Path, cwd: Path | None = None) -> tuple[bool, str]
 # characters make or the shell read as syntax in the node folders' Makefiles (`$` expands, `%` makes a
 # rule a pattern, `:` and `=` split rules and flags, `#` starts a comment, `,` splits -Wl, flags, the rest
 # are shell syntax or globs; a backslash escapes): with `$x` in the folder's name `make clean` removed another folder's obj/.
-# Spaces are the Makefile's own check (`cisl build` itself takes them).
+# Only the Makefiles refuse them (and spaces): `cisl compile` and `cisl build` run no make and no shell, so a
+# folder named like `runs/lr=0.1,bs=32` is theirs to use.
 MAKE_UNSAFE = "\\$%:;#'\"`&|<>*?[]{}()=,"
-
-
-def check_make_path(path: Path, what: str = "") -> None:
-    """Refuse a path the node Makefiles cannot take (MAKE_UNSAFE, control characters), naming the
-    character: one line, before any work."""
-    text = str(Path(path).absolute())
-    bad = next((c for c in text if c in MAKE_UNSAFE or ord(c) < 32 or ord(c) == 127), None)
-    if bad is not None:
-        shown = repr(bad) if bad.isprintable() else f"character {ord(bad):#04x}"
-        where = str(path) if str(path).isprintable() else ascii(str(path))  # the message stays one line
-        raise UserError(f"{where}: {what + ' ' if what else ''}path holds {shown}, which make or the shell would "
-                        f"read as syntax in the node Makefiles; use a path without it")
 
 
 ARM_APT = "sudo apt-get install -y --no-install-recommends gcc-arm-none-eabi libnewlib-arm-none-eabi"
@@ -243,7 +232,6 @@ def build(build_dir: Path, board_name: str | None = None, jobs: int | None = Non
     ``link_script`` (benchmarks only) replaces the board's linker script, e.g. one with a larger
     flash to time a model that does not fit the part."""
     build_dir = Path(build_dir)
-    check_make_path(build_dir)
     with output_lock(build_dir):  # two builds of one folder at once would mix their objects
         plan = load_plan(build_dir)
         known = [n.device for n in plan.nodes]
@@ -302,11 +290,6 @@ def _build(build_dir: Path, plan: Plan, board: Board, jobs: int | None, say: Cal
         raise UserError(f"compiler '{cc}' for board {board.name} not found; install it (Debian/Ubuntu: {hint})")
     lib = kernel_library()
     fw = resource_dir("firmware").absolute()
-    check_make_path(fw, "cisl's firmware")
-    check_make_path(board.support, f"board {board.name}'s")
-    check_make_path(board.path, f"board {board.name}'s")
-    if lib.kind == "cmsis-nn":
-        check_make_path(lib.root, "CMSIS_NN_ROOT's")
     absb = build_dir.absolute()  # the compilers run in other folders
     includes = [f"-I{lib.include}", f"-I{fw / 'runtime'}", f"-I{fw / 'somegather'}", f"-I{fw / 'mixer'}"]
     maps = prefix_maps(fw, board, lib)

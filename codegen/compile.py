@@ -17,7 +17,6 @@ import numpy as np
 
 from . import __version__
 from .boards import load_board
-from .build import check_make_path
 from .emit.cnode import emit_node, emit_node_modes, environment
 from .errors import UserError
 from .executor import PlanExecutor
@@ -206,7 +205,6 @@ def _check_kernel_limits(model: CislModel, split: Split) -> None:
 def compile_model(model_path: Path, out_dir: Path, opts: CompileOptions,
                   say: Callable[[str], None] = lambda s: None) -> dict:
     """Compile ``model_path`` into ``out_dir``; return the summary written to compile.json."""
-    check_make_path(Path(out_dir))  # `cisl build` and the node Makefiles could not take the folder
     check_output_dir(Path(out_dir), OUTPUT_KIND, build_entry, legacy_build)
     with output_lock(Path(out_dir)):  # before any work: a second compile of this folder is refused at once
         return _compile(model_path, out_dir, opts, say)

@@ -367,20 +367,26 @@ def test_failing_flash_is_reported_as_a_flash_error(tmp_path, tools, nrf_build):
 
 
 @pytest.mark.faults
-@pytest.mark.parametrize("runner, stdout, stderr", [
-    ("nrfjprog", "Parsing image file.\n", "ERROR: JLinkARM DLL reported an error. Try again.\n"),
-    ("nrfutil", "[00:00:00] ###### 100% [683000002] Programing\n", "Error: One or more program tasks failed\n"),
+@pytest.mark.parametrize("runner, stdout, stderr, shown", [
+    ("nrfjprog", "Parsing image file.\n", "ERROR: JLinkARM DLL reported an error. Try again.\n", None),
+    ("nrfutil", "[00:00:00] ###### 100% [683000002] Programing\n", "Error: One or more program tasks failed\n", None),
+    # a warning after the error on stderr, or the error on stdout and only a warning on stderr (audit T #8)
+    ("nrfjprog", "Parsing image file.\n", "ERROR: The device is protected.\nWARNING: nrfjprog is deprecated\n",
+     "ERROR: The device is protected."),
+    ("nrfjprog", "ERROR: The --family option given does not match the device.\n",
+     "WARNING: nrfjprog is deprecated\n", "ERROR: The --family option given does not match the device."),
 ])
 def test_a_failed_tools_error_line_is_shown_not_its_last_progress_line(tmp_path, tools, nrf_build, runner, stdout,
-                                                                       stderr):
+                                                                       stderr, shown):
     """audit R #4: nrfjprog and nRF Util print progress on stdout and the error on stderr; the FLASH ERROR
-    showed the last line of both together, stdout's ("Parsing image file."), and dropped the error."""
+    showed the last line of both together, stdout's ("Parsing image file."), and dropped the error. The line
+    that says error wins over a warning on either stream."""
     tools(["683000001", "683000002"], fail={"683000002": (33, stderr, stdout)})
     r = invoke("flash", str(nrf_build), "--testbed", str(write_testbed(tmp_path, runner, ["683000001", "683000002"])))
     assert r.exit_code == 1, r.output
     rows = {ln.split()[1]: ln for ln in r.stdout.splitlines() if ln.startswith("node ")}
-    assert rows["01"].endswith(f"FLASH ERROR: program + verify failed: `{runner}` exit code 33: {stderr.strip()}"), \
-        rows["01"]
+    assert rows["01"].endswith(f"FLASH ERROR: program + verify failed: `{runner}` exit code 33: "
+                               f"{shown or stderr.strip()}"), rows["01"]
 
 
 NO_DEVICE_COMMAND = ("Error: nrfutil command `device` not found. See `nrfutil search` for available commands.\n\n"

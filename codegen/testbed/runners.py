@@ -236,13 +236,14 @@ def _signal_group(p: subprocess.Popen, sig: int) -> None:
 
 
 def _tail(p: subprocess.CompletedProcess) -> str:
-    """The line of a failed tool's output that says what went wrong: its error stream's last line (nrfjprog and
-    nRF Util print progress on stdout and the error on stderr: "Parsing image file." is no reason); with
-    nothing on stderr, stdout's last line that says error, else its last line."""
+    """The line of a failed tool's output that says what went wrong: the last line that says error, its error
+    stream's before stdout's (a warning or a log line after it on stderr is no reason); else its error
+    stream's last line (nrfjprog and nRF Util print progress on stdout and the error on stderr: "Parsing
+    image file." is no reason), else stdout's last line."""
     err = [ln.strip() for ln in (p.stderr or "").splitlines() if ln.strip()]
     out = [ln.strip() for ln in (p.stdout or "").splitlines() if ln.strip()]
-    said = [ln for ln in out if "error" in ln.lower()]
-    lines = err or said or out
+    said = [[ln for ln in lines if "error" in ln.lower()] for lines in (err, out)]
+    lines = said[0] or said[1] or err or out
     if not lines:
         return "no output"
     return _short(lines[-1], "; `cisl -v` shows the command to run by hand")

@@ -27,11 +27,11 @@ FIRMWARE = MIXER_DIR.parent
 TRANSPORT_FUZZ = FIRMWARE / "somegather" / "fuzz"
 # harness -> (source, corpus, libFuzzer -max_len, runs of the short fuzz run, extra clang flags)
 HARNESSES = {
-    "single": (FUZZ / "fuzz_mixer.c", FUZZ / "corpus", 1024, 20000, []),
+    "single": (FUZZ / "fuzz_mixer.c", FUZZ / "corpus", 1024, 10000, []),
     # whole rounds are slower; trace-cmp instrumentation would slow the GF(2) loops fivefold
-    "net": (FUZZ / "fuzz_mixer_net.c", FUZZ / "corpus_net", 512, 3000, ["-fno-sanitize-coverage=trace-cmp"]),
+    "net": (FUZZ / "fuzz_mixer_net.c", FUZZ / "corpus_net", 512, 1500, ["-fno-sanitize-coverage=trace-cmp"]),
     # the somegather transport over Mixer (pieces of split messages, dead peers) with n nodes played
-    "transport": (TRANSPORT_FUZZ / "fuzz_transport.c", TRANSPORT_FUZZ / "corpus_transport", 1024, 3000,
+    "transport": (TRANSPORT_FUZZ / "fuzz_transport.c", TRANSPORT_FUZZ / "corpus_transport", 1024, 1500,
                   ["-fno-sanitize-coverage=trace-cmp"]),
 }
 # include folders a harness needs besides firmware/mixer

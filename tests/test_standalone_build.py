@@ -237,8 +237,8 @@ def test_cmsis_nn_commit_in_build_json_and_boot_line(tmp_path):
         _no_paths(b / n["image"], Path(root).absolute(), tmp_path)
 
 
-USER_MAIN = r"""
-/* A user's firmware: its own board layer and loop around the node library. */
+# a user's firmware: its own board layer around the node library (one node: nobody to talk to)
+USER_BOARD = r"""
 #include <stdio.h>
 #include <string.h>
 
@@ -254,8 +254,11 @@ int cisl_transport_round(uint16_t sg, uint32_t inference, const uint8_t *msg, ui
                          cisl_rx_fn on_rx, void *ctx)
 {
     (void)sg; (void)inference; (void)msg; (void)len; (void)dest; (void)on_rx; (void)ctx;
-    return 0; /* one node: nobody to talk to */
+    return 0;
 }
+"""
+
+USER_MAIN = USER_BOARD + r"""
 
 int main(void)
 {
@@ -338,23 +341,7 @@ def test_a_cpp_program_calls_the_node(node_library):
     _forecasts_are_the_reference(node_library, _user_program(node_library, "user.cpp", USER_MAIN, "g++"))
 
 
-NULL_INPUT = r"""
-#include <stdio.h>
-
-#include "cisl_board.h"
-#include "cisl_node.h"
-#include "cisl_transport.h"
-
-const char *cisl_board_name(void) { return "user"; }
-uint32_t cisl_board_time_us(void) { return 0u; }
-uint32_t cisl_board_cycles(void) { return 0u; }
-void cisl_board_write(const char *text, uint32_t n) { (void)fwrite(text, 1, n, stderr); }
-int cisl_transport_round(uint16_t sg, uint32_t inference, const uint8_t *msg, uint32_t len, uint8_t dest,
-                         cisl_rx_fn on_rx, void *ctx)
-{
-    (void)sg; (void)inference; (void)msg; (void)len; (void)dest; (void)on_rx; (void)ctx;
-    return 0;
-}
+NULL_INPUT = USER_BOARD + r"""
 
 int main(void)
 {

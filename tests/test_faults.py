@@ -1177,3 +1177,31 @@ def test_outputs_through_links_dots_and_lookalike_names_keep_the_users_data(mode
     for out in (".", "./", str(tmp_path / "here"), ".."):
         one_line_error(compile_to(out, cwd=tmp_path / "here"), "is the current folder or holds it")
     assert sorted(os.listdir(tmp_path / "here")) == []
+
+
+@pytest.mark.unit
+def test_files_cisl_writes_together_are_cisl_s_and_the_users_stay_the_users(tmp_path):
+    """Parallel workers (`cisl estimate`'s, one cycle result per node) write into an output outside its
+    lock; noted one at a time, each found the others newer than the stamp and recorded them as the
+    user's, so the next compile refused cisl's own files. Noted together they are cisl's, and a file the
+    user added before stays the user's."""
+    import os
+    import time
+
+    from codegen.fsutil import OWNER_FILE, check_output_dir, note_written
+
+    out = tmp_path / "b"
+    (out / "node_00").mkdir(parents=True)
+    (out / OWNER_FILE).write_text("cisl build\n")
+    os.utime(out / OWNER_FILE, ns=(1, 1))  # cisl finished writing it long ago
+    (out / "notes.md").write_text("mine\n")  # the user's, before the run
+    time.sleep(0.01)
+    written = [out / f"node_0{d}" / "cycles.json" for d in range(2)]
+    for w in written:  # the workers' results, both written before either is noted
+        w.parent.mkdir(exist_ok=True)
+        w.write_text("{}\n")
+    note_written(*written)
+    lines = (out / OWNER_FILE).read_text().splitlines()
+    assert lines == ["cisl build", 'user "notes.md"'], lines
+    (out / "notes.md").unlink()
+    check_output_dir(out, "build", lambda name: True)  # all cisl's now: it may be replaced

@@ -85,22 +85,52 @@ def _recorded_user_entries(folder: Path) -> list[str]:
     return out
 
 
+MAKE_PRODUCTS = "# make products: "  # a Makefile cisl writes names what `make` makes beside it (build.py)
+
+
+def _make_product(path: Path, folder: Path, stamp: int, makefiles: dict[Path, list[str] | None]) -> bool:
+    """Whether ``path`` is what a Makefile cisl wrote into output ``folder`` (still as cisl wrote it: not
+    changed after ``stamp``) makes: the nearest Makefile above it names it on its MAKE_PRODUCTS line (a
+    name ending in "/" covers the folder, as its `make clean` does). Such files are made from cisl's
+    sources by cisl's rules (`make -C build/node_00`); replacing the folder replaces them with the
+    sources, as a `make clean` would."""
+    for d in path.parents:
+        if d not in makefiles:
+            makefiles[d] = None
+            with contextlib.suppress(OSError, UnicodeDecodeError):
+                if os.lstat(d / "Makefile").st_mtime_ns <= stamp:
+                    with open(d / "Makefile", encoding="utf-8") as f:
+                        for ln in f:
+                            if ln.startswith(MAKE_PRODUCTS):
+                                makefiles[d] = ln[len(MAKE_PRODUCTS):].split()
+                                break
+        products = makefiles[d]
+        if products is not None:
+            rel = path.relative_to(d).as_posix()
+            return any(rel == p or (p.endswith("/") and rel.startswith(p)) for p in products)
+        if d == folder:
+            return False
+    return False
+
+
 def _entries_after_stamp(folder: Path, top: Path) -> Iterator[str]:
     """Entries under ``folder`` (a cisl output) written or changed after cisl last finished writing it
     (its OWNER_FILE's modification time, see stamp_output), or recorded as the user's when cisl wrote
-    into it since, relative to ``top``: the user's, whatever their names. A nested cisl output (a folder
-    with its own OWNER_FILE) is judged by its own stamp."""
+    into it since, relative to ``top``: the user's, whatever their names — except what cisl's own
+    Makefiles there make (_make_product). A nested cisl output (a folder with its own OWNER_FILE) is
+    judged by its own stamp."""
     try:
         stamp = os.lstat(folder / OWNER_FILE).st_mtime_ns
     except OSError:
         return  # no stamp (a folder of a cisl version before it): the names alone decide
+    makefiles: dict[Path, list[str] | None] = {}
     for rel in _recorded_user_entries(folder):
-        if os.path.lexists(folder / rel):
+        if os.path.lexists(folder / rel) and not _make_product(folder / rel, folder, stamp, makefiles):
             yield str((folder / rel).relative_to(top))
     for path, newer in _walk_entries(folder):
         if newer is None:
             yield from _entries_after_stamp(path, top)
-        elif newer > stamp:
+        elif newer > stamp and not _make_product(path, folder, stamp, makefiles):
             yield str(path.relative_to(top))
 
 
@@ -130,11 +160,14 @@ def users_entries(folder: Path) -> dict[str, int]:
     """The entries of cisl output ``folder`` (not of outputs nested in it) that are the user's now:
     written or changed after its stamp, relative to it -> their modification time. Taken before cisl
     writes into the folder in place, so that stamp_output keeps them the user's."""
+    folder = Path(folder)
     try:
-        stamp = os.lstat(Path(folder) / OWNER_FILE).st_mtime_ns
+        stamp = os.lstat(folder / OWNER_FILE).st_mtime_ns
     except OSError:
         return {}
-    return {str(p.relative_to(folder)): t for p, t in _walk_entries(Path(folder)) if t is not None and t > stamp}
+    makefiles: dict[Path, list[str] | None] = {}
+    return {str(p.relative_to(folder)): t for p, t in _walk_entries(folder)
+            if t is not None and t > stamp and not _make_product(p, folder, stamp, makefiles)}
 
 
 def stamp_output(folder: Path, users: dict[str, int] | None = None) -> None:

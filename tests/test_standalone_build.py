@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -390,3 +391,28 @@ def test_make_refuses_a_folder_whose_path_holds_a_space(tmp_path):
         p = subprocess.run(["make", "-C", str(node), *args], capture_output=True, text=True, timeout=60)
         assert p.returncode != 0 and "holds a space" in p.stderr, (args, p.stdout, p.stderr)
     assert (home / "thesis.txt").read_text() == "mine\n" and (node / "firmware.elf").is_file()
+
+
+def test_what_the_node_makefile_makes_is_replaced_with_the_build_the_users_edit_is_not(tmp_path):
+    """`make -C build/node_00` (the docs' "taking a node home") then `cisl compile -o build` again: make's
+    objects and image are cisl's to replace, as `make clean` would remove them; they used to make the
+    compile refuse the folder ("holds node_00/firmware.elf ... move it away"). A generated source the user
+    edited stays theirs, and the refusal names it, not make's products."""
+    b = _compiled(tmp_path, "sim", devices=2)
+    _build(b, "--no-board-time")
+    node = b / "node_00"
+    time.sleep(0.01)  # make's files are newer than the build's stamp, as they are for a user
+    _make(node, "clean")
+    _make(node, "CFLAGS=-DUSER_CFLAG")
+    assert (node / "firmware.elf").is_file() and any((node / "obj").rglob("*.o"))
+    again = ["compile", str(tmp_path / "m" / "model.onnx"), "-o", "b", "--board", "sim"]
+    ok(cisl(*again, cwd=tmp_path))
+    assert not (node / "firmware.elf").exists() and not (node / "obj").exists()
+    _build(b, "--no-board-time")
+    time.sleep(0.01)
+    with open(node / "cisl_node.c", "a") as f:
+        f.write("/* the user's note */\n")
+    _make(node)
+    p = cisl(*again, cwd=tmp_path)
+    assert p.returncode == 2 and "b: holds node_00/cisl_node.c, which was written or changed after" in p.stderr, p.stderr
+    assert "the user's note" in (node / "cisl_node.c").read_text()

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import secrets
+import shlex
 import shutil
 import tempfile
 from pathlib import Path
@@ -156,6 +157,26 @@ def _walk_entries(folder: Path) -> Iterator[tuple[Path, int | None]]:
                 yield d / name, os.lstat(d / name).st_mtime_ns
 
 
+def _unstamped(folder: Path) -> bool:
+    """Whether cisl output ``folder`` comes from a cisl version of 1-4 December 2026 (0c2c19c..186d2c8):
+    those wrote OWNER_FILE first and never stamped it (stamp_output), so every entry in it is newer than
+    it and none can be told from the user's. (A copy made without keeping modification times can look
+    the same; it is refused either way.)"""
+    try:
+        stamp = os.lstat(folder / OWNER_FILE).st_mtime_ns
+    except OSError:
+        return False
+    if _recorded_user_entries(folder):
+        return False
+    seen = False
+    for _, t in _walk_entries(folder):
+        if t is not None:
+            if t <= stamp:
+                return False
+            seen = True
+    return seen
+
+
 def users_entries(folder: Path) -> dict[str, int]:
     """The entries of cisl output ``folder`` (not of outputs nested in it) that are the user's now:
     written or changed after its stamp, relative to it -> their modification time. Taken before cisl
@@ -164,6 +185,8 @@ def users_entries(folder: Path) -> dict[str, int]:
     try:
         stamp = os.lstat(folder / OWNER_FILE).st_mtime_ns
     except OSError:
+        return {}
+    if _unstamped(folder):
         return {}
     makefiles: dict[Path, list[str] | None] = {}
     return {str(p.relative_to(folder)): t for p, t in _walk_entries(folder)
@@ -183,6 +206,11 @@ def stamp_output(folder: Path, users: dict[str, int] | None = None) -> None:
         newest = os.lstat(owner).st_mtime_ns
     except OSError:
         return
+    if users is not None:  # a run that wrote in place (not a fresh output's first stamp)
+        wrote = any(t is not None and t > newest and users.get(str(p.relative_to(folder))) != t
+                    for p, t in _walk_entries(folder))
+        if not wrote or _unstamped(folder):
+            return  # a refused run changes nothing; an unstamped folder stays one (check_output_dir)
     kept = []
     for rel, t in (users or {}).items():
         with contextlib.suppress(OSError):
@@ -224,7 +252,7 @@ def note_written(*paths: Path) -> None:
             continue
         if stamp >= newest:
             continue
-        if _CISL_HIDDEN.match(folder.name) or str(folder.resolve()) in _HELD:
+        if _CISL_HIDDEN.match(folder.name) or (str(folder.resolve()) in _HELD and not _unstamped(folder)):
             # a run's temporary output (all of it this run's), or a folder this run holds: its lock took the
             # user's entries when it began (output_lock), and this run's other files are no user's
             with contextlib.suppress(OSError):
@@ -279,6 +307,11 @@ def check_output_dir(target: Path, kind: str, entries: Callable[[str], bool],
     if foreign:
         raise UserError(f"{target}: holds {_shown(foreign[0])}, which cisl did not write there; move it away or choose "
                         f"another output with {option}")
+    if _unstamped(target):
+        raise UserError(f"{target}: was written by a cisl version of 1-4 December 2026, which kept no record of "
+                        f"which files in it are its own (all are newer than its {OWNER_FILE}), so cisl cannot tell "
+                        f"them from yours; if nothing of yours is in it, remove it (rm -r {shlex.quote(str(target))}), "
+                        f"or choose another output with {option}")
     changed = next(_entries_after_stamp(target, target), None)
     if changed is not None:
         raise UserError(f"{target}: holds {_shown(changed)}, which was written or changed after cisl wrote this folder; "

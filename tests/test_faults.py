@@ -6,6 +6,7 @@ input) with one line and no traceback, and nothing the user owns deleted or over
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -103,6 +104,29 @@ def test_a_build_folder_of_an_older_cisl_is_still_replaced(model, tmp_path):
     (out / ".cisl-output").unlink()  # as cisl wrote folders before the owner file
     assert cisl("compile", str(model), "--devices", "2", "-o", str(out), cwd=tmp_path).returncode == 0
     assert (out / ".cisl-output").read_text() == "cisl build\n"
+
+
+def test_a_folder_of_the_versions_that_never_stamped_it_is_named_so_and_left_as_it_was(model, tmp_path):
+    """cisl of 1-4 December 2026 wrote .cisl-output first and never stamped it (audit V F2, F3): every file
+    in such a folder is newer than it, so this cisl blamed plan.json on the user ("move it away": the next
+    refusal named the next of ~100 files), and a run writing in place (`cisl estimate`, `cisl build`)
+    recorded every old file as the user's for good. Such a folder is named for what it is, and left as it was."""
+    out = tmp_path / "build"
+    assert cisl("compile", str(model), "--devices", "2", "-o", str(out), cwd=tmp_path).returncode == 0
+    owner = out / ".cisl-output"
+    first = min(f.stat().st_mtime_ns for f in out.rglob("*") if f.is_file() and f != owner)
+    os.utime(owner, ns=(first - 10**6, first - 10**6))  # written before the rest, never stamped
+    p = cisl("compile", str(model), "--devices", "2", "-o", str(out), cwd=tmp_path)
+    one_line_error(p, "1-4 December 2026", "rm -r")
+    assert cisl("build", str(out), "-q", "--no-board-time", cwd=tmp_path).returncode == 0  # writes in place
+    assert owner.read_text() == "cisl build\n" and owner.stat().st_mtime_ns == first - 10**6
+    one_line_error(cisl("compile", str(model), "--devices", "2", "-o", str(out), cwd=tmp_path), "1-4 December 2026")
+    # a run refused under the folder's lock leaves the owner file as it was (it recorded the user's files)
+    assert cisl("compile", str(model), "--devices", "2", "-o", str(tmp_path / "b2"), cwd=tmp_path).returncode == 0
+    (tmp_path / "b2" / "node_00" / "mine.c").write_text("/* mine */\n")
+    before = (tmp_path / "b2" / ".cisl-output").read_bytes(), (tmp_path / "b2" / ".cisl-output").stat().st_mtime_ns
+    one_line_error(cisl("build", str(tmp_path / "b2"), "--node", "7", cwd=tmp_path), "--node 7")
+    assert ((tmp_path / "b2" / ".cisl-output").read_bytes(), (tmp_path / "b2" / ".cisl-output").stat().st_mtime_ns) == before
 
 
 LAB = """[[node]]

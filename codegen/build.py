@@ -26,6 +26,7 @@ import json
 import os
 import shutil
 import re
+import shlex
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from .fsutil import MAKE_PRODUCTS, output_lock, sha256_file, write_text_atomic
 from .kernel_library import KernelLib, kernel_library
 from .plan.io import load_plan
 from .plan.mixer_layout import mixer_maxima
-from .resources import resource_dir
+from .resources import resource_dir, runtime_fingerprint
 from .toolrun import log_command
 
 if TYPE_CHECKING:
@@ -234,6 +235,7 @@ def build(build_dir: Path, board_name: str | None = None, jobs: int | None = Non
     build_dir = Path(build_dir)
     with output_lock(build_dir):  # two builds of one folder at once would mix their objects
         plan = load_plan(build_dir)
+        _check_runtime(build_dir)
         known = [n.device for n in plan.nodes]
         if nodes is not None:
             bad = [k for k in nodes if k not in known]
@@ -257,6 +259,20 @@ def build(build_dir: Path, board_name: str | None = None, jobs: int | None = Non
                    "nodes": sorted((n for p in parts for n in p["nodes"]), key=lambda n: n["node"])}
         write_text_atomic(build_dir / "build.json", json.dumps(summary, indent=1) + "\n")
         return summary
+
+
+def _check_runtime(build_dir: Path) -> None:
+    """Refuse, before any image is removed, generated C that another cisl compiled: linked with this
+    cisl's firmware it may lack functions the runtime now calls (audit V F1: the link failed after the
+    working images were gone, and "run `cisl build` first" could not help)."""
+    try:
+        made_for = json.loads((build_dir / "compile.json").read_text()).get("runtime")
+    except (OSError, ValueError, AttributeError):
+        made_for = None
+    if made_for != runtime_fingerprint():
+        raise UserError(f"{build_dir}: compiled by another cisl version (its generated C was made for another "
+                        f"firmware runtime than this cisl's); compile it again with this one: cisl compile MODEL "
+                        f"-o {shlex.quote(str(build_dir))} (its images, if built, still run as they are)")
 
 
 def _build(build_dir: Path, plan: Plan, board: Board, jobs: int | None, say: Callable[[str], None],

@@ -33,6 +33,7 @@ from .plan.quantize import calibrate, quantize
 from .elastic import KINDS
 from .plan.elastic import MODES_DIR, alignment_problem, mode_structures, quantize_modes, sharing_problem
 from .plan.structure import SINK, build_structure
+from .resources import runtime_fingerprint
 
 OUTPUT_KIND = "build"
 _BUILD_ENTRY = re.compile(r"^(plan\.json|constants\.bin|compile\.json|inputs\.npy|build(-[a-z0-9-]+)?\.json|_obj|"
@@ -353,6 +354,7 @@ def _compile(model_path: Path, out_dir: Path, opts: CompileOptions, say: Callabl
             summary["modes"] = [_summary(p, board, model, test_x, test_y, test_scale) for p in plans]
         _budget_check(plan, board, summary, say)
         _calibration_check(cal, summary)
+        summary["runtime"] = runtime_fingerprint()  # `cisl build` links this folder only with that firmware
         (tmp / "compile.json").write_text(json.dumps(summary, indent=1) + "\n")
     if old_logs:
         summary["notes"] = [f"{Path(out_dir) / 'logs'} (the previous build's `cisl sim` logs) went with that build; "

@@ -6,6 +6,7 @@ input) with one line and no traceback, and nothing the user owns deleted or over
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -127,6 +128,25 @@ def test_a_folder_of_the_versions_that_never_stamped_it_is_named_so_and_left_as_
     before = (tmp_path / "b2" / ".cisl-output").read_bytes(), (tmp_path / "b2" / ".cisl-output").stat().st_mtime_ns
     one_line_error(cisl("build", str(tmp_path / "b2"), "--node", "7", cwd=tmp_path), "--node 7")
     assert ((tmp_path / "b2" / ".cisl-output").read_bytes(), (tmp_path / "b2" / ".cisl-output").stat().st_mtime_ns) == before
+
+
+
+def test_generated_c_of_another_cisl_is_refused_before_its_images_are_removed(model, tmp_path):
+    """A build folder compiled by another cisl (audit V F1): `cisl build` removed the working images, then
+    failed to link the old generated C with this runtime (undefined `cisl_node_skip`, exit 1), and
+    `cisl sim` said "run `cisl build` first", which failed the same way. Now one line, exit 2, before
+    anything is removed; the images that were built still run."""
+    out = tmp_path / "build"
+    assert cisl("compile", str(model), "--devices", "2", "-o", str(out), cwd=tmp_path).returncode == 0
+    assert cisl("build", str(out), "-q", "--no-board-time", cwd=tmp_path).returncode == 0
+    kept = {f: f.read_bytes() for f in (out / "build.json", out / "node_00" / "firmware.elf")}
+    summary = json.loads((out / "compile.json").read_text())
+    for older in ({**summary, "runtime": "0" * 16}, {k: v for k, v in summary.items() if k != "runtime"}):
+        (out / "compile.json").write_text(json.dumps(older))
+        p = cisl("build", str(out), "-q", "--no-board-time", cwd=tmp_path)
+        one_line_error(p, "compiled by another cisl version", "cisl compile MODEL -o")
+        assert {f: f.read_bytes() for f in kept} == kept
+    assert cisl("sim", str(out), "-n", "1", cwd=tmp_path).returncode == 0
 
 
 LAB = """[[node]]

@@ -131,28 +131,39 @@ def test_resume_refuses_a_changed_config_or_data(tmp_path: Path) -> None:
         run_train(cfg, csv, tmp_path / "m2", progress=False, resume=True)
 
 
-def _as_written_before_q_max(ckpt: Path) -> None:
-    """Rewrite a checkpoint's meta as cisl wrote it before [dropout] q_max existed."""
+def _as_an_earlier_cisl_wrote_it(ckpt: Path, target_keep: float | None = None) -> None:
+    """Rewrite a checkpoint's meta as cisl wrote it before [dropout] q_max and [elastic] existed, when
+    [split] random_keep was keep_ratio (and, given ``target_keep``, [prune] keep was target_keep)."""
     import json
 
     state = torch.load(ckpt, weights_only=True)
     meta = json.loads(state["meta"])
-    del meta["config"]["dropout"]["q_max"]
+    config = meta["config"]
+    del config["dropout"]["q_max"], config["elastic"]
+    config["split"]["keep_ratio"] = config["split"].pop("random_keep")
+    if target_keep is not None:
+        del config["prune"]["keep"]
+        config["prune"]["target_keep"] = target_keep
     state["meta"] = json.dumps(meta)
     torch.save(state, ckpt)
 
 
-def test_a_checkpoint_older_than_a_config_key_resumes_with_its_default(tmp_path: Path) -> None:
-    """A run interrupted before an upgrade that added a config key still resumes, as long as the key
-    keeps its default; another value is a change like any other."""
+def test_a_checkpoint_of_an_earlier_cisl_resumes_with_the_defaults_and_renamed_keys(tmp_path: Path) -> None:
+    """A run interrupted before an upgrade that added a config key (or section) still resumes, as long as
+    the key keeps its default; another value is a change like any other. A key that was renamed is
+    compared under its new name (audit V F4: an 8-day-old checkpoint's [split] keep_ratio was refused as
+    "now (absent)", whatever the config said); one whose meaning changed is refused in words that say so."""
     cfg = tmp_path / "tiny.toml"
     cfg.write_text(TINY)
-    for name in ("same", "changed"):
+    for name, target_keep in (("same", None), ("changed", None), ("pruned", 0.5), ("unpruned", 1.0)):
         run_train(cfg, None, tmp_path / name, {"train.stop_after_epochs": 1}, progress=False)
-        _as_written_before_q_max(default_work_dir(tmp_path / name) / CHECKPOINT_NAME)
-    assert run_train(cfg, None, tmp_path / "same", progress=False, resume=True)["resumed_from_epoch"] == 1
+        _as_an_earlier_cisl_wrote_it(default_work_dir(tmp_path / name) / CHECKPOINT_NAME, target_keep)
+    for name in ("same", "unpruned"):
+        assert run_train(cfg, None, tmp_path / name, progress=False, resume=True)["resumed_from_epoch"] == 1
     with pytest.raises(UserError, match=r"\[dropout\] q_max was 0.0 in the interrupted run, now 0.1"):
         run_train(cfg, None, tmp_path / "changed", {"dropout.q_max": 0.1}, progress=False, resume=True)
+    with pytest.raises(UserError, match=r"used \[prune\] target_keep = 0.5, which this cisl no longer has"):
+        run_train(cfg, None, tmp_path / "pruned", progress=False, resume=True)
 
 
 @pytest.fixture

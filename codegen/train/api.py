@@ -51,7 +51,7 @@ from codegen.lossmodel import LossRates
 from codegen.modelspec import ModelConfig
 from codegen.onnx_model import build_onnx
 from codegen.partition import Masks, Split, realised_keep
-from codegen.train.config import TrainConfig
+from codegen.train.config import RENAMED, TrainConfig
 from codegen.train.preflight import check_elastic_modes, check_model_fits_memory, check_synthetic_fits_memory, \
     effective_threads, make_masks, model_warnings, resolve_config
 from codegen.train.dropout import LossRange, evaluate_with_loss
@@ -338,10 +338,34 @@ def _first_difference(saved: Any, now: Any, key: str = "") -> tuple[str, Any, An
     return None if saved == now else (key, saved, now)
 
 
+# keys an earlier cisl recorded in its checkpoints -> the key that took their place, and whether any value
+# means the same there (else only the default, 1.0: no masks, no pruning) (config.RENAMED)
+_RESUME_RENAMED = {("split", "keep_ratio"): (("split", "random_keep"), True),
+                   ("prune", "target_keep"): (("prune", "keep"), False)}
+
+
+def _renamed_keys(path: Path, config: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's config with the keys earlier cisl versions wrote under their current names (audit V
+    F4: an 8-day-old checkpoint's [split] keep_ratio = 1.0 was refused as "now (absent)", and neither
+    keep_ratio nor random_keep in the config could resume it)."""
+    config = {sec: dict(vals) if isinstance(vals, dict) else vals for sec, vals in config.items()}
+    for (sec, key), ((new_sec, new_key), same) in _RESUME_RENAMED.items():
+        if not isinstance(config.get(sec), dict) or key not in config[sec]:
+            continue
+        value = config[sec].pop(key)
+        if not same and value != 1.0:
+            raise NotResumable(f"{path}: cannot resume: the interrupted run (an earlier cisl) used [{sec}] {key} = "
+                               f"{json.dumps(value)}, which this cisl no longer has ([{new_sec}] {new_key} means "
+                               f"something else: {RENAMED[(sec, key)]}); run without --resume")
+        config.setdefault(new_sec, {}).setdefault(new_key, value)
+    return config
+
+
 def _check_resumable(path: Path, saved: dict[str, Any], now: dict[str, Any]) -> None:
-    # a key added to the config after the checkpoint was written counts as its default
+    # a key or a section added to the config after the checkpoint was written counts as its default
     defaults = _resume_meta(TrainConfig(), {})["config"]
-    config = {sec: {**defaults.get(sec, {}), **vals} for sec, vals in saved.get("config", {}).items()}
+    config = {sec: {**defaults.get(sec, {}), **vals}
+              for sec, vals in {**{sec: {} for sec in defaults}, **_renamed_keys(path, saved.get("config", {}))}.items()}
     # a checkpoint from before the thread count was recorded ran at [train] threads, uncapped or not: unknown
     saved = {**saved, "config": config, "threads": saved.get("threads", now.get("threads"))}
     diff = _first_difference(saved, now)

@@ -390,6 +390,29 @@ def claim_sweep_folder(out: Path) -> None:
         write_text_atomic(out / OWNER_FILE, f"cisl {SWEEP_KIND}\n")
 
 
+def other_units(out: Path, units: Iterable[Unit]) -> tuple[int, int]:
+    """Records and stopped units' work folders in sweep folder ``out`` that none of ``units`` (nor what
+    they need) is: another grid's, or a unit whose id changed with the config, the data or cisl's code.
+    They stay where they are, but records/ counts them too (audit V F6: after an upgrade a re-run
+    retrained every point beside the old records, without a word)."""
+    ids: set[str] = set()
+    stack = list(units)
+    while stack:
+        u = stack.pop()
+        uid = unit_id(u)
+        if uid not in ids:
+            ids.add(uid)
+            stack.extend(u.needs)
+    out = Path(out)
+    try:
+        records = {p.stem for p in (out / "records").glob("*.json") if re.fullmatch(r"[0-9a-f]{16}", p.stem)}
+        work = {p.name for p in (out / "work").iterdir() if p.is_dir() and re.fullmatch(r"[0-9a-f]{16}", p.name)} \
+            if (out / "work").is_dir() else set()
+    except OSError:
+        return 0, 0
+    return len(records - ids), len(work - ids - records)
+
+
 def same_record(a: dict, b: dict) -> bool:
     """Records equal in everything but how they ran (``run``)."""
     return {k: v for k, v in a.items() if k != "run"} == {k: v for k, v in b.items() if k != "run"}

@@ -375,10 +375,12 @@ def test_a_changed_data_file_named_by_the_config_runs_the_unit_again(tmp_path: P
     (rec,) = [json.loads(p.read_text()) for p in (tmp_path / "s" / "records").glob("*.json")]
     assert "x.csv" in rec["unit"]["data"]
     dry = cisl(tmp_path, "sweep", "c.toml", "--seeds", "0", "-o", "s", "--dry-run")
-    assert dry.returncode == 0 and " done " in dry.stdout, dry.stdout
+    assert dry.returncode == 0 and " done " in dry.stdout and "note:" not in dry.stderr, (dry.stdout, dry.stderr)
     _csv(tmp_path / "x.csv", 1)  # other values, same name, same size class
     dry = cisl(tmp_path, "sweep", "c.toml", "--seeds", "0", "-o", "s", "--dry-run")
     assert dry.returncode == 0 and " todo " in dry.stdout and rec["id"] not in dry.stdout, dry.stdout
+    # the old record stays, and the sweep says so (audit V F6: records/ counted both without a word)
+    assert "s holds 1 record that none of this sweep's units are" in dry.stderr and "move them away" in dry.stderr, dry.stderr
 
 
 @pytest.mark.unit

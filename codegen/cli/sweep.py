@@ -63,7 +63,8 @@ def sweep(config: Path | None, out_dir: Path, data: Path | None, seeds: str | No
     come out on every backend; a stopped unit resumes from its last epoch or pruning stage
     (checkpoints in OUT/work/<id>/train). Prints one line per unit: its grid point, MSEs and realised keep.
     """
-    from ..sweep import check_sweep_folder, claim_sweep_folder, pinned, record_path, run_sweep, unit_id, unit_state
+    from ..sweep import check_sweep_folder, claim_sweep_folder, other_units, pinned, record_path, run_sweep, unit_id, \
+        unit_state
     from ..train.config import load_config
     from ..train.sweep import check_units, grid_units
 
@@ -100,6 +101,15 @@ def sweep(config: Path | None, out_dir: Path, data: Path | None, seeds: str | No
                        f"{', '.join(dropped)} dropped), so a unit at q = 0 trains without message loss", err=True)
     records, work = out_dir / "records", out_dir / "work"
     check_sweep_folder(out_dir)  # before any unit runs, not once each unit has failed on it
+    done, stopped = other_units(out_dir, units)
+    if done or stopped:
+        what = " and ".join(x for x in (f"{done} record{'s' * (done != 1)}" if done else "",
+                                         f"the checkpoints of {stopped} stopped unit{'s' * (stopped != 1)}"
+                                         if stopped else "") if x)
+        listed = f", and {records} lists them beside this sweep's" if done else ""
+        click.echo(f"note: {out_dir} holds {what} that none of this sweep's units are (another grid, or these "
+                   f"points before the config, the data or cisl changed: a unit's id covers them all); they stay as "
+                   f"they are{listed}: move them away to keep only this sweep's", err=True)
     if dry_run:
         for u in units:
             click.echo(f"{unit_id(u)}  {unit_state(records, work, u):7s}  {u.label}")

@@ -147,6 +147,11 @@ def test_generated_c_of_another_cisl_is_refused_before_its_images_are_removed(mo
         one_line_error(p, "compiled by another cisl version", "cisl compile MODEL -o")
         assert {f: f.read_bytes() for f in kept} == kept
     assert cisl("sim", str(out), "-n", "1", cwd=tmp_path).returncode == 0
+    # a plan of an older format says so (audit V F7: "not a cisl plan of format version 2")
+    plan = json.loads((out / "plan.json").read_text())
+    (out / "plan.json").write_text(json.dumps({**plan, "format_version": 1}))
+    one_line_error(cisl("sim", str(out), "-n", "1", cwd=tmp_path), "a plan of another cisl version (format 1;",
+                   "cisl compile MODEL.onnx -o")
 
 
 LAB = """[[node]]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -162,8 +163,12 @@ def load_plan(build_dir: Path) -> Plan:
         doc = json.loads(raw)
     except json.JSONDecodeError as e:
         raise UserError(f"{path}: not valid JSON (line {e.lineno}); recompile with `cisl compile`") from None
-    if not isinstance(doc, dict) or doc.get("format") != PLAN_FORMAT or doc.get("format_version") != PLAN_VERSION:
-        raise UserError(f"{path}: not a cisl plan of format version {PLAN_VERSION}; recompile with `cisl compile`")
+    again = f"compile the model again: cisl compile MODEL.onnx -o {shlex.quote(str(build_dir))}"
+    if isinstance(doc, dict) and doc.get("format") == PLAN_FORMAT and doc.get("format_version") != PLAN_VERSION:
+        raise UserError(f"{path}: a plan of another cisl version (format {json.dumps(doc.get('format_version'))}; "
+                        f"this cisl reads format {PLAN_VERSION}); {again}")
+    if not isinstance(doc, dict) or doc.get("format") != PLAN_FORMAT:
+        raise UserError(f"{path}: not a cisl plan (no \"format\": \"{PLAN_FORMAT}\"); {again}")
     check_plan_doc(doc, path)  # the schema (docs/plan.schema.json): every key, every type, every op kind
     blob_path = Path(build_dir) / "constants.bin"
     if not blob_path.is_file():

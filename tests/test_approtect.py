@@ -32,6 +32,7 @@ UICR_APPROTECT = 0x10001208
 NVMC_CONFIG = 0x4001E504
 AIRCR = 0xE000ED0C
 CPACR = 0xE000ED88
+ICACHECNF = 0x4001E540        # NVMC.ICACHECNF; CACHEEN (bit 0) resets to Disabled
 REV3 = 0x41414630             # FICR.INFO.VARIANT "AAF0" (build code F0, revision 3)
 REV2 = 0x41414530             # "AAE0"
 REV1 = 0x41414430             # "AAD0"
@@ -101,7 +102,7 @@ def test_open_rev3_disables_the_protection_first(images):
     writes, reached = boot(images["open"] / "node_00" / "firmware.elf", REV3, 0xFFFFFF5A)
     assert reached
     assert writes[0] == (DISABLE, 0x5A)  # before the FPU is enabled: the very first store
-    assert (CPACR, 0x00F00000) in writes
+    assert writes[1:3] == [(ICACHECNF, 1), (CPACR, 0x00F00000)]
     assert not any(a in (UICR_APPROTECT, NVMC_CONFIG, AIRCR) for a, _ in writes)
 
 
@@ -117,7 +118,7 @@ def test_open_on_older_parts_writes_no_protection_register(images, variant):
     writes, reached = boot(images["open"] / "node_00" / "firmware.elf", variant, 0xFFFFFFFF)
     assert reached
     assert not any(a in (DISABLE, UICR_APPROTECT, NVMC_CONFIG, AIRCR) for a, _ in writes)
-    assert (CPACR, 0x00F00000) in writes
+    assert writes[:2] == [(ICACHECNF, 1), (CPACR, 0x00F00000)]
 
 
 @pytest.mark.parametrize("uicr", [0xFFFFFFFF, 0xFFFFFF5A])
@@ -125,7 +126,14 @@ def test_protected_never_opens_the_port(images, uicr):
     writes, reached = boot(images["protected"] / "node_00" / "firmware.elf", REV3, uicr)
     assert reached
     assert not any(a in (DISABLE, UICR_APPROTECT, NVMC_CONFIG, AIRCR) for a, _ in writes)
-    assert writes[0] == (CPACR, 0x00F00000)
+    assert writes[:2] == [(ICACHECNF, 1), (CPACR, 0x00F00000)]
+
+
+@pytest.mark.parametrize("kind", ["open", "protected"])
+def test_every_build_enables_the_instruction_cache_before_main(images, kind):
+    """ICACHECNF resets to CACHEEN = Disabled; the cycle budgets assume it on (audit U, finding 1)."""
+    writes, reached = boot(images[kind] / "node_00" / "firmware.elf", REV3, 0xFFFFFF5A)
+    assert reached and (ICACHECNF, 1) in writes
 
 
 def test_startup_without_the_option_does_not_compile(tmp_path):

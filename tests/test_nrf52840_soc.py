@@ -323,3 +323,22 @@ def test_the_c_hooks_run_the_soc_as_the_python_hooks_do(hw, monkeypatch):
         assert all(isinstance(e, native.NativeEmulator) == (hooks == "c") for e in made) and len(made) == 2
     assert sum(runs["c"].skipped_passes.values()) > 10_000 and " mx " in runs["c"].serial[1]
     assert runs["c"] == runs["python"]
+
+
+def test_the_start_up_code_enables_the_instruction_cache(hw, monkeypatch):
+    """NVMC.ICACHECNF resets to CACHEEN = Disabled (nrf52840.svd resetValue 0); the cycle budgets in
+    board.toml assume the cache on, so the start-up code must enable it (audit U, finding 1). The
+    emulated part prices every fetch as a flash access until it is on: the same first 3 ms of a node
+    with the enable dropped pays several times the flash fetches."""
+    from codegen.timing import nrf52840_soc as soc
+
+    def first_ms(drop: bool) -> soc.NetworkRun:
+        with monkeypatch.context() as mp:
+            if drop:
+                plain = soc.Plain.write
+                mp.setattr(soc.Nvmc, "write", lambda self, a, v, t: None if a == self.icachecnf else plain(self, a, v, t))
+            return run(hw, 1, until=lambda serial: False, limit_s=0.003)
+
+    on, off = first_ms(False), first_ms(True)
+    assert on.icache_on == {0: True} and off.icache_on == {0: False}
+    assert off.icache_misses[0] > 3 * on.icache_misses[0], (on.icache_misses, off.icache_misses)

@@ -63,7 +63,7 @@
 #define NRF_FLD_APPROTECT_DISABLE_DISABLE NRF_FIELD(0, 8)
 #define NRF_VAL_APPROTECT_DISABLE_DISABLE_SWDISABLE 0x5Au
 
-/* ---- NVMC (writing one UICR word) ------------------------------------------------------------ */
+/* ---- NVMC (writing one UICR word; the instruction cache) -------------------------------- */
 #define NRF_BASE_NVMC 0x4001E000u
 #define NRF_REG_NVMC_READY 0x400u
 #define NRF_REG_NVMC_CONFIG 0x504u
@@ -72,6 +72,11 @@
 #define NRF_FLD_NVMC_CONFIG_WEN NRF_FIELD(0, 2)
 #define NRF_VAL_NVMC_CONFIG_WEN_REN 0u
 #define NRF_VAL_NVMC_CONFIG_WEN_WEN 1u
+/* Instruction cache: ICACHECNF resets to 0 = CACHEEN Disabled (SVD resetValue 0x00000000) */
+#define NRF_REG_NVMC_ICACHECNF 0x540u
+#define NRF_FLD_NVMC_ICACHECNF_CACHEEN NRF_FIELD(0, 1)
+#define NRF_VAL_NVMC_ICACHECNF_CACHEEN_DISABLED 0u
+#define NRF_VAL_NVMC_ICACHECNF_CACHEEN_ENABLED 1u
 
 /* ---- GPIO port 0 --------------------------------------------------------------------------- */
 #define NRF_REG_GPIO_OUTSET 0x508u

@@ -1,8 +1,15 @@
 /* nRF52840 start-up: vector table, reset handler, fault handler. Written for cisl.
  *
- * Reset order: the access port protection first (below), then the FPU (the code is built with
- * -mfloat-abi=hard, so the compiler and the C library may use VFP registers anywhere), copy .data
- * from flash, zero .bss, call main().
+ * Reset order: the access port protection first (below), then the instruction cache, then the FPU
+ * (the code is built with -mfloat-abi=hard, so the compiler and the C library may use VFP registers
+ * anywhere), copy .data from flash, zero .bss, call main().
+ *
+ * Instruction cache: NVMC.ICACHECNF resets to 0 (CACHEEN Disabled; nrf52840.svd resetValue
+ * 0x00000000), so without this write every instruction fetch waits for the flash. board.toml
+ * [timing] icache and every cycle budget fitted to the cycle model ([mixer] per_packet_cycles,
+ * slot_cycles) assume the cache on; Zephyr enables it at boot on every nRF52 (CONFIG_NRF_ENABLE_ICACHE,
+ * default y). The emulated part (codegen/timing/nrf52840_soc.py) prices fetches as cache misses
+ * until the firmware sets CACHEEN.
  *
  * Access port protection (docs/design/approtect.md; nRF52840 PS v1.8 "Access port protection",
  * IN-141): on build codes Fxx and later (revision 3, FICR.INFO.VARIANT "AAF0", ...) the debug port
@@ -107,6 +114,8 @@ __attribute__((noreturn)) void cisl_reset(void)
 #if CISL_DEBUG_PORT_OPEN
     cisl_open_debug_port();
 #endif
+    NRF_REG32(NRF_BASE_NVMC, NRF_REG_NVMC_ICACHECNF) =
+        NRF_FV(NRF_FLD_NVMC_ICACHECNF_CACHEEN, NRF_VAL_NVMC_ICACHECNF_CACHEEN_ENABLED);
     CM4_REG(CM4_SCB_CPACR) |= 0xFu << 20; /* CP10, CP11: full access */
     __asm__ volatile("dsb\n\tisb" ::: "memory");
     for (uint32_t *src = __cisl_data_load, *dst = __cisl_data_start; dst < __cisl_data_end;) {

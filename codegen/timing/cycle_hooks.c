@@ -13,6 +13,7 @@
 #include <string.h>
 
 enum { BR_NONE = 0, BR_ALWAYS = 1, BR_COND = 2 };
+enum { IC_DISABLED = 2 };
 
 /* one region's counts: engine.Counts, field for field */
 typedef struct {
@@ -52,7 +53,8 @@ typedef struct {
     /* data reads from flash */
     int32_t flash_line_bits;
     int64_t last_flash_line;
-    /* instruction cache (memsystem.ICache): per set, lines oldest first */
+    /* instruction cache (memsystem.ICache): per set, lines oldest first. ic_on: 0 no cache in the
+       model (fetches free), 1 on, IC_DISABLED present but off (NVMC.ICACHECNF.CACHEEN = 0) */
     int32_t ic_on, ic_line_bits, ic_sets, ic_ways;
     int64_t *ic_lines;
     int32_t *ic_fill;
@@ -152,6 +154,8 @@ cy_counts *cy_counts_of(cy_state *st, int32_t comm, int32_t region) {
 static int64_t ic_fetch(cy_state *st, uint64_t address, uint32_t size) {
     uint64_t first = address >> st->ic_line_bits, last = (address + size - 1) >> st->ic_line_bits;
     int64_t misses = 0;
+    if (st->ic_on == IC_DISABLED)   /* the firmware has not set CACHEEN: every line from the flash */
+        return (int64_t)(last - first + 1);
     for (uint64_t line = first; line <= last; line++) {
         int32_t set = (int32_t)(line % (uint64_t)st->ic_sets);
         int64_t *s = &st->ic_lines[(int64_t)set * st->ic_ways];

@@ -347,6 +347,12 @@ class Emulator:
     def _run(self, start: int) -> None:
         self.resume(start, EXIT)
 
+    def set_icache_enabled(self, on: bool) -> None:
+        """The part's instruction cache switched on or off (NVMC.ICACHECNF.CACHEEN, written by the
+        image on the emulated SoC); off, every instruction fetch is priced as a cache miss."""
+        if self.memory.icache is not None:
+            self.memory.icache.enabled = bool(on)
+
     def resume(self, begin: int, until: int) -> None:
         """Run from ``begin`` (the emulated SoC resumes a node where its last quantum stopped)."""
         self.uc.emu_start(begin, until)

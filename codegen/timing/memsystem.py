@@ -12,7 +12,9 @@ the cache's geometry is stated in the specification, so both are carried as rang
   bound (no read buffer at all);
 * instruction fetches pay them once per cache miss; the cache is simulated with
   ``icache_bytes`` / ``icache_ways`` / ``icache_line_bytes`` (LRU). At the low bound misses are free,
-  at the high bound each costs the high wait states.
+  at the high bound each costs the high wait states. ICACHECNF resets to CACHEEN = Disabled; the
+  budgets assume the start-up code enables it (boards/nrf52840dk/startup.c), and the emulated SoC
+  (nrf52840_soc.py) prices every fetch before that write as a miss (``ICache.enabled``).
 
 ``cisl report --calibrate`` fits ``flash_wait`` from DWT cycles measured on boards.
 """
@@ -37,6 +39,10 @@ class ICache:
         self._sets: list[list[int]] = [[] for _ in range(self.sets)]
         self.misses = 0
         self.hits = 0
+        # NVMC.ICACHECNF.CACHEEN. Off (the part's reset value; only the emulated SoC, which runs the
+        # start-up code, switches it), every line fetched comes from the flash: priced as a miss,
+        # neither counted in hits/misses (IHIT/IMISS count only while enabled) nor cached.
+        self.enabled = True
 
     def lines(self) -> list[list[int]]:
         """Each set's lines, oldest first (the C hooks of native.py take the cache over; read only)."""
@@ -51,6 +57,8 @@ class ICache:
         """Fetch the lines of [address, address + size); returns the misses."""
         first = address >> self.line_bits
         last = (address + size - 1) >> self.line_bits
+        if not self.enabled:
+            return last - first + 1
         misses = 0
         for line in range(first, last + 1):
             s = self._sets[line % self.sets]

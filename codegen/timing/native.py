@@ -173,6 +173,7 @@ class NativeEmulator(Emulator):
     """:class:`Emulator` with its block and flash-read hooks in C (cycle_hooks.c)."""
 
     INITIAL_REGIONS = 64   # the regions' table doubles when more are met
+    IC_ON = {True: 1, False: 2}   # cy_state.ic_on for a present cache, on / off (IC_DISABLED)
 
     def _init_accounting(self) -> None:
         lib = library()
@@ -192,7 +193,7 @@ class NativeEmulator(Emulator):
             self._ic_lines = (c_int64 * (ic.sets * ic.ways))()
             self._ic_fill = (c_int32 * ic.sets)()
             st = self._st
-            st.ic_on, st.ic_line_bits, st.ic_sets, st.ic_ways = 1, ic.line_bits, ic.sets, ic.ways
+            st.ic_on, st.ic_line_bits, st.ic_sets, st.ic_ways = self.IC_ON[ic.enabled], ic.line_bits, ic.sets, ic.ways
             st.ic_lines = ctypes.cast(self._ic_lines, POINTER(c_int64))
             st.ic_fill = ctypes.cast(self._ic_fill, POINTER(c_int32))
         if lib.cy_init_table(ctypes.byref(self._st), 1 << 12) != 0:
@@ -339,6 +340,14 @@ class NativeEmulator(Emulator):
             self._ic_lines[:] = flat
             self._ic_fill[:] = [len(lines) for lines in sets]
             st.ic_hits, st.ic_misses = ic.hits, ic.misses
+            st.ic_on = self.IC_ON[ic.enabled]
+
+    def set_icache_enabled(self, on: bool) -> None:
+        """NVMC.ICACHECNF.CACHEEN written mid-run: the model's cache and the C side at once."""
+        ic = self.memory.icache
+        if ic is not None:
+            ic.enabled = bool(on)
+            self._st.ic_on = self.IC_ON[ic.enabled]
 
     def _save_memory_state(self) -> None:
         st, mem = self._st, self.memory

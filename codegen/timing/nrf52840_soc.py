@@ -5,7 +5,8 @@ The virtual testbed runs the Mixer code the boards run, through a host HAL; the 
 code) only ever ran on hardware. This module runs each node's whole ``firmware.elf`` from its reset
 vector on the cycle model's emulator (:mod:`codegen.timing.engine`: unicorn, cycles from the
 Cortex-M4 TRM) and models, at register level, the peripherals that code touches: CLOCK (HFXO),
-TIMER0/TIMER1, PPI, RADIO, UARTE0 TX, the DWT cycle counter, FICR/UICR/NVMC/GPIO as memory. The
+TIMER0/TIMER1, PPI, RADIO, UARTE0 TX, the DWT cycle counter, NVMC.ICACHECNF (the instruction
+cache is off until the image enables it), FICR/UICR/GPIO as memory. The
 register layout is read from the nrf52840.svd that pyocd ships (not from the board's own header,
 which it checks); the behaviour is the product specification's (v1.8: the RADIO state diagram, fast
 ramp-up 40 µs, EasyDMA from RAM only, TIMER compare on equality, PPI event -> task). Whatever the
@@ -472,13 +473,13 @@ class Node:
         self.radio = Radio(self)
         self.uarte = Uarte(self)
         self.dwt = Dwt(self)
+        self.nvmc = Nvmc(self)
         self.capture_tasks = {t.r("TASKS_CAPTURE", n): (t, n) for t in self.timers for n in range(6)}
         self.capture_cc = {t.r("TASKS_CAPTURE", n): t.r("CC", n) for t in self.timers for n in range(6)}
         self.nvmc_ready = regs("NVMC", "READY")
         pages: dict[int, list] = {}
-        for dev in (self.clock, *self.timers, self.ppi, self.radio, self.uarte, self.dwt):
+        for dev in (self.clock, *self.timers, self.ppi, self.radio, self.uarte, self.dwt, self.nvmc):
             pages.setdefault(dev.base & ~(PAGE - 1), []).append(dev)
-        pages.setdefault(regs.svd["NVMC"].base, [])
         for base, devs in pages.items():
             uc.mmio_map(base, PAGE, self._mmio_read, (base, devs), self._mmio_write, (base, devs))
         # reset: the vector table's stack pointer and reset handler
@@ -1052,6 +1053,28 @@ class Uarte(Plain):
         self.mem[self.r("EVENTS_ENDRX")] = 1
 
 
+class Nvmc(Plain):
+    """NVMC: READY always (a UICR word write is instant here), CONFIG held, and ICACHECNF.CACHEEN,
+    which switches the node's instruction cache: reset value Disabled (nrf52840.svd resetValue 0),
+    so until the start-up code enables it every instruction fetch is priced as a flash access (the
+    budgets in board.toml assume the cache on)."""
+
+    def __init__(self, node: Node):
+        super().__init__(node, "NVMC")
+        self.icachecnf = self.r("ICACHECNF")
+        self.cacheen = 1 << node.regs.svd["NVMC"].registers["ICACHECNF"].fields["CACHEEN"].pos
+        node.emu.set_icache_enabled(False)
+
+    def write(self, address: int, value: int, t: int) -> None:
+        super().write(address, value, t)
+        if address == self.icachecnf:
+            self.node.emu.set_icache_enabled(bool(value & self.cacheen))
+
+    @property
+    def cache_enabled(self) -> bool:
+        return bool(self.mem.get(self.icachecnf, 0) & self.cacheen)
+
+
 class Dwt(Device):
     """DWT.CYCCNT: the CPU cycles since it was written."""
 
@@ -1079,6 +1102,8 @@ class NetworkRun:
     insns: dict[int, int] = field(default_factory=dict)           # node -> instructions counted
     skipped_passes: dict[int, int] = field(default_factory=dict)  # node -> polling-loop passes not run
     clock_rewinds: dict[int, int] = field(default_factory=dict)   # node -> clock-loop jumps taken back
+    icache_on: dict[int, bool] = field(default_factory=dict)      # node -> NVMC.ICACHECNF.CACHEEN at the end
+    icache_misses: dict[int, int] = field(default_factory=dict)   # node -> fetches priced as flash accesses
 
 
 def run_network(images: list[Path], memory: MemoryModel, *, until: Callable[[dict[int, str]], bool],
@@ -1138,7 +1163,9 @@ def run_network(images: list[Path], memory: MemoryModel, *, until: Callable[[dic
 
 def _result(nodes: list[Node], serial: dict[int, str], faults: list[str], t: int) -> NetworkRun:
     return NetworkRun(serial, faults, t / CYC_PER_US, {n.index: n.emu.insns_total for n in nodes},
-                      {n.index: n.emu.skipped_passes for n in nodes}, {n.index: n.emu.clock_rewinds for n in nodes})
+                      {n.index: n.emu.skipped_passes for n in nodes}, {n.index: n.emu.clock_rewinds for n in nodes},
+                      {n.index: n.nvmc.cache_enabled for n in nodes},
+                      {n.index: n.emu.total().icache_misses for n in nodes})
 
 
 __all__ = ["Node", "NetworkRun", "SocFault", "run_network", "load_regs"]

@@ -250,6 +250,9 @@ static int hal_listen(void *ctx, int scan)
     return 0;
 }
 
+/* The last ADDRESS event (TIMER0 CC[1], captured by PPI channel 2) came after `deadline`. */
+static int late_address(uint32_t deadline) { return (int32_t)(TIMER0(CC(1u)) - deadline) > 0; }
+
 static int hal_receive(void *ctx, uint8_t *buf, uint16_t max, int scan, uint32_t *rx_time)
 {
     radio_ctx *c = (radio_ctx *)ctx;
@@ -269,6 +272,14 @@ static int hal_receive(void *ctx, uint8_t *buf, uint16_t max, int scan, uint32_t
         }
     }
     radio_disable();
+    /* The receiver stays on while mx_prepare runs after hal_listen, so the latched ADDRESS may have
+     * come after the window closed (a late or foreign packet): judge it by its hardware timestamp
+     * (PPI ADDRESS -> CAPTURE[1], read once the packet has ended, so the capture has happened), not
+     * by when the CPU got here, and take nothing, as if the window had closed in time (hal_sync
+     * would otherwise re-anchor the grid on it). */
+    if (late_address(deadline)) {
+        return 0;
+    }
     *rx_time = TIMER0(CC(1u));
     if (NRF_GET(NRF_FLD_RADIO_CRCSTATUS_CRCSTATUS, RADIO(CRCSTATUS)) != NRF_VAL_RADIO_CRCSTATUS_CRCSTATUS_CRCOK) {
         return 0;

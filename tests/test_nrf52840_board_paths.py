@@ -1,7 +1,8 @@
-"""Single functions of the built nrf52840dk image (boards/nrf52840dk: radio.c's HAL), called on the cycle model's emulator (codegen/timing/engine.py) with the peripherals as
+"""Single functions of the built nrf52840dk image (boards/nrf52840dk: radio.c's HAL, startup.c's fault
+handler), called on the cycle model's emulator (codegen/timing/engine.py) with the peripherals as
 plain memory, so a test sets the registers a case needs — cases that a network run reaches only by
 chance. Register addresses come from pyocd's nrf52840.svd (codegen/timing/nrf52840_soc.load_regs),
-not from the board's header. Audit U, finding 3.
+not from the board's header. Audit U, findings 3 and 6.
 """
 
 from __future__ import annotations
@@ -93,3 +94,21 @@ def test_a_packet_whose_address_came_after_the_window_is_not_taken(elf, regs):
     n, _ = receive(elf, regs, address_at=0xFFFFFFE0, deadline=5)
     assert n == 5
 
+
+def test_the_fault_handler_disarms_the_radio_before_it_stops(elf, regs):
+    """A fault with a transmission armed (PPI channel 0: TIMER0 COMPARE[0] -> RADIO TXEN) would key
+    the transmitter again at every TIMER0 wrap (268 s); the handler turns the radio's PPI channels off,
+    disables the radio and stops TIMER0 (audit U, finding 6)."""
+    from unicorn import UC_HOOK_MEM_WRITE
+
+    from codegen.timing.engine import EmulationError
+
+    emu = emulator(elf, max_insns=20_000)
+    writes: list[tuple[int, int]] = []
+    emu.uc.hook_add(UC_HOOK_MEM_WRITE, lambda uc, access, a, size, v, _: writes.append((a, v & 0xFFFFFFFF)),
+                    begin=0x40000000, end=0x4001FFFF)
+    with pytest.raises(EmulationError, match="does not terminate"):
+        emu.call("cisl_fault")   # it spins for good once the radio is off
+    assert (regs("PPI", "CHENCLR"), 0b111) in writes
+    assert (regs("RADIO", "TASKS_DISABLE"), 1) in writes
+    assert (regs("TIMER0", "TASKS_STOP"), 1) in writes

@@ -130,10 +130,23 @@ __attribute__((noreturn)) void cisl_reset(void)
     }
 }
 
-/* Any fault or unexpected exception: stop here (a debugger shows where; the UART stays quiet,
- * the missing `end` line tells the host that the node did not finish). */
+/* Any fault or unexpected exception: disarm the radio, then stop here (a debugger shows where; the
+ * UART stays quiet, the missing `end` line tells the host that the node did not finish).
+ *
+ * A fault can strike while radio.c has a transmission armed (PPI channel 0: TIMER0 COMPARE[0] ->
+ * RADIO TXEN, enabled across mx_prepare). TIMER0 keeps counting, so without this its compare would
+ * match again every 2^32 / 16 MHz = 268 s and key the transmitter with the stale packet on the
+ * network's channel and access address, for as long as the node is left. So: every PPI channel
+ * radio.c uses off, the radio disabled, TIMER0 stopped; plain stores only (no polling: the handler
+ * must not wait on a peripheral). */
 __attribute__((noreturn)) void cisl_fault(void)
 {
+    NRF_REG32(NRF_BASE_PPI, NRF_REG_PPI_CHENCLR) = NRF_FV(NRF_FLD_PPI_CHENCLR_CH0, 1u) |
+                                                   NRF_FV(NRF_FLD_PPI_CHENCLR_CH1, 1u) |
+                                                   NRF_FV(NRF_FLD_PPI_CHENCLR_CH2, 1u);
+    NRF_REG32(NRF_BASE_RADIO, NRF_REG_RADIO_TASKS_DISABLE) = 1u;
+    NRF_REG32(NRF_BASE_TIMER0, NRF_REG_TIMER_TASKS_STOP) = 1u;
+    __asm__ volatile("dsb" ::: "memory");
     for (;;) {
     }
 }

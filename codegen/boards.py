@@ -136,7 +136,49 @@ def read_board(folder: Path, name: str | None = None) -> Board:
 def _checked_facts(path: Path) -> dict[str, Any]:
     facts = read_toml(path, "a board file (see boards/nrf52840dk/board.toml)")
     validate(str(path), facts, BOARD_SCHEMA)
+    _check_radio(path, facts)
     return facts
+
+
+# RADIO.TXPOWER takes only its enumerated values (two's complement dBm); anything else is an undefined
+# code. nRF52840: nrfx's nrf52840.svd (Nordic MDK) lists +8..+2, 0, -4 .. -20 in steps of 4, -40; pyocd's
+# also lists Neg30dBm but as 0xFF, not -30's code 0xE2 (Zephyr calls it deprecated), so -30 is refused.
+# nRF52833 (pyocd's nrf52833.svd): the same and Neg30dBm = 0xE2.
+TXPOWER_DBM = {
+    "nrf52840": (8, 7, 6, 5, 4, 3, 2, 0, -4, -8, -12, -16, -20, -40),
+    "nrf52833": (8, 7, 6, 5, 4, 3, 2, 0, -4, -8, -12, -16, -20, -30, -40),
+}
+# boards/nrf52840dk/radio.c turns the waits into TIMER0 ticks (16 MHz, uint32) and compares them with
+# reached(), a signed 32-bit difference: a wait must stay below 2^31 ticks = 134 217 727 us.
+_MAX_WAIT_US = (1 << 31) // 16 - 1
+_RADIO_RANGES = {  # key: (low, high, unit)
+    "frequency_mhz": (2400, 2500, "MHz"),   # radio.c's own #error range (FREQUENCY, MAP = Default)
+    "start_guard_us": (0, _MAX_WAIT_US, "us"),
+    "first_guard_ms": (1, _MAX_WAIT_US // 1000, "ms"),
+    "scan_timeout_ms": (1, _MAX_WAIT_US // 1000, "ms"),
+    "takeover_ms": (1, _MAX_WAIT_US // 1000, "ms"),
+    "resync_listen_ms": (1, _MAX_WAIT_US // 1000, "ms"),
+}
+
+
+def _check_radio(path: Path, facts: dict[str, Any]) -> None:
+    """[radio] values the board code writes into registers or TIMER0 waits: one line each, naming
+    file, key and what to choose (audit U, finding 8)."""
+    radio = facts.get("radio")
+    if not radio:
+        return
+    mcu = str(facts.get("board", {}).get("mcu", ""))
+    powers = TXPOWER_DBM.get(mcu)
+    dbm = radio.get("txpower_dbm")
+    if dbm is not None and powers is not None and dbm not in powers:
+        raise UserError(f"{path}: [radio] txpower_dbm = {dbm} is not a TX power the {mcu} has (RADIO.TXPOWER "
+                        f"takes only its listed steps); choose one of "
+                        f"{', '.join(f'{p:+d}' if p else '0' for p in powers)} dBm")
+    for key, (lo, hi, unit) in _RADIO_RANGES.items():
+        v = radio.get(key)
+        if v is not None and not lo <= v <= hi:
+            why = " (radio.c's TIMER0 waits stay below 2^31 ticks at 16 MHz)" if key != "frequency_mhz" else ""
+            raise UserError(f"{path}: [radio] {key} = {v} is out of range; use {lo}..{hi} {unit}{why}")
 
 
 @functools.lru_cache(maxsize=64)

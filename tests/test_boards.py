@@ -51,6 +51,16 @@ CASES = {
     "not toml": ("[board]", "[board", ("not valid TOML",)),
     "debug port": ('debug_port = "open"', 'debug_port = "opened"',
                    ('[security] debug_port must be "open" or "protected"', "'opened'")),
+    # RADIO.TXPOWER has only its enumerated steps; -30 is not one of the nRF52840's (audit U, finding 8)
+    "tx power not a step": ("txpower_dbm = 8 ", "txpower_dbm = 1 ",
+                            ("[radio] txpower_dbm = 1 is not a TX power the nrf52840 has", "+8, +7", "-20, -40 dBm")),
+    "tx power -30": ("txpower_dbm = 8 ", "txpower_dbm = -30 ", ("[radio] txpower_dbm = -30 is not a TX power",)),
+    "timeout past the timer": ("scan_timeout_ms = 10000 ", "scan_timeout_ms = 200000 ",
+                               ("[radio] scan_timeout_ms = 200000 is out of range; use 1..134217 ms", "2^31 ticks")),
+    "negative guard": ("start_guard_us = 2000 ", "start_guard_us = -1 ",
+                       ("[radio] start_guard_us = -1 is out of range; use 0..134217727 us",)),
+    "frequency": ("frequency_mhz = 2450 ", "frequency_mhz = 2550 ",
+                  ("[radio] frequency_mhz = 2550 is out of range; use 2400..2500 MHz",)),
 }
 
 
@@ -81,6 +91,25 @@ FIT_WITH_BOARDS = textwrap.dedent("""
     from codegen.cli import main
     main(sys.argv[2:], prog_name="cisl")
 """)
+
+
+def test_every_tx_power_step_of_the_part_is_accepted(tmp_path):
+    for dbm in (-40, -20, -4, 0, 2, 8):
+        folder = broken(tmp_path / str(dbm), "txpower_dbm = 8 ", f"txpower_dbm = {dbm} ")
+        assert read_board(folder).facts["radio"]["txpower_dbm"] == dbm
+    folder = broken(tmp_path / "52833", "txpower_dbm = 8 ", "txpower_dbm = -30 ", board="nrf52833dk")
+    assert read_board(folder).facts["radio"]["txpower_dbm"] == -30
+
+
+def test_a_command_with_an_invalid_tx_power_exits_2_with_one_line(tmp_path):
+    folder = broken(tmp_path, "txpower_dbm = 8 ", "txpower_dbm = -2 ")
+    p = subprocess.run([sys.executable, "-c", FIT_WITH_BOARDS, str(folder.parent), "fit", "--board", "broken",
+                        "--devices", "2", "--no-build", "-q"], capture_output=True, text=True, cwd=tmp_path,
+                       timeout=120)
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
+    assert str(folder / "board.toml") in lines[0] and "txpower_dbm = -2 is not a TX power" in lines[0], lines
 
 
 def test_a_command_loading_a_broken_board_ends_with_one_line(tmp_path):

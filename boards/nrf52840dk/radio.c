@@ -62,15 +62,33 @@
 #define PPI(reg) NRF_REG32(NRF_BASE_PPI, NRF_REG_PPI_##reg)
 
 #define TICKS_PER_US 16u
+/* Slot start -> ADDRESS event at the receiver, in TIMER0 ticks (62.5 ns). The sender's TXEN fires
+ * RAMP_US before the slot start; its first bit leaves after the TX ramp-up's excess over RAMP_US and
+ * the TX chain delay; the receiver's ADDRESS follows preamble + 4-byte access address and its RX
+ * chain delay. Nordic's measured nRF52840 values (Zephyr's radio_nrf52840.h, "empirical measurements
+ * and sniffer logs"): TXEN -> on air with fast ramp-up 40.0 us (2M) / 40.9 us (1M), TX chain 0.6 us,
+ * RX chain 5.0 us (2M) / 9.4 us (1M). So
+ *   2M: 0 + 0.6 + (2 + 4) B x 4 us + 5.0 = 29.6 us = 473.6 -> 474 ticks
+ *   1M: 0.9 + 0.6 + (1 + 4) B x 8 us + 9.4 = 50.9 us = 814.4 -> 814 ticks.
+ * An error e here moves every receiver's grid by e per reception hop (each node re-anchors on every
+ * packet), so it is not yet measured on boards: measure it with two DKs (sender: TIMER0 COMPARE ->
+ * GPIOTE toggle; receiver: RADIO ADDRESS -> GPIOTE toggle; a logic analyser) and put the value in
+ * board.toml [build] defines, e.g. "CISL_RADIO_ADDR_EVENT_TICKS_2M=474". */
+#ifndef CISL_RADIO_ADDR_EVENT_TICKS_2M
+#define CISL_RADIO_ADDR_EVENT_TICKS_2M 474u
+#endif
+#ifndef CISL_RADIO_ADDR_EVENT_TICKS_1M
+#define CISL_RADIO_ADDR_EVENT_TICKS_1M 814u
+#endif
 #define RAMP_US 40u  /* TXEN/RXEN -> READY with MODECNF0.RU = Fast */
 #define SETUP_US 20u /* from wait_slot's return to the compare being programmed */
 #if CISL_RADIO_PHY_MBIT == 2
-#define ADDR_EVENT_US 29u /* slot start -> ADDRESS at the receiver: preamble 2 B + address 4 B at 4 us/B, + 5 us */
+#define ADDR_EVENT_TICKS CISL_RADIO_ADDR_EVENT_TICKS_2M
 #define RADIO_MODE_VALUE NRF_VAL_RADIO_MODE_MODE_BLE_2MBIT
 #define RADIO_PLEN_VALUE NRF_VAL_RADIO_PCNF0_PLEN_16BIT
 #define US_PER_BYTE 4u
 #elif CISL_RADIO_PHY_MBIT == 1
-#define ADDR_EVENT_US 50u /* preamble 1 B + address 4 B at 8 us/B, + 10 us */
+#define ADDR_EVENT_TICKS CISL_RADIO_ADDR_EVENT_TICKS_1M
 #define RADIO_MODE_VALUE NRF_VAL_RADIO_MODE_MODE_BLE_1MBIT
 #define RADIO_PLEN_VALUE NRF_VAL_RADIO_PCNF0_PLEN_8BIT
 #define US_PER_BYTE 8u
@@ -245,7 +263,7 @@ static int hal_listen(void *ctx, int scan)
             c->late++;
             RADIO(TASKS_RXEN) = 1u; /* late: listen anyway, the packet may still be ahead */
         }
-        c->rx_deadline = c->slot_start + ADDR_EVENT_US * TICKS_PER_US + c->rx_half;
+        c->rx_deadline = c->slot_start + ADDR_EVENT_TICKS + c->rx_half;
     }
     return 0;
 }
@@ -295,7 +313,7 @@ static int hal_receive(void *ctx, uint8_t *buf, uint16_t max, int scan, uint32_t
 static void hal_sync(void *ctx, uint16_t slot, uint32_t rx_time)
 {
     radio_ctx *c = (radio_ctx *)ctx;
-    c->grid0 = rx_time - ADDR_EVENT_US * TICKS_PER_US - (uint32_t)slot * c->slot_ticks;
+    c->grid0 = rx_time - ADDR_EVENT_TICKS - (uint32_t)slot * c->slot_ticks;
 }
 
 static void hal_off(void *ctx)
@@ -408,7 +426,7 @@ static uint32_t beacon_listen(uint32_t deadline, uint8_t *from, uint32_t *infere
 {
     while (receive_until(deadline)) {
         if (radio_pdu[1] == BEACON_LEN && radio_pdu[2] == BEACON_MAGIC && radio_pdu[3] < BEACONS) {
-            const uint32_t sent = TIMER0(CC(1u)) - ADDR_EVENT_US * TICKS_PER_US;
+            const uint32_t sent = TIMER0(CC(1u)) - ADDR_EVENT_TICKS;
             *from = radio_pdu[4];
             *inference = get_inference(radio_pdu + 5);
             return sent + (uint32_t)(radio_pdu[3] + 1u) * BEACON_SLOT_US * TICKS_PER_US;

@@ -48,9 +48,18 @@ CPU_HZ = 64_000_000
 CYC_PER_US = CPU_HZ // 1_000_000
 QUANTUM = 16 * CYC_PER_US   # < the radio's 40 µs ramp-up: every packet is known before it starts
 HFXO_START = 256 * CYC_PER_US   # PS: tHFXOST typical with the DK's 32 MHz crystal
-RAMP = {0: 140 * CYC_PER_US, 1: 40 * CYC_PER_US}   # MODECNF0.RU Default / Fast: tTXEN = tRXEN
+# Radio timings, per PHY (MODE value: 2M, 1M), in CPU cycles. Fast ramp-up and the chain delays are
+# Nordic's measured nRF52840 values as Zephyr's controller carries them (radio_nrf52840.h, "empirical
+# measurements and sniffer logs"): TXEN -> TXIDLE -> TX (the transmission starts, READY -> START)
+# 40.0 µs (2M) / 40.9 µs (1M), then the TX chain delay 0.6 µs to the first bit on the air; RXEN -> RX
+# 40.3 µs; ADDRESS at the receiver 5.0 µs (2M) / 9.4 µs (1M) after the address's last bit.
+# MODECNF0.RU Default: 140 µs (PS), either direction.
+RAMP_DEFAULT = 140 * CYC_PER_US
+TX_CHAIN = round(0.6 * CYC_PER_US)
+RAMP_TX_FAST = {"2M": round(40.0 * CYC_PER_US), "1M": round(40.9 * CYC_PER_US)}   # TXEN -> READY/START
+RAMP_RX_FAST = round(40.3 * CYC_PER_US)
+RX_CHAIN = {"2M": round(5.0 * CYC_PER_US), "1M": round(9.4 * CYC_PER_US)}
 TX_DISABLE = 4 * CYC_PER_US    # PS tTXDISABLE (BLE 2M); RX disables at once
-RX_CHAIN = 5 * CYC_PER_US      # receive chain delay: ADDRESS / END at the receiver after the air
 PAGE = 0x1000
 CRC_INIT = 8                   # index of CRCINIT in Radio._setup
 
@@ -843,13 +852,25 @@ class Radio(Plain):
         self.state = f"{kind}RU"
         self.epoch += 1
         e = self.epoch
-        fast = self._field("MODECNF0", "RU")
-        self.node.at(t + RAMP[fast], lambda t2: e == self.epoch and self.ready(t2))
+        ramp = self._ramp(kind)
+        self.node.at(t + ramp, lambda t2: e == self.epoch and self.ready(t2))
         if kind == "TX" and self._field("SHORTS", "READY_START"):
             # on the medium from now, a ramp-up before its first bit, so that every receiver knows
             # of it before its clock gets there; the frame is read again at START
-            self.tx = self._packet(t + RAMP[fast])[0]
+            self.tx = self._packet(t + ramp)[0]
             self.node.medium.packets.append(self.tx)
+
+    def _phy_name(self) -> str:
+        return "2M" if self._phy()[1] == 2 else "1M"
+
+    def _ramp(self, kind: str) -> int:
+        """TXEN/RXEN -> READY: MODECNF0.RU Fast per PHY (Nordic's measured values), or Default."""
+        if not self._field("MODECNF0", "RU"):
+            return RAMP_DEFAULT
+        return RAMP_TX_FAST[self._phy_name()] if kind == "TX" else RAMP_RX_FAST
+
+    def _rx_chain(self) -> int:
+        return RX_CHAIN[self._phy_name()]
 
     def ready(self, t: int) -> None:
         self.state = "TXIDLE" if self.state == "TXRU" else "RXIDLE"
@@ -899,6 +920,7 @@ class Radio(Plain):
         per_byte, pre = self._phy()
         alen = self._field("PCNF1", "BALEN") + 1
         crc = self._field("CRCCNF", "LEN")
+        t = t + TX_CHAIN   # START -> the first bit on the air
         t_addr = t + (pre + alen) * per_byte
         t_end = t_addr + (len(frame) + crc) * per_byte
         g = self.node.to_global
@@ -929,21 +951,23 @@ class Radio(Plain):
             return None
         best = None
         loc = self.node.to_local
+        chain = self._rx_chain()
         for p in self.node.medium.packets:
-            if p.sender != self.node.index and loc(p.t0) >= self.rx_since and loc(p.t_addr) + RX_CHAIN <= now:
+            if p.sender != self.node.index and loc(p.t0) >= self.rx_since and loc(p.t_addr) + chain <= now:
                 if best is None or p.t0 < best.t0:
                     best = p
         if best is None:
             return None
         self._candidate = best
-        return loc(best.t_addr) + RX_CHAIN
+        return loc(best.t_addr) + chain
 
     def earliest_lock(self) -> int | None:
         """When the next ADDRESS event of a packet already on the medium could come, whenever that is."""
         if self.state != "RX" or self.locked or self.rx_since is None:
             return None
         loc = self.node.to_local
-        times = [loc(p.t_addr) + RX_CHAIN for p in self.node.medium.packets
+        chain = self._rx_chain()
+        times = [loc(p.t_addr) + chain for p in self.node.medium.packets
                  if p.sender != self.node.index and loc(p.t0) >= self.rx_since]
         return min(times) if times else None
 
@@ -985,7 +1009,7 @@ class Radio(Plain):
                 self.node.medium.trace.append((self.node.to_global(t2) / CYC_PER_US, self.node.index, what,
                                                f"from {p.sender} {p.frame[2:6].hex()}"))
             self._end(t2)
-        self.node.at(self.node.to_local(p.t_end) + RX_CHAIN, end)
+        self.node.at(self.node.to_local(p.t_end) + self._rx_chain(), end)
 
     def _address(self, t: int) -> None:
         self.mem[self.ev["ADDRESS"]] = 1

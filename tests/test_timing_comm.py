@@ -181,3 +181,14 @@ def test_a_node_back_from_an_outage_is_waited_for_again_down_a_hallway(tmp_path,
         assert len(late) == per_inference
         assert all(n.delivered == n.expected for s in late for n in s.nodes), inf
         assert all(s.slots < rt.deadline_slots for rt in rounds for s in rt.samples if s.inference == inf)
+
+
+def test_the_energy_model_times_an_empty_rx_slot_by_the_drivers_address_offset():
+    """comm.py's radio-on time of an RX slot without a packet ends at the ADDRESS offset radio.c uses
+    (audit U 2 moved it to 474 / 814 ticks with the TX side; the model kept 29 / 50 µs)."""
+    from codegen.boards import load_board
+    from codegen.timing.comm import ADDR_EVENT_US
+    from codegen.timing.mixer_budget import _driver_constants
+
+    ticks = _driver_constants(load_board("nrf52840dk").path)
+    assert ADDR_EVENT_US == {phy: -(-ticks[f"ADDR_TICKS_{phy}"] // 16) for phy in ("2M", "1M")}

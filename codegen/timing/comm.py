@@ -36,7 +36,7 @@ inferences from 0 in order on a fresh medium, with the same dead radios (``dead`
 comm.py predicts its slot counts for a radio environment modelled by the topology.
 
 **Radio-on time per slot** (boards/nrf52840dk/radio.c, the firmware's nRF52840 HAL; RAMP 40 µs fast
-ramp-up, RX half window h = 3·slot/1000 + 2·4 + 5 µs, ADDRESS event 29 µs (2M) / 50 µs (1M) after
+ramp-up, RX half window h = 3·slot/1000 + 2·4 + 5 µs, ADDRESS event 29.6 µs (2M) / 50.9 µs (1M) after
 the slot start, packet air time t_air of the round's packet, codegen.radio.airtime.air_time_us):
 
 * TX slot: RAMP + t_air (TXEN 40 µs before the slot, END → DISABLE);
@@ -76,7 +76,9 @@ from ..radio.topology import TOPOLOGIES, Topology, default_topology, topology as
 POLICIES = ("done", "fixed")
 RAMP_US = 40            # boards/nrf52840dk/radio.c RAMP_US: TXEN/RXEN -> READY, MODECNF0.RU = Fast
 JITTER_US = 4           # radio.c receive window: 2 (3 DT + 2 jitter + 5 us)
-ADDR_EVENT_US = {"2M": 29, "1M": 50}   # radio.c ADDR_EVENT_US: slot start -> ADDRESS at a receiver
+# radio.c CISL_RADIO_ADDR_EVENT_TICKS_2M / _1M (474 / 814 ticks of 16 MHz: 29.6 / 50.9 µs): slot start ->
+# ADDRESS at a receiver, rounded up to whole µs (mixer_budget reads the ticks from radio.c)
+ADDR_EVENT_US = {"2M": 30, "1M": 51}
 SEED_MUL = 0x9E3779B9   # firmware/somegather/cisl_mixer_transport.c, per-round Mixer seed
 
 

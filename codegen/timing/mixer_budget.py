@@ -66,13 +66,16 @@ ACT_OFF, ACT_RX, ACT_TX = 0, 1, 2
 
 
 def _driver_constants(board_path: Path) -> dict[str, int]:
-    """RAMP_US and SETUP_US from the board's radio driver (so a change there changes the budget)."""
+    """RAMP_US, SETUP_US and the ADDRESS event's offset per PHY (ADDR_TICKS_2M / _1M, 16 MHz ticks) from
+    the board's radio driver (so a change there changes the budget)."""
     src = (board_path / "radio.c").read_text()
     out = {}
-    for name in ("RAMP_US", "SETUP_US"):
-        m = re.search(rf"#define {name} (\d+)u", src)
+    for name, define in (("RAMP_US", "RAMP_US"), ("SETUP_US", "SETUP_US"),
+                         ("ADDR_TICKS_2M", "CISL_RADIO_ADDR_EVENT_TICKS_2M"),
+                         ("ADDR_TICKS_1M", "CISL_RADIO_ADDR_EVENT_TICKS_1M")):
+        m = re.search(rf"#define {define} (\d+)u", src)
         if m is None:
-            raise RuntimeError(f"{board_path / 'radio.c'}: no #define {name}")
+            raise RuntimeError(f"{board_path / 'radio.c'}: no #define {define}")
         out[name] = int(m.group(1))
     return out
 
@@ -374,7 +377,8 @@ def measure_rounds(generation: int, payload: int, nodes: int = 16, rounds: int =
 def _timeline(phy: str) -> tuple[dict[str, int], int]:
     board = load_board(BOARD)
     consts = _driver_constants(board.path)
-    consts["ADDR"] = 29 if phy == "2M" else 50   # radio.c ADDR_EVENT_US: an RX slot without a packet ends earlier
+    # slot start -> ADDRESS, whole µs rounded up: an RX slot without a packet ends earlier
+    consts["ADDR"] = -(-consts[f"ADDR_TICKS_{phy}"] // 16)
     return consts, int(board.facts["board"]["clock_hz"])
 
 

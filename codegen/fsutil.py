@@ -193,13 +193,23 @@ def users_entries(folder: Path) -> dict[str, int]:
             if t is not None and t > stamp and not _make_product(p, folder, stamp, makefiles)}
 
 
-def stamp_output(folder: Path, users: dict[str, int] | None = None) -> None:
+def _stamp(folder: Path) -> int | None:
+    """The modification time (ns) of output ``folder``'s OWNER_FILE, None without one."""
+    try:
+        return os.lstat(Path(folder) / OWNER_FILE).st_mtime_ns
+    except OSError:
+        return None
+
+
+def stamp_output(folder: Path, users: dict[str, int] | None = None, since: int | None = None) -> None:
     """Record that cisl has finished writing ``folder``: its OWNER_FILE's modification time becomes that of
     the newest entry in it, so whatever is added or changed later is recognised as the user's
     (check_output_dir then refuses to replace the folder). The entries that were the user's before this
     run wrote in place (``users``, from users_entries) and that it did not rewrite are recorded in
     OWNER_FILE as the user's: the new stamp is later than they are, and a run that wrote into the folder
-    (`cisl build`) must not adopt a file the user put there. A folder without OWNER_FILE is left alone."""
+    (`cisl build`) must not adopt a file the user put there. A folder without OWNER_FILE is left alone, and
+    so is one that a run given ``users`` did not write into: neither its stamp (``since``, when the run
+    took the folder's lock) moved nor anything but the user's entries is newer than it."""
     folder = Path(folder)
     owner = folder / OWNER_FILE
     try:
@@ -207,8 +217,11 @@ def stamp_output(folder: Path, users: dict[str, int] | None = None) -> None:
     except OSError:
         return
     if users is not None:  # a run that wrote in place (not a fresh output's first stamp)
-        wrote = any(t is not None and t > newest and users.get(str(p.relative_to(folder))) != t
-                    for p, t in _walk_entries(folder))
+        # it wrote if the stamp moved since it began (note_written advances it as files are written), or
+        # if anything but the user's entries is newer than the stamp it began with (``since``)
+        start = newest if since is None else since
+        wrote = newest != start or any(t is not None and t > start and users.get(str(p.relative_to(folder))) != t
+                                       for p, t in _walk_entries(folder))
         if not wrote or _unstamped(folder):
             return  # a refused run changes nothing; an unstamped folder stays one (check_output_dir)
     kept = []
@@ -363,24 +376,26 @@ def output_lock(target: Path) -> Iterator[None]:
         with _upgraded(_READING[key], target):
             _HELD.add(key)
             users: dict[str, int] = {}
+            since = _stamp(target)
             try:
                 _recover_leftovers(target)
                 users = users_entries(target)
                 yield
             finally:
                 _HELD.discard(key)
-                stamp_output(target, users)
+                stamp_output(target, users, since)
         return
     fd = _acquire(lock, target)
     try:
         _recover_leftovers(target)
         users = users_entries(target)  # before the run writes: what is the user's now stays the user's
+        since = _stamp(target)
         _HELD.add(key)
         try:
             yield
         finally:
             _HELD.discard(key)
-            stamp_output(target, users)  # what this run wrote there is cisl's (also after a failure)
+            stamp_output(target, users, since)  # what this run wrote there is cisl's (also after a failure)
     finally:
         # Removed while still held, so lock files do not pile up; a run that opened this file meanwhile
         # sees at its inode check that it is gone and takes a fresh one (_acquire).

@@ -1242,7 +1242,9 @@ def test_files_cisl_writes_together_are_cisl_s_and_the_users_stay_the_users(tmp_
     out = tmp_path / "b"
     (out / "node_00").mkdir(parents=True)
     (out / OWNER_FILE).write_text("cisl build\n")
-    os.utime(out / OWNER_FILE, ns=(1, 1))  # cisl finished writing it long ago
+    (out / "plan.json").write_text("{}\n")
+    for f in (out / OWNER_FILE, out / "plan.json"):
+        os.utime(f, ns=(1, 1))  # cisl finished writing it long ago
     (out / "notes.md").write_text("mine\n")  # the user's, before the run
     time.sleep(0.01)
     written = [out / f"node_0{d}" / "cycles.json" for d in range(2)]

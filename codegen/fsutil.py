@@ -86,6 +86,14 @@ def _recorded_user_entries(folder: Path) -> list[str]:
     return out
 
 
+def _stamp(folder: Path) -> int | None:
+    """The modification time (ns) of output ``folder``'s OWNER_FILE, None without one."""
+    try:
+        return os.lstat(Path(folder) / OWNER_FILE).st_mtime_ns
+    except OSError:
+        return None
+
+
 MAKE_PRODUCTS = "# make products: "  # a Makefile cisl writes names what `make` makes beside it (build.py)
 
 
@@ -120,9 +128,8 @@ def _entries_after_stamp(folder: Path, top: Path) -> Iterator[str]:
     into it since, relative to ``top``: the user's, whatever their names — except what cisl's own
     Makefiles there make (_make_product). A nested cisl output (a folder with its own OWNER_FILE) is
     judged by its own stamp."""
-    try:
-        stamp = os.lstat(folder / OWNER_FILE).st_mtime_ns
-    except OSError:
+    stamp = _stamp(folder)
+    if stamp is None:
         return  # no stamp (a folder of a cisl version before it): the names alone decide
     makefiles: dict[Path, list[str] | None] = {}
     for rel in _recorded_user_entries(folder):
@@ -162,11 +169,8 @@ def _unstamped(folder: Path) -> bool:
     those wrote OWNER_FILE first and never stamped it (stamp_output), so every entry in it is newer than
     it and none can be told from the user's. (A copy made without keeping modification times can look
     the same; it is refused either way.)"""
-    try:
-        stamp = os.lstat(folder / OWNER_FILE).st_mtime_ns
-    except OSError:
-        return False
-    if _recorded_user_entries(folder):
+    stamp = _stamp(folder)
+    if stamp is None or _recorded_user_entries(folder):
         return False
     seen = False
     for _, t in _walk_entries(folder):
@@ -182,23 +186,12 @@ def users_entries(folder: Path) -> dict[str, int]:
     written or changed after its stamp, relative to it -> their modification time. Taken before cisl
     writes into the folder in place, so that stamp_output keeps them the user's."""
     folder = Path(folder)
-    try:
-        stamp = os.lstat(folder / OWNER_FILE).st_mtime_ns
-    except OSError:
-        return {}
-    if _unstamped(folder):
+    stamp = _stamp(folder)
+    if stamp is None or _unstamped(folder):
         return {}
     makefiles: dict[Path, list[str] | None] = {}
     return {str(p.relative_to(folder)): t for p, t in _walk_entries(folder)
             if t is not None and t > stamp and not _make_product(p, folder, stamp, makefiles)}
-
-
-def _stamp(folder: Path) -> int | None:
-    """The modification time (ns) of output ``folder``'s OWNER_FILE, None without one."""
-    try:
-        return os.lstat(Path(folder) / OWNER_FILE).st_mtime_ns
-    except OSError:
-        return None
 
 
 def stamp_output(folder: Path, users: dict[str, int] | None = None, since: int | None = None) -> None:

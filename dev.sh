@@ -2,7 +2,7 @@
 # cisl developer entry point: sets the machine up (once) and runs a job.
 #
 #   ./dev.sh demo [cisl demo options]   set up, then run the demo on the virtual testbed
-#   ./dev.sh test [pytest options]      set up, then run the test suite (3 workers; CISL_TEST_WORKERS)
+#   ./dev.sh test [pytest options]      set up, then run the test suite (4 workers; CISL_TEST_WORKERS)
 #   ./dev.sh setup                      only set up
 #
 # Setup installs what is missing: Debian/Ubuntu packages with --no-install-recommends (gcc,
@@ -116,13 +116,14 @@ shift || true
 case "$cmd" in
   setup) setup ;;
   demo)  setup; exec "$VENV/bin/cisl" demo "$@" ;;
-  # three workers by default on two cores: many tests wait on node processes, serial lines and timeouts,
-  # so a third worker fills the idle time (2026-12-06, same machine and code: 631 s with 3 against
-  # 794-914 s with 2); CISL_TEST_WORKERS=0: one process, e.g. to debug; a later -n wins.
+  # four workers by default on two cores: many tests wait on node processes, serial lines and timeouts,
+  # so workers beyond the cores fill the idle time (same machine and code: 2026-12-06, 631 s with 3
+  # against 794-914 s with 2; 2026-12-07, 755 s with 4 against 837 s with 3);
+  # CISL_TEST_WORKERS=0: one process, e.g. to debug; a later -n wins.
   # worksteal: a worker that runs out of tests takes queued ones from the others, instead of idling
   # while one works through a long tail (2026-12-06, one machine: 840 s against 1013 s with `load`).
   # each training in a test at one torch thread: workers at [train] threads = 2 would oversubscribe
-  test)  setup; CISL_THREADS="${CISL_THREADS:-1}" exec "$VENV/bin/python" -m pytest -n "${CISL_TEST_WORKERS:-3}" \
+  test)  setup; CISL_THREADS="${CISL_THREADS:-1}" exec "$VENV/bin/python" -m pytest -n "${CISL_TEST_WORKERS:-4}" \
            --dist worksteal "$@" ;;
   *) log "unknown command '$cmd'; use demo, test or setup"; exit 2 ;;
 esac

@@ -217,6 +217,7 @@ def report(records: Path, out: Path) -> None:
 
     recs = [json.loads(p.read_text()) for p in sorted(records.glob("*.json"))] if records.is_dir() else []
     by = {r["label"]: r["result"] for r in recs}
+    code_of = {r["label"]: r["unit"]["code"] for r in recs}
     versions = sorted({r["unit"]["code"] for r in recs})
     protocols = sorted({json.dumps(r["unit"]["params"]["protocol"], sort_keys=True) for r in recs})
     lines = ["# Elastic modes on ETTh2, D = 8 (issue 18)", "",
@@ -254,7 +255,11 @@ def report(records: Path, out: Path) -> None:
                              f"{d['ram_bytes_max']:,} | {d['bytes_sent_per_inference']:,} | {d['latency_ms']:.1f} | "
                              f"{d['energy_uj']:,.0f} |")
             lines += [""] + _every_mode_md(dep["modes"], dep.get("every_mode"))
-            lines.append("")
+            # the deployment unit re-runs only with its training units (hours); the compiler moves faster:
+            # say which code measured these tables, and where today's sizes for this architecture are
+            lines += ["", f"Deployment measured by code {code_of[f'deploy-D8-s{seed}']}; the sizes and times of the "
+                      "current compiler for a model of this architecture (any training) are in "
+                      "[elastic_deploy.md](elastic_deploy.md) (`python bench/elastic_modes.py deploy`, no retraining).", ""]
     out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out / "elastic_modes.md", "\n".join(lines) + "\n")
 

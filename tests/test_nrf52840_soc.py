@@ -371,3 +371,25 @@ def test_receivers_re_anchor_on_the_senders_grid_without_walking(hw):
     err = [(t - t0) - round((t - t0) / slot) * slot for t, _ in rnd]
     # left: the offset's rounding to a whole tick (29.6 µs -> 474 ticks = 29.625 µs), ~0.03 µs a hop
     assert max(abs(e) for e in err) < 0.05 * hops, err
+
+
+def test_a_stack_overflow_faults_instead_of_overwriting_the_nodes_data(hw, tmp_path):
+    """The linker scripts put the stack at the bottom of RAM, below .data and .bss: it grows down, so an
+    overflow leaves RAM and faults at its first write instead of silently overwriting the Mixer's state
+    and the activations above it (audit U, finding 7; the stack used to sit above .bss). Linked with a
+    512-byte stack, the image overflows at boot: the emulated part stops it there and names it."""
+    from codegen.elfsize import read_elf_size
+
+    small = tmp_path / "build"
+    shutil.copytree(hw, small)
+    real = load_board("nrf52840dk")
+    tiny = dataclasses.replace(real, facts=dict(real.facts, build=dict(real.build, stack_bytes=512)))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(build_mod, "load_board", lambda name: tiny)
+        build(small)
+    sym = read_elf_size(small / "node_00" / "firmware.elf").symbols
+    assert sym["__cisl_stack_bottom"] == 0x20000000 and sym["__cisl_stack_top"] == 0x20000200
+    assert sym["__cisl_stack_top"] <= sym["__cisl_bss_start"]
+    r = run(small, 1, until=lambda serial: False, limit_s=0.01)
+    assert len(r.faults) == 1 and r.faults[0].startswith("node 0: stack overflow (sp=0x1ffff"), r.faults
+    assert "below RAM at 0x20000000) at pc=0x" in r.faults[0]

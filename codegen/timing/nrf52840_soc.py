@@ -618,8 +618,11 @@ class Node:
             with interrupts.deferred(self.emu.uc.emu_stop):
                 self.emu.resume(self.pc, 0xFFFFFFFE)
         except UcError as e:
-            pc = self.emu.reg("pc")
-            self.fault = self.fault or (f"node {self.index}: {e} at pc=0x{pc:08x} "
+            pc, sp = self.emu.reg("pc"), self.emu.reg("sp")
+            ram_lo = self.emu.memory.ram_range[0]
+            # the linker scripts put the stack at the bottom of RAM: an overflow leaves RAM and lands here
+            what = f"stack overflow (sp=0x{sp:08x}, below RAM at 0x{ram_lo:08x})" if sp < ram_lo else str(e)
+            self.fault = self.fault or (f"node {self.index}: {what} at pc=0x{pc:08x} "
                                         f"({self.emu.image.function_at(pc) or '?'})")
         self.pc = self.emu.reg("pc") | 1
         try:

@@ -149,6 +149,34 @@ NON_NEGATIVE = ("inf", "us", "comm_us", "cycles", "tx", "rx", "delivered", "expe
                 "inferences", "nodes", "node", "tx_on_us", "rx_on_us", "peer", "rounds", "mode", "peer_mode", "skipped")
 
 
+# The boot line's optional `reset` (nRF boards: POWER.RESETREAS in hex), named when a node boots again mid-run.
+RESET_BITS = {
+    0: "the reset pin",
+    1: "the watchdog",
+    2: "a software or debugger reset",
+    3: "a CPU lock-up, e.g. a stack overflow or a fault inside the fault handler",
+    16: "a wake-up from System OFF",
+    17: "a wake-up by LPCOMP",
+    18: "the debug interface",
+    19: "a wake-up by the NFC field",
+    20: "a wake-up by VBUS",
+}
+HOST_RESETS = (1 << 0) | (1 << 2) | (1 << 18)   # what a debugger's or the testbed's own reset leaves
+
+
+def reset_cause(value: str) -> tuple[int, str] | None:
+    """A boot line's ``reset`` (hex) as (bits, what they mean), or None when it is not one this cisl reads."""
+    try:
+        bits = int(value, 16)
+    except ValueError:
+        return None
+    if bits == 0:
+        return 0, "power-on or brown-out: check the node's supply"
+    if any(bits >> k & 1 and k not in RESET_BITS for k in range(32)):
+        return None
+    return bits, "; ".join(RESET_BITS[k] for k in sorted(RESET_BITS) if bits >> k & 1)
+
+
 class SequenceChecker:
     """The contract's sequence rules for one node's lines within one run (docs/serial-contract.md):
     one `boot`; inferences numbered 0, 1, 2, ... in order, each `infer` once, except that a
@@ -196,8 +224,14 @@ class SequenceChecker:
         if rec.event == "boot":
             self.boots += 1
             if self.boots > 1:
+                reset = str(f.get("reset", ""))
+                cause = reset_cause(reset)
+                # a cause no host reset gives (cisl resets by debugger or pin) is a reset mid-run for certain
+                if cause and not cause[0] & HOST_RESETS:
+                    return f"it booted again mid-run: reset={reset} ({cause[1]})"
                 return ("it booted again (a second boot line: the node reset mid-run, or, right after a reset, its "
-                        "port delivered buffered lines of its previous run, boot line first, before the new run's)")
+                        "port delivered buffered lines of its previous run, boot line first, before the new run's)"
+                        + (f"; its boot line says reset={reset} ({cause[1]})" if cause else ""))
             if self.next_inf is not None:
                 return (f"it booted after lines of inference {self.next_inf - 1 if self.infers else self.next_inf} "
                         "(a reset mid-run, or lines of a run before it recorded as this one)")

@@ -393,3 +393,26 @@ def test_a_stack_overflow_faults_instead_of_overwriting_the_nodes_data(hw, tmp_p
     r = run(small, 1, until=lambda serial: False, limit_s=0.01)
     assert len(r.faults) == 1 and r.faults[0].startswith("node 0: stack overflow (sp=0x1ffff"), r.faults
     assert "below RAM at 0x20000000) at pc=0x" in r.faults[0]
+
+
+@pytest.mark.parametrize("resetreas,said", [(0, "00000000"), (1 << 3, "00000008"), ((1 << 1) | (1 << 3), "0000000a"),
+                                            ((1 << 0) | (1 << 2) | (1 << 3), "00000001")])
+def test_the_boot_line_says_why_the_part_reset_and_clears_it(hw, monkeypatch, resetreas, said):
+    """POWER.RESETREAS into the boot line's `reset` (hex), so a node that resets mid-run on a testbed says
+    why (`cisl logs` names the bits). The register is cumulative until written 1, so the board clears what
+    it read; all zero after a power-on reset; errata 136: after a pin reset other bits may be set too, so
+    RESETPIN is reported alone."""
+    from codegen.timing import nrf52840_soc as soc
+
+    clocks, init = [], soc.Clock.__init__
+
+    def preset(self, node):
+        init(self, node)
+        self.mem[self.resetreas] = resetreas
+        clocks.append(self)
+    monkeypatch.setattr(soc.Clock, "__init__", preset)
+    r = run(hw, 1, until=lambda serial: "\n" in serial[0], limit_s=0.05)
+    assert r.faults == []
+    event, fields = records(r.serial[0])[0]
+    assert event == "boot" and fields["reset"] == said
+    assert clocks[0].mem[clocks[0].resetreas] == 0   # cleared: the next reset names only its own cause

@@ -289,6 +289,25 @@ def test_an_old_run_delivered_after_the_reset_boot_line_first_is_named_as_a_caus
     assert "buffered lines of its previous run, boot line first" in r.nodes[0].failed, r.nodes[0].failed
 
 
+@pytest.mark.parametrize("reset,said", [
+    ("00000008", "it booted again mid-run: reset=00000008 (a CPU lock-up, e.g. a stack overflow"),
+    ("0000000a", "it booted again mid-run: reset=0000000a (the watchdog; a CPU lock-up"),
+    ("00000000", "it booted again mid-run: reset=00000000 (power-on or brown-out: check the node's supply)"),
+    ("00000004", "buffered lines of its previous run, boot line first, before the new run's); its boot line says "
+                 "reset=00000004 (a software or debugger reset)"),
+    ("00000020", "buffered lines of its previous run, boot line first, before the new run's)"),
+])
+def test_a_node_that_booted_again_is_failed_with_the_cause_its_boot_line_reads(tmp_path, reset, said):
+    """nRF boards read POWER.RESETREAS into the boot line's `reset`. A cause no host reset gives (a lock-up,
+    the watchdog, power) is a reset mid-run for certain, and the node fails saying so; after a debugger's
+    or pin reset the line could still be the previous run's, so both causes stay named, with the reading."""
+    boot = b"CISL 0 boot fw=0.1.0 plan=abc board=x node=0 nodes=1 reset=00000004\n"
+    again = f"CISL 0 boot fw=0.1.0 plan=abc board=x node=0 nodes=1 reset={reset}\n".encode()
+    r = capture_one_port(tmp_path, boot + b"CISL 0 infer inf=0 us=5 crc=00\n" + again
+                         + b"CISL 0 infer inf=0 us=5 crc=00\nCISL 0 end inferences=1\n")
+    assert not r.ok and said in r.nodes[0].failed, r.nodes[0].failed
+
+
 def test_a_node_that_rejoins_the_network_later_keeps_the_contract(tmp_path):
     """A board left behind by its network skips to the network's inference (nrf52840dk resync,
     docs/design/dead-nodes.md "Split networks"): `cisl logs` records it as a good run, the skipped

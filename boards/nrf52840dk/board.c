@@ -94,6 +94,21 @@ const char *cisl_board_image_id(void)
     return hex;
 }
 
+/* The boot line's `reset`: POWER.RESETREAS as read at boot (the host names its bits: `cisl logs`), then
+ * cleared (the register is cumulative until bits are written 1, so the next boot shows only its own
+ * cause). 0 after a power-on or brown-out reset. Errata 136 (every nRF52840 revision): after a pin reset
+ * other bits may be set as well, so a set RESETPIN is reported alone, as Nordic's start-up code treats it. */
+int cisl_board_reset_reason(uint32_t *resetreas)
+{
+    uint32_t r = NRF_REG32(NRF_BASE_POWER, NRF_REG_POWER_RESETREAS);
+    NRF_REG32(NRF_BASE_POWER, NRF_REG_POWER_RESETREAS) = r; /* write 1 to clear what was read */
+    if (NRF_GET(NRF_FLD_POWER_RESETREAS_RESETPIN, r) != 0u) {
+        r = NRF_FV(NRF_FLD_POWER_RESETREAS_RESETPIN, 1u);
+    }
+    *resetreas = r;
+    return 1;
+}
+
 static void hfxo_start(void)
 {
     CLOCK(EVENTS_HFCLKSTARTED) = 0u;

@@ -30,12 +30,17 @@
 #define NRF_BASE_FICR 0x10000000u
 #define NRF_BASE_UICR 0x10001000u
 #define NRF_BASE_CLOCK 0x40000000u
+#define NRF_BASE_POWER 0x40000000u /* shares 0x40000000 with CLOCK */
 #define NRF_BASE_RADIO 0x40001000u
 #define NRF_BASE_UARTE0 0x40002000u
 #define NRF_BASE_TIMER0 0x40008000u
 #define NRF_BASE_TIMER1 0x40009000u
 #define NRF_BASE_PPI 0x4001F000u
 #define NRF_BASE_P0 0x50000000u
+
+/* ---- POWER: why the part last reset (the boot line's `reset`) ---------------------------------- */
+#define NRF_REG_POWER_RESETREAS 0x400u
+#define NRF_FLD_POWER_RESETREAS_RESETPIN NRF_FIELD(0, 1)
 
 /* ---- CLOCK: high-frequency crystal oscillator --------------------------------------------- */
 #define NRF_REG_CLOCK_TASKS_HFCLKSTART 0x000u

@@ -674,6 +674,15 @@ class Clock(Plain):
         self.size = 0x1000
         self.running = False
         self.task_map({self.r("TASKS_HFCLKSTART"): self.start})
+        # POWER shares the page: RESETREAS reads 0 after a power-on reset (what power_on models) and
+        # its bits clear when written 1
+        self.resetreas = node.regs("POWER", "RESETREAS")
+
+    def write(self, address: int, value: int, t: int) -> None:
+        if address == self.resetreas:
+            self.mem[address] = self.mem.get(address, 0) & ~value
+            return
+        super().write(address, value, t)
 
     def start(self, t: int) -> None:
         def started(t2: int) -> None:

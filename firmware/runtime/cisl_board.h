@@ -28,6 +28,10 @@ const char *cisl_board_clock(void);
 /* The image's identity as hex (the first 8 bytes of the linker's build id), or 0 when the board does
  * not know it (weak default); the boot line's `image` key. */
 const char *cisl_board_image_id(void);
+/* Why the part last reset, as a bit mask the host names (nRF: POWER.RESETREAS), for the boot line's
+ * `reset` key: returns 1 and sets *bits, or 0 when the board cannot tell (weak default: the key is left
+ * out). Called once, at the boot line. */
+int cisl_board_reset_reason(uint32_t *bits);
 
 /* The radio's on-time so far, TX and RX separately, in microseconds (wrapping at 2^32): the `sg`
  * lines' tx_on_us/rx_on_us. Returns 1 if the board counts it, 0 if not (then the keys are left

@@ -56,10 +56,19 @@ __attribute__((weak)) const char *cisl_board_image_id(void)
     return 0;
 }
 
+/* Boards that can read their reset cause print it in the boot line. */
+__attribute__((weak)) int cisl_board_reset_reason(uint32_t *bits)
+{
+    *bits = 0u;
+    return 0;
+}
+
 void cisl_report_boot(const char *plan_hash, uint32_t node, uint32_t nodes)
 {
     const char *clock = cisl_board_clock();
     const char *image = cisl_board_image_id();
+    uint32_t reset = 0u;
+    const int knows_reset = cisl_board_reset_reason(&reset);
     cisl_line l;
     cisl_log_set_node(node);
     cisl_log_begin(&l, "boot");
@@ -73,6 +82,9 @@ void cisl_report_boot(const char *plan_hash, uint32_t node, uint32_t nodes)
     }
     if (image != 0) {
         cisl_log_str(&l, "image", image);
+    }
+    if (knows_reset) {
+        cisl_log_hex32(&l, "reset", reset);
     }
 #ifdef CISL_CMSIS_NN_COMMIT
     cisl_log_str(&l, "cmsis_nn", CISL_CMSIS_NN_COMMIT);

@@ -369,8 +369,10 @@ def test_receivers_re_anchor_on_the_senders_grid_without_walking(hw):
     assert len(rnd) >= 6 and hops >= 4, rnd
     t0 = rnd[0][0]
     err = [(t - t0) - round((t - t0) / slot) * slot for t, _ in rnd]
-    # left: the offset's rounding to a whole tick (29.6 µs -> 474 ticks = 29.625 µs), ~0.03 µs a hop
-    assert max(abs(e) for e in err) < 0.05 * hops, err
+    # left: the offset's rounding to a whole tick (29.6 µs -> 474 ticks = 29.625 µs), ~0.03 µs a hop, and
+    # the ADDRESS capture's quantisation to a 62.5 ns tick: up to one tick a hop, as the two nodes' TIMER
+    # phases fall (boot code 60 B longer moved them from 0 to 1 tick a hop); the old offset walked 0.6 µs a hop
+    assert max(abs(e) for e in err) < (0.0625 + 0.03) * hops, err
 
 
 def test_a_stack_overflow_faults_instead_of_overwriting_the_nodes_data(hw, tmp_path):

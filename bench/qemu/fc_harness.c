@@ -11,7 +11,7 @@
 #include "qemu_m4.h"
 #include "semihost.h"
 
-static uint64_t insns(void) { return qemu_m4_ticks() * QEMU_INSNS_PER_TICK; }
+static uint64_t insns(void) { return cisl_qemu_ticks() * QEMU_INSNS_PER_TICK; }
 
 static int8_t input[FC_MAX_IN];
 static int8_t weights[FC_MAX_W];
@@ -29,7 +29,7 @@ static void put(const char *s)
     while (s[n] != '\0') {
         n++;
     }
-    (void)sh_write(console, s, n);
+    (void)cisl_sh_write(console, s, n);
 }
 
 static void put_u(uint64_t v)
@@ -46,8 +46,8 @@ static void put_u(uint64_t v)
 
 int main(void)
 {
-    qemu_m4_systick_start();
-    console = sh_open(":tt", SH_OPEN_W);
+    cisl_qemu_systick_start();
+    console = cisl_sh_open(":tt", SH_OPEN_W);
     uint32_t x = 12345u;
     for (size_t i = 0; i < sizeof input; i++) {
         x ^= x << 13;

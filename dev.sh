@@ -122,8 +122,10 @@ case "$cmd" in
   # CISL_TEST_WORKERS=0: one process, e.g. to debug; a later -n wins.
   # worksteal: a worker that runs out of tests takes queued ones from the others, instead of idling
   # while one works through a long tail (2026-12-06, one machine: 840 s against 1013 s with `load`).
-  # each training in a test at one torch thread: workers at [train] threads = 2 would oversubscribe
-  test)  setup; CISL_THREADS="${CISL_THREADS:-1}" exec "$VENV/bin/python" -m pytest -n "${CISL_TEST_WORKERS:-4}" \
-           --dist worksteal "$@" ;;
+  # each training in a test at one torch thread: workers at [train] threads = 2 would oversubscribe.
+  # Bytecode is cached under .venv even where PYTHONDONTWRITEBYTECODE is set (this machine sets it): the
+  # suite starts hundreds of Python processes, and each compiled every module it imported from source.
+  test)  setup; CISL_THREADS="${CISL_THREADS:-1}" PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX="$PWD/$VENV/pycache" \
+           exec "$VENV/bin/python" -m pytest -n "${CISL_TEST_WORKERS:-4}" --dist worksteal "$@" ;;
   *) log "unknown command '$cmd'; use demo, test or setup"; exit 2 ;;
 esac

@@ -28,7 +28,7 @@ EVENTS = {
     "resync": ("inf", "skipped", "peer"),
 }
 """Required keys of every event (lines may carry more keys, e.g. ``cycles``; boot's optional keys are
-``clock``, ``cmsis_nn`` and ``image``, docs/serial-contract.md)."""
+``clock``, ``cmsis_nn``, ``image`` and ``reset``, docs/serial-contract.md)."""
 
 INT_KEYS = {"node", "nodes", "inf", "layer", "us", "comm_us", "cycles", "tx", "rx", "delivered", "expected",
             "ignored", "n", "off", "code", "inferences", "tx_on_us", "rx_on_us", "peer", "rounds", "mode",

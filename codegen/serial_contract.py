@@ -172,7 +172,7 @@ def reset_cause(value: str) -> tuple[int, str] | None:
         return None
     if bits == 0:
         return 0, "power-on or brown-out: check the node's supply"
-    if any(bits >> k & 1 and k not in RESET_BITS for k in range(32)):
+    if bits & ~sum(1 << k for k in RESET_BITS):
         return None
     return bits, "; ".join(RESET_BITS[k] for k in sorted(RESET_BITS) if bits >> k & 1)
 

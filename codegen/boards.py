@@ -53,6 +53,8 @@ BOARD_SCHEMA = Table({
                                 required=("base", "per_row", "per_row_byte", "per_byte"))
                     for name in ("per_packet_cycles", "slot_cycles")}),
     "node_id": Table({"uicr_word": STR}),
+    # boards/nrf52840dk: the WDT's timeout, 0 = off (board.c watchdog_start; _check_watchdog)
+    "watchdog": Table({"timeout_ms": INT}),
     # boards/nrf52840dk: "open" keeps the rev-3 debug port open across resets (docs/design/approtect.md)
     "security": Table({"debug_port": DEBUG_PORT,
                        # first build-code letter with the revision-3 access port protection ("F" nRF52840)
@@ -137,6 +139,7 @@ def _checked_facts(path: Path) -> dict[str, Any]:
     facts = read_toml(path, "a board file (see boards/nrf52840dk/board.toml)")
     validate(str(path), facts, BOARD_SCHEMA)
     _check_radio(path, facts)
+    _check_watchdog(path, facts)
     return facts
 
 
@@ -179,6 +182,33 @@ def _check_radio(path: Path, facts: dict[str, Any]) -> None:
         if v is not None and not lo <= v <= hi:
             why = " (radio.c's TIMER0 waits stay below 2^31 ticks at 16 MHz)" if key != "frequency_mhz" else ""
             raise UserError(f"{path}: [radio] {key} = {v} is out of range; use {lo}..{hi} {unit}{why}")
+
+
+# The radio's waits that reload the watchdog only before they start (boards/nrf52840dk/radio.c): a
+# listener's first scan of a round, the backup's, the initiator's start barrier, a resynchronising
+# node's window (which the board also ends at timeout - 100 ms when its last inference was long).
+WATCHDOG_WAITS = ("scan_timeout_ms", "takeover_ms", "first_guard_ms", "resync_listen_ms")
+WATCHDOG_SLACK_MS = 100        # the code around a wait, up to the next reload
+WATCHDOG_MAX_MS = 131_000_000  # CRV is 32 bits of 32.768 kHz ticks: 131,072 s
+
+
+def _check_watchdog(path: Path, facts: dict[str, Any]) -> None:
+    """[watchdog] timeout_ms: 0 (off), or longer than every radio wait without a reload plus
+    WATCHDOG_SLACK_MS, so a node that waits as designed is never reset."""
+    wd = facts.get("watchdog")
+    if wd is None:
+        return
+    ms, radio = wd.get("timeout_ms", 0), facts.get("radio", {})
+    if not 0 <= ms <= WATCHDOG_MAX_MS:
+        raise UserError(f"{path}: [watchdog] timeout_ms = {ms} is out of range; use 0 (off) or up to "
+                        f"{WATCHDOG_MAX_MS} ms (the WDT counts 2^32 ticks of 32.768 kHz)")
+    waits = {k: radio[k] for k in WATCHDOG_WAITS if k in radio}
+    if ms and waits:
+        key = max(waits, key=waits.get)
+        if ms < waits[key] + WATCHDOG_SLACK_MS:
+            raise UserError(f"{path}: [watchdog] timeout_ms = {ms} is shorter than [radio] {key} + "
+                            f"{WATCHDOG_SLACK_MS} ms: a node waits that long without reloading it and would be "
+                            f"reset; use at least {waits[key] + WATCHDOG_SLACK_MS}, or 0 to turn it off")
 
 
 @functools.lru_cache(maxsize=64)

@@ -170,10 +170,47 @@ def board_defines(board: Board, plan: Plan) -> list[str]:
             out.append(f"-DCISL_APPROTECT_FROM_BUILD='{f['security']['approtect_from_build']}'")
     if board.support != board.path:  # shared board code prints the name of the board it runs on
         out.append(f'-DCISL_BOARD_NAME="{board.name}"')
+    if "watchdog" in f:
+        out.append(f"-DCISL_WATCHDOG_MS={check_watchdog_blocks(board, plan)}")
     inputs = f.get("inputs", {})
     if "inferences" in inputs:
         out.append(f"-DCISL_INPUTS_INFERENCES={int(inputs['inferences'])}")
     return out
+
+
+# A bound on the cycles per MAC of a whole block, printing aside: the cycle model measures the FC inner
+# loop at 2.3-3.1 cycles per MAC (docs/results/cycle_model_validation.md) and whole schedules run
+# 3.4-4.6 instructions per MAC with softmax and LayerNorm (docs/results/qemu_instructions.md).
+WATCHDOG_CYCLES_PER_MAC = 8.0
+
+
+def check_watchdog_blocks(board: Board, plan: Plan) -> int:
+    """board.toml [watchdog] timeout_ms, after checking that every node's longest block of the schedule
+    (the runtime reloads the watchdog as a block begins, and the block's rounds at every slot) computes
+    well within it, at WATCHDOG_CYCLES_PER_MAC; a block that might not would reset a healthy node."""
+    from .ops import kind_of
+
+    ms, clock = int(board.facts["watchdog"].get("timeout_ms", 0)), float(board.facts["board"]["clock_hz"])
+    if ms == 0 or clock <= 0:
+        return ms
+    worst = (0, 0, "")
+    for node in plan.nodes:
+        macs, name = 0, ""
+        for op in node.ops:
+            kind = kind_of(op)
+            if kind.block_marker == "begin":
+                layer = int(op.attrs["layer"])
+                macs, name = 0, f"{op.attrs['block']}{layer if layer >= 0 else ''}"
+            elif kind.work_unit == "MAC":
+                macs += kind.work(op, {n: node.tensors[n].shape for n in op.ins + op.outs if n in node.tensors})
+            worst = max(worst, (macs, node.device, name))
+    seconds = worst[0] * WATCHDOG_CYCLES_PER_MAC / clock
+    if seconds * 1000 > ms:
+        raise UserError(f"{board.path / 'board.toml'}: [watchdog] timeout_ms = {ms} is shorter than node "
+                        f"{worst[1]}'s block {worst[2]} may compute ({worst[0]:,} MACs: up to {seconds:.1f} s at "
+                        f"{WATCHDOG_CYCLES_PER_MAC:g} cycles per MAC), and the watchdog would reset it; raise "
+                        f"timeout_ms to at least {int(seconds * 1000) + 1}, or set 0 to turn it off")
+    return ms
 
 
 def _inputs_source(plan: Plan, build_dir: Path, max_windows: int) -> str:

@@ -152,7 +152,7 @@ NON_NEGATIVE = ("inf", "us", "comm_us", "cycles", "tx", "rx", "delivered", "expe
 # The boot line's optional `reset` (nRF boards: POWER.RESETREAS in hex), named when a node boots again mid-run.
 RESET_BITS = {
     0: "the reset pin",
-    1: "the watchdog",
+    1: "the watchdog: the node hung or faulted for board.toml [watchdog] timeout_ms",
     2: "a software or debugger reset",
     3: "a CPU lock-up, e.g. a stack overflow or a fault inside the fault handler",
     16: "a wake-up from System OFF",

@@ -30,7 +30,7 @@ from xml.etree import ElementTree as ET
 
 LAYOUTS = {"RADIO": "RADIO", "TIMER": "TIMER0", "UARTE": "UARTE0", "CLOCK": "CLOCK", "PPI": "PPI",
            "UICR": "UICR", "GPIO": "P0", "FICR": "FICR", "POWER": "POWER", "NVMC": "NVMC",
-           "APPROTECT": "APPROTECT"}
+           "APPROTECT": "APPROTECT", "WDT": "WDT"}
 
 # What the pyocd-shipped nrf52840.svd (2018, written before build code F0 / revision 3) does not
 # describe, from the nRF52840 Product Specification v1.8+ ("APPROTECT - Access port protection"

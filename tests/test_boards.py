@@ -61,6 +61,13 @@ CASES = {
                        ("[radio] start_guard_us = -1 is out of range; use 0..134217727 us",)),
     "frequency": ("frequency_mhz = 2450 ", "frequency_mhz = 2550 ",
                   ("[radio] frequency_mhz = 2550 is out of range; use 2400..2500 MHz",)),
+    # a listener scans 10 s for a round's first packet without reloading the watchdog: it would reset
+    "watchdog below a radio wait": ("timeout_ms = 12000", "timeout_ms = 10050",
+                                    ("[watchdog] timeout_ms = 10050 is shorter than [radio] scan_timeout_ms + 100 ms",
+                                     "use at least 10100, or 0 to turn it off")),
+    "watchdog past its counter": ("timeout_ms = 12000", "timeout_ms = 200000000",
+                                  ("[watchdog] timeout_ms = 200000000 is out of range", "2^32 ticks of 32.768 kHz")),
+    "watchdog type": ("timeout_ms = 12000", 'timeout_ms = "12 s"', ("[watchdog] timeout_ms must be an integer",)),
 }
 
 
@@ -93,6 +100,12 @@ FIT_WITH_BOARDS = textwrap.dedent("""
 """)
 
 
+def test_a_watchdog_just_longer_than_the_longest_radio_wait_or_off_is_accepted(tmp_path):
+    for ms in (0, 10100):
+        folder = broken(tmp_path / str(ms), "timeout_ms = 12000", f"timeout_ms = {ms}")
+        assert read_board(folder).facts["watchdog"]["timeout_ms"] == ms
+
+
 def test_every_tx_power_step_of_the_part_is_accepted(tmp_path):
     for dbm in (-40, -20, -4, 0, 2, 8):
         folder = broken(tmp_path / str(dbm), "txpower_dbm = 8 ", f"txpower_dbm = {dbm} ")
@@ -114,3 +127,34 @@ def test_a_command_loading_a_broken_board_ends_with_one_line(tmp_path, old, new,
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
     assert str(folder / "board.toml") in lines[0] and says in lines[0], lines
+
+
+def test_a_watchdog_shorter_than_a_block_may_compute_is_refused_at_build(tmp_path):
+    """The runtime reloads the watchdog as each block begins (and its rounds at every slot): a block that
+    computes longer than timeout_ms would reset a healthy node at every inference. `cisl build` bounds each
+    block by its MACs at 8 cycles per MAC and refuses such a timeout, naming the node, the block and the
+    timeout that would do."""
+    import dataclasses
+
+    from codegen.build import check_watchdog_blocks
+    from codegen.compile import CompileOptions, compile_model
+    from codegen.plan.io import load_plan
+    from codegen.randmodel import config_for_tokens, make_model_dir
+
+    model = make_model_dir(tmp_path / "m", config_for_tokens(32, 128, layers=1), devices=1, keep_ratio=1.0, seed=0)
+    compile_model(model, tmp_path / "b", CompileOptions(board="nrf52840dk"))
+    plan, real = load_plan(tmp_path / "b"), load_board("nrf52840dk")
+    assert check_watchdog_blocks(real, plan) == 12000
+
+    def with_timeout(ms):
+        return dataclasses.replace(real, facts=dict(real.facts, watchdog={"timeout_ms": ms}))
+    with pytest.raises(UserError) as e:
+        check_watchdog_blocks(with_timeout(100), plan)
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith(str(real.path / "board.toml")), msg
+    assert "[watchdog] timeout_ms = 100 is shorter than node 0's block " in msg and " MACs: up to " in msg, msg
+    enough = int(msg.split("raise timeout_ms to at least ")[1].split(",")[0])
+    assert 100 < enough and check_watchdog_blocks(with_timeout(enough), plan) == enough
+    with pytest.raises(UserError):
+        check_watchdog_blocks(with_timeout(enough - 1), plan)
+    assert check_watchdog_blocks(with_timeout(0), plan) == 0     # off: nothing to outlast

@@ -288,6 +288,41 @@ def test_a_node_reset_mid_run_joins_the_network_where_it_is(hw):
     check_together_at(hw, again, sink=node0, other=after)
 
 
+def test_a_node_that_hangs_is_reset_by_its_watchdog_and_joins_the_network_again(hw, tmp_path):
+    """Node 1's CPU faults during inference 0 and spins in cisl_fault. Before, it stayed there for good: the
+    node was lost to the network until someone pressed its reset button. Now the board's watchdog, reloaded
+    at every block, slot, radio wait and inference, resets it; it boots again saying why (reset=00000002,
+    RESETREAS.DOG), meets the network where it is, and that inference delivers every exchange and is
+    bit-exact. Node 0, whose watchdog runs as short, is never reset by it: its waits all reload it."""
+    wdt = tmp_path / "build"
+    shutil.copytree(hw, wdt)
+    real = load_board("nrf52840dk")
+    # a listener's scan must outlast one pass of the lone initiator (~600 ms here) to hear its burst
+    facts = dict(real.facts, radio=dict(real.facts["radio"], first_guard_ms=40, takeover_ms=150, scan_timeout_ms=700),
+                 watchdog={"timeout_ms": 800})
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(build_mod, "load_board", lambda name: dataclasses.replace(real, facts=facts))
+        build(wdt)
+
+    def rejoined(serial):
+        recs = records(serial[1])
+        resync = [int(f["inf"]) for e, f in recs if e == "resync"]
+        return bool(resync) and all(any(e == "infer" and int(f["inf"]) == resync[0] for e, f in records(serial[k]))
+                                    for k in (0, 1))
+
+    r = run(wdt, 2, until=rejoined, limit_s=2.5, hangs=[(1, 150_000)])
+    assert r.faults == []
+    recs = records(r.serial[1])
+    boots = [i for i, (e, _) in enumerate(recs) if e == "boot"]
+    assert [recs[i][1]["reset"] for i in boots] == ["00000000", "00000002"]
+    assert not [f for e, f in recs[:boots[1]] if e == "infer"]     # it hung inside inference 0
+    after = recs[boots[1] + 1:]
+    assert after[0][0] == "resync" and after[0][1]["peer"] == "0", after[:3]
+    node0 = records(r.serial[0])
+    assert [e for e, _ in node0].count("boot") == 1
+    check_together_at(wdt, int(after[0][1]["inf"]), sink=node0, other=after)
+
+
 def test_skipping_polling_passes_changes_nothing(hw):
     """The emulator counts the passes of a polling loop that cannot see a change (waiting for a UART
     line's ENDTX, ~90,000 passes a line) instead of running them, and jumps through loops that wait for

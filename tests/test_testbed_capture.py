@@ -291,7 +291,8 @@ def test_an_old_run_delivered_after_the_reset_boot_line_first_is_named_as_a_caus
 
 @pytest.mark.parametrize("reset,said", [
     ("00000008", "it booted again mid-run: reset=00000008 (a CPU lock-up, e.g. a stack overflow"),
-    ("0000000a", "it booted again mid-run: reset=0000000a (the watchdog; a CPU lock-up"),
+    ("0000000a", "it booted again mid-run: reset=0000000a (the watchdog: the node hung or faulted for "
+                 "board.toml [watchdog] timeout_ms; a CPU lock-up"),
     ("00000000", "it booted again mid-run: reset=00000000 (power-on or brown-out: check the node's supply)"),
     ("00000004", "buffered lines of its previous run, boot line first, before the new run's); its boot line says "
                  "reset=00000004 (a software or debugger reset)"),

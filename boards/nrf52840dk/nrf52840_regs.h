@@ -36,11 +36,32 @@
 #define NRF_BASE_TIMER0 0x40008000u
 #define NRF_BASE_TIMER1 0x40009000u
 #define NRF_BASE_PPI 0x4001F000u
+#define NRF_BASE_WDT 0x40010000u
 #define NRF_BASE_P0 0x50000000u
 
 /* ---- POWER: why the part last reset (the boot line's `reset`) ---------------------------------- */
 #define NRF_REG_POWER_RESETREAS 0x400u
 #define NRF_FLD_POWER_RESETREAS_RESETPIN NRF_FIELD(0, 1)
+#define NRF_FLD_POWER_RESETREAS_DOG NRF_FIELD(1, 1)
+
+/* ---- WDT: the watchdog (board.toml [watchdog]; boards/nrf52840dk/README.md) ---------------- */
+#define NRF_REG_WDT_TASKS_START 0x000u
+#define NRF_REG_WDT_RUNSTATUS 0x400u
+#define NRF_REG_WDT_CRV 0x504u
+#define NRF_REG_WDT_RREN 0x508u
+#define NRF_REG_WDT_CONFIG 0x50Cu
+#define NRF_REG_WDT_RR(n) (0x600u + 4u * (n))
+#define NRF_FLD_WDT_RUNSTATUS_RUNSTATUS NRF_FIELD(0, 1)
+#define NRF_FLD_WDT_CRV_CRV NRF_FIELD(0, 32)
+#define NRF_FLD_WDT_RREN_RR0 NRF_FIELD(0, 1)
+#define NRF_FLD_WDT_CONFIG_SLEEP NRF_FIELD(0, 1)
+#define NRF_FLD_WDT_CONFIG_HALT NRF_FIELD(3, 1)
+#define NRF_FLD_WDT_RR_RR NRF_FIELD(0, 32)
+#define NRF_VAL_WDT_RUNSTATUS_RUNSTATUS_RUNNING 1u
+#define NRF_VAL_WDT_RREN_RR0_ENABLED 1u
+#define NRF_VAL_WDT_CONFIG_SLEEP_PAUSE 0u
+#define NRF_VAL_WDT_CONFIG_HALT_PAUSE 0u
+#define NRF_VAL_WDT_RR_RR_RELOAD 0x6E524635u
 
 /* ---- CLOCK: high-frequency crystal oscillator --------------------------------------------- */
 #define NRF_REG_CLOCK_TASKS_HFCLKSTART 0x000u

@@ -49,6 +49,9 @@
 #ifndef CISL_RADIO_TAKEOVER_MS
 #define CISL_RADIO_TAKEOVER_MS 1000 /* the backup initiator's first scan (board.toml [radio] takeover_ms) */
 #endif
+#ifndef CISL_WATCHDOG_MS
+#define CISL_WATCHDOG_MS 0 /* board.toml [watchdog] timeout_ms (board.c starts it) */
+#endif
 #ifndef CISL_RADIO_RESYNC_LISTEN_MS
 #define CISL_RADIO_RESYNC_LISTEN_MS 400 /* a node with dead peers waits this long for the resync beacons */
 #endif
@@ -208,6 +211,7 @@ static void hal_wait_slot(void *ctx, uint16_t slot)
     radio_ctx *c = (radio_ctx *)ctx;
     c->slot_start = c->grid0 + (uint32_t)slot * c->slot_ticks;
     const uint32_t lead = (RAMP_US + SETUP_US) * TICKS_PER_US + c->rx_half;
+    cisl_board_watchdog_reload(); /* every slot, a dead node's rounds to their deadline too */
     while (!reached(c->slot_start - lead)) {
     }
 }
@@ -249,6 +253,7 @@ static int hal_tx_done(void *ctx)
 static int hal_listen(void *ctx, int scan)
 {
     radio_ctx *c = (radio_ctx *)ctx;
+    cisl_board_watchdog_reload(); /* a scan waits up to scan_timeout_ms: board.toml [watchdog] allows for it */
     RADIO(EVENTS_ADDRESS) = 0u;
     RADIO(EVENTS_DISABLED) = 0u;
     PPI(CHENSET) = NRF_FV(NRF_FLD_PPI_CHENSET_CH2, 1u);
@@ -403,6 +408,7 @@ static void reply_send(uint32_t end, uint32_t inference)
 static int receive_until(uint32_t deadline)
 {
     for (;;) {
+        cisl_board_watchdog_reload(); /* per packet; not in the wait below (a pure polling loop) */
         RADIO(EVENTS_ADDRESS) = 0u;
         RADIO(EVENTS_DISABLED) = 0u;
         PPI(CHENSET) = NRF_FV(NRF_FLD_PPI_CHENSET_CH2, 1u);
@@ -512,6 +518,13 @@ static uint32_t resync_listen(void)
         pass = 60000000u;
     }
     pass = pass / 2u * 3u;
+#if CISL_WATCHDOG_MS > 0 && CISL_WATCHDOG_MS < 60100
+    /* a silent window is one wait without a reload: it ends before the watchdog would (the build
+     * keeps timeout_ms >= resync_listen_ms + 100 ms) */
+    if (pass > (CISL_WATCHDOG_MS - 100u) * 1000u) {
+        pass = (CISL_WATCHDOG_MS - 100u) * 1000u;
+    }
+#endif
     return (pass > CISL_RADIO_RESYNC_LISTEN_MS * 1000u ? pass : CISL_RADIO_RESYNC_LISTEN_MS * 1000u) * TICKS_PER_US;
 }
 
@@ -615,6 +628,7 @@ uint32_t cisl_radio_barrier(void)
     RADIO(CRCINIT) = NRF_FV(NRF_FLD_RADIO_CRCINIT_CRCINIT, BEACON_CRC_INIT);
     if (cisl_mx_plan.initiator == cisl_node_id) {
         const uint32_t t0 = now() + CISL_RADIO_FIRST_GUARD_MS * 1000u * TICKS_PER_US;
+        cisl_board_watchdog_reload();
         while (!reached(t0)) {
         }
         return initiator_meet(0u);

@@ -131,7 +131,8 @@ __attribute__((noreturn)) void cisl_reset(void)
 }
 
 /* Any fault or unexpected exception: disarm the radio, then stop here (a debugger shows where; the
- * UART stays quiet, the missing `end` line tells the host that the node did not finish).
+ * UART stays quiet, the missing `end` line tells the host that the node did not finish) until the
+ * watchdog, which nothing here reloads, resets the part (board.toml [watchdog]; board.c). 
  *
  * A fault can strike while radio.c has a transmission armed (PPI channel 0: TIMER0 COMPARE[0] ->
  * RADIO TXEN, enabled across mx_prepare). TIMER0 keeps counting, so without this its compare would

@@ -231,6 +231,8 @@ def run_node(build_dir: Path, plan: Plan, device: int, xq: np.ndarray, ref: RunR
         em.replace("cisl_board_op_end", lambda e: 0)
     if "cisl_board_radio_on_us" in image.symbols:
         em.replace("cisl_board_radio_on_us", radio_not_counted)
+    if "cisl_board_watchdog_reload" in image.symbols:  # WDT.RR[0]: no peripherals in the model
+        em.replace("cisl_board_watchdog_reload", lambda e: 0)
     if "cisl_board_reset_reason" in image.symbols:  # POWER.RESETREAS: no peripherals in the model, say power-on
         em.replace("cisl_board_reset_reason", lambda e: e.write(e.arg(0), bytes(4)) or 1)
     em.region = RUNTIME

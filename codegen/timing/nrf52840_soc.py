@@ -5,7 +5,7 @@ The virtual testbed runs the Mixer code the boards run, through a host HAL; the 
 code) only ever ran on hardware. This module runs each node's whole ``firmware.elf`` from its reset
 vector on the cycle model's emulator (:mod:`codegen.timing.engine`: unicorn, cycles from the
 Cortex-M4 TRM) and models, at register level, the peripherals that code touches: CLOCK (HFXO),
-TIMER0/TIMER1, PPI, RADIO, UARTE0 TX, the DWT cycle counter, NVMC.ICACHECNF (the instruction
+TIMER0/TIMER1, PPI, RADIO, UARTE0 TX, the WDT (a timeout resets the part), the DWT cycle counter, NVMC.ICACHECNF (the instruction
 cache is off until the image enables it), FICR/UICR/GPIO as memory. The
 register layout is read from the nrf52840.svd that pyocd ships (not from the board's own header,
 which it checks); the behaviour is the product specification's (v1.8: the RADIO state diagram, fast
@@ -48,6 +48,9 @@ CPU_HZ = 64_000_000
 CYC_PER_US = CPU_HZ // 1_000_000
 QUANTUM = 16 * CYC_PER_US   # < the radio's 40 µs ramp-up: every packet is known before it starts
 HFXO_START = 256 * CYC_PER_US   # PS: tHFXOST typical with the DK's 32 MHz crystal
+LFCLK_TICK = CPU_HZ / 32768         # the WDT's clock (LFRC, taken as exact)
+WDT_RESET_TICKS = 2                 # PS WDT: the reset follows TIMEOUT by two 32.768 kHz cycles
+WFE = 0xBF20                        # Thumb encoding of WFE
 # Radio timings, per PHY (MODE value: 2M, 1M), in CPU cycles. Fast ramp-up and the chain delays are
 # Nordic's measured nRF52840 values as Zephyr's controller carries them (radio_nrf52840.h, "empirical
 # measurements and sniffer logs"): TXEN -> TXIDLE -> TX (the transmission starts, READY -> START)
@@ -463,6 +466,7 @@ class Node:
         self._load_data_images(elf)
         self.done = False
         self.fault: str | None = None
+        self.watchdog_reset: int | None = None   # local cycle at which the WDT resets the part
         self.serial = bytearray()
         self.changed = False
         self._events: list = []
@@ -483,11 +487,12 @@ class Node:
         self.uarte = Uarte(self)
         self.dwt = Dwt(self)
         self.nvmc = Nvmc(self)
+        self.wdt = Watchdog(self)
         self.capture_tasks = {t.r("TASKS_CAPTURE", n): (t, n) for t in self.timers for n in range(6)}
         self.capture_cc = {t.r("TASKS_CAPTURE", n): t.r("CC", n) for t in self.timers for n in range(6)}
         self.nvmc_ready = regs("NVMC", "READY")
         pages: dict[int, list] = {}
-        for dev in (self.clock, *self.timers, self.ppi, self.radio, self.uarte, self.dwt, self.nvmc):
+        for dev in (self.clock, *self.timers, self.ppi, self.radio, self.uarte, self.dwt, self.nvmc, self.wdt):
             pages.setdefault(dev.base & ~(PAGE - 1), []).append(dev)
         for base, devs in pages.items():
             uc.mmio_map(base, PAGE, self._mmio_read, (base, devs), self._mmio_write, (base, devs))
@@ -552,6 +557,17 @@ class Node:
     def event(self, address: int, t: int) -> None:
         """Peripheral event at ``address`` happened at ``t``: PPI channels listening to it fire."""
         self.ppi.fire(address, t)
+
+    def sleeping(self) -> bool:
+        """The CPU is at a WFE: asleep, as cisl's images never enable what would wake it (no interrupt,
+        no SEVONPEND), so only the WFE loop after `end` gets here."""
+        pc = self.emu.reg("pc") & ~1
+        return any(int.from_bytes(self.emu.read(a, 2), "little") == WFE for a in (pc, pc - 2))
+
+    def hang(self) -> None:
+        """The CPU takes a fault now (as a HardFault would): on to the image's fault handler, which
+        spins until the watchdog, if started, resets the part."""
+        self.pc = self.emu.image.symbols["cisl_fault"] | 1
 
     def fail(self, msg: str) -> None:
         if self.fault is None:
@@ -1111,6 +1127,65 @@ class Nvmc(Plain):
         return bool(self.mem.get(self.icachecnf, 0) & self.cacheen)
 
 
+class Watchdog(Plain):
+    """WDT: once started it counts 32.768 kHz ticks down from CRV; writing 0x6E524635 to every enabled
+    RR[n] reloads it. At zero the part resets (RESETREAS.DOG) two ticks later. CRV, RREN and CONFIG are
+    locked while it runs. With CONFIG.SLEEP = Pause it does not count while the CPU sleeps: here, while
+    the CPU sits at a WFE when it would expire (it then looks again one period later)."""
+
+    RELOAD = 0x6E524635
+
+    def __init__(self, node: Node):
+        super().__init__(node, "WDT")
+        self.running = False
+        self.requested = 0
+        self.expires: int | None = None
+        self.mem.update({self.r("CRV"): 0xFFFFFFFF, self.r("RREN"): 1, self.r("CONFIG"): 1})   # reset values
+        self.rr = [self.r("RR", n) for n in range(8)]
+        self.locked = {self.r("CRV"), self.r("RREN"), self.r("CONFIG")}
+        self.task_map({self.r("TASKS_START"): self.start})
+
+    def read(self, address: int) -> int:
+        if address == self.r("RUNSTATUS"):
+            return int(self.running)
+        if address == self.r("REQSTATUS"):
+            return self.mem[self.r("RREN")] & ~self.requested & 0xFF if self.running else 0
+        return 0 if address in self.rr else super().read(address)
+
+    def write(self, address: int, value: int, t: int) -> None:
+        if address in self.rr:
+            n, rren = self.rr.index(address), self.mem[self.r("RREN")]
+            if self.running and value == self.RELOAD and (rren >> n) & 1:
+                self.requested |= 1 << n
+                if self.requested & rren == rren:
+                    self.requested = 0
+                    self._arm(t)
+            return
+        if self.running and address in self.locked:
+            return
+        super().write(address, value, t)
+
+    def start(self, t: int) -> None:
+        if not self.running:
+            self.running = True
+            self._arm(t)
+
+    def _arm(self, t: int) -> None:
+        self.expires = t + round((self.mem[self.r("CRV")] + 1) * LFCLK_TICK)
+        self.node.at(self.expires, self._expire)
+
+    def _expire(self, t: int) -> None:
+        if t != self.expires:
+            return  # reloaded since
+        if self.mem[self.r("CONFIG")] & 1 == 0 and self.node.sleeping():
+            self._arm(t)
+            return
+        self.mem[self.r("EVENTS_TIMEOUT")] = 1
+        self.node.watchdog_reset = t + round(WDT_RESET_TICKS * LFCLK_TICK)
+        self.node.done = True
+        self.node.emu.uc.emu_stop()
+
+
 class Dwt(Device):
     """DWT.CYCCNT: the CPU cycles since it was written."""
 
@@ -1146,7 +1221,8 @@ def run_network(images: list[Path], memory: MemoryModel, *, until: Callable[[dic
                 limit_s: float = 2.0, loss: float = 0.0, seed: int = 0,
                 boot_offsets_us: list[int] | None = None, trace: list | None = None,
                 outages: list[tuple[float, float]] = (), fast_forward: bool = True,
-                drift_ppm: list[float] | None = None, resets: list[tuple[int, float]] = ()) -> NetworkRun:
+                drift_ppm: list[float] | None = None, resets: list[tuple[int, float]] = (),
+                hangs: list[tuple[int, float]] = ()) -> NetworkRun:
     """Run the images (node i = images[i]) together from reset until ``until(serial text per node)``
     holds, a node faults, or ``limit_s`` of emulated time passes. ``outages``: (start, end) µs
     windows in which the medium loses every packet. ``fast_forward=False`` runs every pass of the
@@ -1155,7 +1231,10 @@ def run_network(images: list[Path], memory: MemoryModel, *, until: Callable[[dic
     TIMERs and its radio's bit times with it (offsets, limits and outages are in true time).
     ``resets``: (node, µs) — that node resets at that true time (reset pin, watchdog, a power cycle):
     it starts again from its reset vector, RAM and peripherals as at power-on, a packet it was sending
-    cut off; its serial output goes on on the same port, as a host would read it."""
+    cut off; its serial output goes on on the same port, as a host would read it; POWER.RESETREAS
+    reads 0. ``hangs``: (node, µs) — that node's CPU takes a fault at that true time (as a HardFault
+    would) and stays in the image's fault handler; its watchdog, if the image started it, resets it
+    (RESETREAS.DOG, the same start again as ``resets``)."""
     regs = load_regs()
     medium = Medium(loss=loss, seed=seed, trace=trace, outages=tuple((float(a), float(b)) for a, b in outages))
     # each part has its own flash read buffer and cache: sharing one model let a node's fetches evict the other's
@@ -1168,23 +1247,33 @@ def run_network(images: list[Path], memory: MemoryModel, *, until: Callable[[dic
         n.emu.central_total = n.to_local(at)   # a node reset later starts executing later
         return n
 
+    def reset(i: int, at: int, resetreas: int = 0) -> None:
+        old = nodes[i]
+        if old.radio.tx is not None and old.radio.tx.cut is None:
+            old.radio.tx.cut = at
+        nodes[i] = power_on(i, at)
+        nodes[i].clock.mem[nodes[i].clock.resetreas] = resetreas
+        nodes[i].serial = old.serial
+        nodes[i].changed = True
+
     offsets = [o * CYC_PER_US for o in (boot_offsets_us or [0] * len(images))]
     nodes = [power_on(i, o) for i, o in enumerate(offsets)]
     pending = sorted((int(us * CYC_PER_US), i) for i, us in resets)
+    hanging = sorted((int(us * CYC_PER_US), i) for i, us in hangs)
+    dog = regs.value("POWER", "RESETREAS", "DOG", "DETECTED") << regs.svd["POWER"].registers["RESETREAS"].fields["DOG"].pos
     t = 0
     limit = int(limit_s * CPU_HZ)
     while t < limit:
         t += QUANTUM
         while pending and pending[0][0] <= t:
             at, i = pending.pop(0)
-            old = nodes[i]
-            if old.radio.tx is not None and old.radio.tx.cut is None:
-                old.radio.tx.cut = at
-            nodes[i] = power_on(i, at)
-            nodes[i].serial = old.serial
-            nodes[i].changed = True
-        for n in nodes:
+            reset(i, at)
+        while hanging and hanging[0][0] <= t:
+            nodes[hanging.pop(0)[1]].hang()
+        for i, n in enumerate(nodes):
             n.run_until(n.to_local(t))
+            if n.watchdog_reset is not None:
+                reset(i, n.to_global(n.watchdog_reset), dog)
         medium.prune(t - 4000 * CYC_PER_US)
         faults = [n.fault for n in nodes if n.fault]
         if faults or any(n.changed for n in nodes):

@@ -33,6 +33,10 @@ const char *cisl_board_image_id(void);
  * out). Called once, at the boot line. */
 int cisl_board_reset_reason(uint32_t *bits);
 
+/* The node is making progress: reload the board's watchdog, if it has one (nrf52840dk: board.toml
+ * [watchdog]). The runtime calls it at every block; the board at its own waits. Weak default: nothing. */
+void cisl_board_watchdog_reload(void);
+
 /* The radio's on-time so far, TX and RX separately, in microseconds (wrapping at 2^32): the `sg`
  * lines' tx_on_us/rx_on_us. Returns 1 if the board counts it, 0 if not (then the keys are left
  * out). Optional: boards that do not define it get a weak default that returns 0 (cisl_runtime.c). */

@@ -7,6 +7,7 @@
 
 void cisl_block_begin(cisl_block *b)
 {
+    cisl_board_watchdog_reload();
     b->comm_us = 0;
     b->comm_cycles = 0;
     cisl_log_spent(&b->log0);
@@ -55,6 +56,9 @@ __attribute__((weak)) const char *cisl_board_image_id(void)
 {
     return 0;
 }
+
+/* Boards without a watchdog. */
+__attribute__((weak)) void cisl_board_watchdog_reload(void) {}
 
 /* Boards that can read their reset cause print it in the boot line. */
 __attribute__((weak)) int cisl_board_reset_reason(uint32_t *bits)

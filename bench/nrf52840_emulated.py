@@ -16,26 +16,35 @@ Resets: one node — the initiator (the sink), or the last node — reset 600 ms
 (a watchdog, a brown-out): how long until every node's exchanges of one inference are all delivered
 again, and whether the sink's forecast of that inference is bit-exact.
 
+Hangs: one node — the initiator (the sink), or the last node — has its CPU fault 600 ms in and spin in
+cisl_fault; its watchdog resets it (images built with [watchdog] timeout_ms = 1200 and [radio]
+scan_timeout_ms = 1000 instead of the shipped 12 s / 10 s, which would need 13 s of emulated time a row):
+how long until every node's exchanges of one inference are all delivered again, whether that forecast is
+bit-exact, and what the node's second boot line says.
+
 Each section's rows are kept in docs/results/nrf52840_emulated.json, so `--only` re-runs some sections
 and keeps the others; the .md is written from the JSON.
 
-    python bench/nrf52840_emulated.py [--nodes 2 4] [--only main drift resets]
+    python bench/nrf52840_emulated.py [--nodes 2 4] [--only main drift resets hangs]
         [--drift 40 1000 5000 10000 20000] [--out docs/results] [--render]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import tempfile
 import time
 import zlib
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 
 from codegen.boards import load_board
+from codegen import build as build_mod
 from codegen.build import build
 from codegen.compile import CompileOptions, compile_model
 from codegen.inputs import load_build_inputs
@@ -59,11 +68,22 @@ def parse(text: str) -> list[tuple[str, dict[str, str]]]:
     return out
 
 
-def prepare(nodes: int, root: Path) -> tuple[Path, list[int]]:
-    """Build the test model for ``nodes`` nrf52840dk nodes; the forecasts' CRCs the sink must print."""
+WATCHDOG = {"watchdog": {"timeout_ms": 1200}, "scan_timeout_ms": 1000}   # the hangs section's images
+
+
+def prepare(nodes: int, root: Path, watchdog: bool = False) -> tuple[Path, list[int]]:
+    """Build the test model for ``nodes`` nrf52840dk nodes; the forecasts' CRCs the sink must print.
+    ``watchdog``: with the short watchdog of WATCHDOG (the board file's other facts as shipped)."""
     model = make_model_dir(root / "m", config_for_tokens(8, 64), devices=nodes, keep_ratio=1.0, seed=1)
     compile_model(model, root / "build", CompileOptions(board="nrf52840dk"))
-    build(root / "build")
+    if watchdog:
+        real = load_board("nrf52840dk")
+        facts = dict(real.facts, watchdog=WATCHDOG["watchdog"],
+                     radio=dict(real.facts["radio"], scan_timeout_ms=WATCHDOG["scan_timeout_ms"]))
+        with mock.patch.object(build_mod, "load_board", lambda name: dataclasses.replace(real, facts=facts)):
+            build(root / "build")
+    else:
+        build(root / "build")
     b = root / "build"
     plan = load_plan(b)
     x = plan.quantize_input(load_build_inputs(b, lookback=plan.cfg.lookback).astype(np.float64))
@@ -162,7 +182,8 @@ def together_after_reset(serial: dict[int, str], node: int) -> int | None:
     return None
 
 
-def resets(nodes: int, b: Path, limit_s: float = 4.5) -> list[dict]:
+def resets(nodes: int, b: Path, limit_s: float = 4.5, hang: bool = False) -> list[dict]:
+    """Reset (or, ``hang``, fault until the watchdog resets it) the initiator and the last node in turn."""
     plan = load_plan(b)
     x = plan.quantize_input(load_build_inputs(b, lookback=plan.cfg.lookback).astype(np.float64))
     images, memory = network(b)
@@ -170,7 +191,8 @@ def resets(nodes: int, b: Path, limit_s: float = 4.5) -> list[dict]:
     initiator = plan.meta["mixer"]["initiator"]
     for node in sorted({initiator, nodes - 1}):
         t0 = time.time()
-        r = run_network(images, memory, limit_s=limit_s, resets=[(node, RESET_AT_US)],
+        how = {"hangs" if hang else "resets": [(node, RESET_AT_US)]}
+        r = run_network(images, memory, limit_s=limit_s, **how,
                         until=lambda s, node=node: together_after_reset(s, node) is not None)
         k = together_after_reset(r.serial, node)
         recs = {j: parse(v) for j, v in r.serial.items()}
@@ -187,6 +209,7 @@ def resets(nodes: int, b: Path, limit_s: float = 4.5) -> list[dict]:
                      "ms_after_reset": None if k is None else (r.emulated_us - RESET_AT_US) / 1000,
                      "bit_exact": exact,
                      "resync": [ln for v in r.serial.values() for ln in v.splitlines() if " resync " in ln],
+                     "boot_resets": [f.get("reset") for e, f in recs[node] if e == "boot"],
                      "faults": "; ".join(f for f in r.faults if k is None) or "none", "wall_s": time.time() - t0})
         print(rows[-1], flush=True)
     return rows
@@ -259,13 +282,37 @@ def render(res: dict) -> list[str]:
                   "joins at the inference the burst it hears names, instead of running inference 0 alone and "
                   "jamming the others' rounds (4 nodes, node 3 reset: not together within 3.9 s before; 2 nodes, "
                   "node 1: 1739 ms before) (docs/design/dead-nodes.md, \"Split networks\")."]
+    if res.get("hangs"):
+        lines += ["", "## A node that hangs: the watchdog", "",
+                  f"All nodes start together; {RESET_AT_US // 1000} ms later one node's CPU faults (as a HardFault "
+                  "would: `run_network(hangs=...)`) and spins in `cisl_fault`, its radio disarmed. Its watchdog, "
+                  f"which nothing there reloads, resets it after {WATCHDOG['watchdog']['timeout_ms']} ms; it boots "
+                  "again and meets the others. Images built with `[watchdog] timeout_ms = "
+                  f"{WATCHDOG['watchdog']['timeout_ms']}` and `[radio] scan_timeout_ms = "
+                  f"{WATCHDOG['scan_timeout_ms']}` (shipped: 12 000 and 10 000, which would need 13 s of emulated "
+                  "time per row); everything else as shipped. Columns as above, the time from the fault; *boot "
+                  "resets*: the node's boot lines' `reset` (POWER.RESETREAS), 00000002 = the watchdog.", "",
+                  "| nodes | hung node | role | together again at inference | ms after the fault | sink's "
+                  "forecast bit-exact | boot resets | resync lines | faults | wall s |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for r in res["hangs"]:
+            at = "never" if r["together_at"] is None else str(r["together_at"])
+            ms = "" if r["ms_after_reset"] is None else f"{r['ms_after_reset']:.0f}"
+            exact = {None: "–", True: "yes", False: "NO"}[r["bit_exact"]]
+            rs = "; ".join(ln.replace("CISL ", "node ") for ln in r["resync"]) or "none"
+            lines.append(f"| {r['nodes']} | {r['reset']} | {r['role']} | {at} | {ms} | {exact} | "
+                         f"{', '.join(str(x) for x in r['boot_resets'])} | {rs} | {r['faults']} | {r['wall_s']:.0f} |")
+        lines += ["", "Before stop 66 the nRF52840 board had no watchdog: a node that faulted stayed in "
+                  "`cisl_fault` until someone reset it, and the others ran without it (its messages lost, the "
+                  "sink zero-filling them) for the rest of the run."]
     return lines
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, nargs="+", default=[2, 4])
-    ap.add_argument("--only", nargs="+", choices=["main", "drift", "resets"], default=["main", "drift", "resets"],
+    ap.add_argument("--only", nargs="+", choices=["main", "drift", "resets", "hangs"],
+                    default=["main", "drift", "resets", "hangs"],
                     help="the sections to run; the others are kept from the JSON")
     ap.add_argument("--drift", type=float, nargs="+", default=[40, 1000, 5000, 10000, 20000],
                     help="crystal errors p (ppm) to run")
@@ -276,14 +323,19 @@ def main() -> None:
     res = json.loads(store.read_text()) if store.is_file() else {}
     fresh: dict[str, list] = {k: [] for k in ([] if a.render else a.only)}
     for n in a.nodes if fresh else []:
-        with tempfile.TemporaryDirectory() as d:
-            b, want = prepare(n, Path(d))
-            if "main" in fresh:
-                fresh["main"] += one(n, b, want)
-            if "drift" in fresh:
-                fresh["drift"] += drift(n, b, want, a.drift)
-            if "resets" in fresh:
-                fresh["resets"] += resets(n, b)
+        if fresh.keys() & {"main", "drift", "resets"}:
+            with tempfile.TemporaryDirectory() as d:
+                b, want = prepare(n, Path(d))
+                if "main" in fresh:
+                    fresh["main"] += one(n, b, want)
+                if "drift" in fresh:
+                    fresh["drift"] += drift(n, b, want, a.drift)
+                if "resets" in fresh:
+                    fresh["resets"] += resets(n, b)
+        if "hangs" in fresh:
+            with tempfile.TemporaryDirectory() as d:
+                b, _ = prepare(n, Path(d), watchdog=True)
+                fresh["hangs"] += resets(n, b, limit_s=6.0, hang=True)
     res.update(fresh)
     a.out.mkdir(parents=True, exist_ok=True)
     if fresh:

@@ -323,6 +323,27 @@ def test_a_node_that_hangs_is_reset_by_its_watchdog_and_joins_the_network_again(
     check_together_at(wdt, int(after[0][1]["inf"]), sink=node0, other=after)
 
 
+def test_a_node_that_finished_sleeps_without_its_watchdog_resetting_it(hw, tmp_path):
+    """After its `end` a node idles at WFE. The watchdog is configured to pause while the CPU sleeps
+    (CONFIG.SLEEP = Pause), so a node that finished is not reset and does not start its run again; with
+    the watchdog running in sleep (CONFIG.SLEEP = Run, checked) it boots again 300 ms after its `end` and runs
+    its inference again. The emulator used to fault at the WFE (unicorn does not execute it); it now sleeps
+    there for good, its clock and peripherals running on."""
+    done = tmp_path / "build"
+    shutil.copytree(hw, done)
+    real = load_board("nrf52840dk")
+    facts = dict(real.facts, radio=dict(real.facts["radio"], first_guard_ms=40, takeover_ms=150, scan_timeout_ms=150),
+                 watchdog={"timeout_ms": 300}, inputs=dict(real.facts["inputs"], inferences=1))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(build_mod, "load_board", lambda name: dataclasses.replace(real, facts=facts))
+        build(done)
+    r = run(done, 2, until=lambda serial: False, limit_s=1.2)
+    assert r.faults == ["not finished after 1.2 s of emulated time"]
+    for node in (0, 1):
+        events = [e for e, _ in records(r.serial[node])]
+        assert events.count("boot") == 1 and events[-1] == "end", events
+
+
 def test_skipping_polling_passes_changes_nothing(hw):
     """The emulator counts the passes of a polling loop that cannot see a change (waiting for a UART
     line's ENDTX, ~90,000 passes a line) instead of running them, and jumps through loops that wait for

@@ -467,6 +467,7 @@ class Node:
         self.done = False
         self.fault: str | None = None
         self.watchdog_reset: int | None = None   # local cycle at which the WDT resets the part
+        self.asleep = False                        # the CPU reached a WFE (nothing wakes it)
         self.serial = bytearray()
         self.changed = False
         self._events: list = []
@@ -558,12 +559,6 @@ class Node:
         """Peripheral event at ``address`` happened at ``t``: PPI channels listening to it fire."""
         self.ppi.fire(address, t)
 
-    def sleeping(self) -> bool:
-        """The CPU is at a WFE: asleep, as cisl's images never enable what would wake it (no interrupt,
-        no SEVONPEND), so only the WFE loop after `end` gets here."""
-        pc = self.emu.reg("pc") & ~1
-        return any(int.from_bytes(self.emu.read(a, 2), "little") == WFE for a in (pc, pc - 2))
-
     def hang(self) -> None:
         """The CPU takes a fault now (as a HardFault would): on to the image's fault handler, which
         spins until the watchdog, if started, resets the part."""
@@ -630,16 +625,23 @@ class Node:
         from unicorn import UcError
 
         try:
-            # Ctrl-C inside a hook stops the quantum and is raised here, not printed and lost
-            with interrupts.deferred(self.emu.uc.emu_stop):
-                self.emu.resume(self.pc, 0xFFFFFFFE)
+            if self.asleep:   # nothing wakes it: its clock runs on, its peripherals' events with it
+                self.emu.central_total = max(self.emu.central_total, t)
+            else:
+                # Ctrl-C inside a hook stops the quantum and is raised here, not printed and lost
+                with interrupts.deferred(self.emu.uc.emu_stop):
+                    self.emu.resume(self.pc, 0xFFFFFFFE)
         except UcError as e:
             pc, sp = self.emu.reg("pc"), self.emu.reg("sp")
-            ram_lo = self.emu.memory.ram_range[0]
-            # the linker scripts put the stack at the bottom of RAM: an overflow leaves RAM and lands here
-            what = f"stack overflow (sp=0x{sp:08x}, below RAM at 0x{ram_lo:08x})" if sp < ram_lo else str(e)
-            self.fault = self.fault or (f"node {self.index}: {what} at pc=0x{pc:08x} "
-                                        f"({self.emu.image.function_at(pc) or '?'})")
+            # unicorn does not execute WFE (it stops just past it): the CPU goes to sleep there (cisl's images
+            # enable no interrupt and no SEVONPEND, so no event wakes it: the idle loop after `end`)
+            self.asleep = int.from_bytes(self.emu.read((pc & ~1) - 2, 2), "little") == WFE
+            if not self.asleep:
+                ram_lo = self.emu.memory.ram_range[0]
+                # the linker scripts put the stack at the bottom of RAM: an overflow leaves RAM and lands here
+                what = f"stack overflow (sp=0x{sp:08x}, below RAM at 0x{ram_lo:08x})" if sp < ram_lo else str(e)
+                self.fault = self.fault or (f"node {self.index}: {what} at pc=0x{pc:08x} "
+                                            f"({self.emu.image.function_at(pc) or '?'})")
         self.pc = self.emu.reg("pc") | 1
         try:
             self.advance(max(self.now(), t))
@@ -1130,8 +1132,8 @@ class Nvmc(Plain):
 class Watchdog(Plain):
     """WDT: once started it counts 32.768 kHz ticks down from CRV; writing 0x6E524635 to every enabled
     RR[n] reloads it. At zero the part resets (RESETREAS.DOG) two ticks later. CRV, RREN and CONFIG are
-    locked while it runs. With CONFIG.SLEEP = Pause it does not count while the CPU sleeps: here, while
-    the CPU sits at a WFE when it would expire (it then looks again one period later)."""
+    locked while it runs. With CONFIG.SLEEP = Pause it does not count while the CPU sleeps (it reached a
+    WFE, and cisl's images sleep for good there): it then looks again one period later."""
 
     RELOAD = 0x6E524635
 
@@ -1177,7 +1179,7 @@ class Watchdog(Plain):
     def _expire(self, t: int) -> None:
         if t != self.expires:
             return  # reloaded since
-        if self.mem[self.r("CONFIG")] & 1 == 0 and self.node.sleeping():
+        if self.mem[self.r("CONFIG")] & 1 == 0 and self.node.asleep:
             self._arm(t)
             return
         self.mem[self.r("EVENTS_TIMEOUT")] = 1

@@ -518,8 +518,8 @@ static uint32_t resync_listen(void)
         pass = 60000000u;
     }
     pass = pass / 2u * 3u;
-#if CISL_WATCHDOG_MS > 0 && CISL_WATCHDOG_MS < 60100
-    /* a silent window is one wait without a reload: it ends before the watchdog would (the build
+#if CISL_WATCHDOG_MS > 100 && CISL_WATCHDOG_MS < 90100 /* longer ones outlast the 90 s window */
+    /* a silent window is one wait without a reload: it ends before the watchdog would (the board file
      * keeps timeout_ms >= resync_listen_ms + 100 ms) */
     if (pass > (CISL_WATCHDOG_MS - 100u) * 1000u) {
         pass = (CISL_WATCHDOG_MS - 100u) * 1000u;

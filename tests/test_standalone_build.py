@@ -86,7 +86,7 @@ def _no_paths(elf: Path, *dirs: Path) -> None:
 
 
 def test_make_builds_the_sim_images_byte_for_byte(tmp_path):
-    b = _compiled(tmp_path, "sim")
+    b = _compiled(tmp_path, "sim", devices=2)  # (every node folder has the same Makefile: two suffice)
     summary = _build(b, "--no-board-time")
     _make_gives_same_image(b, summary, ("firmware.elf",))
     # compile_commands.json: the commands of this node's sources, each an existing file
@@ -173,7 +173,7 @@ def test_a_copied_node_folder_builds_the_same_image(tmp_path):
 
 
 def test_one_build_in_two_folders_gives_the_same_sim_images(tmp_path):
-    b = _compiled(tmp_path / "one", "sim")
+    b = _compiled(tmp_path / "one", "sim", devices=2)
     other = tmp_path / "two" / "much" / "deeper" / "b"
     shutil.copytree(b, other)
     first = _build(b, "--no-board-time", cache=False)
@@ -186,7 +186,7 @@ def test_one_build_in_two_folders_gives_the_same_sim_images(tmp_path):
 @pytest.mark.arm
 @pytest.mark.skipif(not HAVE_ARM, reason="arm-none-eabi-gcc not installed")
 def test_make_and_two_folders_give_the_same_arm_images(tmp_path):
-    b = _compiled(tmp_path / "one", "nrf52840dk")
+    b = _compiled(tmp_path / "one", "nrf52840dk", devices=2)  # each image is compiled three times, made twice
     other = tmp_path / "two" / "b"
     shutil.copytree(b, other)
     first = _build(b, cache=False)

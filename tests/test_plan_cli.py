@@ -162,6 +162,20 @@ def _toml(path: Path, cfg: ModelConfig) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def all3(tmp_path_factory) -> tuple[Path, object]:
+    """SMALL on 3 nominal nRF52840 nodes (`cisl testbed sim --nodes 3`), planned without a deadline with
+    --all-nodes --compare (which writes the split it writes without --compare): the folder (tb.toml,
+    small.toml, profile.json, split.json, plan.json) and the run. Tests copy the folder before writing."""
+    root = tmp_path_factory.mktemp("all3")
+    ok(cisl("testbed", "sim", "--nodes", "3", "-o", str(root / "tb.toml"), cwd=root))
+    small = _toml(root / "small.toml", SMALL)
+    _nominal_profile(root / "profile.json", SMALL, ["nrf52840dk"] * 3)
+    p = ok(cisl("plan", str(small), "--testbed", str(root / "tb.toml"), "--all-nodes", "--compare", "--json",
+                "plan.json", "-o", "split.json", "-q", cwd=root, timeout=300))
+    return root, p
+
+
 @pytest.mark.faults
 def test_bad_input_is_one_line(tmp_path):
     tb = tmp_path / "tb.toml"
@@ -260,17 +274,13 @@ def test_the_plan_places_the_nodes_where_the_testbed_file_says_not_the_profile(t
 
 
 @pytest.mark.faults
-def test_the_written_plan_is_the_best_candidate_evaluated_exactly(tmp_path):
+def test_the_written_plan_is_the_best_candidate_evaluated_exactly(tmp_path, all3):
     """The MILP optimises a linear model of the radio: on 3 nodes `--all-nodes --compare` printed the even
     split faster than the written MILP plan (71.75 against 72.01 ms), both meeting every constraint, and a
     deadline between the model's fastest (9.57 ms) and the exact one (9.22) was refused with advice ("at
     least 9.2") that was refused too. The best exactly evaluated candidate is written, and the note says which."""
-    tb = tmp_path / "tb.toml"
-    ok(cisl("testbed", "sim", "--nodes", "3", "-o", str(tb), cwd=tmp_path))
-    small = _toml(tmp_path / "small.toml", SMALL)
-    _nominal_profile(tmp_path / "profile.json", SMALL, ["nrf52840dk"] * 3)
-    p = ok(cisl("plan", str(small), "--testbed", str(tb), "--all-nodes", "--compare", "--json", "plan.json", "-o",
-                "split.json", "-q", cwd=tmp_path, timeout=300))
+    shutil.copytree(all3[0], tmp_path, dirs_exist_ok=True)  # `cisl plan --all-nodes --compare` of 3 nodes
+    tb, small, p = tmp_path / "tb.toml", tmp_path / "small.toml", all3[1]
     doc = json.loads((tmp_path / "plan.json").read_text())
     written = doc["plan"]["planner"]["predicted"]
     rivals = [b for b in doc["baselines"].values() if b and not b["violations"] and len(b["nodes"]) == 3]
@@ -585,7 +595,7 @@ def test_a_hand_edited_split_file_is_one_line(tmp_path, edit, words):
 
 
 @pytest.mark.faults
-def test_a_deadline_the_written_fastest_plan_meets_is_not_refused(tmp_path):
+def test_a_deadline_the_written_fastest_plan_meets_is_not_refused(tmp_path, all3):
     """The MILP's linear model can put the fastest plan above one the exact evaluation finds: `cisl plan`
     without a deadline wrote 707.77 ms, and `--deadline 710` was refused as below "the fastest achievable,
     719.1 ms" (audit O). When no candidate meets the constraints, shares are moved from the nearest one,
@@ -595,7 +605,13 @@ def test_a_deadline_the_written_fastest_plan_meets_is_not_refused(tmp_path):
         ok(cisl("testbed", "sim", "--nodes", str(nodes), "-o", str(tb), cwd=tmp_path))
         small = _toml(tmp_path / "small.toml", SMALL)
         _nominal_profile(tmp_path / "profile.json", SMALL, ["nrf52840dk"] * nodes)
-        ok(cisl("plan", str(small), "--testbed", str(tb), *flags, "-o", "fast.json", "-q", cwd=tmp_path, timeout=300))
+        if flags:  # the same testbed, model and profile, planned with --all-nodes by the fixture
+            assert [f.read_text() for f in (tb, small, tmp_path / "profile.json")] == \
+                [(all3[0] / f).read_text() for f in ("tb.toml", "small.toml", "profile.json")]
+            shutil.copyfile(all3[0] / "split.json", tmp_path / "fast.json")
+        else:
+            ok(cisl("plan", str(small), "--testbed", str(tb), *flags, "-o", "fast.json", "-q", cwd=tmp_path,
+                    timeout=300))
         fastest = json.loads((tmp_path / "fast.json").read_text())["planner"]["predicted"]["latency_ms"]
         for objective in ("latency", "energy"):
             deadline = round(fastest + 0.05, 2)

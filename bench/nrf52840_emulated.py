@@ -215,6 +215,18 @@ def resets(nodes: int, b: Path, limit_s: float = 4.5, hang: bool = False) -> lis
     return rows
 
 
+def _rejoin_row(r: dict, boots: bool = False) -> str:
+    """One row of the resets or hangs table (``boots``: with the node's boot lines' reset values)."""
+    at = "never" if r["together_at"] is None else str(r["together_at"])
+    ms = "" if r["ms_after_reset"] is None else f"{r['ms_after_reset']:.0f}"
+    exact = {None: "–", True: "yes", False: "NO"}[r["bit_exact"]]
+    rs = "; ".join(ln.replace("CISL ", "node ") for ln in r["resync"]) or "none"
+    cells = [r["nodes"], r["reset"], r["role"], at, ms, exact]
+    cells += [", ".join(str(x) for x in r["boot_resets"])] if boots else []
+    cells += [rs, r["faults"], f"{r['wall_s']:.0f}"]
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
 def render(res: dict) -> list[str]:
     lines = ["# The nrf52840dk images on the register-level nRF52840 model vs `cisl estimate`", "",
              "`python bench/nrf52840_emulated.py` (docs/design/nrf52840-emulation.md). Random-weight model N = 8, "
@@ -268,13 +280,7 @@ def render(res: dict) -> list[str]:
                   "| nodes | reset node | role | together again at inference | ms after the reset | sink's "
                   "forecast bit-exact | resync lines | faults | wall s |",
                   "|---|---|---|---|---|---|---|---|---|"]
-        for r in res["resets"]:
-            at = "never" if r["together_at"] is None else str(r["together_at"])
-            ms = "" if r["ms_after_reset"] is None else f"{r['ms_after_reset']:.0f}"
-            exact = {None: "–", True: "yes", False: "NO"}[r["bit_exact"]]
-            rs = "; ".join(ln.replace("CISL ", "node ") for ln in r["resync"]) or "none"
-            lines.append(f"| {r['nodes']} | {r['reset']} | {r['role']} | {at} | {ms} | {exact} | {rs} | "
-                         f"{r['faults']} | {r['wall_s']:.0f} |")
+        lines += [_rejoin_row(r) for r in res["resets"]]
         lines += ["", "Stop 56: before, the others took a reset initiator's bursts, naming an earlier inference, "
                   "for a node briefly behind and waited for bursts of their own inference (2 nodes with the "
                   "test's short guards: not together within 2 s; 4 nodes here: 2279 ms); a reply now names the "
@@ -295,13 +301,7 @@ def render(res: dict) -> list[str]:
                   "| nodes | hung node | role | together again at inference | ms after the fault | sink's "
                   "forecast bit-exact | boot resets | resync lines | faults | wall s |",
                   "|---|---|---|---|---|---|---|---|---|---|"]
-        for r in res["hangs"]:
-            at = "never" if r["together_at"] is None else str(r["together_at"])
-            ms = "" if r["ms_after_reset"] is None else f"{r['ms_after_reset']:.0f}"
-            exact = {None: "–", True: "yes", False: "NO"}[r["bit_exact"]]
-            rs = "; ".join(ln.replace("CISL ", "node ") for ln in r["resync"]) or "none"
-            lines.append(f"| {r['nodes']} | {r['reset']} | {r['role']} | {at} | {ms} | {exact} | "
-                         f"{', '.join(str(x) for x in r['boot_resets'])} | {rs} | {r['faults']} | {r['wall_s']:.0f} |")
+        lines += [_rejoin_row(r, boots=True) for r in res["hangs"]]
         lines += ["", "Before stop 66 the nRF52840 board had no watchdog: a node that faulted stayed in "
                   "`cisl_fault` until someone reset it, and the others ran without it (its messages lost, the "
                   "sink zero-filling them) for the rest of the run."]

@@ -261,66 +261,57 @@ def test_an_initiator_reset_mid_run_meets_the_others_where_they_are(hw):
     check_together_at(hw, again, sink=after, other=node1)
 
 
-def test_a_node_reset_mid_run_joins_the_network_where_it_is(hw):
-    """Node 1 (neither initiator nor sink) resets during inference 2. Before stop 57 it took the first
-    beacon burst it heard as the start of inference 0, whatever inference the burst named, and ran
-    inference 0 alone while the others were further on: its rounds, under another inference's CRC
-    values, jammed theirs (4 nodes, node 3 reset: no inference complete in 3.9 s of the model). Now it
-    answers the burst, skips to the inference the burst names (a `resync` line right after its
-    `boot`), and that inference delivers every exchange and the sink's forecast is bit-exact."""
-    def rejoined(serial):
-        recs = records(serial[1])
-        resync = [int(f["inf"]) for e, f in recs if e == "resync"]
-        return bool(resync) and all(any(e == "infer" and int(f["inf"]) == resync[0] for e, f in records(serial[k]))
-                                    for k in (0, 1))
+def node1_rejoined(serial) -> bool:
+    """Node 1 printed a resync line, and both nodes finished the inference it names."""
+    recs = records(serial[1])
+    resync = [int(f["inf"]) for e, f in recs if e == "resync"]
+    return bool(resync) and all(any(e == "infer" and int(f["inf"]) == resync[0] for e, f in records(serial[k]))
+                                for k in (0, 1))
 
-    r = run(hw, 2, until=rejoined, limit_s=2.0, resets=[(1, 600_000)])
-    assert r.faults == []
-    recs = records(r.serial[1])
-    boots = [i for i, (e, _) in enumerate(recs) if e == "boot"]
-    assert len(boots) == 2
-    after = recs[boots[1] + 1:]
-    assert after[0][0] == "resync" and after[0][1]["peer"] == "0", after[:3]   # nothing of inference 0 again
-    again = int(after[0][1]["inf"])
-    assert int(after[0][1]["skipped"]) == again > 0
-    node0 = records(r.serial[0])
-    assert not [f for e, f in node0 if e == "resync"]       # the initiator never went back
-    check_together_at(hw, again, sink=node0, other=after)
+
+def rebuilt(hw: Path, dest: Path, **facts) -> Path:
+    """A copy of the hw build, its images built again with these board.toml tables replaced."""
+    shutil.copytree(hw, dest)
+    real = load_board("nrf52840dk")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(build_mod, "load_board", lambda name: dataclasses.replace(real, facts=dict(real.facts, **facts)))
+        build(dest)
+    return dest
 
 
 def test_a_node_that_hangs_is_reset_by_its_watchdog_and_joins_the_network_again(hw, tmp_path):
-    """Node 1's CPU faults during inference 0 and spins in cisl_fault. Before, it stayed there for good: the
-    node was lost to the network until someone pressed its reset button. Now the board's watchdog, reloaded
-    at every block, slot, radio wait and inference, resets it; it boots again saying why (reset=00000002,
-    RESETREAS.DOG), meets the network where it is, and that inference delivers every exchange and is
-    bit-exact. Node 0, whose watchdog runs as short, is never reset by it: its waits all reload it."""
-    wdt = tmp_path / "build"
-    shutil.copytree(hw, wdt)
-    real = load_board("nrf52840dk")
+    """Node 1 (neither initiator nor sink) faults during inference 0 and spins in cisl_fault. Before stop 66
+    it stayed there for good: the node was lost to the network until someone pressed its reset button. Now
+    the board's watchdog, reloaded at every block, slot, radio wait and inference, resets it; it boots again
+    saying why (reset=00000002, RESETREAS.DOG) and meets the network where it is. Node 0, whose watchdog
+    runs as short, is never reset by it: its waits all reload it.
+
+    The rejoin is that of any reset mid-run (this test replaced stop 57's pin reset of node 1, the same
+    fresh boot). Before stop 57 a node that booted again took the first beacon burst it heard as the start
+    of inference 0, whatever inference the burst named, and ran inference 0 alone while the others were
+    further on: its rounds, under another inference's CRC values, jammed theirs (4 nodes, node 3 reset: no
+    inference complete in 3.9 s of the model). Now it answers the burst, skips to the inference the burst
+    names (a `resync` line right after its `boot`), and that inference delivers every exchange and the
+    sink's forecast is bit-exact."""
+    radio = load_board("nrf52840dk").facts["radio"]
     # a listener's scan must outlast one pass of the lone initiator (~600 ms here) to hear its burst
-    facts = dict(real.facts, radio=dict(real.facts["radio"], first_guard_ms=40, takeover_ms=150, scan_timeout_ms=700),
-                 watchdog={"timeout_ms": 800})
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(build_mod, "load_board", lambda name: dataclasses.replace(real, facts=facts))
-        build(wdt)
+    wdt = rebuilt(hw, tmp_path / "build", watchdog={"timeout_ms": 800},
+                  radio=dict(radio, first_guard_ms=40, takeover_ms=150, scan_timeout_ms=700))
 
-    def rejoined(serial):
-        recs = records(serial[1])
-        resync = [int(f["inf"]) for e, f in recs if e == "resync"]
-        return bool(resync) and all(any(e == "infer" and int(f["inf"]) == resync[0] for e, f in records(serial[k]))
-                                    for k in (0, 1))
-
-    r = run(wdt, 2, until=rejoined, limit_s=2.5, hangs=[(1, 150_000)])
+    r = run(wdt, 2, until=node1_rejoined, limit_s=2.5, hangs=[(1, 150_000)])
     assert r.faults == []
     recs = records(r.serial[1])
     boots = [i for i, (e, _) in enumerate(recs) if e == "boot"]
     assert [recs[i][1]["reset"] for i in boots] == ["00000000", "00000002"]
     assert not [f for e, f in recs[:boots[1]] if e == "infer"]     # it hung inside inference 0
     after = recs[boots[1] + 1:]
-    assert after[0][0] == "resync" and after[0][1]["peer"] == "0", after[:3]
+    assert after[0][0] == "resync" and after[0][1]["peer"] == "0", after[:3]   # nothing of inference 0 again
+    again = int(after[0][1]["inf"])
+    assert int(after[0][1]["skipped"]) == again > 0
     node0 = records(r.serial[0])
     assert [e for e, _ in node0].count("boot") == 1
-    check_together_at(wdt, int(after[0][1]["inf"]), sink=node0, other=after)
+    assert not [f for e, f in node0 if e == "resync"]       # the initiator never went back
+    check_together_at(wdt, again, sink=node0, other=after)
 
 
 def test_a_node_that_finished_sleeps_without_its_watchdog_resetting_it(hw, tmp_path):
@@ -329,14 +320,9 @@ def test_a_node_that_finished_sleeps_without_its_watchdog_resetting_it(hw, tmp_p
     the watchdog running in sleep (CONFIG.SLEEP = Run, checked) it boots again 300 ms after its `end` and runs
     its inference again. The emulator used to fault at the WFE (unicorn does not execute it); it now sleeps
     there for good, its clock and peripherals running on."""
-    done = tmp_path / "build"
-    shutil.copytree(hw, done)
-    real = load_board("nrf52840dk")
-    facts = dict(real.facts, radio=dict(real.facts["radio"], first_guard_ms=40, takeover_ms=150, scan_timeout_ms=150),
-                 watchdog={"timeout_ms": 300}, inputs=dict(real.facts["inputs"], inferences=1))
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(build_mod, "load_board", lambda name: dataclasses.replace(real, facts=facts))
-        build(done)
+    real = load_board("nrf52840dk").facts
+    done = rebuilt(hw, tmp_path / "build", watchdog={"timeout_ms": 300}, inputs=dict(real["inputs"], inferences=1),
+                   radio=dict(real["radio"], first_guard_ms=40, takeover_ms=150, scan_timeout_ms=150))
     r = run(done, 2, until=lambda serial: False, limit_s=1.2)
     assert r.faults == ["not finished after 1.2 s of emulated time"]
     for node in (0, 1):
@@ -438,13 +424,7 @@ def test_a_stack_overflow_faults_instead_of_overwriting_the_nodes_data(hw, tmp_p
     512-byte stack, the image overflows at boot: the emulated part stops it there and names it."""
     from codegen.elfsize import read_elf_size
 
-    small = tmp_path / "build"
-    shutil.copytree(hw, small)
-    real = load_board("nrf52840dk")
-    tiny = dataclasses.replace(real, facts=dict(real.facts, build=dict(real.build, stack_bytes=512)))
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(build_mod, "load_board", lambda name: tiny)
-        build(small)
+    small = rebuilt(hw, tmp_path / "build", build=dict(load_board("nrf52840dk").build, stack_bytes=512))
     sym = read_elf_size(small / "node_00" / "firmware.elf").symbols
     assert sym["__cisl_stack_bottom"] == 0x20000000 and sym["__cisl_stack_top"] == 0x20000200
     assert sym["__cisl_stack_top"] <= sym["__cisl_bss_start"]

@@ -436,7 +436,9 @@ def test_ctrl_c_of_a_local_backend_sweep_prints_no_submitit_traceback(tmp_path: 
     import time
 
     pytest.importorskip("submitit")
-    script = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\n"
+    # the child starts with Python's own Ctrl-C handling, as from a terminal, whatever the test worker left
+    script = ("import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+              f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\n"
               "from codegen.sweep import Unit, run_sweep\n"
               f"u = [Unit({FNS!r} + ':slow_count', {{'to': 60, 'k': k}}) for k in range(2)]\n"
               "try:\n"

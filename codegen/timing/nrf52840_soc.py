@@ -5,8 +5,8 @@ The virtual testbed runs the Mixer code the boards run, through a host HAL; the 
 code) only ever ran on hardware. This module runs each node's whole ``firmware.elf`` from its reset
 vector on the cycle model's emulator (:mod:`codegen.timing.engine`: unicorn, cycles from the
 Cortex-M4 TRM) and models, at register level, the peripherals that code touches: CLOCK (HFXO),
-TIMER0/TIMER1, PPI, RADIO, UARTE0 TX, the WDT (a timeout resets the part), the DWT cycle counter, NVMC.ICACHECNF (the instruction
-cache is off until the image enables it), FICR/UICR/GPIO as memory. The
+TIMER0/TIMER1, PPI, RADIO, UARTE0 TX, the WDT (a timeout resets the part), the DWT cycle counter,
+NVMC.ICACHECNF (the instruction cache is off until the image enables it), FICR/UICR/GPIO as memory. The
 register layout is read from the nrf52840.svd that pyocd ships (not from the board's own header,
 which it checks); the behaviour is the product specification's (v1.8: the RADIO state diagram, fast
 ramp-up 40 µs, EasyDMA from RAM only, TIMER compare on equality, PPI event -> task). Whatever the

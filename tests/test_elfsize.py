@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from codegen.elfsize import read_elf_size
+from codegen.elfsize import STT_FUNC, STT_OBJECT, read_elf_size, symbols
 
 SOURCE = """
 int counter = 3;                 /* .data: flash (its initial image) and RAM */
@@ -43,3 +43,14 @@ def test_sizes_and_symbols_agree_with_binutils(tmp_path):
     assert e.flash_by_section == {".text": size_a[".text"][0], ".data": 4, ".rodata": 16}
     assert e.ram_by_section == {".data": 4, ".bss": 100}
     assert (e.flash, e.ram) == (size_a[".text"][0] + 20, 104)
+    # the symbol table, read as one array (the cycle model's names), as binutils lists it
+    listed = subprocess.run(["arm-none-eabi-readelf", "-sW", str(elf)], check=True, capture_output=True,
+                            text=True).stdout.splitlines()
+    rows = [ln.split() for ln in listed if ln.strip()[:1].isdigit() and len(ln.split()) == 8]
+    kinds = {"FUNC": STT_FUNC, "OBJECT": STT_OBJECT}
+    want = sorted((r[7], int(r[1], 16), int(r[2]), kinds[r[3]]) for r in rows if r[3] in kinds)
+    from elftools.elf.elffile import ELFFile
+
+    with open(elf, "rb") as f:
+        got = sorted(symbols(ELFFile(f), kinds=(STT_FUNC, STT_OBJECT)))
+    assert got == want and {name for name, *_ in got} >= {"_start", "counter", "buf", "table"}, (got, want)

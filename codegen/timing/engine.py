@@ -32,6 +32,8 @@ from unicorn import UC_ARCH_ARM, UC_HOOK_BLOCK, UC_HOOK_MEM_READ, UC_MODE_MCLASS
 from unicorn import arm_const as A
 
 from .. import interrupts
+from ..elfsize import STT_FUNC, STT_OBJECT
+from ..elfsize import symbols as elf_symbols
 from ..errors import UserError
 from .m4cost import BR_ALWAYS, BR_COND, Block, Decoder
 from .memsystem import MemoryModel
@@ -103,15 +105,12 @@ class Image:
                 if seg["p_type"] == "PT_LOAD" and seg["p_memsz"] > 0:
                     segs.append((seg["p_vaddr"], seg.data(), seg["p_memsz"]))
             symbols, sizes = {}, {}
-            symtab = elf.get_section_by_name(".symtab")
-            if symtab is None:
+            if elf.get_section_by_name(".symtab") is None:
                 raise ValueError(f"{path}: no symbol table (was the image stripped?)")
-            for s in symtab.iter_symbols():
-                kind = s["st_info"]["type"]
-                if s.name and kind in ("STT_FUNC", "STT_OBJECT"):
-                    # bit 0 of a function's address is the Thumb bit; an object's is its address
-                    symbols[s.name] = s["st_value"] & ~1 if kind == "STT_FUNC" else s["st_value"]
-                    sizes[s.name] = s["st_size"]
+            for name, value, size, kind in elf_symbols(elf, kinds=(STT_FUNC, STT_OBJECT)):
+                # bit 0 of a function's address is the Thumb bit; an object's is its address
+                symbols[name] = value & ~1 if kind == STT_FUNC else value
+                sizes[name] = size
         vectors = next((data for va, data, _ in segs if va == 0 and len(data) >= 8), None)
         sp = int.from_bytes(vectors[:4], "little") if vectors else 0x2004_0000
         return Image(path, symbols, sizes, segs, sp)

@@ -86,3 +86,21 @@ def test_a_live_sender_declared_silent_far_away_does_not_strand_its_neighbours()
     assert res.silent[2] == 0 and res.silent[1] == 0  # node 2 and a neighbour that heard it
     assert (res.full_rank_slot >= 0).all() and res.decoded.all()
     assert res.slots < res.deadline / 1.5
+
+
+def test_an_all_full_that_counts_a_far_node_absent_still_vouches_for_every_other_node() -> None:
+    """On the 16-node line at G = 16, round 21 of radio seed 22: nodes 0-7 never hear node 15, count it
+    silent, and leave with an `ALL_FULL` that counts it absent. Their weak-zero map names node 15's rows,
+    which nodes 8-15 have seen coded, so those nodes dropped the packet and the `ALL_FULL` with it; the
+    initiator's full-rank bit reached them only through nodes 1-7, which had left. Every node had full
+    rank by slot 79, yet nodes 8-15 ran to the deadline (248 slots). Now the `ALL_FULL` still vouches for
+    every node but the one its sender counts absent, and the round ends early."""
+    ch = Channel(topology("line", 16, 0, spacing=8.0), ChannelParams.for_phy("2M"), seed=22)
+    net = MixerNetwork(ch, 16, 64)
+    owners = [0] + [1 + i for i in range(15)]
+    rounds = [net.run_round(owners, seed=seed) for seed in range(22)]
+    res = rounds[21]
+    assert [k for k, r in enumerate(rounds) if r.silent.any()] == [21], "the channel no longer produces the case"
+    assert [int(m) for m in res.silent] == [1 << 15] * 8 + [0] * 8
+    assert res.decoded.all() and (res.full_rank_slot >= 0).all() and res.full_rank_slot.max() < 80
+    assert res.slots < res.deadline / 1.5, (res.slots, res.deadline)

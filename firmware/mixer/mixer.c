@@ -1150,21 +1150,44 @@ static void note_weak_coded(mx_state *s, const uint32_t *cv)
     }
 }
 
+/* The nodes whose rows a weak-zero map names (the nodes its sender counts absent), or
+ * MX_UNKNOWN_SOURCES if it names a row of this node or of a writer this node does not know. */
+#define MX_UNKNOWN_SOURCES 0xFFFFFFFFu
+static uint32_t named_sources(const mx_state *s, const uint32_t *map)
+{
+    uint32_t named = 0;
+    unsigned i;
+    for (i = 0; i < s->h.cfg.generation_size; ++i) {
+        if (!bit_get(map, i))
+            continue;
+        if (bit_get(s->own, i) || !s->row_src[i])
+            return MX_UNKNOWN_SOURCES;
+        named |= 1u << (s->row_src[i] - 1u);
+    }
+    return named;
+}
+
 /* A packet dropped for contradicting this node (another view of who is silent or dead) still says
  * whether its sender has full rank and, once this node has full rank itself, which nodes the sender
  * knows to have it (its map, or ALL_FULL: all of them). Without it, nodes that had declared others
  * silent waited until the deadline for full-rank bits that only such packets carried (3 nodes at 30 %
- * loss; the 16-node line, 1 round in 3000). A disputed node's bit still comes only from itself. */
-static void note_full_sender(mx_state *s, uint32_t bit, unsigned flags, uint32_t map)
+ * loss; the 16-node line, 1 round in 3000). A disputed node's bit still comes only from itself, and
+ * ``unvouched`` (the nodes the sender counts absent) get none: an ALL_FULL from a node that counts
+ * another node absent still vouches for every other node. Ignoring it left half of the 16-node line
+ * (G = 16, radio seed 22, round 21) without the far initiator's bit until the deadline, every node at
+ * full rank by slot 79. */
+static void note_full_sender(mx_state *s, uint32_t bit, unsigned flags, uint32_t map, uint32_t unvouched)
 {
     mx_header *h = &s->h;
     uint32_t add = (flags & MX_PKT_FULL_RANK) ? bit : 0u;
     if (h->rank == h->cfg.generation_size) {
-        add |= map & ~h->disputed;
+        add |= map & ~h->disputed & ~unvouched;
         if (flags & MX_PKT_ALL_FULL) {
-            add |= ~h->disputed;
-            h->ack_map |= bit;
-            h->fr_known = 1;
+            add |= ~h->disputed & ~unvouched;
+            if (!unvouched) {
+                h->ack_map |= bit;
+                h->fr_known = 1;
+            }
         }
     }
     add &= h->node_all & ~h->fr_map;
@@ -1222,7 +1245,8 @@ int mx_receive(mx_state *s, uint16_t slot, const uint8_t *p, uint16_t len)
     for (w = 0; w < cvw; ++w)
         if (cv[w] & s->weak[w]) {
             note_weak_coded(s, cv);
-            note_full_sender(s, bit, flags, type == MX_INFO_FULL_RANK ? node_set_from_info(info, h->info_bytes) : 0u);
+            note_full_sender(s, bit, flags, type == MX_INFO_FULL_RANK ? node_set_from_info(info, h->info_bytes) : 0u,
+                             0u);
             h->st.rx_malformed++;
             return MX_E_PKT_CODING;
         }
@@ -1245,8 +1269,12 @@ int mx_receive(mx_state *s, uint16_t slot, const uint8_t *p, uint16_t len)
         bytes_to_words(im, cvw, info, h->cv_bytes);
         for (w = 0; w < cvw; ++w)
             if (im[w] & ~s->weak[w] & (s->own[w] | s->coded[w])) {
+                uint32_t named = named_sources(s, im);
                 note_dispute(s, im);
-                note_full_sender(s, bit, flags & MX_PKT_FULL_RANK, 0u); /* it counts this node absent */
+                if (named == MX_UNKNOWN_SOURCES) /* this node's rows, or rows of unknown writers */
+                    note_full_sender(s, bit, flags & MX_PKT_FULL_RANK, 0u, 0u);
+                else /* another node counted absent: the sender still vouches for every other node */
+                    note_full_sender(s, bit, flags, 0u, named);
                 h->st.rx_malformed++;
                 return MX_E_PKT_INFO;
             }

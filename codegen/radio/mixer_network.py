@@ -64,8 +64,8 @@ def library() -> ctypes.CDLL:
         ("mx_init", c_int, [st, POINTER(MixerConfig), c_uint8]), ("mx_write", c_int, [st, c_uint16, c_void_p, c_uint16]),
         ("mx_arm", c_int, [st, c_uint8]), ("mx_finished", c_int, [st]),
         ("mx_slot_batch", None, [POINTER(c_void_p), c_uint16, c_uint16, POINTER(c_int8), POINTER(c_uint8), c_uint16]),
-        ("mx_deliver_batch", None, [POINTER(c_void_p), c_uint16, c_uint16, POINTER(c_uint8), c_uint16,
-                                    POINTER(c_int16), POINTER(c_int8)]),
+        ("mx_deliver_batch", c_uint16, [POINTER(c_void_p), c_uint16, c_uint16, POINTER(c_uint8), c_uint16,
+                                        POINTER(c_int16), POINTER(c_int8)]),
         ("mx_row_status", c_int, [st, c_uint16]), ("mx_stats", POINTER(_Counters), [st]),
         ("mx_heard_map", c_uint32, [st]), ("mx_alive_map", c_uint32, [st]), ("mx_synced", c_int, [st]),
         ("mx_row_source", c_int, [st, c_uint16, c_uint16, c_uint8]), ("mx_silent_map", c_uint32, [st]),
@@ -235,25 +235,27 @@ class MixerNetwork:
         self.channel.begin_round()
         pk = self.packets.ctypes.data_as(POINTER(c_uint8))
         ac = self.actions.ctypes.data_as(POINTER(c_int8))
+        frm = self.frm.ctypes.data_as(POINTER(c_int16))
+        rxs = self.rx_status.ctypes.data_as(POINTER(c_int8))
         slot = 0
         deadline = self.cfg.round_length
         note_slot = getattr(self.channel, "note_slot", None)  # observers that need the round's slot number
-        while slot < deadline:
-            if all(self.lib.mx_finished(self.ptrs[i]) for i in range(self.n)):
-                break
+        finished = sum(self.lib.mx_finished(self.ptrs[i]) != 0 for i in range(self.n))
+        # per slot: two calls for all nodes (the loop runs ~10^5 slots a plan; a call per node and slot
+        # and numpy on 16-element arrays were most of the simulation's time)
+        while slot < deadline and finished < self.n:
             # every node its own next slot: after a takeover the backup's grid starts later
             self.lib.mx_slot_batch(self.ptrs, self.n, NO_SLOT, ac, pk, self.plen)
-            tx = {int(i): self.plen for i in np.flatnonzero(self.actions == ACT_TX)}
-            rx = [int(i) for i in np.flatnonzero(self.actions == ACT_RX)]
+            actions = self.actions.tolist()
+            tx = {i: self.plen for i, a in enumerate(actions) if a == ACT_TX}
+            rx = [i for i, a in enumerate(actions) if a == ACT_RX]
             self.frm.fill(-1)
             if note_slot is not None:
                 note_slot(slot)
             if tx and rx:
                 for r, s in self.channel.slot(tx, rx).items():
                     self.frm[r] = s
-            self.lib.mx_deliver_batch(self.ptrs, self.n, NO_SLOT, pk, self.plen,
-                                      self.frm.ctypes.data_as(POINTER(c_int16)),
-                                      self.rx_status.ctypes.data_as(POINTER(c_int8)))
+            finished = self.lib.mx_deliver_batch(self.ptrs, self.n, NO_SLOT, pk, self.plen, frm, rxs)
             slot += 1
         decoded = np.zeros((self.n, G), dtype=bool)
         data = np.zeros((self.n, G), dtype=bool)

@@ -1611,10 +1611,10 @@ void mx_slot_batch(mx_state *const *states, uint16_t count, uint16_t slot, int8_
     }
 }
 
-void mx_deliver_batch(mx_state *const *states, uint16_t count, uint16_t slot, const uint8_t *packets,
-                      uint16_t stride, const int16_t *from, int8_t *rx_status)
+uint16_t mx_deliver_batch(mx_state *const *states, uint16_t count, uint16_t slot, const uint8_t *packets,
+                          uint16_t stride, const int16_t *from, int8_t *rx_status)
 {
-    unsigned i;
+    unsigned i, finished = 0;
     for (i = 0; i < count; ++i) {
         mx_state *s = states[i];
         const uint16_t t = slot == MX_NO_SLOT ? s->h.cur_slot : slot;
@@ -1624,7 +1624,9 @@ void mx_deliver_batch(mx_state *const *states, uint16_t count, uint16_t slot, co
         if (rx_status)
             rx_status[i] = (int8_t)r;
         (void)mx_slot_end(s, t);
+        finished += s->h.finished ? 1u : 0u;
     }
+    return (uint16_t)finished;
 }
 
 /* ---- blocking loop -------------------------------------------------------------------------- */

@@ -360,11 +360,13 @@ uint16_t mx_next_slot(const mx_state *s);
  * packets + i * stride, ...) (packets of non-transmitters are left as they are). Phase 2: instance
  * i receives packets + from[i] * stride if from[i] >= 0 (and its action was MX_ACT_RX), then
  * mx_slot_end; rx_status[i] (may be NULL) is mx_receive's result, or 127 if nothing was received.
- * stride >= mx_packet_len; all instances must share one configuration's packet length. */
+ * It returns how many of the instances have finished (the simulator's loop condition, without a call
+ * per instance and slot). stride >= mx_packet_len; all instances must share one configuration's
+ * packet length. */
 void mx_slot_batch(mx_state *const *states, uint16_t count, uint16_t slot, int8_t *actions, uint8_t *packets,
                    uint16_t stride);
-void mx_deliver_batch(mx_state *const *states, uint16_t count, uint16_t slot, const uint8_t *packets,
-                      uint16_t stride, const int16_t *from, int8_t *rx_status);
+uint16_t mx_deliver_batch(mx_state *const *states, uint16_t count, uint16_t slot, const uint8_t *packets,
+                          uint16_t stride, const int16_t *from, int8_t *rx_status);
 
 /* ---- blocking loop over a radio HAL ------------------------------------------------------ */
 

@@ -13,11 +13,10 @@ Without :func:`install` (cisl used as a library, the tests) Python's own handler
 
 from __future__ import annotations
 
-import contextlib
 import signal
 import sys
 import threading
-from typing import Callable, Iterator
+from typing import Callable
 
 _pending: list[int] = []  # signals received since install(), even those Python swallowed
 _deferred = 0  # depth of deferred() blocks
@@ -83,22 +82,28 @@ def check() -> None:
         raise KeyboardInterrupt
 
 
-@contextlib.contextmanager
-def deferred(on_signal: Callable[[], None] | None = None) -> Iterator[None]:
+class deferred:
     """Run the block whole: a signal that comes inside is recorded (and ``on_signal`` called at once,
-    e.g. to stop an emulator at its next instruction) and raised as KeyboardInterrupt when it ends."""
-    global _deferred
-    _deferred += 1
-    if on_signal is not None:
-        _on_signal.append(on_signal)
-    try:
-        yield
-    finally:
+    e.g. to stop an emulator at its next instruction) and raised as KeyboardInterrupt when it ends.
+    (A class, not a generator: the emulated SoC enters one per node and quantum, ~10^5 a second.)"""
+
+    def __init__(self, on_signal: Callable[[], None] | None = None):
+        self.on_signal = on_signal
+
+    def __enter__(self) -> None:
+        global _deferred
+        _deferred += 1
+        if self.on_signal is not None:
+            _on_signal.append(self.on_signal)
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        global _deferred
         _deferred -= 1
-        if on_signal is not None:
-            _on_signal.remove(on_signal)
-    if not _deferred:
-        check()
+        if self.on_signal is not None:
+            _on_signal.remove(self.on_signal)
+        if exc_type is None and not _deferred:
+            check()
+        return False
 
 
 def worker_defaults() -> None:

@@ -30,13 +30,15 @@ import copy
 import ctypes
 import heapq
 import random
+from operator import sub
+import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from elftools.elf.elffile import ELFFile
 from capstone.arm_const import ARM_CC_AL as _CS_AL, ARM_CC_INVALID as _CS_INVALID, ARM_OP_IMM
-from unicorn import UC_HOOK_MEM_WRITE, arm_const
+from unicorn import UC_HOOK_MEM_WRITE, UcError, arm_const
 
 from .. import interrupts
 from .engine import Emulator, Image
@@ -132,30 +134,46 @@ _LOOP_REGS = [getattr(arm_const, f"UC_ARM_REG_R{i}") for i in range(13)] + [
     arm_const.UC_ARM_REG_SP, arm_const.UC_ARM_REG_LR, arm_const.UC_ARM_REG_XPSR]
 
 
-def _register_reader(uc, regs: list[int]) -> Callable[[], tuple]:
-    """A function reading ``regs`` at once. The skip logic compares the loop registers at every pass
-    (~10^5 reads per emulated second), and unicorn's public reg_read_batch builds its ctypes arguments
-    anew on every call: 30 % of a whole run. Where the binding allows, the arguments are built once
-    and the library's batch read is called on them (10× faster); else the public call."""
-    import ctypes
+class _Registers:
+    """``regs`` read and written at once. The skip logic compares the loop registers at every pass
+    (~10^5 reads per emulated second) and puts them back at a clock-loop rewind, and unicorn's public
+    reg_read_batch / reg_write_batch build their ctypes arguments anew on every call: 30 % of a whole
+    run. Where the binding allows, the arguments are built once, the registers' values are one array
+    (read back by one unpack), and the library's batch calls are called on them (10x faster); else
+    the public calls."""
 
-    try:
-        values = [uc._select_reg_class(r)() for r in regs]
-        ids = (ctypes.c_int * len(regs))(*regs)
-        ptrs = (ctypes.c_void_p * len(regs))(*(ctypes.addressof(v) for v in values))
-        count = ctypes.c_int(len(regs))
-        batch = uc._do_reg_read_batch
-    except (AttributeError, TypeError):  # another binding
-        batch = None
+    def __init__(self, uc, regs: list[int]):
+        self.uc, self.regs = uc, regs
+        try:
+            kind = {uc._select_reg_class(r) for r in regs}
+            if len(kind) != 1:
+                raise TypeError("registers of several sizes")
+            ctype = kind.pop()
+            self.values = (ctype * len(regs))()
+            self.layout = struct.Struct(f"@{len(regs)}{ctype._type_}")
+            if self.layout.size != ctypes.sizeof(self.values):
+                raise TypeError("no struct layout for these registers")
+            self.ids = (ctypes.c_int * len(regs))(*regs)
+            self.ptrs = (ctypes.c_void_p * len(regs))(*(ctypes.addressof(self.values) + i * ctypes.sizeof(ctype)
+                                                        for i in range(len(regs))))
+            self.count = ctypes.c_int(len(regs))
+            self._read, self._write = uc._do_reg_read_batch, uc._do_reg_write_batch
+        except (AttributeError, TypeError):  # another binding
+            self._read = self._write = None
+        if self._read is not None and self.read() != tuple(uc.reg_read_batch(regs)):  # pragma: no cover
+            self._read = self._write = None   # a changed binding
 
-    def read() -> tuple:
-        if batch is None or batch(ids, ptrs, count) != 0:  # an error: the public call raises it
-            return tuple(uc.reg_read_batch(regs))
-        return tuple([v.value for v in values])
+    def read(self) -> tuple:
+        if self._read is None or self._read(self.ids, self.ptrs, self.count) != 0:  # an error: the public call raises it
+            return tuple(self.uc.reg_read_batch(self.regs))
+        return self.layout.unpack_from(self.values)
 
-    if batch is not None and read() != tuple(uc.reg_read_batch(regs)):  # pragma: no cover - a changed binding
-        batch = None
-    return read
+    def write(self, values: tuple) -> None:
+        if self._write is not None:
+            self.values[:] = values
+            if self._write(self.ids, self.ptrs, self.count) == 0:
+                return
+        self.uc.reg_write_batch(list(zip(self.regs, values)))   # raises the error, if any
 
 
 _CLOCK_PATH_MAX = 16   # blocks from one capture to the next, at most, for a clock loop
@@ -201,7 +219,9 @@ class _Quantum:
         self._clock_jump: tuple | None = None
         self._clock_paths: dict[tuple, frozenset | None] = {}   # path -> registers a pass writes before reading
         self.clock_rewinds = 0
-        self._loop_regs = _register_reader(self.uc, _LOOP_REGS)
+        self._loop_registers = _Registers(self.uc, _LOOP_REGS)
+        self._loop_regs = self._loop_registers.read
+        self._live: dict[frozenset, list[int]] = {}   # registers a pass writes first -> the others' indices
 
     def python_next_block(self) -> None:
         """A peripheral was read or a capture task written: the next block goes through
@@ -212,23 +232,24 @@ class _Quantum:
         return self._path is not None or (self.fast_forward and (self.node.captured or bool(self.node.reads)))
 
     def _before_block(self, uc, address: int) -> None:
-        if self._path is not None:
-            if self.node.captured:
-                self.node.captured = False
+        node, path = self.node, self._path   # locals: called for ~10^6 blocks a run
+        if path is not None:
+            if node.captured:
+                node.captured = False
                 self._clock_boundary(uc, address)
-            elif len(self._path) < _CLOCK_PATH_MAX:
-                self._path.append(address)
+            elif len(path) < _CLOCK_PATH_MAX:
+                path.append(address)
             else:
                 self._path = None
-        elif self.node.captured and self.fast_forward:
-            self.node.captured = False
+        elif node.captured and self.fast_forward:
+            node.captured = False
             self._start_path(address)
-        reads = self.node.reads
+        reads = node.reads
         if reads and self.fast_forward:
             prev = self._prev
             if prev is not None and prev.address == address:
                 self._spin_pass(uc, prev, reads)
-            self.node.reads = []
+            node.reads = []
 
     def _is_pure_loop(self, blk) -> bool:
         pure = self._pure.get(blk.address)
@@ -261,7 +282,7 @@ class _Quantum:
 
     def _spin_pass(self, uc, blk, reads: list) -> None:
         """At the start of a pass of the one-block loop ``blk``; ``reads`` are the last pass's."""
-        if not self._is_pure_loop(blk) or any(a in self.node.volatile for a, _ in reads):
+        if not self._is_pure_loop(blk) or self.node.any_volatile(reads):
             self._spin = None
             return
         regs = self._loop_regs()
@@ -269,7 +290,7 @@ class _Quantum:
         last, reads = self._spin, tuple(reads)
         step = None
         if last is not None and last[0] == blk.address and last[1] == regs and last[2] == reads:
-            step = tuple(a - b for a, b in zip(now, last[3]))
+            step = tuple(map(sub, now, last[3]))
             if step[1] != blk.count:  # not the pass right after the last one
                 step = None
         self._spin = (blk.address, regs, reads, now, step)
@@ -283,7 +304,7 @@ class _Quantum:
             m -= 1
         if m < 1:
             return
-        self._set_counters(tuple(v + m * d for v, d in zip(now, step)))
+        self._set_counters(_advanced(now, m, step))
         self.skipped_passes += m
         self._spin = None   # the counters moved: the next pass starts a new comparison
 
@@ -345,20 +366,23 @@ class _Quantum:
         stores = sum(1 for a in path for i in self.blocks[a].insns if i.cls == "store") if dead is not None else -1
         clock = {node.capture_cc[a] for a, _ in writes if a in node.capture_cc}
         ok = (dead is not None and stores == len(writes) and len(clock) == len(writes) and path[0] == address
-              and not any(a in node.volatile for a, _ in reads))
+              and not node.any_volatile(reads))
         if not ok:
             if self._clock_jump is not None:  # cannot happen: the checked pass depends on nothing that changed
                 node.fail(f"the model's clock-loop skip lost its way at 0x{address:08x} (a cisl bug; run with "
                           "fast_forward=False)")
             self._clock_last = None
             return
-        kept = tuple(v for i, v in enumerate(regs) if i not in dead)
-        sig = (path, tuple(writes), tuple((a, v) for a, v in reads if a not in clock), kept)
+        live = self._live.get(dead)
+        if live is None:
+            live = self._live[dead] = [i for i in range(len(regs)) if i not in dead]
+        kept = tuple([regs[i] for i in live])
+        sig = (path, tuple(writes), tuple([(a, v) for a, v in reads if a not in clock]), kept)
         jump, last = self._clock_jump, self._clock_last
         if jump is not None:
             self._clock_jump = None
             snap, m, want = jump
-            if (sig, tuple(a - b for a, b in zip(now, self._clock_mark))) == want:
+            if (sig, tuple(map(sub, now, self._clock_mark))) == want:
                 self.skipped_passes += m   # the pass after the jump went on: so did the ones skipped
                 self._clock_last = (sig, now, want[1])
                 self._clock_try(uc, now, want)
@@ -366,7 +390,7 @@ class _Quantum:
             # it left the loop: back to before the jump, and half of it
             regs0, counters0, cc0 = snap
             self.clock_rewinds += 1
-            uc.reg_write_batch(list(zip(_LOOP_REGS, regs0)))
+            self._loop_registers.write(regs0)
             self._set_counters(counters0)
             for (timer, n), v in cc0:
                 timer.cc[n] = v
@@ -376,7 +400,7 @@ class _Quantum:
             if m // 2 >= 1:
                 self._clock_jump_by(m // 2, snap, want)
             return
-        step = tuple(a - b for a, b in zip(now, last[1])) if last is not None else None
+        step = tuple(map(sub, now, last[1])) if last is not None else None
         self._clock_last = (sig, now, step)
         if last is None or last[0] != sig or last[2] != step or step[0] <= 0 or step[-1] != 0:
             return
@@ -395,9 +419,14 @@ class _Quantum:
 
     def _clock_jump_by(self, m: int, snap: tuple, want: tuple) -> None:
         counters0, step = snap[1], want[1]
-        self._set_counters(tuple(v + m * d for v, d in zip(counters0, step)))
+        self._set_counters(_advanced(counters0, m, step))
         self._clock_mark = self._counters()   # the checked pass must add exactly one step from here
         self._clock_jump = (snap, m, want)
+
+
+def _advanced(counters: tuple, m: int, step: tuple) -> tuple:
+    """The counters after ``m`` more passes of ``step`` each."""
+    return tuple([v + m * d for v, d in zip(counters, step)])
 
 
 class _QuantumEmulator(_Quantum, Emulator):
@@ -430,6 +459,12 @@ class _NativeQuantumEmulator(_Quantum, NativeEmulator):
 
     def python_next_block(self) -> None:
         self._st.python_first = 1
+
+    def _counters(self) -> tuple:
+        return self.count_values() + (self.node.events_run,)
+
+    def _set_counters(self, values: tuple) -> None:
+        self.set_count_values(values)
 
     def _pre(self, address: int, size: int) -> int:
         try:
@@ -492,6 +527,8 @@ class Node:
         self.capture_tasks = {t.r("TASKS_CAPTURE", n): (t, n) for t in self.timers for n in range(6)}
         self.capture_cc = {t.r("TASKS_CAPTURE", n): t.r("CC", n) for t in self.timers for n in range(6)}
         self.nvmc_ready = regs("NVMC", "READY")
+        self._owner: dict[int, Device | None] = {}   # MMIO address -> its device (_device)
+        self._pc = _Registers(uc, [arm_const.UC_ARM_REG_PC])   # read after every quantum
         pages: dict[int, list] = {}
         for dev in (self.clock, *self.timers, self.ppi, self.radio, self.uarte, self.dwt, self.nvmc, self.wdt):
             pages.setdefault(dev.base & ~(PAGE - 1), []).append(dev)
@@ -571,28 +608,40 @@ class Node:
 
     # -- memory-mapped registers -------------------------------------------------------------
 
+    def any_volatile(self, reads: list) -> bool:
+        """Whether any of the (address, value) ``reads`` is of a register that moves with time alone."""
+        for a, _ in reads:
+            if a in self.volatile:
+                return True
+        return False
+
+    def _device(self, address: int, devs: list) -> Device | None:
+        """The device of ``devs`` (a page's) that decodes ``address``: looked up once per address."""
+        try:
+            return self._owner[address]
+        except KeyError:
+            d = self._owner[address] = next((d for d in devs if d.owns(address)), None)
+            return d
+
     def _mmio_read(self, uc, offset: int, size: int, user) -> int:
         base, devs = user
         address = base + offset
+        value = 0
         try:
             self.advance(self.now())
             if address == self.nvmc_ready:
                 return 1
-            for d in devs:
-                if d.owns(address):
-                    value = d.read(address) & 0xFFFFFFFF
-                    self.reads.append((address, value))
-                    self.emu.python_next_block()
-                    if self.emu._path is not None:
-                        self.pass_reads.append((address, value))
-                    return value
+            d = self._device(address, devs)
+            if d is not None:
+                value = d.read(address) & 0xFFFFFFFF
         except SocFault as e:
             self.fail(str(e))
-        self.reads.append((address, 0))
+            value = 0
+        self.reads.append((address, value))
         self.emu.python_next_block()
         if self.emu._path is not None:
-            self.pass_reads.append((address, 0))
-        return 0
+            self.pass_reads.append((address, value))
+        return value
 
     def _mmio_write(self, uc, offset: int, size: int, value: int, user) -> None:
         base, devs = user
@@ -605,10 +654,9 @@ class Node:
             if address in self.capture_tasks:
                 self.captured = True
                 self.emu.python_next_block()
-            for d in devs:
-                if d.owns(address):
-                    d.write(address, value & 0xFFFFFFFF, t)
-                    return
+            d = self._device(address, devs)
+            if d is not None:
+                d.write(address, value & 0xFFFFFFFF, t)
         except SocFault as e:
             self.fail(str(e))
 
@@ -622,8 +670,6 @@ class Node:
         if self.done:
             return
         self.emu.stop_at = t
-        from unicorn import UcError
-
         try:
             if self.asleep:   # nothing wakes it: its clock runs on, its peripherals' events with it
                 self.emu.central_total = max(self.emu.central_total, t)
@@ -642,7 +688,7 @@ class Node:
                 what = f"stack overflow (sp=0x{sp:08x}, below RAM at 0x{ram_lo:08x})" if sp < ram_lo else str(e)
                 self.fault = self.fault or (f"node {self.index}: {what} at pc=0x{pc:08x} "
                                             f"({self.emu.image.function_at(pc) or '?'})")
-        self.pc = self.emu.reg("pc") | 1
+        self.pc = self._pc.read()[0] | 1
         try:
             self.advance(max(self.now(), t))
         except SocFault as e:
@@ -836,6 +882,8 @@ class Radio(Plain):
         self._candidate: Packet | None = None   # the packet next_lock found, for lock
         self.crc_ok = 0
         self.ev = {e: self.r(f"EVENTS_{e}") for e in ("READY", "ADDRESS", "PAYLOAD", "END", "DISABLED")}
+        self._mode_reg = self.r("MODE")
+        self._phys: dict[int, tuple[int, int]] = {}   # MODE register value -> _phy
         self.task_map({self.r("TASKS_TXEN"): lambda t: self.enable(t, "TX"),
                        self.r("TASKS_RXEN"): lambda t: self.enable(t, "RX"),
                        self.r("TASKS_START"): self.start,
@@ -850,7 +898,15 @@ class Radio(Plain):
         return self._reg(reg) >> f.pos & ((1 << f.width) - 1)
 
     def _phy(self) -> tuple[int, int]:
-        """(cycles per byte, preamble bytes) of MODE."""
+        """(cycles per byte, preamble bytes) of MODE. Asked at every register access while the radio
+        receives: remembered per value of the MODE register."""
+        raw = self.mem.get(self._mode_reg, 0)
+        phy = self._phys.get(raw)
+        if phy is None:
+            phy = self._phys[raw] = self._decode_phy()
+        return phy
+
+    def _decode_phy(self) -> tuple[int, int]:
         mode = self._field("MODE", "MODE")
         if mode == self.node.regs.value("RADIO", "MODE", "MODE", "BLE_2MBIT"):
             return 4 * CYC_PER_US, 2

@@ -35,6 +35,9 @@ typedef void (*cy_slow_fn)(uint64_t address, uint32_t size);
 typedef int32_t (*cy_pre_fn)(uint64_t address, uint32_t size);   /* nonzero: the block is not counted */
 typedef void (*cy_tick_fn)(void);
 
+/* the SoC's clock-loop path (nrf52840_soc._Quantum._path): blocks C may record for Python, at most */
+#define PATH_MAX_BLOCKS 16
+
 /* blocks between two calls into Python: a Ctrl-C is handled by Python's handler only when Python
    code runs, and whole inferences run without a block handed to Python (~1 ms at this count) */
 #define TICK_BLOCKS 16384
@@ -71,6 +74,10 @@ typedef struct {
     cy_pre_fn pre;
     cy_tick_fn tick;
     int64_t tick_left;
+    /* while Python follows a clock loop's path and nothing else needs it, the next path_room blocks'
+       addresses are recorded here instead of a call into Python for each (it takes them at its next call) */
+    int32_t path_room, path_len;
+    uint64_t path[PATH_MAX_BLOCKS];
 } cy_state;
 
 static uint64_t slot_of(const cy_state *st, uint64_t address) {
@@ -192,7 +199,12 @@ void cy_on_block(void *uc, uint64_t address, uint32_t size, void *user) {
         st->stop(uc);
         return;
     }
-    if (st->python_first && st->pre(address, size)) return;
+    if (st->python_first) {
+        if (st->pre(address, size)) return;
+    } else if (st->path_room > 0) {
+        st->path[st->path_len++] = address;
+        st->path_room--;
+    }
     cy_block *b = find(st, address);
     if (!b || b->special || b->size != size) {
         st->slow(address, size);          /* Python: a replaced function, a trampoline or a new block */

@@ -44,6 +44,9 @@ class _Counts(Structure):
                 ("icache_misses", c_int64)]
 
 
+PATH_MAX_BLOCKS = 16   # cycle_hooks.c's: clock-loop path blocks it records for the SoC's Python, at most
+
+
 class _State(Structure):
     """cycle_hooks.c's cy_state, field for field."""
     _fields_ = [("central_total", c_double), ("wait_central", c_double),
@@ -59,7 +62,8 @@ class _State(Structure):
                 ("table", c_void_p), ("table_mask", c_uint64), ("table_used", c_uint64),
                 ("slow", c_void_p), ("stop", c_void_p),
                 ("stop_at", c_double), ("python_first", c_int32), ("pre", c_void_p),
-                ("tick", c_void_p), ("tick_left", c_int64)]
+                ("tick", c_void_p), ("tick_left", c_int64),
+                ("path_room", c_int32), ("path_len", c_int32), ("path", c_uint64 * PATH_MAX_BLOCKS)]
 
 
 # One region's counts, and the two totals, as bytes: the SoC's loop skips read them at every pass they

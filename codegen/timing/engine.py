@@ -199,6 +199,12 @@ class Emulator:
     def write(self, address: int, data: bytes) -> None:
         self.uc.mem_write(address, bytes(data))
 
+    def map_mmio(self, base: int, size: int, read: Callable[[int], int], write: Callable[[int, int], None]) -> None:
+        """Registers from ``base`` (``size`` bytes, no memory behind them): a load's value is
+        ``read(address)``, a store is ``write(address, value)``."""
+        self.uc.mmio_map(base, size, lambda uc, offset, n, user: read(base + offset), None,
+                         lambda uc, offset, n, value, user: write(base + offset, value), None)
+
     def reg(self, name: str) -> int:
         return self.uc.reg_read(getattr(A, f"UC_ARM_REG_{name.upper()}"))
 

@@ -33,6 +33,7 @@ import random
 from operator import sub
 import struct
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -222,6 +223,7 @@ class _Quantum:
         self._loop_registers = _Registers(self.uc, _LOOP_REGS)
         self._loop_regs = self._loop_registers.read
         self._live: dict[frozenset, list[int]] = {}   # registers a pass writes first -> the others' indices
+        self._path_stores: dict[tuple, tuple] = {}     # path -> (its blocks, their stores): _stores_along
 
     def python_next_block(self) -> None:
         """A peripheral was read or a capture task written: the next block goes through
@@ -349,6 +351,15 @@ class _Quantum:
         self._clock_paths[path] = result
         return result
 
+    def _stores_along(self, path: tuple) -> int:
+        """How many stores a pass along ``path`` runs (each must be a TIMER capture): counted once per
+        path and its blocks."""
+        blocks = tuple([self.blocks[a] for a in path])
+        known = self._path_stores.get(path)
+        if known is None or known[0] != blocks:
+            known = self._path_stores[path] = (blocks, sum(1 for b in blocks for i in b.insns if i.cls == "store"))
+        return known[1]
+
     def _clock_boundary(self, uc, address: int) -> None:
         """At the block after a capture: compare the pass that ended, check or make a jump."""
         node = self.node
@@ -359,7 +370,7 @@ class _Quantum:
         regs = self._loop_regs()
         now = self._counters()
         dead = self._written_first(path)
-        stores = sum(1 for a in path for i in self.blocks[a].insns if i.cls == "store") if dead is not None else -1
+        stores = self._stores_along(path) if dead is not None else -1
         clock = {node.capture_cc[a] for a, _ in writes if a in node.capture_cc}
         ok = (dead is not None and stores == len(writes) and len(clock) == len(writes) and path[0] == address
               and not node.any_volatile(reads))
@@ -381,7 +392,7 @@ class _Quantum:
             if (sig, tuple(map(sub, now, self._clock_mark))) == want:
                 self.skipped_passes += m   # the pass after the jump went on: so did the ones skipped
                 self._clock_last = (sig, now, want[1])
-                self._clock_try(uc, now, want)
+                self._clock_try(now, want, regs)
                 return
             # it left the loop: back to before the jump, and half of it
             regs0, counters0, cc0 = snap
@@ -400,9 +411,11 @@ class _Quantum:
         self._clock_last = (sig, now, step)
         if last is None or last[0] != sig or last[2] != step or step[0] <= 0 or step[-1] != 0:
             return
-        self._clock_try(uc, now, (sig, step))
+        self._clock_try(now, (sig, step), regs)
 
-    def _clock_try(self, uc, now: tuple, want: tuple) -> None:
+    def _clock_try(self, now: tuple, want: tuple, regs: tuple) -> None:
+        """Jump as far as the horizon allows from ``now`` (the counters) and ``regs`` (the registers) at a
+        boundary; ``want``: the signature and step the checked pass after the jump must show."""
         k = want[1][0]
         horizon = min(self.stop_at, self.node.next_change())
         m = int((horizon - now[0]) // k) - 1   # the pass that runs after the jump reads before the horizon too
@@ -411,7 +424,7 @@ class _Quantum:
         if m < 1:
             return
         cc = tuple(((t, n), t.cc[n]) for t, n in (self.node.capture_tasks[a] for a, _ in want[0][1]))
-        self._clock_jump_by(m, (self._loop_regs(), now, cc), want)
+        self._clock_jump_by(m, (regs, now, cc), want)
 
     def _clock_jump_by(self, m: int, snap: tuple, want: tuple) -> None:
         counters0, step = snap[1], want[1]
@@ -549,7 +562,7 @@ class Node:
         for dev in (self.clock, *self.timers, self.ppi, self.radio, self.uarte, self.dwt, self.nvmc, self.wdt):
             pages.setdefault(dev.base & ~(PAGE - 1), []).append(dev)
         for base, devs in pages.items():
-            uc.mmio_map(base, PAGE, self._mmio_read, (base, devs), self._mmio_write, (base, devs))
+            self.emu.map_mmio(base, PAGE, partial(self._mmio_read, devs), partial(self._mmio_write, devs))
         # reset: the vector table's stack pointer and reset handler
         vec = self.emu.read(0, 8)
         self.emu.set_reg("sp", int.from_bytes(vec[:4], "little"))
@@ -639,9 +652,7 @@ class Node:
             d = self._owner[address] = next((d for d in devs if d.owns(address)), None)
             return d
 
-    def _mmio_read(self, uc, offset: int, size: int, user) -> int:
-        base, devs = user
-        address = base + offset
+    def _mmio_read(self, devs: list, address: int) -> int:
         value = 0
         try:
             self.advance(self.now())
@@ -659,9 +670,7 @@ class Node:
             self.pass_reads.append((address, value))
         return value
 
-    def _mmio_write(self, uc, offset: int, size: int, value: int, user) -> None:
-        base, devs = user
-        address = base + offset
+    def _mmio_write(self, devs: list, address: int, value: int) -> None:
         try:
             t = self.now()
             self.advance(t)
@@ -899,6 +908,8 @@ class Radio(Plain):
         self.crc_ok = 0
         self.ev = {e: self.r(f"EVENTS_{e}") for e in ("READY", "ADDRESS", "PAYLOAD", "END", "DISABLED")}
         self._mode_reg = self.r("MODE")
+        # read or written at every poll of the radio: looked up in the SVD once
+        self._state_reg, self._crcstatus_reg, self._packetptr_reg = self.r("STATE"), self.r("CRCSTATUS"), self.r("PACKETPTR")
         self._phys: dict[int, tuple[int, int]] = {}   # MODE register value -> _phy
         self.task_map({self.r("TASKS_TXEN"): lambda t: self.enable(t, "TX"),
                        self.r("TASKS_RXEN"): lambda t: self.enable(t, "RX"),
@@ -1126,14 +1137,14 @@ class Radio(Plain):
             self.disable(t)
 
     def read(self, address: int) -> int:
-        if address == self.r("STATE"):
+        if address == self._state_reg:
             return self.STATES[self.state]
-        if address == self.r("CRCSTATUS"):
+        if address == self._crcstatus_reg:
             return self.crc_ok
         return super().read(address)
 
     def write(self, address: int, value: int, t: int) -> None:
-        if address == self.r("PACKETPTR") and self.state in ("TX", "RX"):
+        if address == self._packetptr_reg and self.state in ("TX", "RX"):
             raise SocFault("RADIO.PACKETPTR written during a packet")
         super().write(address, value, t)
 

@@ -12,7 +12,8 @@ hooks' exactly (tests/test_cycle_hooks.py compares them on real images).
 :func:`new_emulator` gives the C hooks where they can be built and loaded, the Python ones otherwise
 (no gcc, another unicorn binding) or when ``CISL_CYCLE_HOOKS=python``. The emulated SoC
 (nrf52840_soc.py) uses them too: the C hook stops at its quantum's end (``stop_at``) and, while
-``python_first`` is set, hands each block to its loop skips first (``pre``).
+``python_first`` is set, hands each block to its loop skips first (``pre``); else it records a clock
+loop's path blocks for them (``path``).
 """
 
 from __future__ import annotations

@@ -204,7 +204,8 @@ class _Quantum:
 
     Two emulators carry it: :class:`_QuantumEmulator` on the engine's Python hooks and
     :class:`_NativeQuantumEmulator` on its C hooks, which hand a block to :meth:`_before_block` only
-    while a peripheral was read or a clock loop is being followed (:meth:`python_next_block`)."""
+    after a peripheral was read or a capture task written (:meth:`python_next_block`); the other
+    blocks of a clock loop's path they record for it (:meth:`_NativeQuantumEmulator._hand_over`)."""
 
     stop_at = 0
     node: "Node"

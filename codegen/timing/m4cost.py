@@ -83,7 +83,7 @@ class Block:
         return len(self.insns)
 
 
-_DECODER: "Decoder | None" = None
+_DECODER: Decoder | None = None
 
 
 @functools.lru_cache(maxsize=1 << 16)

@@ -30,10 +30,10 @@ import copy
 import ctypes
 import heapq
 import random
-from operator import sub
 import struct
 from dataclasses import dataclass, field
 from functools import partial
+from operator import sub
 from pathlib import Path
 from typing import Callable
 
@@ -486,7 +486,6 @@ class _NativeQuantumEmulator(_Quantum, NativeEmulator):
         except BaseException as e:  # noqa: BLE001 - raised again once emu_start returns
             self.stop_for(e)
             return 1
-
 
     def _take_recorded_path(self) -> None:
         """The path blocks the C hook recorded since the last call (see :meth:`_hand_over`), onto _path."""

@@ -14,7 +14,7 @@ from models import config_for_tokens, make_model_dir
 
 from codegen.compile import CompileOptions, compile_model
 from codegen.ops import REGISTRY
-from codegen.ops.schema import plan_schema
+from codegen.ops.schema import _compiled, plan_schema
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,6 +36,30 @@ def test_the_committed_schema_is_the_generated_one_and_accepts_a_compiled_plan(p
     fastjsonschema.compile(committed)(doc)
     kinds = {op["op"] for node in doc["nodes"] for op in node["ops"]}
     assert kinds == set(REGISTRY)  # the test plan exercises every op kind the registry knows
+
+
+def test_the_validator_kept_between_commands_checks_as_a_fresh_one(plan_dir, tmp_path, monkeypatch):
+    # every command that loads a plan checks it; the compiled validator is kept in ~/.cache/cisl/schema
+    monkeypatch.setenv("HOME", str(tmp_path))
+    schema = plan_schema()
+    good = json.loads((plan_dir / "plan.json").read_text())
+    bad = json.loads(json.dumps(good))
+    bad["nodes"][0]["arena_bytes"] = "x"
+
+    def verdicts(validate) -> tuple:
+        validate(good)
+        with pytest.raises(fastjsonschema.JsonSchemaValueException) as e:
+            validate(bad)
+        return e.value.message, e.value.path, e.value.rule
+
+    expected = verdicts(fastjsonschema.compile(schema))
+    assert verdicts(_compiled(schema)) == expected  # compiled, then kept
+    kept = list((tmp_path / ".cache" / "cisl" / "schema").iterdir())
+    assert len(kept) == 1 and kept[0].suffix == ".marshal"
+    assert verdicts(_compiled(schema)) == expected  # read back
+    kept[0].write_bytes(kept[0].read_bytes()[:100])  # a damaged file is compiled again and replaced
+    assert verdicts(_compiled(schema)) == expected
+    assert len(kept[0].read_bytes()) > 100
 
 
 def _first(doc: dict, kind: str, node: int = 0) -> dict:

@@ -167,14 +167,45 @@ def plan_schema() -> dict:
 def _validator(kind_name: str | None):
     """A compiled validator (fastjsonschema: the schema becomes Python code, fast enough to check
     every plan on every load) of the document, or of one op kind."""
-    import fastjsonschema
-
     schema = plan_schema() if kind_name is None else op_schema(kind_name)
     if kind_name is None:  # ops are checked one by one below, with their node and index in the message
         schema["properties"]["nodes"]["items"]["properties"]["ops"] = {"type": "array",
                                                                          "items": {"type": "object"}}
         del schema["definitions"]
-    return fastjsonschema.compile(schema)
+    return _compiled(schema)
+
+
+def _compiled(schema: dict) -> Any:
+    """fastjsonschema's validator of ``schema``. The Python it generates for the plan's schemas is
+    ~0.6 MB and compiling it costs ~0.3 CPU-s, in every command that loads a plan; its bytecode is
+    kept in ~/.cache/cisl/schema under a digest of the schema, fastjsonschema's and Python's versions,
+    so a changed schema is a new file. A cache that cannot be read or written is only slower."""
+    import hashlib
+    import marshal
+    import os
+    from pathlib import Path
+
+    import fastjsonschema
+
+    key = hashlib.sha256("\0".join((fastjsonschema.VERSION, sys.version, json.dumps(schema, sort_keys=True)))
+                         .encode()).hexdigest()
+    path = Path.home() / ".cache" / "cisl" / "schema" / f"{key[:32]}.marshal"
+    try:
+        name, code = marshal.loads(path.read_bytes())
+    except (OSError, EOFError, ValueError, TypeError):
+        # the generated module defines one function per scope; the schema's own is named after its $id
+        name = fastjsonschema.RefResolver.from_schema(schema).get_scope_name()
+        code = compile(fastjsonschema.compile_to_code(schema), "<cisl plan schema>", "exec")
+        try:  # a name of this process's own, then one rename: parallel commands may write it at once
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp")
+            tmp.write_bytes(marshal.dumps((name, code)))
+            os.replace(tmp, path)
+        except OSError:
+            pass
+    scope: dict[str, Any] = {}
+    exec(code, scope)  # fastjsonschema's code for cisl's own schema
+    return scope[name]
 
 
 def _error(validator, doc, whole: str) -> str | None:

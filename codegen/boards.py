@@ -222,3 +222,20 @@ def load_board(name: str) -> Board:
     if name not in known:
         raise UserError(f"unknown board '{name}'; available boards: {', '.join(known)}")
     return read_board(resource_dir("boards") / name, name)
+
+
+def shared_board(name: str) -> Board:
+    """:func:`load_board`'s Board, one object per version of the file for every caller that only
+    reads it: the planner prices hundreds of splits, and listing the boards and deep-copying the facts
+    for each lookup were a tenth of `cisl plan`. Never change what it returns; take load_board's copy."""
+    path = resource_dir("boards") / name / "board.toml"
+    try:
+        st = path.stat()
+    except OSError:  # load_board says what is wrong (an unknown board: the known ones)
+        return load_board(name)
+    return _shared_board(name, st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _shared_board(name: str, mtime_ns: int, size: int) -> Board:
+    return load_board(name)

@@ -16,7 +16,7 @@ from typing import Callable
 import numpy as np
 
 from . import __version__
-from .boards import load_board
+from .boards import load_board, shared_board
 from .emit.cnode import emit_node, emit_node_modes, environment
 from .errors import UserError
 from .executor import PlanExecutor
@@ -462,7 +462,7 @@ def _calibration_check(cal: np.ndarray, summary: dict) -> None:
 def _per_packet_us(board_name: str) -> tuple[float, float, float, float, float] | None:
     """The board CPU's worst Mixer work per packet (board.toml [mixer] per_packet_cycles), in µs:
     (base, per_row, per_row_byte, per_byte, per_row_row), safety applied."""
-    board = load_board(board_name)
+    board = shared_board(board_name)
     c = board.facts.get("mixer", {}).get("per_packet_cycles")
     if not c:
         if "radio" in board.facts:
@@ -484,7 +484,7 @@ def _slot_work_us(board_name: str) -> tuple[float, float, float, float, float] |
     """The board CPU's Mixer work in a whole slot (board.toml [mixer] slot_cycles), in µs: the next
     packet's combination runs while this slot's packet is on the air, so it bounds the slot as a whole
     (docs/design/mixer.md §10)."""
-    board = load_board(board_name)
+    board = shared_board(board_name)
     mixer = board.facts.get("mixer", {})
     c = mixer.get("slot_cycles")
     if not c:
@@ -508,7 +508,7 @@ def round_policy(board_name: str | list[str], devices: int, kind: str = "done", 
     names = [board_name] if isinstance(board_name, str) else sorted(set(board_name))
     # a node lingers at least n slots after learning that all have full rank, so that each slot
     # owner gets one chance to tell the others (firmware/mixer/mixer.h, MX_TERM_DONE)
-    guard = max(int(load_board(b).facts.get("radio", {}).get("start_guard_us", 0)) for b in names)
+    guard = max(int(shared_board(b).facts.get("radio", {}).get("start_guard_us", 0)) for b in names)
     return RoundPolicy(kind=kind, phy=phy, linger=max(4, devices),
                        per_packet_us=_slowest([_per_packet_us(b) for b in names]),
                        slot_work_us=_slowest([_slot_work_us(b) for b in names]), round_guard_us=guard)
@@ -521,7 +521,7 @@ def mixer_section(st, opts: CompileOptions, control: int | None = None) -> dict:
     # a virtual board's nodes stand in for boards (node_boards, else the one its timing models): their
     # rounds are planned as those boards' — slot lengths for their CPU work, the start guard — so the
     # virtual testbed's board time is what the boards would take (it was the air time alone)
-    policy = round_policy(opts.node_boards or load_board(opts.board).models or opts.board, st.split.devices,
+    policy = round_policy(opts.node_boards or shared_board(opts.board).models or opts.board, st.split.devices,
                           opts.round_policy, opts.phy)
     try:
         rounds = schedule_plan([sg.msg_bytes for sg in st.sgs], policy, opts.max_generation)

@@ -109,11 +109,11 @@ def test_a_radio_board_without_a_per_packet_model_is_refused(monkeypatch):
     assert _per_packet_us("sim") is None  # no radio: the simulated medium keeps the grid, no CPU limit
     real = load_board("nrf52840dk")
     facts = {k: v for k, v in real.facts.items() if k != "mixer"}
-    monkeypatch.setattr(compile_mod, "load_board", lambda name: replace(real, facts=facts))
+    monkeypatch.setattr(compile_mod, "shared_board", lambda name: replace(real, facts=facts))
     with pytest.raises(UserError, match="per_packet_cycles"):
         compile_mod._per_packet_us("nrf52840dk")
     gap_only = {**real.facts, "mixer": {"per_packet_cycles": real.facts["mixer"]["per_packet_cycles"]}}
-    monkeypatch.setattr(compile_mod, "load_board", lambda name: replace(real, facts=gap_only))
+    monkeypatch.setattr(compile_mod, "shared_board", lambda name: replace(real, facts=gap_only))
     with pytest.raises(UserError, match="slot_cycles"):
         compile_mod._slot_work_us("nrf52840dk")
 

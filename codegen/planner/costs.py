@@ -201,7 +201,7 @@ def evaluate(profile: Profile, cfg: ModelConfig, node_ids: list[int], heads: lis
     ``relays``: testbed nodes that take part in every Mixer round without computing (no message,
     no rows); they pay the rounds' energy. The planner does not offer them (docs/design/
     heterogeneous.md, "Relays"); bench/heterogeneous.py measures what they would change."""
-    from ..boards import load_board
+    from ..boards import shared_board
     from ..timing.energy import load_power, node_energy, radio_use
 
     boards = tuple(profile.node(k).board for k in node_ids)
@@ -223,7 +223,7 @@ def evaluate(profile: Profile, cfg: ModelConfig, node_ids: list[int], heads: lis
                     outside_ms=outside)
     for k, nid in enumerate(node_ids):
         np_ = profile.node(nid)
-        fp = estimate(s.facts[k], load_board(boards[k]), kernels, s.maxima)
+        fp = estimate(s.facts[k], shared_board(boards[k]), kernels, s.maxima)
         ev.flash.append(fp.flash)
         ev.ram.append(fp.ram)
         clock = profile.boards[boards[k]].clock_hz

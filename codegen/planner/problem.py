@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..boards import load_board
+from ..boards import shared_board
 from ..footprint import NodeFacts, estimate
 from ..modelspec import ModelConfig
 from ..partition import even_split
@@ -98,7 +98,7 @@ def build_problem(profile: Profile, cfg: ModelConfig, nodes: list[int], keep: fl
     def footprint(board: str, h: int, u: int):
         f = share(h, u).facts[0]
         facts = NodeFacts(f.const_bytes, f.ops, tables, f.arena, mm, f.lookback)
-        return estimate(facts, load_board(board), kernels, maxima)
+        return estimate(facts, shared_board(board), kernels, maxima)
 
     blocks = [f"{b}{layer}" if layer >= 0 else b for b, layer, _, _ in ref.blocks[0]]
     A, B, U = [], [], []
@@ -109,7 +109,7 @@ def build_problem(profile: Profile, cfg: ModelConfig, nodes: list[int], keep: fl
             a = [[0.0] * (H + 1) for _ in blocks]
             b = [0.0] * len(blocks)
             umax = [0] * (H + 1)
-            bud = load_board(board)
+            bud = shared_board(board)
             ends = {}
             for h in range(1, H + 1):
                 lo_s, hi_s = share(h, 1), share(h, Fh)

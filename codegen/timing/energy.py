@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
 
-from ..boards import Board, load_board
+from ..boards import Board, shared_board
 from ..errors import UserError
 
 REGULATORS = ("ldo", "dcdc")
@@ -117,7 +117,7 @@ def _figure(board: str, table: dict, key: str, where: str) -> tuple[Bounds, str]
 
 def load_power(board: str | Board, regulator: str | None = None) -> PowerFacts:
     """The [power] facts of a board (name or loaded Board); ``regulator`` overrides the board's mode."""
-    b = load_board(board) if isinstance(board, str) else board
+    b = shared_board(board) if isinstance(board, str) else board
     power: dict[str, Any] | None = b.facts.get("power")
     if not power:
         raise UserError(f"board '{b.name}' has no [power] section: add its datasheet current figures to "

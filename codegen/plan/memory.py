@@ -52,17 +52,20 @@ def buffers_of(node: NodeData) -> list[Buffer]:
 def plan_arena(buffers: list[Buffer]) -> tuple[dict[str, int], int]:
     """Return ({buffer name: offset}, arena size in bytes)."""
     order = sorted(buffers, key=lambda b: (-b.size, b.first, b.name))
-    placed: list[tuple[int, Buffer]] = []
+    # (offset, end, first, last) per placed buffer, Buffer.live_with inlined: `cisl plan` plans hundreds
+    # of arenas, and this scan is quadratic in the buffers
+    placed: list[tuple[int, int, int, int]] = []
     offsets: dict[str, int] = {}
     for b in order:
-        busy = sorted((off, off + p.size) for off, p in placed if p.live_with(b))
+        first, last = b.first, b.last
+        busy = sorted([(lo, hi) for lo, hi, f, la in placed if f <= last and first <= la])
         off = 0
         for lo, hi in busy:
             if off + b.size <= lo:
                 break
             off = max(off, align(hi, b.align))
         offsets[b.name] = off
-        placed.append((off, b))
+        placed.append((off, off + b.size, first, last))
     size = max((align(offsets[b.name] + b.size) for b in buffers), default=0)
     return offsets, size
 

@@ -17,6 +17,7 @@ The planner's linear model (:mod:`.problem`) is built from these same pieces; th
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -161,15 +162,33 @@ class Evaluation:
                 "outside_blocks_ms": round(self.outside_ms, 4), "violations": self.violations}
 
 
+# The simulated rounds of the splits evaluated last. A run evaluates some splits again: baselines that
+# coincide (even and proportional on like nodes), and the finalists over CHECK_INFERENCES; the rounds are
+# a pure function of the structure, the topology, the seed and the inferences (comm.py). Read-only.
+_ROUNDS: OrderedDict[tuple, tuple[Structure, list]] = OrderedDict()
+ROUNDS_KEPT = 64
+
+
 def radio_rounds(profile: Profile, cfg: ModelConfig, s: Structure, boards, node_ids, inferences: int = RADIO_INFERENCES,
                  relays=()):
     from ..timing.comm import comm_schedule
 
     if s.split.devices < 2:
         return []
-    plan = skeleton_plan(s, cfg, tuple(boards))
-    return comm_schedule(plan, topology_for(profile, list(node_ids) + list(relays)), inferences=inferences,
-                         seed=profile.seed, relays=len(relays))
+    topology = topology_for(profile, list(node_ids) + list(relays))
+    # the entry holds s itself, so its id cannot be another structure's while the entry lives
+    key = (id(s), cfg, tuple(boards), topology.name, topology.positions.shape, topology.positions.tobytes(),
+           int(profile.seed), inferences, len(relays))
+    hit = _ROUNDS.get(key)
+    if hit is not None and hit[0] is s:
+        _ROUNDS.move_to_end(key)
+        return hit[1]
+    rounds = comm_schedule(skeleton_plan(s, cfg, tuple(boards)), topology, inferences=inferences, seed=profile.seed,
+                           relays=len(relays))
+    _ROUNDS[key] = (s, rounds)
+    if len(_ROUNDS) > ROUNDS_KEPT:
+        _ROUNDS.popitem(last=False)
+    return rounds
 
 
 def undelivered(rounds, node_ids: list[int]) -> tuple[str, tuple[int, int]] | None:

@@ -46,6 +46,43 @@ def planning_masks(split: Split, layers: int, keep: float):
 
 
 @dataclass
+class Layout:
+    """A split's plan structure without its Mixer schedule: what the boards do not change. The
+    planner's per-node tables need only this (node 0's share of a two-node split, ~100 of them)."""
+
+    cfg: ModelConfig
+    split: Split
+    st: object
+    blocks: list[list[tuple[str, int, list[int], list[int]]]]  # per node: (block, layer, op indices, sgs)
+    _memory: dict[int, tuple[int, dict[str, int], int]] = field(default_factory=dict, repr=False)
+
+    def memory(self, k: int) -> tuple[int, dict[str, int], int]:
+        """Node k's constant bytes, op counts and activation arena (computed once, when first asked)."""
+        if k not in self._memory:
+            from ..fit import _const_bytes
+            from ..plan.io import NodeData
+
+            node = self.st.nodes[k]
+            _, arena = plan_arena(buffers_of(NodeData(node.device, node.tensors, {}, 0, node.ops, {})))
+            self._memory[k] = (_const_bytes(node.ops, node.tensors, self.cfg), count_ops(node.ops), arena)
+        return self._memory[k]
+
+
+def layout_of(cfg: ModelConfig, heads: tuple[int, ...], hidden: tuple[int, ...], keep: float,
+              rescale: bool) -> Layout:
+    return _layout(cfg, tuple(heads), tuple(hidden), float(keep), bool(rescale))
+
+
+@lru_cache(maxsize=256)
+def _layout(cfg, heads, hidden, keep, rescale) -> Layout:
+    from ..plan.structure import build_structure
+
+    split = Split.uneven(heads, hidden, cfg.d_model)
+    st = build_structure(cfg, split, planning_masks(split, cfg.layers, keep), keep, rescale=rescale)
+    return Layout(cfg, split, st, [node_blocks(node.ops) for node in st.nodes])
+
+
+@dataclass
 class Structure:
     """A split's plan structure and Mixer schedule, with per-node facts (no weights)."""
 
@@ -65,25 +102,19 @@ def structure_of(cfg: ModelConfig, heads: tuple[int, ...], hidden: tuple[int, ..
 @lru_cache(maxsize=256)
 def _structure(cfg, heads, hidden, keep, rescale, boards) -> Structure:
     from ..compile import CompileOptions, mixer_section
-    from ..fit import _const_bytes
-    from ..plan.io import NodeData
     from ..plan.mixer_layout import maxima_of_rounds
-    from ..plan.structure import build_structure
 
-    split = Split.uneven(heads, hidden, cfg.d_model)
-    st = build_structure(cfg, split, planning_masks(split, cfg.layers, keep), keep, rescale=rescale)
-    mixer = mixer_section(st, CompileOptions(board=boards[0], node_boards=list(boards)))
+    lay = _layout(cfg, heads, hidden, keep, rescale)
+    mixer = mixer_section(lay.st, CompileOptions(board=boards[0], node_boards=list(boards)))
     exchanges = mixer["exchanges"]
     rounds = [r for ex in exchanges for r in ex]
-    maxima = maxima_of_rounds(split.devices, rounds)
+    maxima = maxima_of_rounds(lay.split.devices, rounds)
     mm = max_message(exchanges)
-    facts, blocks = [], []
-    for node in st.nodes:
-        _, arena = plan_arena(buffers_of(NodeData(node.device, node.tensors, {}, 0, node.ops, {})))
-        facts.append(NodeFacts(_const_bytes(node.ops, node.tensors, cfg), count_ops(node.ops),
-                               table_bytes(exchanges, node.ops), arena, mm, cfg.lookback))
-        blocks.append(node_blocks(node.ops))
-    return Structure(split, st, mixer, facts, maxima, blocks)
+    facts = []
+    for k, node in enumerate(lay.st.nodes):
+        const, ops, arena = lay.memory(k)
+        facts.append(NodeFacts(const, ops, table_bytes(exchanges, node.ops), arena, mm, cfg.lookback))
+    return Structure(lay.split, lay.st, mixer, facts, maxima, lay.blocks)
 
 
 def node_blocks(ops) -> list[tuple[str, int, list[int], list[int]]]:

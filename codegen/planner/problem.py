@@ -34,7 +34,7 @@ from ..boards import shared_board
 from ..footprint import NodeFacts, estimate
 from ..modelspec import ModelConfig
 from ..partition import even_split
-from .costs import RADIO_INFERENCES, evaluate, node_cycles, radio_rounds, structure_of
+from .costs import RADIO_INFERENCES, evaluate, layout_of, node_cycles, radio_rounds, structure_of
 from .profile import Profile
 
 
@@ -91,13 +91,13 @@ def build_problem(profile: Profile, cfg: ModelConfig, nodes: list[int], keep: fl
     tables = max(f.tables for f in ref.facts)
     mm, maxima = ref.facts[0].max_message, ref.maxima
 
-    def share(h: int, u: int):
+    def share(h: int, u: int):  # node 0's ops and memory: no Mixer schedule needed (the plan-wide parts are ref's)
         hs, us = _device_pair(cfg, h, u)
-        return structure_of(cfg, hs, us, keep, rescale, (boards[0], boards[0]))
+        return layout_of(cfg, hs, us, keep, rescale)
 
     def footprint(board: str, h: int, u: int):
-        f = share(h, u).facts[0]
-        facts = NodeFacts(f.const_bytes, f.ops, tables, f.arena, mm, f.lookback)
+        const, ops, arena = share(h, u).memory(0)
+        facts = NodeFacts(const, ops, tables, arena, mm, cfg.lookback)
         return estimate(facts, shared_board(board), kernels, maxima)
 
     blocks = [f"{b}{layer}" if layer >= 0 else b for b, layer, _, _ in ref.blocks[0]]

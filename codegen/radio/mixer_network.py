@@ -200,6 +200,7 @@ class MixerNetwork:
         for j in range(32):
             self.cfg.slot_shares[j] = shares[j] if j < self.n else 0
         rng = np.random.default_rng(seed)
+        runs: dict[int, list[tuple[int, int, int]]] = {}  # per initiator: the nodes that agree share them
         for i in range(self.n):
             self.cfg.absent, self.cfg.initiator = absent[i], initiators[i]
             on = takeover > 0 and backups[i] != initiators[i]
@@ -207,9 +208,12 @@ class MixerNetwork:
             if self.lib.mx_init(self.ptrs[i], ctypes.byref(self.cfg), i) != 0:
                 raise RuntimeError("mx_init failed")
             if self.row_sources:  # row 0, the header, named after the node's own initiator, as the transport does
-                for first, rows, node in _runs([initiators[i]] + list(owners[1:])):
+                if initiators[i] not in runs:
+                    runs[initiators[i]] = _runs([initiators[i]] + list(owners[1:]))
+                for first, rows, node in runs[initiators[i]]:
                     self.lib.mx_row_source(self.ptrs[i], first, rows, node)
         self.cfg.absent, self.cfg.initiator, self.cfg.takeover_slots, self.cfg.backup = 0, planned, 0, 0
+        knowing = [i for i in range(self.n) if absent[i]]  # the nodes that know some node dead
         for row, owner in enumerate(owners):
             if row in weak_rows:
                 self.lib.mx_write(self.ptrs[owner], row, None, 0)
@@ -224,7 +228,7 @@ class MixerNetwork:
                             self.lib.mx_write(self.ptrs[i], 0, data, P)
                         elif takeover > 0 and backups[i] == i and initiators[i] != i:
                             self.lib.mx_backup_header(self.ptrs[i], data, P)  # the same header
-            for i in range(self.n):
+            for i in knowing:
                 # a dead sender's rows are weak zeros at the nodes that know it dead; never the header
                 # (row 0): the firmware writes it only at a node that starts the round, so a node that
                 # thinks the initiator dead still decodes its header if it comes
@@ -242,20 +246,22 @@ class MixerNetwork:
         note_slot = getattr(self.channel, "note_slot", None)  # observers that need the round's slot number
         finished = sum(self.lib.mx_finished(self.ptrs[i]) != 0 for i in range(self.n))
         # per slot: two calls for all nodes (the loop runs ~10^5 slots a plan; a call per node and slot
-        # and numpy on 16-element arrays were most of the simulation's time)
-        while slot < deadline and finished < self.n:
+        # and numpy on 16-element arrays were most of the simulation's time); names bound once
+        n, plen, ptrs, actions_of, frm_of = self.n, self.plen, self.ptrs, self.actions.tolist, self.frm
+        slot_batch, deliver_batch, channel_slot = self.lib.mx_slot_batch, self.lib.mx_deliver_batch, self.channel.slot
+        while slot < deadline and finished < n:
             # every node its own next slot: after a takeover the backup's grid starts later
-            self.lib.mx_slot_batch(self.ptrs, self.n, NO_SLOT, ac, pk, self.plen)
-            actions = self.actions.tolist()
-            tx = {i: self.plen for i, a in enumerate(actions) if a == ACT_TX}
+            slot_batch(ptrs, n, NO_SLOT, ac, pk, plen)
+            actions = actions_of()
+            tx = {i: plen for i, a in enumerate(actions) if a == ACT_TX}
             rx = [i for i, a in enumerate(actions) if a == ACT_RX]
-            self.frm.fill(-1)
+            frm_of.fill(-1)
             if note_slot is not None:
                 note_slot(slot)
             if tx and rx:
-                for r, s in self.channel.slot(tx, rx).items():
-                    self.frm[r] = s
-            finished = self.lib.mx_deliver_batch(self.ptrs, self.n, NO_SLOT, pk, self.plen, frm, rxs)
+                for r, s in channel_slot(tx, rx).items():
+                    frm_of[r] = s
+            finished = deliver_batch(ptrs, n, NO_SLOT, pk, plen, frm, rxs)
             slot += 1
         decoded = np.zeros((self.n, G), dtype=bool)
         data = np.zeros((self.n, G), dtype=bool)

@@ -34,7 +34,14 @@ from ..boards import shared_board
 from ..footprint import NodeFacts, estimate
 from ..modelspec import ModelConfig
 from ..partition import even_split
-from .costs import RADIO_INFERENCES, evaluate, layout_of, node_cycles, radio_rounds, structure_of
+from .costs import (
+    RADIO_INFERENCES,
+    evaluate,
+    layout_of,
+    node_cycles,
+    radio_rounds,
+    structure_of,
+)
 from .profile import Profile
 
 

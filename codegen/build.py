@@ -28,7 +28,9 @@ import shutil
 import re
 import shlex
 import subprocess
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -76,6 +78,26 @@ def cache_dir() -> Path | None:
     if env == "":
         return None
     return Path(env) if env else Path.home() / ".cache" / "cisl" / "objects"
+
+
+@contextmanager
+def _cache_entry_lock(cache: Path, key: str) -> Iterator[None]:
+    """Held while one cached object is compiled: builds that start together on a cold cache (test
+    workers, a sweep's parallel units) compile each shared object once and copy it, instead of all
+    compiling it. One of 256 lock files by the key's first byte; without locks (a read-only cache), none."""
+    import fcntl
+
+    try:
+        (cache / "locks").mkdir(parents=True, exist_ok=True)
+        fd = os.open(cache / "locks" / f"{key[:2]}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def _cache_key(cc_id: str, job: CompileJob, headers: bytes) -> str:
@@ -433,9 +455,18 @@ def _build(build_dir: Path, plan: Plan, board: Board, jobs: int | None, say: Cal
     def compile_one(j: CompileJob) -> tuple[CompileJob, bool, str]:
         j.obj.parent.mkdir(parents=True, exist_ok=True)
         cached = cache / f"{_cache_key(cc_id, j, headers)}.o" if (cache and j.cacheable) else None
-        if cached is not None and cached.is_file():
+        if cached is None:
+            return compile_and_keep(j, None)
+        if cached.is_file():
             shutil.copyfile(cached, j.obj)
             return j, True, ""
+        with _cache_entry_lock(cache, cached.stem):
+            if cached.is_file():  # another build (a parallel worker, a sweep's unit) compiled it meanwhile
+                shutil.copyfile(cached, j.obj)
+                return j, True, ""
+            return compile_and_keep(j, cached)
+
+    def compile_and_keep(j: CompileJob, cached: Path | None) -> tuple[CompileJob, bool, str]:
         ok, out = _run([cc, *j.flags, "-c", str(j.source), "-o", str(j.obj)], j.log, j.cwd)
         if ok and cached is not None:
             try:

@@ -204,7 +204,7 @@ def _compiled(schema: dict) -> Any:
         except OSError:
             pass
     scope: dict[str, Any] = {}
-    exec(code, scope)  # fastjsonschema's code for cisl's own schema
+    exec(code, scope)  # noqa: S102 (fastjsonschema's code for cisl's own schema)
     return scope[name]
 
 

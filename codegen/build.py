@@ -457,14 +457,12 @@ def _build(build_dir: Path, plan: Plan, board: Board, jobs: int | None, say: Cal
         cached = cache / f"{_cache_key(cc_id, j, headers)}.o" if (cache and j.cacheable) else None
         if cached is None:
             return compile_and_keep(j, None)
-        if cached.is_file():
-            shutil.copyfile(cached, j.obj)
-            return j, True, ""
-        with _cache_entry_lock(cache, cached.stem):
-            if cached.is_file():  # another build (a parallel worker, a sweep's unit) compiled it meanwhile
-                shutil.copyfile(cached, j.obj)
-                return j, True, ""
-            return compile_and_keep(j, cached)
+        if not cached.is_file():
+            with _cache_entry_lock(cache, cached.stem):
+                if not cached.is_file():  # else another build (a parallel worker, a sweep's unit) made it meanwhile
+                    return compile_and_keep(j, cached)
+        shutil.copyfile(cached, j.obj)
+        return j, True, ""
 
     def compile_and_keep(j: CompileJob, cached: Path | None) -> tuple[CompileJob, bool, str]:
         ok, out = _run([cc, *j.flags, "-c", str(j.source), "-o", str(j.obj)], j.log, j.cwd)
